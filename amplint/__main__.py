@@ -1,4 +1,4 @@
-from amplint.cli import main
+from amplint.cli import entry
 
 if __name__ == "__main__":
-    main()
+    entry()

@@ -1,0 +1,171 @@
+"""The command line: argument handling and exit codes only.
+
+Exit codes: 0 no findings, 1 findings (or a diff with --diff), 2 usage, configuration or internal error.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import click
+
+from amplint import __version__
+from amplint import rules as registry
+from amplint.config import ConfigError, load_settings, validate_selectors
+from amplint.discovery import discover
+from amplint.output import FORMAT_NAMES, Report, render
+from amplint.runner import FileOutcome, Mode, process_file, process_stdin, rules_for
+
+EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+class DefaultToCheck(click.Group):
+    """`amplint src/` means `amplint check src/`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["check", *args]
+        elif not args:
+            args = ["check"]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=DefaultToCheck, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="amplint", message="%(prog)s %(version)s")
+def main() -> None:
+    """amplint: finds, explains and fixes PyTorch mixed-precision (AMP) mistakes."""
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--select", multiple=True, help="Rule codes, prefixes (AMP00) or names to enable (comma-separated).")
+@click.option("--extend-select", multiple=True, help="Rules to enable in addition to those selected.")
+@click.option("--ignore", multiple=True, help="Rule codes, prefixes or names to disable.")
+@click.option("--output-format", type=click.Choice(FORMAT_NAMES), default=None, help="How to print diagnostics.")
+@click.option("--fix", is_flag=True, help="Apply safe fixes.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also apply (or show as fixable) unsafe fixes.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
+@click.option("--fix-only", is_flag=True, help="Apply fixes, do not report what remains.")
+@click.option("--show-fixes", is_flag=True, help="Show the fix each diagnostic offers.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("--statistics", is_flag=True, help="Print a count per rule instead of each diagnostic.")
+@click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only, no summary.")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
+@click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
+@click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
+def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
+          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude) -> None:
+    """Lint PATHS (default: the current folder)."""
+    try:
+        settings = load_settings(config_path)
+        if select:
+            settings.select = _split(select)
+        settings.extend_select += _split(extend_select)
+        settings.ignore += _split(ignore)
+        settings.force_exclude = settings.force_exclude or force_exclude
+        validate_selectors(settings, "command line")
+        rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    format_name = output_format or settings.output_format or "full"
+    if format_name not in FORMAT_NAMES:
+        raise click.UsageError(f"unknown output format {format_name!r} (choose from {', '.join(FORMAT_NAMES)})")
+    mode = Mode(fix=fix or fix_only, unsafe=unsafe_fixes, diff=diff)
+
+    outcomes: list[FileOutcome] = []
+    if list(paths) == ["-"]:
+        name = stdin_filename or "-"
+        outcome = process_stdin(sys.stdin.buffer.read(), name, rules_for(name, rule_classes, settings), mode)
+        outcomes.append(outcome)
+        if mode.fix and not mode.diff:
+            sys.stdout.write(outcome.fixed_text if outcome.fixed_text is not None else "")
+            sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode))
+    else:
+        for path in discover(list(paths) or ["."], settings):
+            outcomes.append(process_file(path, rules_for(path, rule_classes, settings), mode))
+
+    if mode.diff:
+        for outcome in outcomes:
+            if outcome.diff:
+                click.echo(outcome.diff, nl=False)
+        changed = sum(1 for o in outcomes if o.diff)
+        if not quiet:
+            click.echo(f"{changed} file{'s' if changed != 1 else ''} would be changed.", err=True)
+        sys.exit(EXIT_ERROR if any(o.internal_error for o in outcomes) else (EXIT_FINDINGS if changed else EXIT_CLEAN))
+
+    diagnostics = sorted((d for o in outcomes for d in o.diagnostics), key=lambda d: d.sort_key())
+    report = Report(
+        diagnostics=diagnostics,
+        fixed=sum(o.fixed for o in outcomes),
+        unsafe_fixes=unsafe_fixes,
+        show_fixes=show_fixes,
+        messages=[o.message for o in outcomes if o.message],
+        rules=rule_classes,
+    )
+    if fix_only:
+        if not quiet:
+            click.echo(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.")
+        sys.exit(_exit_code(outcomes, True, mode))
+    if statistics:
+        _print_statistics(report)
+    else:
+        text = render(format_name, report)
+        if quiet and format_name in ("full", "concise"):
+            text = "".join(line + "\n" for line in text.splitlines()
+                           if line and not line.startswith(("Found ", "[*] ", "All checks", "Fixed ")))
+        click.echo(text, nl=False)
+    sys.exit(_exit_code(outcomes, exit_zero, mode))
+
+
+def _print_statistics(report: Report) -> None:
+    counts = Counter((d.code, d.name) for d in report.diagnostics)
+    fixable = Counter(d.code for d in report.diagnostics if d.fixable(report.unsafe_fixes))
+    for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        marker = "[*]" if fixable[code] else "   "
+        click.echo(f"{count:>5}\t{code}\t{marker} {name}")
+
+
+def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode) -> int:
+    if any(o.internal_error for o in outcomes):
+        return EXIT_ERROR
+    if exit_zero:
+        return EXIT_CLEAN
+    return EXIT_FINDINGS if any(o.diagnostics for o in outcomes) else EXIT_CLEAN
+
+
+@main.command()
+@click.argument("code", required=False)
+@click.option("--all", "show_all", is_flag=True, help="Print every rule's documentation.")
+def rule(code: str | None, show_all: bool) -> None:
+    """Print a rule's documentation (by code or name)."""
+    if show_all:
+        chosen = list(registry.ALL_RULES)
+    elif code:
+        try:
+            chosen = [registry.lookup(code)]
+        except registry.UnknownSelector:
+            raise click.UsageError(f"unknown rule: {code!r} (try `amplint rule --all`)") from None
+    else:
+        raise click.UsageError("give a rule code or name, or --all")
+    for index, rule_class in enumerate(chosen):
+        if index:
+            click.echo("\n" + "-" * 80 + "\n")
+        click.echo(f"# {rule_class.name} ({rule_class.code})\n")
+        click.echo(rule_class.documentation())
+
+
+def entry() -> None:
+    """Console entry point: an unexpected error becomes a message and exit code 2, never a traceback."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        click.echo("amplint: interrupted", err=True)
+        sys.exit(130)
+    except Exception as error:  # noqa: BLE001 - the last line of defence
+        click.echo(f"amplint: internal error: {type(error).__name__}: {error} (please report it)", err=True)
+        sys.exit(EXIT_ERROR)

@@ -1,0 +1,104 @@
+"""The one vocabulary of the tool: locations, edits, fixes, diagnostics.
+
+Rules produce diagnostics, the fixer applies their fixes, every output format renders them. Nothing here
+knows about AMP, files on disk or the command line.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+DOCS_URL = "https://amplint.readthedocs.io/en/latest/rules/{code}.html"
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    """A position in a source file: 1-based row, 1-based column (in characters)."""
+
+    row: int
+    column: int
+
+
+class Applicability(str, enum.Enum):
+    """How much a fix can be trusted (ruff's meaning)."""
+
+    SAFE = "safe"  # keeps the code's intent; applied by --fix
+    UNSAFE = "unsafe"  # may change behaviour beyond the bug; needs --unsafe-fixes
+    DISPLAY_ONLY = "display-only"  # shown as advice, never applied
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text between two offsets of the source with `content`.
+
+    `start`/`end` are character offsets into the decoded source; `location`/`end_location` are the same
+    span as rows and columns, for reports.
+    """
+
+    start: int
+    end: int
+    content: str
+    location: Location
+    end_location: Location
+
+    def to_dict(self) -> dict:
+        return {
+            "content": self.content,
+            "location": {"row": self.location.row, "column": self.location.column},
+            "end_location": {"row": self.end_location.row, "column": self.end_location.column},
+        }
+
+
+@dataclass(frozen=True)
+class Fix:
+    message: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability = Applicability.SAFE
+
+    def to_dict(self) -> dict:
+        return {
+            "applicability": self.applicability.value,
+            "message": self.message,
+            "edits": [edit.to_dict() for edit in self.edits],
+        }
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    name: str
+    message: str
+    filename: str
+    location: Location
+    end_location: Location
+    fix: Fix | None = None
+    cell: int | None = None  # 1-based notebook cell, None for plain Python files
+    source_line: str = field(default="", compare=False)  # the first reported line, for the source frame
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code)
+
+    def sort_key(self) -> tuple:
+        return (self.filename, self.cell or 0, self.location.row, self.location.column, self.code)
+
+    def fixable(self, unsafe: bool = False) -> bool:
+        if self.fix is None:
+            return False
+        if self.fix.applicability is Applicability.SAFE:
+            return True
+        return unsafe and self.fix.applicability is Applicability.UNSAFE
+
+    def to_dict(self) -> dict:
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "filename": self.filename,
+            "cell": self.cell,
+            "location": {"row": self.location.row, "column": self.location.column},
+            "end_location": {"row": self.end_location.row, "column": self.end_location.column},
+            "fix": self.fix.to_dict() if self.fix else None,
+            "url": self.url,
+        }

@@ -1,0 +1,48 @@
+"""Which files to lint: explicit files as given, directories walked for Python sources minus excludes."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from amplint.config import Settings
+
+SOURCE_SUFFIXES = (".py", ".pyi")
+
+
+def is_virtualenv(folder: str) -> bool:
+    return os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
+
+
+def discover(paths: list[str], settings: Settings) -> Iterator[str]:
+    """Yield the files to lint, sorted within each argument, each once.
+
+    Explicit file arguments are always linted unless `force_exclude` is set; missing paths are yielded too so
+    that the caller reports them. Symlinked folders are not followed (no loops).
+    """
+    seen: set[str] = set()
+    for path in paths:
+        if not os.path.isdir(path):
+            if settings.force_exclude and settings.excluded(path):
+                continue
+            key = os.path.realpath(path)
+            if key not in seen:
+                seen.add(key)
+                yield path
+            continue
+        if settings.force_exclude and settings.excluded(path) and path not in (".", "./"):
+            continue
+        for folder, subfolders, files in os.walk(path, followlinks=False):
+            subfolders[:] = sorted(
+                name for name in subfolders
+                if not settings.excluded(os.path.join(folder, name))
+                and not is_virtualenv(os.path.join(folder, name))
+            )
+            for name in sorted(files):
+                full = os.path.join(folder, name)
+                if not name.endswith(SOURCE_SUFFIXES) or settings.excluded(full):
+                    continue
+                key = os.path.realpath(full)
+                if key not in seen:
+                    seen.add(key)
+                    yield os.path.normpath(full)

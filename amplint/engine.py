@@ -1,0 +1,141 @@
+"""One source text in, diagnostics out. The engine knows nothing of AMP: it parses, builds the facts, runs the
+selected rules, turns findings into diagnostics (with text edits) and applies suppressions."""
+
+from __future__ import annotations
+
+import bisect
+import re
+import traceback
+from dataclasses import dataclass
+
+import libcst as cst
+
+from amplint.diagnostics import Diagnostic, Edit, Fix, Location
+from amplint.facts import ModuleFacts
+from amplint.rules.base import Finding, Rule
+
+SYNTAX_ERROR = ("AMP900", "syntax-error")
+IO_ERROR = ("AMP901", "io-error")
+INTERNAL_ERROR = ("AMP902", "internal-error")
+
+NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+FILE_NOQA = re.compile(r"^\s*#\s*amplint:\s*noqa\b", re.IGNORECASE | re.MULTILINE)
+
+
+class LineIndex:
+    """Converts between character offsets and (row, column) for one text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.starts = [0] + [match.end() for match in re.finditer("\n", text)]
+
+    def offset(self, row: int, column0: int) -> int:
+        return self.starts[row - 1] + column0
+
+    def location(self, offset: int) -> Location:
+        row = bisect.bisect_right(self.starts, offset)
+        return Location(row, offset - self.starts[row - 1] + 1)
+
+    def line(self, row: int) -> str:
+        start = self.starts[row - 1] if row - 1 < len(self.starts) else len(self.text)
+        end = self.starts[row] if row < len(self.starts) else len(self.text)
+        return self.text[start:end].rstrip("\r\n")
+
+
+def text_edit(old: str, new: str, index: LineIndex) -> Edit | None:
+    """The smallest single edit turning `old` into `new` (common prefix and suffix kept)."""
+    if old == new:
+        return None
+    prefix = 0
+    limit = min(len(old), len(new))
+    while prefix < limit and old[prefix] == new[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
+        suffix += 1
+    # Widen to whole lines so the edit reads naturally in diffs and reports.
+    start = old.rfind("\n", 0, prefix) + 1
+    end = len(old) - suffix
+    line_end = old.find("\n", end)
+    end_in_old = len(old) if line_end == -1 else line_end + 1
+    grow = end_in_old - end
+    content = new[start: len(new) - suffix + grow]
+    return Edit(start, end_in_old, content, index.location(start), index.location(end_in_old))
+
+
+@dataclass
+class FileResult:
+    diagnostics: list[Diagnostic]
+    internal_error: bool = False
+
+
+def error_diagnostic(kind: tuple[str, str], filename: str, message: str, row: int = 1, column: int = 1,
+                     line: str = "") -> Diagnostic:
+    location = Location(row, column)
+    return Diagnostic(kind[0], kind[1], message, filename, location, location, source_line=line)
+
+
+def suppressed(diagnostic: Diagnostic, index: LineIndex) -> bool:
+    for match in NOQA.finditer(index.line(diagnostic.location.row)):
+        codes = match.group("codes")
+        if codes is None:
+            return True
+        if diagnostic.code in {c.upper() for c in re.split(r"[,\s]+", codes) if c}:
+            return True
+    return False
+
+
+def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex) -> Diagnostic:
+    start, end = facts.position(finding.node)
+    fix = None
+    if finding.fix is not None:
+        new_module = finding.fix.rewrite()
+        if new_module is not None:
+            edit = text_edit(index.text, new_module.code, index)
+            if edit is not None:
+                fix = Fix(finding.fix.message, (edit,), finding.fix.applicability)
+    return Diagnostic(
+        code=rule.code,
+        name=rule.name,
+        message=finding.message,
+        filename=filename,
+        location=Location(start.line, start.column + 1),
+        end_location=Location(end.line, end.column + 1),
+        fix=fix,
+        source_line=index.line(start.line),
+    )
+
+
+def parse(text: str) -> cst.Module:
+    return cst.parse_module(text)
+
+
+def lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
+    """Lint one decoded source text with the given rules."""
+    index = LineIndex(text)
+    if FILE_NOQA.search(text):
+        return FileResult([])
+    try:
+        module = parse(text)
+    except cst.ParserSyntaxError as error:
+        message = f"cannot parse: {error.message}"
+        line = index.line(error.raw_line) if error.raw_line <= len(index.starts) else ""
+        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, message, error.raw_line,
+                                            error.raw_column + 1, line)])
+    except RecursionError:
+        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, "cannot parse: nested too deeply")])
+    try:
+        facts = ModuleFacts(module)
+        diagnostics = []
+        for rule in rules:
+            for finding in rule.check(facts):
+                diagnostic = to_diagnostic(rule, finding, facts, filename, index)
+                if not suppressed(diagnostic, index):
+                    diagnostics.append(diagnostic)
+    except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        message = (f"internal error while analysing this file: {type(error).__name__}: {error} "
+                   f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
+        return FileResult([error_diagnostic(INTERNAL_ERROR, filename, message)], internal_error=True)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return FileResult(diagnostics)

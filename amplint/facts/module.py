@@ -1,0 +1,434 @@
+"""ModuleFacts: the AMP model of one module, computed once and shared by every rule.
+
+It answers the questions rules ask: which autocast region does this code run in (lexically, or through
+the function that calls it), is this name a GradScaler or an optimizer, which training-step events happen
+in this function and in what order, is this code under no_grad/inference_mode.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.facts import names as api
+from amplint.facts.collect import Collector
+from amplint.facts.model import (
+    Assignment,
+    Call,
+    Event,
+    EventKind,
+    Frame,
+    FrameKind,
+    FunctionInfo,
+    Region,
+    RegionState,
+)
+from amplint.facts.names import dotted_name
+
+NULL_CONTEXT = object()  # sentinel: an expression known to be a no-op context (nullcontext())
+MAX_CALL_DEPTH = 2  # how many levels of same-module calls regions are followed through
+ACCELERATOR_NAMES = ("accelerator", "fabric")
+
+
+def literal_bool(node: cst.BaseExpression | None) -> bool | None:
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return node.value == "True"
+    return None
+
+
+def literal_string(node: cst.BaseExpression | None) -> str | None:
+    if isinstance(node, cst.SimpleString):
+        value = node.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def call_argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpression | None:
+    """The argument passed as `keyword=` or at `position` (positional only), else None."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == keyword:
+            return arg.value
+    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    if position is not None and position < len(positional):
+        return positional[position].value
+    return None
+
+
+class ModuleFacts:
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        collector = Collector()
+        module.visit(collector)
+        self.imports = collector.imports
+        self.calls: list[Call] = collector.calls
+        self.assignments: list[Assignment] = collector.assignments
+        self.functions: list[FunctionInfo] = collector.functions
+        self.with_frames = collector.with_frames
+        self.function_frames = collector.function_frames
+        for call in self.calls:
+            call.qualified = self.imports.qualify(call.node.func)
+        self._region_cache: dict[int, Region | None] = {}
+        self._context_cache: dict[int, object] = {}
+        self._scaler_cache: dict[tuple[str, int], bool] = {}
+
+    # positions --------------------------------------------------------------------------------------
+    @cached_property
+    def _positions(self):
+        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+    def position(self, node: cst.CSTNode):
+        """(start, end) of a node: libcst CodePositions (1-based lines, 0-based columns)."""
+        code_range = self._positions[node]
+        return code_range.start, code_range.end
+
+    def line_of(self, node: cst.CSTNode) -> int:
+        return self.position(node)[0].line
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.module.code_for_node(node)
+
+    # bindings ---------------------------------------------------------------------------------------
+    def bindings(self, key: str, frame: Frame | None) -> list[Assignment]:
+        """Assignments to `key` visible from `frame`: the function's own, else the class's (`self.x`),
+        else the module's."""
+        matching = [a for a in self.assignments if key in a.targets]
+        if not matching:
+            return []
+        function = frame.function() if frame is not None else None
+        if key.startswith("self.") and function is not None and function.class_name:
+            return [a for a in matching if (f := a.frame.function()) and f.class_name == function.class_name]
+        local = [a for a in matching if a.frame.function() is function]
+        if local:
+            return local
+        return [a for a in matching if a.frame.function() is None]
+
+    # autocast regions -------------------------------------------------------------------------------
+    def classify_context(self, expr: cst.BaseExpression, frame: Frame | None, depth: int = 0):
+        """What entering `expr` does: a Region, NULL_CONTEXT, or None when it is not AMP-related."""
+        key = id(expr)
+        if key in self._context_cache:
+            return self._context_cache[key]
+        self._context_cache[key] = None  # guards against binding cycles
+        result = self._classify_context(expr, frame, depth)
+        self._context_cache[key] = result
+        return result
+
+    def _classify_context(self, expr, frame, depth):
+        if depth > 4:
+            return None
+        if isinstance(expr, cst.Call):
+            return self._classify_call(expr, frame, depth)
+        if isinstance(expr, cst.IfExp):
+            return self._combine(
+                expr,
+                self.classify_context(expr.body, frame, depth + 1),
+                self.classify_context(expr.orelse, frame, depth + 1),
+            )
+        key = dotted_name(expr)
+        if key is not None:
+            values = [self.classify_context(a.value, a.frame, depth + 1) for a in self.bindings(key, frame)]
+            regions = [v for v in values if isinstance(v, Region)]
+            if regions and all(v is not None for v in values):
+                state = regions[0].state
+                if len(regions) != len(values) or any(r.state is not state for r in regions):
+                    state = RegionState.MAYBE
+                first = regions[0]
+                return Region(expr, state, first.spelling, first.device, first.dtype)
+        return None
+
+    def _combine(self, expr, left, right):
+        regions = [r for r in (left, right) if isinstance(r, Region)]
+        if not regions:
+            return NULL_CONTEXT if left is NULL_CONTEXT and right is NULL_CONTEXT else None
+        state = regions[0].state
+        if len(regions) == 1 or regions[0].state is not regions[1].state:
+            state = RegionState.MAYBE
+        return Region(expr, state, regions[0].spelling, regions[0].device, regions[0].dtype)
+
+    def _classify_call(self, call: cst.Call, frame, depth):
+        qualified = self.imports.qualify(call.func)
+        if qualified in api.NULL_CONTEXTS:
+            return NULL_CONTEXT
+        if qualified in api.AUTOCAST_NEW or qualified in api.AUTOCAST_LEGACY:
+            return self._autocast_region(call, qualified, list(call.args))
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "autocast":
+            receiver = dotted_name(call.func.value) or ""
+            if receiver.rsplit(".", 1)[-1].lower().endswith(ACCELERATOR_NAMES):
+                return Region(call, RegionState.MAYBE, self.code(call))
+        # A factory: `amp_autocast = functools.partial(torch.autocast, "cuda")` or an alias of the class.
+        key = dotted_name(call.func)
+        if key is not None and depth < 4:
+            for assignment in self.bindings(key, frame):
+                value = assignment.value
+                if isinstance(value, cst.Call) and self.imports.qualify(value.func) in api.PARTIAL and value.args:
+                    target = self.imports.qualify(value.args[0].value)
+                    if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
+                        return self._autocast_region(call, target, list(value.args[1:]) + list(call.args))
+                target = self.imports.qualify(value)
+                if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
+                    return self._autocast_region(call, target, list(call.args))
+        return None
+
+    def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:
+        merged = cst.Call(func=call.func, args=args)
+        if qualified in api.AUTOCAST_LEGACY:
+            device = api.AUTOCAST_LEGACY[qualified]
+            enabled = call_argument(merged, 0, "enabled")
+            dtype = call_argument(merged, 1, "dtype")
+        else:
+            device = literal_string(call_argument(merged, 0, "device_type"))
+            dtype = call_argument(merged, 1, "dtype")
+            enabled = call_argument(merged, 2, "enabled")
+        flag = literal_bool(enabled) if enabled is not None else True
+        state = RegionState.MAYBE if flag is None else (RegionState.ON if flag else RegionState.OFF)
+        dtype_name = api.LOW_DTYPES.get(self.imports.qualify(dtype)) if dtype is not None else None
+        return Region(call, state, self.code(call), device, dtype_name)
+
+    def _decorator_region(self, function: cst.FunctionDef | cst.Lambda) -> Region | None:
+        if not isinstance(function, cst.FunctionDef):
+            return None
+        for decorator in reversed(function.decorators):
+            expr = decorator.decorator
+            if isinstance(expr, cst.Call):
+                qualified = self.imports.qualify(expr.func) or ""
+                if qualified.endswith("custom_fwd") and call_argument(expr, None, "cast_inputs") is not None:
+                    # custom_fwd(cast_inputs=...) runs forward with autocast off, inputs already cast.
+                    return Region(expr, RegionState.OFF, self.code(expr), via="custom_fwd")
+                region = self.classify_context(expr, None)
+                if isinstance(region, Region):
+                    return Region(region.opener, region.state, region.spelling, region.device, region.dtype,
+                                  via="decorator")
+        return None
+
+    def region_of(self, frame: Frame | None) -> Region | None:
+        """The innermost autocast region the code of `frame` runs in, within its own function."""
+        if frame is None:
+            return None
+        key = id(frame)
+        if key not in self._region_cache:
+            self._region_cache[key] = self._region_of(frame)
+        return self._region_cache[key]
+
+    def _region_of(self, frame: Frame) -> Region | None:
+        for current in frame.ancestors():
+            if current.kind is FrameKind.WITH:
+                for item in reversed(current.node.items):
+                    region = self.classify_context(item.item, current.parent)
+                    if isinstance(region, Region):
+                        return Region(region.opener, region.state, region.spelling, region.device,
+                                      region.dtype, via="with", frame=current, with_item=item)
+            elif current.kind is FrameKind.FUNCTION:
+                region = self._decorator_region(current.node)
+                if region is not None:
+                    region.frame = current
+                return region
+        return None
+
+    @cached_property
+    def call_sites(self) -> dict[str, list[Call]]:
+        """Calls to functions of this module: `f(...)` for module-level defs, `self.m(...)` for methods."""
+        module_functions = {f.qualname for f in self.functions if "." not in f.qualname}
+        methods = {f.qualname for f in self.functions if "." in f.qualname}
+        sites: dict[str, list[Call]] = {}
+        for call in self.calls:
+            callee = None
+            if call.dotted in module_functions:
+                callee = call.dotted
+            elif call.receiver == "self" and call.method:
+                function = call.frame.function()
+                if function is not None and f"{function.class_name}.{call.method}" in methods:
+                    callee = f"{function.class_name}.{call.method}"
+            if callee is not None:
+                sites.setdefault(callee, []).append(call)
+        return sites
+
+    def function_info(self, frame: Frame | None) -> FunctionInfo | None:
+        function = frame.function() if frame is not None else None
+        if function is None:
+            return None
+        for info in self.functions:
+            if info.frame is function:
+                return info
+        return None
+
+    def effective_region(self, frame: Frame, depth: int = MAX_CALL_DEPTH) -> tuple[Region | None, list[Call]]:
+        """The region code runs in, following same-module callers when the function opens none itself.
+
+        Returns the region and the chain of calls through which it is reached (empty when lexical).
+        An enabled region is preferred over a possibly-enabled one.
+        """
+        region = self.region_of(frame)
+        if region is not None or depth == 0:
+            return region, []
+        info = self.function_info(frame)
+        if info is None:
+            return None, []
+        best: tuple[Region | None, list[Call]] = (None, [])
+        for site in self.call_sites.get(info.qualname, []):
+            if site.frame.function() is frame.function():
+                continue  # recursion
+            outer, chain = self.effective_region(site.frame, depth - 1)
+            if outer is not None and outer.active:
+                if best[0] is None or (best[0].state is RegionState.MAYBE and outer.state is RegionState.ON):
+                    best = (outer, [site, *chain])
+        return best
+
+    # grad mode --------------------------------------------------------------------------------------
+    def no_grad_opener(self, frame: Frame | None) -> cst.CSTNode | None:
+        """The `with torch.no_grad()`/`inference_mode()` item or decorator the code runs under, if any."""
+        for current in frame.ancestors() if frame is not None else ():
+            if current.kind is FrameKind.WITH:
+                for item in current.node.items:
+                    if self._is_no_grad(item.item):
+                        return item.item
+            elif current.kind is FrameKind.FUNCTION:
+                if isinstance(current.node, cst.FunctionDef):
+                    for decorator in current.node.decorators:
+                        if self._is_no_grad(decorator.decorator):
+                            return decorator.decorator
+                return None
+        return None
+
+    def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        qualified = self.imports.qualify(target)
+        if qualified in api.NO_GRAD_CONTEXTS:
+            return not (isinstance(expr, cst.Call) and literal_bool(call_argument(expr, 0, "mode")) is False)
+        if qualified in api.SET_GRAD_ENABLED and isinstance(expr, cst.Call):
+            return literal_bool(call_argument(expr, 0, "mode")) is False
+        return False
+
+    # scalers and optimizers -------------------------------------------------------------------------
+    def is_scaler_construction(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.Call):
+            return self.imports.qualify(value.func) in api.GRAD_SCALERS
+        if isinstance(value, cst.IfExp):
+            return self.is_scaler_construction(value.body) or self.is_scaler_construction(value.orelse)
+        return False
+
+    @cached_property
+    def _scaler_usage_keys(self) -> set[str]:
+        """Names used the way only a GradScaler is: `x.scale(loss).backward()`, `x.unscale_(opt)`."""
+        keys = set()
+        for call in self.calls:
+            if call.method == "unscale_" and call.receiver:
+                keys.add(call.receiver)
+            if call.method == "backward" and isinstance(call.node.func, cst.Attribute):
+                inner = call.node.func.value
+                if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
+                        and inner.func.attr.value == "scale":
+                    receiver = dotted_name(inner.func.value)
+                    if receiver:
+                        keys.add(receiver)
+        return keys
+
+    def is_scaler(self, key: str | None, frame: Frame | None) -> bool:
+        """Is `key` (as seen from `frame`) a torch GradScaler? Unknown objects are not."""
+        if not key:
+            return False
+        cache_key = (key, id(frame.function() if frame else None))
+        if cache_key not in self._scaler_cache:
+            bound = self.bindings(key, frame)
+            self._scaler_cache[cache_key] = (
+                any(self.is_scaler_construction(a.value) for a in bound) or key in self._scaler_usage_keys
+            )
+        return self._scaler_cache[cache_key]
+
+    @cached_property
+    def _optimizer_argument_keys(self) -> set[str]:
+        keys = set()
+        for call in self.calls:
+            if call.method in ("step", "unscale_") and call.node.args and self.is_scaler(call.receiver, call.frame):
+                key = dotted_name(call.node.args[0].value)
+                if key:
+                    keys.add(key)
+        return keys
+
+    def is_optimizer(self, key: str | None, frame: Frame | None) -> bool:
+        if not key:
+            return False
+        if api.is_optimizer_name(key) or key in self._optimizer_argument_keys:
+            return True
+        for assignment in self.bindings(key, frame):
+            value = assignment.value
+            if isinstance(value, cst.Call):
+                name = self.imports.qualify(value.func) or dotted_name(value.func) or ""
+                if api.is_optimizer_class(name):
+                    return True
+        return False
+
+    # training-step events ---------------------------------------------------------------------------
+    @cached_property
+    def events(self) -> list[Event]:
+        events = []
+        for call in self.calls:
+            event = self._event(call)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _scaled_by(self, expr: cst.BaseExpression, frame: Frame) -> str | None:
+        """The scaler whose `.scale(...)` produced `expr` (directly, or through a local name)."""
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale":
+            receiver = dotted_name(expr.func.value)
+            return receiver if self.is_scaler(receiver, frame) else None
+        key = dotted_name(expr)
+        if key is not None:
+            for assignment in self.bindings(key, frame):
+                if assignment.value is not expr:
+                    scaler = self._scaled_by(assignment.value, assignment.frame) if isinstance(
+                        assignment.value, cst.Call) else None
+                    if scaler:
+                        return scaler
+        return None
+
+    def _event(self, call: Call) -> Event | None:
+        node, method, receiver, frame = call.node, call.method, call.receiver, call.frame
+        if call.qualified in api.CLIP_FUNCTIONS:
+            return Event(EventKind.CLIP, call)
+        if call.qualified in api.GRAD_SCALERS:
+            bound = None
+            for assignment in self.assignments:
+                if assignment.statement is call.statement and len(assignment.targets) == 1:
+                    bound = assignment.targets[0]
+            return Event(EventKind.SCALER_BUILD, call, bound_to=bound)
+        if call.qualified in api.AUTOGRAD_BACKWARD:
+            first = call_argument(node, 0, "tensors" if call.qualified.endswith("backward") else "outputs")
+            scaler = self._scaled_by(first, frame) if first is not None else None
+            return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
+        if method == "backward" and isinstance(node.func, cst.Attribute):
+            if receiver is not None and receiver.rsplit(".", 1)[-1] in ("torch", "autograd"):
+                return None
+            scaler = self._scaled_by(node.func.value, frame)
+            return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
+        if method is None or receiver is None:
+            return None
+        first_arg = dotted_name(node.args[0].value) if node.args else None
+        if self.is_scaler(receiver, frame):
+            kind = {
+                "step": EventKind.SCALER_STEP,
+                "update": EventKind.SCALER_UPDATE,
+                "unscale_": EventKind.SCALER_UNSCALE,
+                "scale": EventKind.SCALER_SCALE,
+                "load_state_dict": EventKind.SCALER_LOAD,
+            }.get(method)
+            if kind is None:
+                return None
+            optimizer = first_arg if kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) else None
+            return Event(kind, call, scaler=receiver, optimizer=optimizer)
+        if method == "step" and self.is_optimizer(receiver, frame):
+            return Event(EventKind.OPTIMIZER_STEP, call, optimizer=receiver)
+        return None
+
+    def events_in(self, function: Frame | None) -> list[Event]:
+        """Events whose code belongs to `function` (None: module level), in source order."""
+        return [e for e in self.events if e.frame.function() is function]
+
+    def has_backward(self, function: Frame | None) -> bool:
+        if any(e.kind is EventKind.BACKWARD for e in self.events_in(function)):
+            return True
+        return any(
+            c.method in ("manual_backward", "backward") and c.frame.function() is function for c in self.calls
+        )

@@ -1,0 +1,133 @@
+"""Qualified names of the torch AMP API under every spelling, with our own light import tracking.
+
+libcst's QualifiedNameProvider resolves every name in the module through full scope analysis; we only need
+to know what a handful of dotted expressions refer to, so we record the import statements and resolve the
+head of a dotted expression through them.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+# Canonical name -> every qualified spelling that means it.
+AUTOCAST_NEW = frozenset({
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+    "torch.autocast_mode.autocast",
+})
+# Legacy spellings whose FIRST positional argument is `enabled` (not the device).
+AUTOCAST_LEGACY = {
+    "torch.cuda.amp.autocast": "cuda",
+    "torch.cuda.amp.autocast_mode.autocast": "cuda",
+    "torch.cpu.amp.autocast": "cpu",
+    "torch.cpu.amp.autocast_mode.autocast": "cpu",
+}
+GRAD_SCALERS = frozenset({
+    "torch.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.cpu.amp.grad_scaler.GradScaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    "torch.distributed.fsdp.ShardedGradScaler",
+})
+CLIP_FUNCTIONS = frozenset({
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_norm",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+})
+AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+NO_GRAD_CONTEXTS = frozenset({
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.inference_mode",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+})
+SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
+PARTIAL = frozenset({"functools.partial"})
+OPTIMIZER_FACTORIES = ("create_optimizer", "build_optimizer", "get_optimizer", "make_optimizer", "configure_optimizer")
+FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
+
+
+def dotted_name(node: cst.CSTNode) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, None for anything else (calls, subscripts...)."""
+    parts = []
+    while isinstance(node, cst.Attribute):
+        parts.append(node.attr.value)
+        node = node.value
+    if not isinstance(node, cst.Name):
+        return None
+    parts.append(node.value)
+    return ".".join(reversed(parts))
+
+
+class ImportMap:
+    """Local names bound by import statements -> the qualified names they stand for."""
+
+    def __init__(self) -> None:
+        self.bindings: dict[str, str] = {}
+
+    def add(self, node: cst.Import | cst.ImportFrom) -> None:
+        if isinstance(node, cst.Import):
+            for alias in node.names:
+                full = dotted_name(alias.name)
+                if full is None:
+                    continue
+                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                    self.bindings[alias.asname.name.value] = full
+                else:
+                    head = full.split(".", 1)[0]
+                    self.bindings[head] = head
+            return
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return
+        module = dotted_name(node.module)
+        if module is None:
+            return
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = name
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            self.bindings[local] = f"{module}.{name}"
+
+    def qualify(self, node: cst.CSTNode) -> str | None:
+        """The qualified name of a dotted expression whose head was imported, else None."""
+        dotted = dotted_name(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        target = self.bindings.get(head)
+        if target is None:
+            return None
+        return f"{target}.{rest}" if rest else target
+
+
+def is_optimizer_name(key: str) -> bool:
+    """Names that by convention hold an optimizer: `optimizer`, `self.opt_g`, `d_optim`, `optimizers[i]`..."""
+    last = key.rsplit(".", 1)[-1].lower()
+    return (
+        "optimizer" in last
+        or last in {"opt", "optim", "opts", "optims"}
+        or last.startswith(("opt_", "optim_"))
+        or last.endswith(("_opt", "_optim"))
+    )
+
+
+def is_optimizer_class(qualified_or_dotted: str) -> bool:
+    last = qualified_or_dotted.rsplit(".", 1)[-1]
+    if qualified_or_dotted.startswith("torch.optim.") and "lr_scheduler" not in qualified_or_dotted:
+        return last[:1].isupper() and last != "Optimizer" or last == "Optimizer"
+    return last.endswith("Optimizer") or any(f in last for f in OPTIMIZER_FACTORIES)

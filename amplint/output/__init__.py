@@ -1,0 +1,33 @@
+"""Output formats: one module each, all rendering the same Diagnostic objects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from amplint.diagnostics import Diagnostic
+
+
+@dataclass
+class Report:
+    """Everything a format may show: the diagnostics (sorted) and the run's context."""
+
+    diagnostics: list[Diagnostic]
+    fixed: int = 0  # fixes applied in this run
+    unsafe_fixes: bool = False
+    show_fixes: bool = False
+    messages: list[str] = field(default_factory=list)  # notes about files, e.g. fixes refused
+    rules: list = field(default_factory=list)  # the Rule classes that ran
+
+
+def _formats() -> dict[str, Callable[[Report], str]]:
+    from amplint.output import concise, full, json_format
+
+    return {"full": full.render, "concise": concise.render, "json": json_format.render}
+
+
+FORMAT_NAMES = ("full", "concise", "json")
+
+
+def render(name: str, report: Report) -> str:
+    return _formats()[name](report)

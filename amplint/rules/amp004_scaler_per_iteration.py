@@ -1,0 +1,161 @@
+"""AMP004 scaler-per-iteration."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts.collect import target_names
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+HARM = ("every iteration starts again from a fresh scale (65536) with an empty growth tracker, so the scale never "
+        "backs off after an fp16 overflow (measured: 8 of 8 steps skipped) and never grows")
+
+
+class ScalerPerIteration(Rule):
+    """## What it does
+    Checks for a `GradScaler(...)` constructed inside the loop whose iterations call its `step()`/`update()`
+    (per batch or per epoch), and for a function that builds a local GradScaler and steps it once when that
+    function is called from a loop in the same module (a per-step function).
+
+    ## Why is this bad?
+    A GradScaler's value is its state: the current scale, backed off after every overflow and grown after
+    `growth_interval` clean steps. Rebuilding it throws the state away. With float16 and gradients that
+    overflow at the initial scale, a per-batch scaler starts at 65536 every step and skips every step: measured
+    on CPU, 8 of 8 steps skipped and the scale stuck at 65536, while a scaler built once backs off to 2048 and
+    training resumes. With bfloat16 the scale never grows (the growth tracker resets).
+
+    ## Example
+    ```python
+    for x, y in loader:
+        scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The fix hoists the construction before the outermost loop that uses the scaler, when the constructor's
+    arguments do not depend on anything the loop assigns. Otherwise, and for per-step functions, no fix.
+
+    ## Limits
+    Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`) and for a scaler rebuilt
+    and then restored with `load_state_dict` (resuming). A scaler returned by a helper called in the loop is not
+    followed.
+    """
+
+    code = "AMP004"
+    name = "scaler-per-iteration"
+    words = ("GradScaler",)
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for build in facts.events:
+            if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None:
+                continue
+            key = build.bound_to
+            same_function = facts.events_in(build.frame.function())
+            uses = [e for e in same_function if e.kind in USES and e.scaler == key]
+            if not uses or self._guarded_or_restored(facts, build, same_function):
+                continue
+            loops = build.frame.loops_up_to_function()
+            using_loops = [loop for loop in loops if any(use.frame.is_within(loop) for use in uses)]
+            if using_loops:
+                loop = using_loops[-1]  # outermost loop that both builds and uses it
+                message = (
+                    f"`{snippet(facts, build.node)}` is constructed inside the loop at line "
+                    f"{facts.line_of(loop.node)} that calls `{key}.{uses[0].node.func.attr.value}()`: {HARM}; "
+                    f"construct it once before the loop"
+                )
+                yield Finding(build.node, message, self._hoist(facts, build, loop))
+                continue
+            if loops or any(use.frame.loops_up_to_function() for use in uses) or "." in key:
+                continue
+            caller_loop = self._calling_loop(facts, build.frame)
+            if caller_loop is not None:
+                function = build.frame.function()
+                message = (
+                    f"`{snippet(facts, build.node)}` is constructed in `{function.name}()`, which steps it and is "
+                    f"called from the loop at line {facts.line_of(caller_loop.node)}: a new scaler per call means "
+                    f"{HARM}; build the scaler once outside and pass it in"
+                )
+                yield Finding(build.node, message)
+
+    @staticmethod
+    def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:
+        """Lazy `if scaler is None:` construction, or a rebuild followed by `load_state_dict`."""
+        for frame in build.frame.ancestors():
+            if frame.kind is FrameKind.FUNCTION:
+                break
+            if frame.kind is FrameKind.IF:
+                test = facts.code(frame.node.test)
+                if build.bound_to in test and re.search(r"\bNone\b|\bnot\b|hasattr", test):
+                    return True
+        return any(e.kind is EventKind.SCALER_LOAD and e.scaler == build.bound_to and e.index > build.index
+                   for e in events)
+
+    @staticmethod
+    def _calling_loop(facts: ModuleFacts, frame: Frame) -> Frame | None:
+        """The loop of a same-module call site of the function that runs `frame`, if any."""
+        info = facts.function_info(frame)
+        for site in facts.call_sites.get(info.qualname, []) if info else ():
+            loops = site.frame.loops_up_to_function()
+            if loops:
+                return loops[0]
+        return None
+
+    @staticmethod
+    def _hoist(facts: ModuleFacts, build: Event, loop: Frame) -> FixPlan | None:
+        statement = build.call.statement
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        assigned = set()
+        if isinstance(loop.node, cst.For):
+            assigned.update(target_names(loop.node.target))
+        for assignment in facts.assignments:
+            if assignment.frame.is_within(loop):
+                assigned.update(assignment.targets)
+        used = {n.value for n in _names(build.node)}
+        if used & {name.split(".")[0] for name in assigned}:
+            return None
+
+        def rebuild():
+            hoisted = statement.with_changes(leading_lines=loop.node.leading_lines)
+            return replace_nodes(facts.module, {
+                statement: cst.RemoveFromParent(),
+                loop.node: lambda updated: cst.FlattenSentinel([hoisted, updated.with_changes(leading_lines=())]),
+            })
+
+        return FixPlan("Construct the GradScaler once, before the loop", rebuild)
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    found: list[cst.Name] = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.append(name)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(Names())
+    return found

@@ -1,0 +1,115 @@
+"""AMP005 scaler-in-inference."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.diagnostics import Applicability
+from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
+                 EventKind.SCALER_UNSCALE)
+EVAL_NAME = re.compile(r"eval|valid|predict|infer|inference|generate|sample|test", re.IGNORECASE)
+CONSEQUENCE = {
+    EventKind.SCALER_SCALE: "`scale()` multiplies its argument by the loss scale (65536 by default), so these values "
+                            "come out 65536x too large",
+    EventKind.SCALER_STEP: "with no scaled backward the scaler has no inf checks and raises `AssertionError: No inf "
+                           "checks were recorded for this optimizer.` (or `_scale is None` before any scale())",
+    EventKind.SCALER_UPDATE: "with no step the scaler raises `AssertionError: No inf checks were recorded prior to "
+                             "update.` (or `_scale is None` before any scale())",
+    EventKind.SCALER_UNSCALE: "there are no gradients to unscale; before any scale() it raises `AssertionError: "
+                              "Attempted unscale_ but _scale is None.`",
+    EventKind.SCALER_BUILD: "it does nothing useful here, and a scaler first used under inference_mode later fails "
+                            "training with `RuntimeError: Inference tensors cannot be saved for backward`",
+}
+
+
+class ScalerInInference(Rule):
+    """## What it does
+    Checks for a GradScaler constructed or used (`scale`, `step`, `update`, `unscale_`) where no backward can
+    happen: under `torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)` (a `with` block
+    or a decorator), or in evaluation code: a function that runs no backward and either calls `.eval()` or is
+    named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...). Constructions are only
+    reported under no_grad/inference_mode.
+
+    ## Why is this bad?
+    A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
+    only does harm: `scaler.scale(outputs)` multiplies predictions by the loss scale (65536 by default, measured
+    ratio exactly 65536); `step`/`update`/`unscale_` with no backward raise `AssertionError` ("No inf checks were
+    recorded for this optimizer.", "Attempted step but _scale is None."); and a scaler whose first `scale()` runs
+    under `inference_mode` holds an inference tensor that later breaks training with `RuntimeError: Inference
+    tensors cannot be saved for backward`.
+
+    ## Example
+    ```python
+    @torch.no_grad()
+    def evaluate(model, x):
+        with torch.autocast("cuda"):
+            return scaler.scale(model(x))
+    ```
+
+    ## Use instead
+    ```python
+    @torch.no_grad()
+    def evaluate(model, x):
+        with torch.autocast("cuda"):
+            return model(x)
+    ```
+
+    ## Fix safety
+    Unsafe: `scaler.scale(x)` becomes `x`, which changes the values the code produces (that is the point, but
+    code downstream may have compensated). `step`, `update`, `unscale_` and constructions are reported without a
+    fix: removing them may change control flow.
+
+    ## Limits
+    Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or
+    used as one with `scale(loss).backward()`/`unscale_`); sklearn's `StandardScaler` and other `scaler` objects
+    are not. Harmless calls such as `scaler.get_scale()` or `scaler.state_dict()` are not reported.
+    """
+
+    code = "AMP005"
+    name = "scaler-in-inference"
+    words = ("GradScaler", "no_grad", "inference_mode", "set_grad_enabled", "eval", "valid", "predict", "infer",
+             "test", "generate", "sample")
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for event in facts.events:
+            if event.kind not in SCALER_EVENTS:
+                continue
+            where = self._inference_context(facts, event)
+            if where is None:
+                continue
+            what = snippet(facts, event.node)
+            message = f"`{what}` {where}, where no backward can run: {CONSEQUENCE[event.kind]}"
+            fix = None
+            if event.kind is EventKind.SCALER_SCALE and len(event.node.args) == 1 \
+                    and event.node.args[0].keyword is None and not event.node.args[0].star:
+                argument = event.node.args[0].value
+                message += f"; use `{snippet(facts, argument)}` directly"
+                fix = FixPlan(
+                    f"Replace `{what}` with `{snippet(facts, argument)}`",
+                    lambda node=event.node, arg=argument: replace_nodes(facts.module, {node: arg}),
+                    Applicability.UNSAFE,
+                )
+            yield Finding(event.node, message, fix)
+
+    @staticmethod
+    def _inference_context(facts: ModuleFacts, event: Event) -> str | None:
+        opener = facts.no_grad_opener(event.frame)
+        if opener is not None:
+            return f"runs under `{snippet(facts, opener)}` (line {facts.line_of(opener)})"
+        function = event.frame.function()
+        if event.kind is EventKind.SCALER_BUILD:
+            return None  # a factory building the scaler for later training is not inference
+        if function is None or not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
+            return None
+        calls_eval = any(c.method == "eval" and not c.node.args and c.frame.function() is function
+                         for c in facts.calls)
+        if calls_eval or EVAL_NAME.search(function.name):
+            return f"runs in evaluation code (`{function.name}()` runs no backward)"
+        return None

@@ -1,0 +1,76 @@
+"""What a rule is: metadata, documentation (its docstring) and a check over ModuleFacts."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable, ClassVar, Iterator
+
+import libcst as cst
+
+from amplint.diagnostics import Applicability
+from amplint.facts import ModuleFacts
+
+DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
+
+
+@dataclass
+class FixPlan:
+    """A fix as a rewrite of the module's tree; the engine turns it into text edits."""
+
+    message: str
+    rewrite: Callable[[], cst.Module | None]  # builds the fixed module; None when the fix cannot be built
+    applicability: Applicability = Applicability.SAFE
+
+
+@dataclass
+class Finding:
+    node: cst.CSTNode  # the reported range
+    message: str
+    fix: FixPlan | None = None
+
+
+class Rule:
+    """Base class. Subclasses set `code`, `name`, `words` and write their docs in the docstring."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    # Words one of which a file must contain for this rule to possibly fire (the byte prefilter).
+    words: ClassVar[tuple[str, ...]] = ("autocast", "GradScaler", "amp")
+    min_torch: ClassVar[str | None] = None
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @classmethod
+    def summary(cls) -> str:
+        doc = cls.documentation()
+        for line in doc.splitlines():
+            if line.strip() and not line.startswith("##"):
+                return line.strip()
+        return ""
+
+    @classmethod
+    def documentation(cls) -> str:
+        return inspect.cleandoc(cls.__doc__ or "")
+
+
+class ReplaceNodes(cst.CSTTransformer):
+    """Replace given nodes (by identity) with new nodes, several statements, or nothing.
+
+    A replacement may be a callable taking the updated node, for nodes whose children change too.
+    """
+
+    def __init__(self, replacements: dict[cst.CSTNode, object]) -> None:
+        super().__init__()
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        if original_node in self.replacements:
+            replacement = self.replacements[original_node]
+            return replacement(updated_node) if callable(replacement) else replacement
+        return updated_node
+
+
+def replace_nodes(module: cst.Module, replacements: dict) -> cst.Module:
+    return module.visit(ReplaceNodes(replacements))

@@ -1,0 +1,130 @@
+"""Shared wording and scope rewriting for the rules about work done inside an autocast region.
+
+AMP001 (backward) and AMP002 (optimizer/scaler step) both fix by moving the update phase of a training
+step out of the `with autocast(...)` block, splitting the block when forward code follows. Both rules
+build the same rewrite for the same block, so their fixes agree.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from amplint.diagnostics import Applicability
+from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
+from amplint.facts.model import Call
+from amplint.facts.names import CLIP_FUNCTIONS
+from amplint.rules.base import FixPlan, replace_nodes
+
+# The events that must not run under autocast; their presence marks the update phase of a step.
+UPDATE_EVENTS = (EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+# Calls that belong to the update phase too, or that compute nothing autocast would change.
+UPDATE_PHASE_METHODS = frozenset({
+    "backward", "step", "update", "zero_grad", "unscale_", "item", "detach", "cpu", "tolist", "append",
+    "print", "log", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description", "format",
+    "get_scale", "get_last_lr", "len", "float", "int", "str", "isinstance", "range", "sync",
+})
+MAX_SNIPPET = 60
+
+
+def snippet(facts: ModuleFacts, node: cst.CSTNode) -> str:
+    """Short source text of a node for messages."""
+    text = " ".join(facts.code(node).split())
+    return text if len(text) <= MAX_SNIPPET else text[: MAX_SNIPPET - 3] + "..."
+
+
+def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> str:
+    """'the autocast region opened at line 12 (`torch.autocast("cuda")`)', naming callers and state."""
+    where = "opened by the decorator" if region.via == "decorator" else "opened"
+    text = f"the autocast region {where} at line {facts.line_of(region.opener)} (`{snippet(facts, region.opener)}`)"
+    if region.state is RegionState.MAYBE:
+        text += ", possibly enabled (its `enabled` flag is only known at run time)"
+    if chain:
+        hops = ", ".join(f"`{snippet(facts, call.node.func)}(...)` at line {facts.line_of(call.node)}"
+                         for call in chain)
+        text += f", entered through the call {hops}"
+    return text
+
+
+def dtype_words(region: Region) -> str:
+    return {"bfloat16": "bfloat16", "float16": "float16"}.get(region.dtype or "", "bfloat16/float16")
+
+
+def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
+    """The update-phase events that run directly in this region's `with` block (not in nested defs)."""
+    found = []
+    for event in facts.events:
+        if event.kind in UPDATE_EVENTS and facts.region_of(event.frame) is not None:
+            inner = facts.region_of(event.frame)
+            if inner.frame is region.frame and inner.opener is region.opener:
+                found.append(event)
+    return found
+
+
+def _contains(statement: cst.CSTNode, call: Call) -> bool:
+    return any(s is statement for s in call.statements)
+
+
+def _only_update_phase(facts: ModuleFacts, statements: list[cst.CSTNode]) -> bool:
+    for call in facts.calls:
+        if any(_contains(s, call) for s in statements):
+            name = call.method or call.dotted or ""
+            if name not in UPDATE_PHASE_METHODS and call.qualified not in CLIP_FUNCTIONS:
+                return False
+    return True
+
+
+def move_out_of_region(facts: ModuleFacts, region: Region) -> FixPlan | None:
+    """Move the update phase out of the region's `with` block, reopening the block for forward code after.
+
+    None when the region is not a plain `with` block with an indented body.
+    """
+    if region.via != "with" or region.frame is None or region.with_item is None:
+        return None
+    with_node: cst.With = region.frame.node
+    if with_node.asynchronous is not None or not isinstance(with_node.body, cst.IndentedBlock):
+        return None
+    body = list(with_node.body.body)
+    events = update_events_in_block(facts, region)
+    marked = [i for i, stmt in enumerate(body) if any(_contains(stmt, e.call) for e in events)]
+    if not marked:
+        return None
+    start, end = marked[0], marked[-1]
+    while end + 1 < len(body) and _only_update_phase(facts, [body[end + 1]]) and isinstance(
+            body[end + 1], cst.SimpleStatementLine):
+        end += 1
+    head, moved, tail = body[:start], body[start:end + 1], body[end + 1:]
+    safe = _only_update_phase(facts, moved)
+    item = region.with_item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+
+    def rebuild() -> cst.Module:
+        def autocast_block(statements, **changes):
+            return cst.With(items=[item], body=cst.IndentedBlock(body=statements), **changes)
+
+        if len(with_node.items) == 1:
+            new: list[cst.BaseStatement] = []
+            if head:
+                new.append(with_node.with_changes(body=with_node.body.with_changes(body=head)))
+            else:
+                moved[0] = moved[0].with_changes(leading_lines=[*with_node.leading_lines, *moved[0].leading_lines])
+            new.extend(moved)
+            if tail:
+                new.append(with_node.with_changes(body=with_node.body.with_changes(body=tail), leading_lines=()))
+            replacement: object = cst.FlattenSentinel(new)
+        else:
+            others = [i for i in with_node.items if i is not region.with_item]
+            others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            inner: list[cst.BaseStatement] = []
+            if head:
+                inner.append(autocast_block(head))
+            inner.extend(moved)
+            if tail:
+                inner.append(autocast_block(tail))
+            replacement = with_node.with_changes(items=others, body=with_node.body.with_changes(body=inner))
+        return replace_nodes(facts.module, {with_node: replacement})
+
+    verb = "reopen it for the forward code after" if tail else "close it before them"
+    return FixPlan(
+        message=f"Move the backward/step statements out of the autocast block ({verb})",
+        rewrite=rebuild,
+        applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
+    )

@@ -1,0 +1,83 @@
+"""paths -> files -> results: lint (or fix) each file with the rules that apply to it."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+from amplint import rules as registry
+from amplint.config import Settings
+from amplint.diagnostics import Diagnostic
+from amplint.engine import IO_ERROR, error_diagnostic, lint_text
+from amplint.fixer import fix_text
+from amplint.rules.base import Rule
+from amplint.source import SourceError, decode_source, read_source, write_atomically
+
+
+@dataclass(frozen=True)
+class Mode:
+    fix: bool = False
+    unsafe: bool = False
+    diff: bool = False  # compute fixes, report them as a diff, write nothing
+
+
+@dataclass
+class FileOutcome:
+    path: str
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    fixed: int = 0
+    diff: str = ""
+    fixed_text: str | None = None  # the fixed source (stdin prints it)
+    message: str | None = None
+    internal_error: bool = False
+
+
+def rules_for(path: str, rule_classes: list[type[Rule]], settings: Settings) -> list[Rule]:
+    ignored: set[type[Rule]] = set()
+    for selector in settings.ignored_for(path):
+        ignored.update(registry.matching(selector))
+    return [rule() for rule in rule_classes if rule not in ignored]
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+    return "".join(difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}"))
+
+
+def process_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    if not (mode.fix or mode.diff):
+        result = lint_text(text, path, rules)
+        return FileOutcome(path, result.diagnostics, internal_error=any(d.code == "AMP902" for d in result.diagnostics))
+    outcome = fix_text(text, path, rules, unsafe=mode.unsafe)
+    file_outcome = FileOutcome(path, outcome.remaining, fixed=len(outcome.applied), fixed_text=outcome.text,
+                               message=f"{path}: {outcome.error}" if outcome.error else None,
+                               internal_error=any(d.code == "AMP902" for d in outcome.remaining))
+    if mode.diff and outcome.changed:
+        file_outcome.diff = unified_diff(path, text, outcome.text)
+        file_outcome.diagnostics = outcome.remaining if not outcome.applied else lint_text(text, path, rules).diagnostics
+        file_outcome.fixed = 0
+    return file_outcome
+
+
+def process_file(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    try:
+        source = read_source(path)
+    except SourceError as error:
+        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    outcome = process_text(source.text, path, rules, mode)
+    if mode.fix and not mode.diff and outcome.fixed:
+        try:
+            write_atomically(path, source.encode(outcome.fixed_text), source.raw)
+        except (SourceError, OSError, UnicodeEncodeError) as error:
+            original = process_text(source.text, path, rules, Mode())
+            original.message = f"{path}: fixes not written: {error}"
+            return original
+    return outcome
+
+
+def process_stdin(raw: bytes, filename: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    try:
+        source = decode_source(raw)
+    except SourceError as error:
+        return FileOutcome(filename, [error_diagnostic(IO_ERROR, filename, str(error))])
+    return process_text(source.text, filename, rules, mode)
