@@ -19,7 +19,7 @@ from amplint.rules.base import FixPlan, replace_nodes
 UPDATE_EVENTS = (EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 # Calls that belong to the update phase too, or that compute nothing autocast would change.
 UPDATE_PHASE_METHODS = frozenset({
-    "backward", "step", "update", "zero_grad", "unscale_", "item", "detach", "cpu", "tolist", "append",
+    "backward", "scale", "step", "update", "zero_grad", "unscale_", "item", "detach", "cpu", "tolist", "append",
     "print", "log", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description", "format",
     "get_scale", "get_last_lr", "len", "float", "int", "str", "isinstance", "range", "sync",
 })
