@@ -7,7 +7,7 @@ from typing import Iterator
 
 from amplint.config import Settings
 
-SOURCE_SUFFIXES = (".py", ".pyi")
+SOURCE_SUFFIXES = (".py", ".pyi", ".ipynb")
 
 
 def is_virtualenv(folder: str) -> bool:

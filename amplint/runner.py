@@ -60,6 +60,10 @@ def process_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOut
 
 
 def process_file(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    if path.endswith(".ipynb"):  # notebooks: code cells linted as one program (amplint/notebook.py)
+        from amplint.notebook import process_notebook
+
+        return process_notebook(path, rules, mode)
     try:
         source = read_source(path)
     except SourceError as error:
@@ -76,6 +80,10 @@ def process_file(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
 
 
 def process_stdin(raw: bytes, filename: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    if filename.endswith(".ipynb"):
+        from amplint.notebook import process_notebook_bytes
+
+        return process_notebook_bytes(raw, filename, rules, mode)
     try:
         source = decode_source(raw)
     except SourceError as error:

@@ -1,0 +1,493 @@
+"""Jupyter notebooks (`.ipynb`): the code cells, in order, linted and fixed as one program.
+
+A GradScaler built in one cell and stepped in a loop in another is one program, so the code cells are joined
+with newlines into one text, IPython syntax (magics, shell escapes, help lines) is replaced by placeholders
+with the same number of lines, and diagnostic rows are mapped back to (cell, row within the cell).
+
+Cells are numbered as they appear in the notebook: 1-based among *all* cells, markdown and raw cells
+included, so "cell 3" is the third cell from the top whatever the kinds of the cells above it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+
+import libcst as cst
+
+from amplint.diagnostics import Diagnostic, Edit, Fix, Location
+from amplint.engine import IO_ERROR, error_diagnostic, lint_text
+from amplint.fixer import fix_text
+from amplint.rules.base import Rule
+from amplint.runner import FileOutcome, Mode
+from amplint.source import SourceError, write_atomically
+
+SUFFIX = ".ipynb"
+PLACEHOLDER = "pass  # amplint: magic"
+PLACEHOLDER_LINE = re.compile(r"^(?P<indent>[ \t]*)pass  # amplint: magic(?P<cr>\r?)$")
+# Cell magics whose body is Python: only their first line is masked. Any other `%%` cell is not Python.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+# `x = !ls`, `files = %sx ls`: an assignment whose value is IPython syntax.
+MAGIC_ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_][\w.,\[\] \t]*=[ \t]*[!%]")
+
+
+class NotebookError(Exception):
+    """A file that is not a notebook amplint can read; the message is shown to the user."""
+
+
+@dataclass
+class CodeCell:
+    number: int  # 1-based position among all cells of the notebook
+    position: int  # index in the notebook's `cells` list
+    lines: list[str]  # the source split on "\n", as written
+    masked: list[str]  # the same lines with IPython syntax replaced by placeholders (or blanked)
+    start: int  # 0-based index of the cell's first line in the joined text
+    python: bool = True  # False for a `%%bash`-like cell: blanked, never edited
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.lines)
+
+
+@dataclass(frozen=True)
+class JsonStyle:
+    """How the notebook file was serialized, so that writing it back changes only what was edited."""
+
+    indent: int | str | None = 1
+    ensure_ascii: bool = False
+    separators: tuple[str, str] = (",", ": ")
+    newline: str = "\n"
+    trailing_newline: bool = True
+
+    def dump(self, data: dict) -> str:
+        text = json.dumps(data, indent=self.indent, ensure_ascii=self.ensure_ascii, separators=self.separators)
+        if self.newline != "\n":  # json.dumps escapes newlines inside strings: every raw "\n" is layout
+            text = text.replace("\n", self.newline)
+        return text + self.newline if self.trailing_newline else text
+
+
+@dataclass
+class Notebook:
+    data: dict
+    cells: list[CodeCell] = field(default_factory=list)
+    style: JsonStyle = field(default_factory=JsonStyle)
+    python: bool = True  # False when the kernel's language is not Python (nothing is linted)
+
+    @property
+    def text(self) -> str:
+        """The joined program: every code cell's masked lines, cells separated by a newline."""
+        return "\n".join(line for cell in self.cells for line in cell.masked)
+
+    def cell_at(self, row: int) -> CodeCell:
+        """The code cell holding a 1-based row of the joined text (the last cell for rows past the end)."""
+        for cell in self.cells:
+            if row - 1 < cell.end:
+                return cell
+        return self.cells[-1]
+
+
+# --- reading ---------------------------------------------------------------------------------------------------
+
+
+def detect_style(text: str, data: dict) -> JsonStyle:
+    """The serialization that reproduces `text` exactly, or the closest guess (nbformat's style) if none does."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    trailing = text.endswith("\n")
+    match = re.match(r"\s*\{\r?\n([ \t]*)\S", text)
+    if match is None:
+        indents: list[int | str | None] = [None]
+    else:
+        spaces = match.group(1)
+        indents = ["\t" * len(spaces)] if spaces.startswith("\t") else [len(spaces)]
+    for indent in indents:
+        separators_choices = [(",", ": ")] if indent is not None else [(", ", ": "), (",", ":")]
+        for separators in separators_choices:
+            for ensure_ascii in (False, True):
+                style = JsonStyle(indent, ensure_ascii, separators, newline, trailing)
+                if style.dump(data) == text:
+                    return style
+    indent = indents[0] if indents[0] is not None else 1
+    return JsonStyle(indent, not _has_non_ascii(text), (",", ": "), newline, trailing)
+
+
+def _has_non_ascii(text: str) -> bool:
+    return any(ord(char) > 127 for char in text)
+
+
+def join_source(source, where: str) -> str:
+    """A cell's source as one string (nbformat allows a string or a list of strings)."""
+    if isinstance(source, str):
+        return source
+    if isinstance(source, list) and all(isinstance(part, str) for part in source):
+        return "".join(source)
+    raise NotebookError(f"{where}: `source` must be a string or a list of strings")
+
+
+def split_source(text: str, as_list: bool):
+    """The inverse of join_source, in the form the cell had (nbformat's list keeps each line's newline)."""
+    if not as_list:
+        return text
+    parts = text.split("\n")
+    return [part + "\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def kernel_language(data: dict) -> str | None:
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        return None
+    for key, name_key in (("language_info", "name"), ("kernelspec", "language")):
+        section = metadata.get(key)
+        if isinstance(section, dict) and isinstance(section.get(name_key), str):
+            return section[name_key].lower()
+    return None
+
+
+def parse_notebook(text: str) -> Notebook:
+    """Read a notebook's JSON text: nbformat 4, code cells collected, IPython syntax masked."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise NotebookError(f"not a valid notebook: invalid JSON: {error}") from None
+    except RecursionError:
+        raise NotebookError("not a valid notebook: JSON nested too deeply") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise NotebookError("not a valid notebook: no `cells` list")
+    if data.get("nbformat") != 4:
+        raise NotebookError(f"unsupported notebook format (nbformat {data.get('nbformat')!r}); "
+                            f"amplint reads nbformat 4")
+    notebook = Notebook(data, style=detect_style(text, data))
+    language = kernel_language(data)
+    notebook.python = language is None or language == "python"
+    start = 0
+    for position, cell in enumerate(data["cells"]):
+        if not isinstance(cell, dict):
+            raise NotebookError(f"not a valid notebook: cell {position + 1} is not an object")
+        if cell.get("cell_type") != "code":
+            continue
+        lines = join_source(cell.get("source", ""), f"cell {position + 1}").split("\n")
+        masked, python = mask_ipython(lines)
+        notebook.cells.append(CodeCell(position + 1, position, lines, masked, start, python))
+        start += len(lines)
+    return notebook
+
+
+# --- IPython syntax --------------------------------------------------------------------------------------------
+
+
+def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:
+    """Replace IPython-only lines by placeholders with the same line count; (masked lines, is the cell Python).
+
+    A cell whose first non-blank line is a cell magic (`%%bash`) is not Python: every line becomes blank,
+    except for the few cell magics whose body is Python (`%%time`), where only the magic line is masked.
+    Line magics, shell escapes, `x = !cmd` and help lines (`obj?`, `?obj`) become `pass  # amplint: magic`
+    with the line's indentation, but only where a new statement starts (not inside strings or brackets).
+    """
+    masked = list(lines)
+    first = next((index for index, line in enumerate(lines) if line.strip()), None)
+    cell_magic = None
+    if first is not None and lines[first].lstrip().startswith("%%"):
+        words = lines[first].lstrip()[2:].split(maxsplit=1)
+        if not words or words[0] not in PYTHON_CELL_MAGICS:
+            return ["\r" if line.endswith("\r") else "" for line in lines], False
+        cell_magic = first
+        masked[first] = placeholder(lines[first])
+    for index in ipython_lines(lines, cell_magic):
+        masked[index] = placeholder(lines[index])
+    return masked, True
+
+
+def placeholder(line: str) -> str:
+    indent = line[: len(line) - len(line.lstrip(" \t"))]
+    return indent + PLACEHOLDER + ("\r" if line.endswith("\r") else "")
+
+
+def starts_ipython(line: str) -> bool:
+    """A line magic, shell escape, leading-`?` help line or `x = !cmd` (the line starts a statement)."""
+    stripped = line.lstrip(" \t")
+    return stripped.startswith(("%", "!", "?")) or bool(MAGIC_ASSIGNMENT.match(line))
+
+
+def ipython_lines(lines: list[str], skip: int | None = None) -> list[int]:
+    """The indexes of the lines that are IPython syntax, found only where a new statement starts.
+
+    A small scanner tracks strings (single and triple quoted), brackets and backslash continuations, which is
+    all that is needed to tell a line that starts a statement from one that continues an expression or a
+    string. IPython lines themselves are not scanned (`!echo "it's"` opens no string).
+    """
+    found = []
+    quote = ""  # the open string's quote ("'", '"', "'''" or '"""'), "" when none
+    depth = 0
+    continued = False
+    for index, line in enumerate(lines):
+        fresh = not quote and depth == 0 and not continued
+        continued = False
+        if index == skip:
+            continue
+        if fresh and starts_ipython(line):
+            found.append(index)
+            continue
+        code_end = len(line)
+        position = 0
+        while position < len(line):
+            char = line[position]
+            if quote:
+                if char == "\\":
+                    position += 2
+                elif line.startswith(quote, position):
+                    position += len(quote)
+                    quote = ""
+                else:
+                    position += 1
+                continue
+            if char == "#":
+                code_end = position
+                break
+            if char in "'\"":
+                triple = char * 3
+                quote = triple if line.startswith(triple, position) else char
+                position += len(quote)
+                continue
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth = max(0, depth - 1)
+            position += 1
+        if len(quote) == 1:
+            quote = ""  # a one-quote string cannot span lines (except after a backslash, rare enough)
+        code = line[:code_end].rstrip()
+        if fresh and not quote and depth == 0 and code.endswith("?"):
+            found.append(index)  # `obj?`, `obj??`: help
+        continued = not quote and code.endswith("\\")
+    return found
+
+
+# --- diagnostics -----------------------------------------------------------------------------------------------
+
+
+def _cell_location(location: Location, cell: CodeCell) -> Location:
+    return Location(location.row - cell.start, location.column)
+
+
+def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
+    """The same diagnostic with rows counted within its cell, and `cell` set."""
+    if not notebook.cells:
+        return diagnostic
+    cell = notebook.cell_at(diagnostic.location.row)
+    fix = diagnostic.fix
+    if fix is not None:
+        edits = tuple(dataclasses.replace(edit, location=_cell_location(edit.location, cell),
+                                          end_location=_cell_location(edit.end_location, cell))
+                      for edit in fix.edits)
+        fix = Fix(fix.message, edits, fix.applicability)
+    row = diagnostic.location.row - cell.start
+    source_line = cell.lines[row - 1].rstrip("\r") if 0 < row <= len(cell.lines) else diagnostic.source_line
+    return dataclasses.replace(diagnostic, location=_cell_location(diagnostic.location, cell),
+                               end_location=_cell_location(diagnostic.end_location, cell), fix=fix,
+                               cell=cell.number, source_line=source_line)
+
+
+def lint_notebook(notebook: Notebook, filename: str, rules: list[Rule]) -> list[Diagnostic]:
+    if not notebook.python or not notebook.cells:
+        return []
+    return [map_diagnostic(d, notebook) for d in lint_text(notebook.text, filename, rules).diagnostics]
+
+
+# --- fixing ----------------------------------------------------------------------------------------------------
+
+
+class CrossCellEdit(Exception):
+    """A fix that cannot be split back into the cells; the message says which cells."""
+
+
+def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
+    """The new source of each changed code cell (by position in `cells`), from the fixed joined text.
+
+    Lines are compared with difflib: an unchanged line stays in its cell, a changed or deleted run of lines
+    must lie in one cell, and an insertion between two cells goes to the next cell, or to the previous one
+    when it is indented (it continues the previous cell's block). Placeholders are turned back into the
+    IPython lines they stand for. Raises CrossCellEdit when the change cannot be attributed to single cells.
+    """
+    old_lines = notebook.text.split("\n")
+    new_lines = new_text.split("\n")
+    owner: list[CodeCell] = [cell for cell in notebook.cells for _ in cell.lines]
+    pieces: dict[int, list[str]] = {cell.position: [] for cell in notebook.cells}
+    changed: set[int] = set()
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for offset in range(i2 - i1):
+                cell = owner[i1 + offset]
+                pieces[cell.position].append(cell.lines[i1 + offset - cell.start])
+            continue
+        if tag == "insert":
+            cell = _insertion_cell(notebook, i1, new_lines[j1:j2])
+            originals: list[str] = []
+        else:
+            first, last = owner[i1], owner[i2 - 1]
+            if first is not last:
+                raise CrossCellEdit(f"a fix changes cells {first.number} and {last.number} together")
+            cell = first
+            originals = [cell.lines[index - cell.start] for index in range(i1, i2)
+                         if cell.masked[index - cell.start] != cell.lines[index - cell.start]]
+        if not cell.python:
+            raise CrossCellEdit(f"a fix changes cell {cell.number}, which is not Python")
+        pieces[cell.position].extend(_restore_magics(new_lines[j1:j2], originals, cell))
+        changed.add(cell.position)
+    result = {}
+    for cell in notebook.cells:
+        if cell.position not in changed:
+            continue
+        source = "\n".join(pieces[cell.position])
+        masked_new, _ = mask_ipython(source.split("\n"))
+        if _parses("\n".join(cell.masked)) and not _parses("\n".join(masked_new)):
+            raise CrossCellEdit(f"cell {cell.number} would no longer be valid Python on its own")
+        result[cell.position] = source
+    return result
+
+
+def _insertion_cell(notebook: Notebook, index: int, inserted: list[str]) -> CodeCell:
+    for number, cell in enumerate(notebook.cells):
+        if index < cell.end or number == len(notebook.cells) - 1:
+            if index != cell.start or number == 0:
+                return cell
+            first = next((line for line in inserted if line.strip()), "")
+            return notebook.cells[number - 1] if first[:1] in (" ", "\t") else cell
+    return notebook.cells[-1]
+
+
+def _restore_magics(new_lines: list[str], originals: list[str], cell: CodeCell) -> list[str]:
+    placeholders = [index for index, line in enumerate(new_lines) if PLACEHOLDER_LINE.match(line)]
+    if len(placeholders) != len(originals):
+        raise CrossCellEdit(f"a fix moves IPython lines (magics, `!` commands) in cell {cell.number}")
+    restored = list(new_lines)
+    for index, original in zip(placeholders, originals):
+        match = PLACEHOLDER_LINE.match(new_lines[index])
+        restored[index] = match.group("indent") + original.lstrip(" \t")
+    return restored
+
+
+def _parses(text: str) -> bool:
+    try:
+        cst.parse_module(text)
+    except (cst.ParserSyntaxError, RecursionError):
+        return False
+    return True
+
+
+def with_sources(notebook: Notebook, sources: dict[int, str]) -> dict:
+    """A copy of the notebook's data with the given cells' sources replaced (list form kept)."""
+    data = copy.deepcopy(notebook.data)
+    for position, text in sources.items():
+        cell = data["cells"][position]
+        cell["source"] = split_source(text, isinstance(cell.get("source"), list))
+    return data
+
+
+def check_only_sources_changed(original: dict, written: str, positions: set[int]) -> None:
+    """The written text must load to the original data except the edited cells' `source`."""
+    loaded = json.loads(written)
+    expected = copy.deepcopy(original)
+    for position in positions:
+        expected["cells"][position]["source"] = loaded["cells"][position]["source"]
+    if loaded != expected:
+        raise NotebookError("internal check failed: writing the notebook back would change more than sources")
+
+
+def cell_diff(path: str, notebook: Notebook, sources: dict[int, str]) -> str:
+    chunks = []
+    for cell in notebook.cells:
+        if cell.position not in sources:
+            continue
+        old = "\n".join(cell.lines)
+        new = sources[cell.position]
+        label = f"{path.lstrip('/')}:cell {cell.number}"
+        chunks.append("".join(difflib.unified_diff(
+            (old + "\n").splitlines(keepends=True), (new + "\n").splitlines(keepends=True),
+            fromfile=f"a/{label}", tofile=f"b/{label}")))
+    return "".join(chunks)
+
+
+# --- the runner's entry points ---------------------------------------------------------------------------------
+
+
+def process_notebook_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    """Lint (or fix) one notebook's JSON text. With fixes, `fixed_text` is the notebook JSON to write."""
+    try:
+        notebook = parse_notebook(text)
+    except NotebookError as error:
+        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    if not (mode.fix or mode.diff) or not notebook.python or not notebook.cells:
+        diagnostics = lint_notebook(notebook, path, rules)
+        return FileOutcome(path, diagnostics, fixed_text=text,
+                           internal_error=any(d.code == "AMP902" for d in diagnostics))
+    outcome = fix_text(notebook.text, path, rules, unsafe=mode.unsafe)
+    message = f"{path}: {outcome.error}" if outcome.error else None
+    if not outcome.applied:
+        diagnostics = [map_diagnostic(d, notebook) for d in outcome.remaining]
+        return FileOutcome(path, diagnostics, fixed_text=text, message=message,
+                           internal_error=any(d.code == "AMP902" for d in diagnostics))
+    try:
+        sources = split_fixed_text(notebook, outcome.text)
+        data = with_sources(notebook, sources)
+        written = notebook.style.dump(data)
+        check_only_sources_changed(notebook.data, written, set(sources))
+    except (CrossCellEdit, NotebookError) as error:
+        diagnostics = lint_notebook(notebook, path, rules)
+        return FileOutcome(path, diagnostics, fixed_text=text,
+                           message=f"{path}: fixes not applied: {error}; the notebook is left as it was",
+                           internal_error=any(d.code == "AMP902" for d in diagnostics))
+    if mode.diff:
+        diagnostics = lint_notebook(notebook, path, rules)
+        return FileOutcome(path, diagnostics, diff=cell_diff(path, notebook, sources), fixed_text=text,
+                           message=message)
+    fixed = parse_notebook(written)
+    if fixed.text == outcome.text:
+        diagnostics = [map_diagnostic(d, fixed) for d in outcome.remaining]
+    else:
+        diagnostics = lint_notebook(fixed, path, rules)
+    return FileOutcome(path, diagnostics, fixed=len(outcome.applied), fixed_text=written, message=message,
+                       internal_error=any(d.code == "AMP902" for d in diagnostics))
+
+
+def decode_notebook(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise SourceError(f"cannot decode as utf-8: {error}") from None
+
+
+def process_notebook_bytes(raw: bytes, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    """A notebook read from stdin (nothing is written; `fixed_text` holds the result)."""
+    try:
+        text = decode_notebook(raw)
+    except SourceError as error:
+        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    return process_notebook_text(text, path, rules, mode)
+
+
+def process_notebook(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    """Lint (or fix, writing atomically) the notebook at `path`."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+        text = decode_notebook(raw)
+    except OSError as error:
+        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, f"cannot read: {error.strerror or error}")])
+    except SourceError as error:
+        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    outcome = process_notebook_text(text, path, rules, mode)
+    if mode.fix and not mode.diff and outcome.fixed:
+        data = outcome.fixed_text.encode("utf-8")
+        if raw.startswith(b"\xef\xbb\xbf"):
+            data = b"\xef\xbb\xbf" + data
+        try:
+            write_atomically(path, data, raw)
+        except (SourceError, OSError) as error:
+            original = process_notebook_text(text, path, rules, Mode())
+            original.message = f"{path}: fixes not written: {error}"
+            return original
+    return outcome
