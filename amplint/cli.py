@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 import click
 
@@ -47,6 +48,8 @@ def main() -> None:
 @click.option("--extend-select", multiple=True, help="Rules to enable in addition to those selected.")
 @click.option("--ignore", multiple=True, help="Rule codes, prefixes or names to disable.")
 @click.option("--output-format", type=click.Choice(FORMAT_NAMES), default=None, help="How to print diagnostics.")
+@click.option("--output-file", type=click.Path(dir_okay=False), default=None,
+              help="Write the report to this file instead of stdout.")
 @click.option("--fix", is_flag=True, help="Apply safe fixes.")
 @click.option("--unsafe-fixes", is_flag=True, help="Also apply (or show as fixable) unsafe fixes.")
 @click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; write nothing.")
@@ -59,7 +62,7 @@ def main() -> None:
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
-          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude) -> None:
+          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -112,22 +115,37 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             click.echo(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.")
         sys.exit(_exit_code(outcomes, True, mode))
     if statistics:
-        _print_statistics(report)
+        _emit(_statistics(report), output_file)
     else:
         text = render(format_name, report)
-        if quiet and format_name in ("full", "concise"):
+        if quiet and format_name in ("full", "concise", "grouped"):
             text = "".join(line + "\n" for line in text.splitlines()
                            if line and not line.startswith(("Found ", "[*] ", "All checks", "Fixed ")))
-        click.echo(text, nl=False)
+        _emit(text, output_file)
     sys.exit(_exit_code(outcomes, exit_zero, mode))
 
 
-def _print_statistics(report: Report) -> None:
+def _emit(text: str, output_file: str | None) -> None:
+    """Print the report, or write it to --output-file (parent folders created) for a CI step to pick up."""
+    if output_file is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(output_file).parent.mkdir(parents=True, exist_ok=True)
+        Path(output_file).write_text(text, encoding="utf-8", newline="")
+    except OSError as error:
+        click.echo(f"amplint: cannot write {output_file}: {error.strerror or error}", err=True)
+        sys.exit(EXIT_ERROR)
+
+
+def _statistics(report: Report) -> str:
     counts = Counter((d.code, d.name) for d in report.diagnostics)
     fixable = Counter(d.code for d in report.diagnostics if d.fixable(report.unsafe_fixes))
+    lines = []
     for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         marker = "[*]" if fixable[code] else "   "
-        click.echo(f"{count:>5}\t{code}\t{marker} {name}")
+        lines.append(f"{count:>5}\t{code}\t{marker} {name}\n")
+    return "".join(lines)
 
 
 def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode) -> int:

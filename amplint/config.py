@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint import rules as registry
+from amplint.output import FORMAT_NAMES
 
 KNOWN_KEYS = frozenset({
     "select", "extend-select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "output-format",
@@ -135,6 +136,9 @@ def settings_from_table(table: dict, path: Path) -> Settings:
             if not isinstance(table[key], str):
                 raise ConfigError(f"{path}: `{key}` must be a string")
             setattr(settings, key.replace("-", "_"), table[key])
+    if settings.output_format is not None and settings.output_format not in FORMAT_NAMES:
+        raise ConfigError(f"{path}: unknown `output-format` {settings.output_format!r} "
+                          f"(known: {', '.join(FORMAT_NAMES)})")
     if "force-exclude" in table:
         settings.force_exclude = bool(table["force-exclude"])
     if "jobs" in table:

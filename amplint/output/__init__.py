@@ -21,12 +21,23 @@ class Report:
 
 
 def _formats() -> dict[str, Callable[[Report], str]]:
-    from amplint.output import concise, full, json_format
+    """Imported on use so that `import amplint.output` (config, cli start-up) stays cheap."""
+    from amplint.output import concise, full, github, gitlab, grouped, json_format, json_lines, junit, sarif
 
-    return {"full": full.render, "concise": concise.render, "json": json_format.render}
+    return {
+        "full": full.render,
+        "concise": concise.render,
+        "grouped": grouped.render,
+        "json": json_format.render,
+        "json-lines": json_lines.render,
+        "github": github.render,
+        "gitlab": gitlab.render,
+        "sarif": sarif.render,
+        "junit": junit.render,
+    }
 
 
-FORMAT_NAMES = ("full", "concise", "json")
+FORMAT_NAMES = ("full", "concise", "grouped", "json", "json-lines", "github", "gitlab", "sarif", "junit")
 
 
 def render(name: str, report: Report) -> str:

@@ -1,0 +1,27 @@
+"""GitLab code quality report: a JSON list of issues that merge requests show and compare between pipelines."""
+
+from __future__ import annotations
+
+import json
+
+from amplint.output.common import FILE_ERRORS, fingerprints, relative_path
+
+
+def issue(diagnostic, fingerprint: str) -> dict:
+    cell = f" (cell {diagnostic.cell})" if diagnostic.cell is not None else ""
+    return {
+        "description": f"{diagnostic.code}{cell} {diagnostic.message}",
+        "check_name": diagnostic.code,
+        "fingerprint": fingerprint,
+        # A file that could not be analysed may hide any number of findings: rank it above one finding.
+        "severity": "critical" if diagnostic.code in FILE_ERRORS else "major",
+        "location": {
+            "path": relative_path(diagnostic.filename),
+            "lines": {"begin": diagnostic.location.row, "end": diagnostic.end_location.row},
+        },
+    }
+
+
+def render(report) -> str:
+    issues = [issue(d, fp) for d, fp in zip(report.diagnostics, fingerprints(report.diagnostics))]
+    return json.dumps(issues, indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,135 @@
+"""SARIF 2.1.0, the format code scanning (GitHub, Azure DevOps, IDE viewers) reads.
+
+One run: the tool with every rule that ran and its full documentation, one result per diagnostic with its
+region and, when there is one, its fix as replacements. Columns count characters (code points), as amplint's do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from urllib.parse import quote
+
+from amplint import __version__
+from amplint.diagnostics import DOCS_URL, Diagnostic, Edit, Location
+from amplint.output.common import FILE_ERRORS, fingerprints, relative_path
+
+SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
+INFORMATION_URI = "https://amplint.readthedocs.io/"
+SRCROOT = "%SRCROOT%"
+
+
+def artifact_location(filename: str) -> dict:
+    """A relative URI against %SRCROOT% (the current folder) when possible, else an absolute file URI."""
+    path = relative_path(filename)
+    if Path(path).is_absolute():
+        return {"uri": Path(path).as_uri()}
+    return {"uri": quote(path, safe="/"), "uriBaseId": SRCROOT}
+
+
+def region(start: Location, end: Location) -> dict:
+    """SARIF regions are 1-based with an exclusive end column, like amplint's locations."""
+    return {"startLine": start.row, "startColumn": start.column, "endLine": end.row, "endColumn": end.column}
+
+
+def first_paragraph(documentation: str) -> str:
+    """The first paragraph of prose (the "What it does" text) on one line."""
+    paragraph: list[str] = []
+    for line in documentation.splitlines():
+        if line.startswith("#") or not line.strip():
+            if paragraph:
+                break
+            continue
+        paragraph.append(line.strip())
+    return " ".join(paragraph)
+
+
+def rule_descriptor(rule) -> dict:
+    documentation = rule.documentation()
+    return {
+        "id": rule.code,
+        "name": rule.name,
+        "shortDescription": {"text": rule.summary()},
+        "fullDescription": {"text": first_paragraph(documentation) or rule.summary()},
+        "help": {"text": documentation, "markdown": documentation},
+        "helpUri": DOCS_URL.format(code=rule.code),
+        "defaultConfiguration": {"level": "error"},
+    }
+
+
+def file_error_descriptor(diagnostic: Diagnostic) -> dict:
+    """AMP900-902 are no Rule classes but results still name a rule; describe them briefly."""
+    return {
+        "id": diagnostic.code,
+        "name": diagnostic.name,
+        "shortDescription": {"text": FILE_ERRORS.get(diagnostic.code, diagnostic.name)},
+        "helpUri": diagnostic.url,
+        "defaultConfiguration": {"level": "error"},
+    }
+
+
+def replacement(edit: Edit) -> dict:
+    return {"deletedRegion": region(edit.location, edit.end_location), "insertedContent": {"text": edit.content}}
+
+
+def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
+    location = artifact_location(diagnostic.filename)
+    entry: dict = {
+        "ruleId": diagnostic.code,
+        "ruleIndex": rule_index,
+        "level": "error",
+        "message": {"text": diagnostic.message},
+        "locations": [{"physicalLocation": {
+            "artifactLocation": location,
+            "region": region(diagnostic.location, diagnostic.end_location),
+        }}],
+        "partialFingerprints": {"amplint/v1": fingerprint},
+    }
+    if diagnostic.fix is not None:
+        entry["fixes"] = [{
+            "description": {"text": diagnostic.fix.message},
+            "artifactChanges": [{
+                "artifactLocation": location,
+                "replacements": [replacement(edit) for edit in diagnostic.fix.edits],
+            }],
+            "properties": {"applicability": diagnostic.fix.applicability.value},
+        }]
+    if diagnostic.cell is not None:
+        # Rows of a notebook diagnostic count from the top of its cell.
+        entry["properties"] = {"cell": diagnostic.cell}
+    return entry
+
+
+def sarif_log(report) -> dict:
+    rules = [rule_descriptor(rule) for rule in report.rules]
+    index = {rule["id"]: position for position, rule in enumerate(rules)}
+    for diagnostic in report.diagnostics:
+        if diagnostic.code not in index:
+            index[diagnostic.code] = len(rules)
+            rules.append(file_error_descriptor(diagnostic))
+    results = [result(d, index[d.code], fp) for d, fp in zip(report.diagnostics, fingerprints(report.diagnostics))]
+    invocation: dict = {"executionSuccessful": not any(d.code == "AMP902" for d in report.diagnostics)}
+    if report.messages:
+        invocation["toolExecutionNotifications"] = [
+            {"level": "warning", "message": {"text": message}} for message in report.messages]
+    return {
+        "$schema": SCHEMA_URI,
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "amplint",
+                "version": __version__,
+                "semanticVersion": __version__,
+                "informationUri": INFORMATION_URI,
+                "rules": rules,
+            }},
+            "invocations": [invocation],
+            "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }],
+    }
+
+
+def render(report) -> str:
+    return json.dumps(sarif_log(report), indent=2, ensure_ascii=False) + "\n"
