@@ -33,6 +33,7 @@ PLACEHOLDER_LINE = re.compile(r"^(?P<indent>[ \t]*)pass  # amplint: magic(?P<cr>
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 # `x = !ls`, `files = %sx ls`: an assignment whose value is IPython syntax.
 MAGIC_ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_][\w.,\[\] \t]*=[ \t]*[!%]")
+LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
 
 class NotebookError(Exception):
@@ -285,9 +286,22 @@ def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
         fix = Fix(fix.message, edits, fix.applicability)
     row = diagnostic.location.row - cell.start
     source_line = cell.lines[row - 1].rstrip("\r") if 0 < row <= len(cell.lines) else diagnostic.source_line
-    return dataclasses.replace(diagnostic, location=_cell_location(diagnostic.location, cell),
+    return dataclasses.replace(diagnostic, message=map_message(diagnostic.message, cell, notebook),
+                               location=_cell_location(diagnostic.location, cell),
                                end_location=_cell_location(diagnostic.end_location, cell), fix=fix,
                                cell=cell.number, source_line=source_line)
+
+
+def map_message(message: str, cell: CodeCell, notebook: Notebook) -> str:
+    """Messages name other lines ("the loop at line 12"): count those within their cells too."""
+    def replace(match: re.Match) -> str:
+        row = int(match.group(1))
+        other = notebook.cell_at(row)
+        if other is cell:
+            return f"line {row - cell.start}"
+        return f"line {row - other.start} of cell {other.number}"
+
+    return LINE_REFERENCE.sub(replace, message)
 
 
 def lint_notebook(notebook: Notebook, filename: str, rules: list[Rule]) -> list[Diagnostic]:
