@@ -1,0 +1,316 @@
+"""Notebooks: code cells linted as one program, diagnostics per cell, fixes written back into the cells."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amplint import notebook as nb
+from amplint.cli import main
+from amplint.config import Settings
+from amplint.discovery import discover
+from amplint.fixer import FixOutcome
+from amplint.rules import ALL_RULES
+from amplint.runner import Mode, process_file
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
+FLAGGED = sorted((FIXTURES / "flagged").glob("*.ipynb"))
+CLEAN = sorted((FIXTURES / "clean").glob("*.ipynb"))
+
+
+def rules():
+    return [rule() for rule in ALL_RULES]
+
+
+def lint(path) -> list:
+    return process_file(str(path), rules(), Mode()).diagnostics
+
+
+def fix(path, **mode):
+    return process_file(str(path), rules(), Mode(fix=True, **mode))
+
+
+def write_notebook(path: Path, cells: list, metadata: dict | None = None, **dump) -> Path:
+    data = {"cells": cells, "metadata": metadata or {}, "nbformat": 4, "nbformat_minor": 5}
+    dump.setdefault("indent", 1)
+    dump.setdefault("ensure_ascii", False)
+    path.write_text(json.dumps(data, **dump) + "\n", encoding="utf-8", newline="")
+    return path
+
+
+def code(source, **extra) -> dict:
+    cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+    cell.update(extra)
+    return cell
+
+
+def markdown(text) -> dict:
+    return {"cell_type": "markdown", "metadata": {}, "source": text}
+
+
+def without_sources(data: dict, positions) -> dict:
+    data = json.loads(json.dumps(data))
+    for position in positions:
+        del data["cells"][position]["source"]
+    return data
+
+
+# --- reporting -------------------------------------------------------------------------------------------------
+
+
+def test_fixture_sets_are_there():
+    assert FLAGGED and CLEAN
+    assert sorted(p.name for p in (FIXTURES / "fixed").glob("*.ipynb")) == [p.name for p in FLAGGED]
+    for path in [*FLAGGED, *CLEAN]:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        assert data["nbformat"] == 4 and any(c["cell_type"] == "markdown" for c in data["cells"])
+
+
+def test_scaler_built_in_one_cell_and_stepped_in_another_is_one_program():
+    diagnostics = lint(FIXTURES / "flagged" / "scaler_across_cells.ipynb")
+    assert [(d.code, d.cell, d.location.row, d.location.column) for d in diagnostics] == [("AMP003", 5, 8, 5)]
+    assert diagnostics[0].source_line.strip().startswith("torch.nn.utils.clip_grad_norm_(")
+    assert diagnostics[0].fix.edits[0].location.row == 8  # edit rows are counted within the cell too
+
+
+def test_cell_magic_cell_and_line_references_within_cells():
+    diagnostics = lint(FIXTURES / "flagged" / "scaler_per_batch.ipynb")
+    found = [(d.code, d.cell, d.location.row, d.location.column) for d in diagnostics]
+    assert found == [("AMP004", 5, 3, 14), ("AMP001", 5, 7, 9)]
+    assert "the loop at line 2 " in diagnostics[0].message
+    assert "opened at line 5 " in diagnostics[1].message
+
+
+@pytest.mark.parametrize("path", CLEAN, ids=lambda p: p.name)
+def test_clean_notebooks_are_silent(path):
+    assert lint(path) == []
+
+
+@pytest.mark.parametrize("path", sorted((FIXTURES / "fixed").glob("*.ipynb")), ids=lambda p: p.name)
+def test_fixed_notebooks_are_silent(path):
+    assert lint(path) == []
+
+
+def test_clean_recipe_is_really_linted(tmp_path):
+    text = (FIXTURES / "clean" / "amp_recipe.ipynb").read_text(encoding="utf-8")
+    broken = text.replace('"    scaler.unscale_(optimizer)\\n",\n', "", 1)
+    assert broken != text
+    path = tmp_path / "broken.ipynb"
+    path.write_text(broken, encoding="utf-8")
+    assert [(d.code, d.cell) for d in lint(path)] == [("AMP003", 4)]
+
+
+def test_other_cells_are_named_in_messages(tmp_path):
+    path = write_notebook(tmp_path / "n.ipynb", [
+        code("import torch\nscaler = torch.amp.GradScaler()\n"),
+        markdown("training"),
+        code("for x in data:\n    with torch.autocast('cuda'):\n        loss = model(x)\n"),
+        code("        scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()"),
+    ])
+    diagnostics = lint(path)
+    backward = next(d for d in diagnostics if d.code == "AMP001")
+    assert backward.cell == 4 and backward.location.row == 1
+    assert "line 2 of cell 3" in backward.message
+
+
+def test_cli_formats_show_the_cell():
+    path = str(FIXTURES / "flagged" / "scaler_across_cells.ipynb")
+    result = CliRunner().invoke(main, ["check", path, "--output-format", "concise"])
+    assert result.exit_code == 1
+    assert f"{path}:cell 5:8:5: AMP003" in result.output
+    result = CliRunner().invoke(main, ["check", path, "--output-format", "json"])
+    assert [(d["code"], d["cell"], d["location"]["row"]) for d in json.loads(result.output)] == [("AMP003", 5, 8)]
+
+
+def test_discovery_finds_notebooks_but_not_checkpoints(tmp_path):
+    shutil.copy(FLAGGED[0], tmp_path / "a.ipynb")
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    shutil.copy(FLAGGED[0], tmp_path / ".ipynb_checkpoints" / "a-checkpoint.ipynb")
+    (tmp_path / "b.py").write_text("x = 1\n")
+    found = [Path(p).name for p in discover([str(tmp_path)], Settings(root=tmp_path))]
+    assert found == ["a.ipynb", "b.py"]
+
+
+# --- IPython syntax --------------------------------------------------------------------------------------------
+
+
+def test_ipython_lines_are_masked_keeping_line_numbers():
+    lines = [
+        "%matplotlib inline", "!pip install torch", "x = !ls", "files = %sx ls", "torch.amp.GradScaler?",
+        "??torch.autocast", 's = """why?', "%not a magic", '!nor this"""', "y = (1,", "  %2)",
+        "for i in range(3):", "    %time f(i)", "z = a if b else c  # why?", '!echo "it\'s"', "w = 'a'",
+        "v = a != b", "u == !x",
+    ]
+    masked, python = nb.mask_ipython(lines)
+    assert python and len(masked) == len(lines)
+    changed = [index for index, (old, new) in enumerate(zip(lines, masked)) if old != new]
+    assert changed == [0, 1, 2, 3, 4, 5, 12, 14]
+    assert masked[12] == "    pass  # amplint: magic"
+
+
+def test_cell_magics():
+    assert nb.mask_ipython(["", "%%bash", "echo 'hi"]) == (["", "", ""], False)
+    assert nb.mask_ipython(["%%time", "x = 1"]) == (["pass  # amplint: magic", "x = 1"], True)
+    assert nb.mask_ipython(["%%"]) == ([""], False)
+
+
+def test_magic_heavy_notebook_does_not_crash(tmp_path):
+    path = write_notebook(tmp_path / "m.ipynb", [
+        code(["%%writefile train.py\n", "import torch\n", "def broken(:\n"]),
+        code("%%html\n<b>bold</b>"),
+        code(""),
+        code([]),
+        code("!nvidia-smi\nx = !ls\n%env CUDA_VISIBLE_DEVICES=0\nobj?\n"),
+        code("%%time\nfor i in range(2):\n    %time f(i)\n    !echo {i}\n"),
+    ])
+    assert lint(path) == []
+
+
+def test_syntax_error_is_reported_in_its_cell(tmp_path):
+    path = write_notebook(tmp_path / "s.ipynb", [markdown("x"), code("import torch"), code("x = 1\ndef f(:\n")])
+    [diagnostic] = lint(path)
+    assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("AMP900", 3, 2)
+
+
+# --- bad files -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content, words", [
+    ("{not json", "invalid JSON"),
+    ('{"cells": [], "nbformat": 3, "metadata": {}}', "nbformat 3"),
+    ("[1, 2]", "no `cells` list"),
+    ('{"cells": [{"cell_type": "code", "source": 3}], "nbformat": 4}', "`source` must be"),
+])
+def test_invalid_notebooks_are_reported_and_the_run_goes_on(tmp_path, content, words):
+    (tmp_path / "bad.ipynb").write_text(content, encoding="utf-8")
+    shutil.copy(FLAGGED[0], tmp_path / "good.ipynb")
+    result = CliRunner().invoke(main, ["check", str(tmp_path), "--output-format", "json"])
+    assert result.exit_code == 1
+    found = json.loads(result.output)
+    assert [(Path(d["filename"]).name, d["code"]) for d in found] == [("bad.ipynb", "AMP901"), ("good.ipynb", "AMP003")]
+    assert words in found[0]["message"] and found[0]["cell"] is None
+
+
+def test_undecodable_notebook(tmp_path):
+    (tmp_path / "bad.ipynb").write_bytes(b'{"cells": "\xff"}')
+    [diagnostic] = lint(tmp_path / "bad.ipynb")
+    assert diagnostic.code == "AMP901"
+
+
+def test_notebooks_of_other_languages_are_not_linted(tmp_path):
+    path = write_notebook(tmp_path / "r.ipynb", [code("x <- 1\nscaler.scale(loss).backward()")],
+                          {"kernelspec": {"language": "R", "name": "ir"}})
+    assert lint(path) == []
+    assert fix(path).fixed == 0
+
+
+# --- fixing ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flagged", FLAGGED, ids=lambda p: p.name)
+def test_fix_in_place_keeps_everything_but_the_edited_sources(tmp_path, flagged):
+    path = tmp_path / flagged.name
+    shutil.copy(flagged, path)
+    before = json.loads(flagged.read_text(encoding="utf-8"))
+    outcome = fix(path)
+    assert outcome.fixed >= 1 and outcome.diagnostics == [] and outcome.message is None
+    assert path.read_bytes() == (FIXTURES / "fixed" / flagged.name).read_bytes()
+    after = json.loads(path.read_text(encoding="utf-8"))
+    edited = [i for i, (old, new) in enumerate(zip(before["cells"], after["cells"])) if old["source"] != new["source"]]
+    assert edited == [4]  # the training-loop cell only
+    assert without_sources(after, edited) == without_sources(before, edited)  # outputs, ids, metadata intact
+    assert after["cells"][4]["outputs"] and isinstance(after["cells"][4]["source"], list)
+    second = fix(path)  # idempotent
+    assert second.fixed == 0 and second.diagnostics == []
+    assert path.read_bytes() == (FIXTURES / "fixed" / flagged.name).read_bytes()
+
+
+def test_magics_survive_a_fix(tmp_path):
+    path = tmp_path / "n.ipynb"
+    shutil.copy(FIXTURES / "flagged" / "scaler_per_batch.ipynb", path)
+    fix(path)
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    assert sources[0].startswith("files = !ls\n") and sources[1] == "%%bash\nnvidia-smi -L"
+    assert sources[4].startswith("%%time\nscaler = torch.amp.GradScaler(device)\nfor ")
+    assert sources[5] == "torch.amp.GradScaler?"
+
+
+def test_string_sources_other_indents_crlf_and_ascii_escapes_are_kept(tmp_path):
+    cells = [
+        markdown("Ünïcödé notes"),
+        code("import torch\nscaler = torch.amp.GradScaler()"),
+        code("for x, y in data:\n    with torch.autocast('cuda'):\n        loss = f(x, y)\n"
+             "        scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n",
+             outputs=[{"name": "stdout", "output_type": "stream", "text": "é\n"}], id="c3"),
+    ]
+    for dump in ({"indent": 2, "ensure_ascii": True}, {"indent": 4}, {"indent": None, "separators": (",", ":")}):
+        path = write_notebook(tmp_path / "n.ipynb", cells, **dump)
+        raw = path.read_bytes()
+        for crlf in (False, True):
+            original = raw.replace(b"\n", b"\r\n") if crlf else raw
+            path.write_bytes(original)
+            assert fix(path).fixed == 1
+            written = path.read_bytes()
+            expected = json.loads(original)
+            expected["cells"][2]["source"] = ("for x, y in data:\n    with torch.autocast('cuda'):\n"
+                                              "        loss = f(x, y)\n    scaler.scale(loss).backward()\n"
+                                              "    scaler.step(opt)\n    scaler.update()\n")
+            assert json.loads(written) == expected
+            # the same serialization: only the edited source's text differs
+            assert nb.detect_style(written.decode(), expected).dump(json.loads(original)).encode() == original
+            assert (b"\r\n" in written) == crlf
+
+
+def test_cross_cell_edits_are_refused(tmp_path, monkeypatch):
+    path = tmp_path / "n.ipynb"
+    shutil.copy(FIXTURES / "flagged" / "scaler_across_cells.ipynb", path)
+    original = path.read_bytes()
+    real = nb.fix_text
+
+    def merging_fix(text, filename, rules=None, unsafe=False):
+        outcome = real(text, filename, rules, unsafe)
+        # a fix that rewrites the last line of cell 3 and the first line of cell 5 as one change
+        merged = outcome.text.replace("scaler = torch.amp.GradScaler(device)  # built once, stepped in the loop below"
+                                      "\npass  # amplint: magic", "scaler = torch.amp.GradScaler(device)", 1)
+        assert merged != outcome.text
+        return FixOutcome(merged, outcome.applied, outcome.remaining)
+
+    monkeypatch.setattr(nb, "fix_text", merging_fix)
+    outcome = fix(path)
+    assert outcome.fixed == 0 and path.read_bytes() == original
+    assert "fixes not applied: a fix changes cells 3 and 5 together" in outcome.message
+    assert [(d.code, d.cell) for d in outcome.diagnostics] == [("AMP003", 5)]
+
+
+def test_split_back_rules():
+    notebook = nb.parse_notebook(json.dumps({"nbformat": 4, "cells": [
+        code("a = 1\nfor i in x:\n    %time f()\n    g()"), code("b = 2"), code("%%bash\nls")]}))
+    assert notebook.text == "a = 1\nfor i in x:\n    pass  # amplint: magic\n    g()\nb = 2\n\n"
+    # a dedented block keeps its magic, at the new indentation
+    moved = nb.split_fixed_text(notebook, "a = 1\nif True:\n  pass  # amplint: magic\n  g()\nb = 2\n\n")
+    assert moved == {0: "a = 1\nif True:\n  %time f()\n  g()"}
+    # an insertion between two cells goes to the next cell, or to the previous one when indented
+    assert nb.split_fixed_text(notebook, notebook.text.replace("\nb = 2", "\nc = 3\nb = 2")) == {1: "c = 3\nb = 2"}
+    assert nb.split_fixed_text(notebook, notebook.text.replace("\nb = 2", "\n    h()\nb = 2")) == {
+        0: "a = 1\nfor i in x:\n    %time f()\n    g()\n    h()"}
+    with pytest.raises(nb.CrossCellEdit, match="cells 1 and 2"):
+        nb.split_fixed_text(notebook, notebook.text.replace("    g()\nb = 2", "    g(b=2)"))
+    with pytest.raises(nb.CrossCellEdit, match="not Python"):
+        nb.split_fixed_text(notebook, notebook.text + "x = 1")
+    with pytest.raises(nb.CrossCellEdit, match="IPython lines"):
+        nb.split_fixed_text(notebook, notebook.text.replace("    pass  # amplint: magic\n", ""))
+
+
+def test_diff_and_stdin(tmp_path):
+    path = str(FIXTURES / "flagged" / "scaler_across_cells.ipynb")
+    result = CliRunner().invoke(main, ["check", path, "--diff"])
+    assert result.exit_code == 1
+    assert f"--- a/{path.lstrip('/')}:cell 5" in result.output and "+    scaler.unscale_(optimizer)" in result.output
+    raw = Path(path).read_bytes()
+    result = CliRunner().invoke(main, ["check", "-", "--stdin-filename", "nb.ipynb", "--fix"], input=raw)
+    assert result.exit_code == 0
+    assert result.output.encode() == (FIXTURES / "fixed" / "scaler_across_cells.ipynb").read_bytes()
