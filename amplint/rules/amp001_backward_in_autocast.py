@@ -57,6 +57,7 @@ class BackwardInAutocast(Rule):
 
     code = "AMP001"
     name = "backward-in-autocast"
+    fix = "sometimes"
     words = ("backward", "autograd.grad")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:

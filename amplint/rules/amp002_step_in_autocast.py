@@ -55,6 +55,7 @@ class StepInAutocast(Rule):
 
     code = "AMP002"
     name = "step-in-autocast"
+    fix = "sometimes"
     words = ("step", "update")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:

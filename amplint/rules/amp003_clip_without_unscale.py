@@ -56,6 +56,7 @@ class ClipWithoutUnscale(Rule):
 
     code = "AMP003"
     name = "clip-without-unscale"
+    fix = "safe"
     words = ("clip_grad",)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:

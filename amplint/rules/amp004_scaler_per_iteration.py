@@ -64,6 +64,7 @@ class ScalerPerIteration(Rule):
 
     code = "AMP004"
     name = "scaler-per-iteration"
+    fix = "safe"
     words = ("GradScaler",)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:

@@ -74,6 +74,7 @@ class ScalerInInference(Rule):
 
     code = "AMP005"
     name = "scaler-in-inference"
+    fix = "unsafe"
     words = ("GradScaler", "no_grad", "inference_mode", "set_grad_enabled", "eval", "valid", "predict", "infer",
              "test", "generate", "sample")
 

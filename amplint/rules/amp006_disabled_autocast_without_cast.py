@@ -57,6 +57,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     code = "AMP006"
     name = "disabled-autocast-without-cast"
+    fix = "safe"
     words = ("enabled=False", "enabled = False", "autocast(False", "enabled=0")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:

@@ -38,6 +38,9 @@ class Rule:
     # Words one of which a file must contain for this rule to possibly fire (the byte prefilter).
     words: ClassVar[tuple[str, ...]] = ("autocast", "GradScaler", "amp")
     min_torch: ClassVar[str | None] = None
+    # What --fix can do for this rule's findings: "safe", "unsafe", "sometimes" (safe or unsafe depending on
+    # the code), or "none". Shown in the README's rule table.
+    fix: ClassVar[str] = "none"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
