@@ -177,6 +177,14 @@ def rule(code: str | None, show_all: bool) -> None:
         click.echo(rule_class.documentation())
 
 
+@main.command()
+def server() -> None:
+    """Run the language server (LSP over stdio) for editors; needs `pip install "amplint[server]"`."""
+    from amplint.server import serve  # pygls is imported only here
+
+    sys.exit(serve())
+
+
 def entry() -> None:
     """Console entry point: an unexpected error becomes a message and exit code 2, never a traceback."""
     try:
