@@ -35,6 +35,12 @@ NOT_TENSORS = frozenset({
     "cpu", "detach_", "stride", "data_ptr", "get_scale", "parameters", "named_parameters", "state_dict",
 })
 BUILTIN_NAMES = frozenset(dir(builtins))
+# Methods of objects that are not tensors (optimizers, scalers, modules): their receiver is not a tensor use.
+NOT_TENSOR_METHODS = frozenset({
+    "step", "update", "zero_grad", "unscale_", "scale", "load_state_dict", "train", "eval", "apply",
+    "add_param_group", "register_buffer", "register_parameter", "modules", "children", "get", "items", "keys",
+    "values", "append", "extend", "pop", "format", "join", "split", "replace", "startswith", "endswith",
+})
 UNCAST_SAFE_FUNCTIONS = frozenset({"isinstance", "len", "print", "type", "id", "hasattr", "getattr", "repr", "str"})
 
 
@@ -141,11 +147,12 @@ class UncastUses(cst.CSTVisitor):
             self.uses.append(node)
 
     def visit_Call(self, node: cst.Call) -> None:
+        op = _op_name(node)
         if isinstance(node.func, cst.Attribute):
-            method = node.func.attr.value
-            if not is_float32_cast(node) and method not in NOT_TENSORS:
+            if not is_float32_cast(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
                 self._use(node.func.value)
-        if _op_name(node) in UNCAST_SAFE_FUNCTIONS:
+        if op in UNCAST_SAFE_FUNCTIONS or op in NOT_TENSORS or (
+                isinstance(node.func, cst.Name) and op in BUILTIN_NAMES):
             return
         for arg in node.args:
             self._use(arg.value)

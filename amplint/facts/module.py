@@ -169,6 +169,15 @@ class ModuleFacts:
                 target = self.imports.qualify(value)
                 if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
                     return self._autocast_region(call, target, list(call.args))
+                if isinstance(value, cst.IfExp):
+                    # `ctx_class = torch.autocast if use_amp else contextlib.suppress`, then `ctx_class(...)`.
+                    for branch in (value.body, value.orelse):
+                        target = self.imports.qualify(branch)
+                        if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
+                            region = self._autocast_region(call, target, list(call.args))
+                            if region.state is RegionState.ON:
+                                region.state = RegionState.MAYBE
+                            return region
         return None
 
     def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:

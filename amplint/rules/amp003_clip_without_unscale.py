@@ -70,13 +70,17 @@ class ClipWithoutUnscale(Rule):
             if backward is None:
                 continue
             scaler = backward.scaler
-            if any(e.kind is EventKind.SCALER_UNSCALE and e.scaler == scaler for e in before):
-                continue
             step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler), None)
             if step is None:
                 continue
-            late_unscale = next((e for e in after if e.kind is EventKind.SCALER_UNSCALE and e.scaler == scaler
-                                 and e.index < step.index), None)
+
+            def unscales_stepped(event) -> bool:
+                return (event.kind is EventKind.SCALER_UNSCALE and event.scaler == scaler
+                        and (step.optimizer is None or event.optimizer in (None, step.optimizer)))
+
+            if any(unscales_stepped(e) and e.index > backward.index for e in before):
+                continue
+            late_unscale = next((e for e in after if unscales_stepped(e) and e.index < step.index), None)
             optimizer = step.optimizer or "optimizer"
             clipped = snippet(facts, clip.node.func)
             if late_unscale is not None:

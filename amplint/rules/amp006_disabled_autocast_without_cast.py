@@ -74,8 +74,9 @@ class DisabledAutocastWithoutCast(Rule):
             region = facts.region_of(info.frame)
             if region is None or region.state is not RegionState.OFF or region.via != "decorator":
                 continue
-            yield from self._report(facts, info.node.body, self._tensor_parameters(info.node), None, region,
-                                    parameters=True)
+            parameters = {name: None for name in self._tensor_parameters(info.node)
+                          if not facts.is_scaler(name, info.frame) and not facts.is_optimizer(name, info.frame)}
+            yield from self._report(facts, info.node.body, parameters, None, region, parameters=True)
 
     @staticmethod
     def _tensor_parameters(function: cst.FunctionDef) -> dict[str, None]:

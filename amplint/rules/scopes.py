@@ -73,58 +73,80 @@ def _only_update_phase(facts: ModuleFacts, statements: list[cst.CSTNode]) -> boo
     return True
 
 
+def split_into_groups(facts: ModuleFacts, body: list[cst.BaseStatement], events: list[Event]):
+    """Split a block's statements into runs that stay in the region ("in") and runs that leave it ("out").
+
+    A run leaving the region starts at a statement holding an update event and goes on through update-phase
+    statements (zero_grad, clipping, logging); forward code after it starts a new run that stays.
+    """
+    groups: list[tuple[str, list[cst.BaseStatement]]] = []
+    for statement in body:
+        has_event = any(_contains(statement, e.call) for e in events)
+        leaving = groups and groups[-1][0] == "out"
+        if has_event or (leaving and isinstance(statement, cst.SimpleStatementLine)
+                         and _only_update_phase(facts, [statement])):
+            kind = "out"
+        else:
+            kind = "in"
+        if groups and groups[-1][0] == kind:
+            groups[-1][1].append(statement)
+        else:
+            groups.append((kind, [statement]))
+    return groups
+
+
 def move_out_of_region(facts: ModuleFacts, region: Region) -> FixPlan | None:
     """Move the update phase out of the region's `with` block, reopening the block for forward code after.
 
-    None when the region is not a plain `with` block with an indented body.
+    None when the region is not a plain `with` block with an indented body, or when comments closing the
+    block would have no block left to stay in.
     """
     if region.via != "with" or region.frame is None or region.with_item is None:
         return None
     with_node: cst.With = region.frame.node
     if with_node.asynchronous is not None or not isinstance(with_node.body, cst.IndentedBlock):
         return None
-    body = list(with_node.body.body)
     events = update_events_in_block(facts, region)
-    marked = [i for i, stmt in enumerate(body) if any(_contains(stmt, e.call) for e in events)]
-    if not marked:
+    groups = split_into_groups(facts, list(with_node.body.body), events)
+    moved = [statement for kind, statements in groups if kind == "out" for statement in statements]
+    if not moved:
         return None
-    start, end = marked[0], marked[-1]
-    while end + 1 < len(body) and _only_update_phase(facts, [body[end + 1]]) and isinstance(
-            body[end + 1], cst.SimpleStatementLine):
-        end += 1
-    head, moved, tail = body[:start], body[start:end + 1], body[end + 1:]
+    last_in = max((i for i, (kind, _) in enumerate(groups) if kind == "in"), default=None)
+    footer = with_node.body.footer
+    if last_in is None and any(line.comment for line in footer):
+        return None
     safe = _only_update_phase(facts, moved)
     item = region.with_item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    single = len(with_node.items) == 1
 
     def rebuild() -> cst.Module:
-        def autocast_block(statements, **changes):
-            return cst.With(items=[item], body=cst.IndentedBlock(body=statements), **changes)
-
-        if len(with_node.items) == 1:
-            new: list[cst.BaseStatement] = []
-            if head:
-                new.append(with_node.with_changes(body=with_node.body.with_changes(body=head)))
+        new: list[cst.BaseStatement] = []
+        for index, (kind, statements) in enumerate(groups):
+            if kind == "out":
+                if index == 0 and single:
+                    first = statements[0]
+                    statements = [first.with_changes(leading_lines=[*with_node.leading_lines,
+                                                                     *first.leading_lines]), *statements[1:]]
+                new.extend(statements)
+                continue
+            block = with_node.body.with_changes(body=statements, footer=footer if index == last_in else ())
+            if single:
+                new.append(with_node.with_changes(body=block, leading_lines=with_node.leading_lines if index == 0
+                                                  else ()))
             else:
-                moved[0] = moved[0].with_changes(leading_lines=[*with_node.leading_lines, *moved[0].leading_lines])
-            new.extend(moved)
-            if tail:
-                new.append(with_node.with_changes(body=with_node.body.with_changes(body=tail), leading_lines=()))
+                new.append(cst.With(items=[item], body=cst.IndentedBlock(body=statements)))
+        if single:
             replacement: object = cst.FlattenSentinel(new)
         else:
             others = [i for i in with_node.items if i is not region.with_item]
             others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-            inner: list[cst.BaseStatement] = []
-            if head:
-                inner.append(autocast_block(head))
-            inner.extend(moved)
-            if tail:
-                inner.append(autocast_block(tail))
-            replacement = with_node.with_changes(items=others, body=with_node.body.with_changes(body=inner))
+            replacement = with_node.with_changes(items=others, body=with_node.body.with_changes(body=new))
         return replace_nodes(facts.module, {with_node: replacement})
 
-    verb = "reopen it for the forward code after" if tail else "close it before them"
+    reopened = any(kind == "in" for kind, _ in groups[1:])
+    verb = "reopening it for the forward code after" if reopened else "closing it before them"
     return FixPlan(
-        message=f"Move the backward/step statements out of the autocast block ({verb})",
+        message=f"Move the backward/step statements out of the autocast block, {verb}",
         rewrite=rebuild,
         applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
     )
