@@ -131,3 +131,23 @@ def is_optimizer_class(qualified_or_dotted: str) -> bool:
     if qualified_or_dotted.startswith("torch.optim.") and "lr_scheduler" not in qualified_or_dotted:
         return last[:1].isupper() and last != "Optimizer" or last == "Optimizer"
     return last.endswith("Optimizer") or any(f in last for f in OPTIMIZER_FACTORIES)
+
+
+# Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> (name in torch.amp, device).
+DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": ("autocast", "cuda"),
+    "torch.cuda.amp.autocast_mode.autocast": ("autocast", "cuda"),
+    "torch.cpu.amp.autocast": ("autocast", "cpu"),
+    "torch.cpu.amp.autocast_mode.autocast": ("autocast", "cpu"),
+    "torch.cuda.amp.GradScaler": ("GradScaler", "cuda"),
+    "torch.cuda.amp.grad_scaler.GradScaler": ("GradScaler", "cuda"),
+    "torch.cpu.amp.GradScaler": ("GradScaler", "cpu"),
+    "torch.cpu.amp.grad_scaler.GradScaler": ("GradScaler", "cpu"),
+    "torch.cuda.amp.custom_fwd": ("custom_fwd", "cuda"),
+    "torch.cuda.amp.autocast_mode.custom_fwd": ("custom_fwd", "cuda"),
+    "torch.cuda.amp.custom_bwd": ("custom_bwd", "cuda"),
+    "torch.cuda.amp.autocast_mode.custom_bwd": ("custom_bwd", "cuda"),
+}
+# The legacy modules whose AMP names all exist in torch.amp too (an alias of them can be rebound to torch.amp).
+DEPRECATED_AMP_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
+TORCH_DEVICE = frozenset({"torch.device"})
