@@ -1,0 +1,96 @@
+"""The pre-commit hooks, for real: `pre-commit try-repo` builds the hook environment from this checkout.
+
+try-repo clones the checkout's HEAD; when the work tree has changes it commits the staged files and the
+modified tracked files (`git add -u`) into a temporary clone first, so untracked files are not part of what
+it tests. Each try-repo call installs a fresh environment (into a temporary store) with pip from PyPI.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from amplint.engine import lint_text
+from amplint.rules import ALL_RULES
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "train_amp.py"
+TIMEOUT = 900  # seconds per try-repo call; a cold one (new virtualenv, pip from PyPI) takes about 20
+
+
+def test_hook_manifest():
+    yaml = pytest.importorskip("yaml", reason="PyYAML comes with pre-commit (the `test` extra)")
+    hooks = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"amplint", "amplint-fix"}
+    for hook in hooks.values():
+        assert hook["language"] == "python"
+        assert "python" in hook.get("types_or", hook.get("types", []))
+        assert "--force-exclude" in hook["entry"]  # the config's excludes apply to the files pre-commit passes
+    assert hooks["amplint"]["entry"].split()[:2] == ["amplint", "check"]
+    assert "--fix" in hooks["amplint-fix"]["entry"].split()
+
+
+def test_hook_environment_needs_no_torch():
+    """pre-commit installs the project's runtime dependencies into the hook environment: libcst and click."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    names = {dependency.split(">")[0].split("=")[0].split("<")[0].strip() for dependency in project["dependencies"]}
+    assert names == {"libcst", "click"}
+
+
+def clean_git_env(**extra: str) -> dict[str, str]:
+    """The environment without GIT_* variables (set when pytest itself runs inside a git hook)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+    env.update(GIT_AUTHOR_NAME="test", GIT_AUTHOR_EMAIL="test@example.invalid", GIT_COMMITTER_NAME="test",
+               GIT_COMMITTER_EMAIL="test@example.invalid", GIT_CONFIG_NOSYSTEM="1", PRE_COMMIT_COLOR="never")
+    env.update(extra)
+    return env
+
+
+def try_repo(hook: str, project: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook, "--files", "train_amp.py", "--color",
+         "never"], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    return result, time.monotonic() - started
+
+
+@pytest.mark.integration
+def test_pre_commit_try_repo_runs_both_hooks(tmp_path):
+    pytest.importorskip("pre_commit", reason="pre-commit is in the `test` extra")
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    if not (ROOT / ".git").exists():
+        pytest.skip(f"{ROOT} is not a git checkout, which pre-commit try-repo needs")
+    # Should the hook environment ever pull torch in, this unsatisfiable constraint makes its install fail.
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<0\n")
+    env = clean_git_env(PRE_COMMIT_HOME=str(tmp_path / "pre-commit-home"), PIP_CONSTRAINT=str(constraints))
+    project = tmp_path / "project"
+    project.mkdir()
+    shutil.copy(EXAMPLE, project / "train_amp.py")
+    for command in (["git", "init", "--quiet", "."], ["git", "add", "train_amp.py"]):
+        subprocess.run(command, cwd=project, env=env, check=True, capture_output=True, timeout=60)
+
+    result, lint_seconds = try_repo("amplint", project, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "train_amp.py:16:13: AMP003" in output
+    assert "Found 3 errors." in output
+    assert (project / "train_amp.py").read_text(encoding="utf-8") == EXAMPLE.read_text(encoding="utf-8")
+
+    result, fix_seconds = try_repo("amplint-fix", project, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output  # the hook changed a file, so pre-commit fails the commit
+    assert "files were modified by this hook" in output
+    fixed = (project / "train_amp.py").read_text(encoding="utf-8")
+    unscale = fixed.index("scaler.unscale_(optimizer)")
+    assert unscale < fixed.index("clip_grad_norm_(")
+    assert lint_text(fixed, "train_amp.py", [rule() for rule in ALL_RULES]).diagnostics == []
+    print(f"pre-commit try-repo: amplint {lint_seconds:.1f}s, amplint-fix {fix_seconds:.1f}s")
