@@ -356,6 +356,9 @@ def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
         if cell.position not in changed:
             continue
         source = "\n".join(pieces[cell.position])
+        magic = next((line for line in cell.lines if line.strip()), "")
+        if magic.lstrip().startswith("%%") and next((line for line in source.split("\n") if line.strip()), "") != magic:
+            raise CrossCellEdit(f"a fix would move the cell magic of cell {cell.number} from the cell's first line")
         masked_new, _ = mask_ipython(source.split("\n"))
         if _parses("\n".join(cell.masked)) and not _parses("\n".join(masked_new)):
             raise CrossCellEdit(f"cell {cell.number} would no longer be valid Python on its own")

@@ -303,6 +303,10 @@ def test_split_back_rules():
         nb.split_fixed_text(notebook, notebook.text + "x = 1")
     with pytest.raises(nb.CrossCellEdit, match="IPython lines"):
         nb.split_fixed_text(notebook, notebook.text.replace("    pass  # amplint: magic\n", ""))
+    timed = nb.parse_notebook(json.dumps({"nbformat": 4, "cells": [code("%%time\nx = 1")]}))
+    assert nb.split_fixed_text(timed, timed.text + "\ny = 2") == {0: "%%time\nx = 1\ny = 2"}
+    with pytest.raises(nb.CrossCellEdit, match="cell magic"):
+        nb.split_fixed_text(timed, "y = 2\n" + timed.text)
 
 
 def test_diff_and_stdin(tmp_path):
