@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from amplint.diagnostics import Diagnostic, Edit, Fix, Location
+from amplint.diagnostics import Diagnostic, Fix, Location
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.rules.base import Rule
