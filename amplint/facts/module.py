@@ -441,3 +441,110 @@ class ModuleFacts:
         return any(
             c.method in ("manual_backward", "backward") and c.frame.function() is function for c in self.calls
         )
+
+
+# control flow between two pieces of code of one function ------------------------------------------------------
+def if_frames(frame: Frame) -> list[Frame]:
+    """The `if` branches enclosing `frame` inside its own function, innermost first."""
+    found = []
+    for current in frame.ancestors():
+        if current.kind is FrameKind.FUNCTION:
+            break
+        if current.kind is FrameKind.IF:
+            found.append(current)
+    return found
+
+
+def branch_condition(facts: ModuleFacts, frame: Frame) -> tuple[str, bool]:
+    """(test text without `not`/`is not`/`!=`, polarity) of an IF frame: `if not amp:` == else-branch of `if amp:`."""
+    test, positive = frame.node.test, not frame.in_else
+    while True:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, positive = test.expression, not positive
+        elif isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+                test.comparisons[0].operator, (cst.IsNot, cst.NotEqual)):
+            target = test.comparisons[0]
+            operator = cst.Is() if isinstance(target.operator, cst.IsNot) else cst.Equal()
+            test = test.with_changes(comparisons=[target.with_changes(operator=operator)])
+            positive = not positive
+        else:
+            break
+    text = facts.code(test) if test is frame.node.test else cst.Module(body=[]).code_for_node(test)
+    return "".join(text.split()), positive
+
+
+def exclusive(facts: ModuleFacts, a: Frame, b: Frame) -> bool:
+    """Can code in `a` and code in `b` never run in the same pass through their function?
+
+    True for the two branches of one `if`, and for opposite branches of two `if`s with the same test (the
+    `if use_amp: ... else: ...` written twice pattern), including `if amp:` against `if not amp:`.
+    """
+    a_ifs, b_ifs = if_frames(a), if_frames(b)
+    shared = {id(f) for f in a_ifs} & {id(f) for f in b_ifs}
+    a_only = [f for f in a_ifs if id(f) not in shared]
+    b_only = [f for f in b_ifs if id(f) not in shared]
+    for fa in a_only:
+        for fb in b_only:
+            if fa.node is fb.node and fa.in_else != fb.in_else:
+                return True
+            test_a, positive_a = branch_condition(facts, fa)
+            test_b, positive_b = branch_condition(facts, fb)
+            if test_a == test_b and positive_a != positive_b:
+                return True
+    return False
+
+
+def _ends_with(block: cst.BaseSuite, kinds: tuple[type, ...]) -> bool:
+    if not isinstance(block, cst.IndentedBlock) or not block.body:
+        return isinstance(block, cst.SimpleStatementSuite) and bool(block.body) and isinstance(block.body[-1], kinds)
+    last = block.body[-1]
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], kinds)
+
+
+def leaves_before(earlier: Frame, later: Frame) -> bool:
+    """Does a branch holding `earlier` (and not `later`) end in return/raise, or continue/break within a loop
+    that also holds `later`, so that `later` never runs after `earlier` in the same pass?"""
+    for frame in if_frames(earlier):
+        if later.is_within(frame):
+            continue
+        if frame.in_else:
+            orelse = frame.node.orelse
+            block = orelse.body if isinstance(orelse, cst.Else) else None
+        else:
+            block = frame.node.body
+        if block is None:
+            continue
+        if _ends_with(block, (cst.Return, cst.Raise)):
+            return True
+        loops = frame.loops_up_to_function()
+        if loops and later.is_within(loops[0]) and _ends_with(block, (cst.Continue, cst.Break)):
+            return True
+    return False
+
+
+def may_follow(facts: ModuleFacts, earlier: Frame, later: Frame) -> bool:
+    """Can code in `later` run after code in `earlier` in the same pass through their function?"""
+    return not exclusive(facts, earlier, later) and not leaves_before(earlier, later)
+
+
+def loops_within(inner: Frame, outer: Frame) -> bool:
+    """Is every loop enclosing `outer` (in its function) also enclosing `inner`? (`outer` does not repeat
+    more often than `inner`.)"""
+    return all(inner.is_within(loop) for loop in outer.loops_up_to_function())
+
+
+def scaler_enabled(facts: ModuleFacts, key: str) -> bool | None:
+    """The `enabled=` of the GradScaler constructions bound to `key`: False only when every one says False,
+    True when every one is enabled (no flag, or True), None when unknown (a flag, or no construction seen)."""
+    flags = []
+    for event in facts.events:
+        if event.kind is EventKind.SCALER_BUILD and event.bound_to == key:
+            qualified = event.call.qualified or ""
+            position = 4 if qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")) else 5
+            enabled = call_argument(event.node, position, "enabled")
+            flags.append(True if enabled is None else literal_bool(enabled))
+    if not flags or any(flag is None for flag in flags):
+        return None
+    if all(flag is False for flag in flags):
+        return False
+    return True if all(flags) else None
