@@ -35,6 +35,18 @@ NOT_TENSORS = frozenset({
     "cpu", "detach_", "stride", "data_ptr", "get_scale", "parameters", "named_parameters", "state_dict",
 })
 BUILTIN_NAMES = frozenset(dir(builtins))
+# Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
+# be a module or function of the user's, whose output autocast lowers.
+TENSOR_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "to", "cuda", "half", "bfloat16",
+    "detach", "clone", "chunk", "split", "narrow", "masked_fill", "masked_fill_", "relu", "sigmoid", "tanh",
+    "gelu", "abs", "neg", "add", "sub", "mul", "div", "clamp", "clamp_", "roll", "flip", "gather", "index_select",
+    "select", "unbind", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "mm", "matmul", "bmm",
+    "square", "sqrt", "pow", "exp", "log", "sum", "mean", "max", "min", "norm", "softmax", "log_softmax",
+    "argmax", "topk", "sort", "where", "fill_", "zero_", "add_", "mul_", "div_", "sub_", "copy_", "requires_grad_",
+    "pin_memory", "numpy", "tolist", "item", "size", "dim", "float", "double", "long", "int", "bool", "type",
+})
 # Methods of objects that are not tensors (optimizers, scalers, modules): their receiver is not a tensor use.
 NOT_TENSOR_METHODS = frozenset({
     "step", "update", "zero_grad", "unscale_", "scale", "load_state_dict", "train", "eval", "apply",
@@ -70,6 +82,12 @@ def is_float32_cast(call: cst.Call) -> bool:
         ("bfloat16", "float16", "half"))
 
 
+def has_float32_dtype_keyword(call: cst.Call) -> bool:
+    """`torch.sum(x, dtype=torch.float32)`: the op converts its input itself (deliberate, not autocast)."""
+    return any(arg.keyword is not None and arg.keyword.value == "dtype"
+               and (dotted_name(arg.value) or "") in FLOAT32_DTYPES for arg in call.args)
+
+
 def _op_name(call: cst.Call) -> str:
     func = call.func
     if isinstance(func, cst.Attribute):
@@ -83,15 +101,16 @@ def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
     """Does evaluating `value` inside an autocast region yield a low-precision tensor?"""
     if isinstance(value, cst.Call):
         op = _op_name(value)
-        if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS:
+        if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value):
             return False
         if op in LOW_OPS:
             return True
         func = value.func
         receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
         arguments = [arg.value for arg in value.args]
-        if receiver is not None and "." not in receiver and receiver != "self":
-            # A method on a plain name (h.view(...), h.relu()) keeps that value's dtype.
+        if receiver is not None and "." not in receiver and receiver != "self" and (
+                receiver in low or op in TENSOR_METHODS):
+            # A tensor method (h.view(...), x.relu()) keeps its receiver's dtype.
             return receiver in low or any(is_low_precision(a, low) for a in arguments)
         dotted = dotted_name(func) or ""
         if dotted in BUILTIN_NAMES:
@@ -148,6 +167,8 @@ class UncastUses(cst.CSTVisitor):
 
     def visit_Call(self, node: cst.Call) -> None:
         op = _op_name(node)
+        if has_float32_dtype_keyword(node):
+            return
         if isinstance(node.func, cst.Attribute):
             if not is_float32_cast(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
                 self._use(node.func.value)

@@ -288,26 +288,34 @@ class ModuleFacts:
     def no_grad_opener(self, frame: Frame | None) -> cst.CSTNode | None:
         """The `with torch.no_grad()`/`inference_mode()` item or decorator the code runs under, if any."""
         for current in frame.ancestors() if frame is not None else ():
+            # The innermost grad-mode context decides: `enable_grad()` inside `no_grad()` turns gradients back on.
             if current.kind is FrameKind.WITH:
-                for item in current.node.items:
-                    if self._is_no_grad(item.item):
-                        return item.item
+                for item in reversed(current.node.items):
+                    mode = self._grad_mode(item.item)
+                    if mode is not None:
+                        return item.item if mode is False else None
             elif current.kind is FrameKind.FUNCTION:
                 if isinstance(current.node, cst.FunctionDef):
-                    for decorator in current.node.decorators:
-                        if self._is_no_grad(decorator.decorator):
-                            return decorator.decorator
+                    for decorator in reversed(current.node.decorators):
+                        mode = self._grad_mode(decorator.decorator)
+                        if mode is not None:
+                            return decorator.decorator if mode is False else None
                 return None
         return None
 
-    def _is_no_grad(self, expr: cst.BaseExpression) -> bool:
+    def _grad_mode(self, expr: cst.BaseExpression) -> bool | None:
+        """False for no_grad/inference_mode/set_grad_enabled(False), True for enable_grad/set_grad_enabled(True),
+        None for anything else (or a mode only known at run time)."""
         target = expr.func if isinstance(expr, cst.Call) else expr
         qualified = self.imports.qualify(target)
         if qualified in api.NO_GRAD_CONTEXTS:
-            return not (isinstance(expr, cst.Call) and literal_bool(call_argument(expr, 0, "mode")) is False)
+            disabled = isinstance(expr, cst.Call) and literal_bool(call_argument(expr, 0, "mode")) is False
+            return True if disabled else False
+        if qualified in api.ENABLE_GRAD:
+            return True
         if qualified in api.SET_GRAD_ENABLED and isinstance(expr, cst.Call):
-            return literal_bool(call_argument(expr, 0, "mode")) is False
-        return False
+            return literal_bool(call_argument(expr, 0, "mode"))
+        return None
 
     # scalers and optimizers -------------------------------------------------------------------------
     def is_scaler_construction(self, value: cst.BaseExpression) -> bool:
@@ -316,6 +324,14 @@ class ModuleFacts:
         if isinstance(value, cst.IfExp):
             return self.is_scaler_construction(value.body) or self.is_scaler_construction(value.orelse)
         return False
+
+    def scaler_disabled(self, key: str | None, frame: Frame | None) -> bool:
+        """True when every construction bound to `key` passes a literal `enabled=False`: such a scaler's
+        scale() returns its input unchanged and step() is a plain optimizer step."""
+        constructions = [a.value for a in self.bindings(key, frame) if isinstance(a.value, cst.Call)
+                         and self.is_scaler_construction(a.value)] if key else []
+        return bool(constructions) and all(
+            literal_bool(call_argument(value, None, "enabled")) is False for value in constructions)
 
     @cached_property
     def _scaler_usage_keys(self) -> set[str]:
@@ -434,6 +450,11 @@ class ModuleFacts:
     def events_in(self, function: Frame | None) -> list[Event]:
         """Events whose code belongs to `function` (None: module level), in source order."""
         return [e for e in self.events if e.frame.function() is function]
+
+    @cached_property
+    def module_has_backward(self) -> bool:
+        return any(e.kind is EventKind.BACKWARD for e in self.events) or any(
+            c.method in ("manual_backward", "backward") for c in self.calls)
 
     def has_backward(self, function: Frame | None) -> bool:
         if any(e.kind is EventKind.BACKWARD for e in self.events_in(function)):

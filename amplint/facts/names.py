@@ -51,6 +51,7 @@ NO_GRAD_CONTEXTS = frozenset({
     "torch.autograd.grad_mode.no_grad",
     "torch.autograd.grad_mode.inference_mode",
 })
+ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
 SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
 NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
 PARTIAL = frozenset({"functools.partial"})

@@ -59,6 +59,12 @@ class ClipWithoutUnscale(Rule):
     fix = "safe"
     words = ("clip_grad",)
 
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return (summary.mentions("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
+                and summary.calls_method("step") and summary.mentions("backward", "grad")
+                and summary.scaler_possible())
+
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for clip in facts.events:
             if clip.kind is not EventKind.CLIP:
@@ -70,6 +76,8 @@ class ClipWithoutUnscale(Rule):
             if backward is None:
                 continue
             scaler = backward.scaler
+            if facts.scaler_disabled(scaler, clip.frame):
+                continue  # GradScaler(enabled=False) scales nothing
             step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler), None)
             if step is None:
                 continue

@@ -67,6 +67,10 @@ class ScalerPerIteration(Rule):
     fix = "safe"
     words = ("GradScaler",)
 
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.mentions("GradScaler", "ShardedGradScaler") and summary.calls_method("step", "update")
+
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
             if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None:
@@ -74,12 +78,15 @@ class ScalerPerIteration(Rule):
             key = build.bound_to
             same_function = facts.events_in(build.frame.function())
             uses = [e for e in same_function if e.kind in USES and e.scaler == key]
-            if not uses or self._guarded_or_restored(facts, build, same_function):
+            if not uses or self._guarded_or_restored(facts, build, same_function) \
+                    or facts.scaler_disabled(key, build.frame):
                 continue
             loops = build.frame.loops_up_to_function()
             using_loops = [loop for loop in loops if any(use.frame.is_within(loop) for use in uses)]
             if using_loops:
                 loop = using_loops[-1]  # outermost loop that both builds and uses it
+                if self._fresh_run_per_iteration(facts, uses, loop):
+                    continue
                 message = (
                     f"`{snippet(facts, build.node)}` is constructed inside the loop at line "
                     f"{facts.line_of(loop.node)} that calls `{key}.{uses[0].node.func.attr.value}()`: {HARM}; "
@@ -113,6 +120,12 @@ class ScalerPerIteration(Rule):
                    for e in events)
 
     @staticmethod
+    def _fresh_run_per_iteration(facts: ModuleFacts, uses: list[Event], loop: Frame) -> bool:
+        """A loop over independent runs (k-fold, sweeps) builds the optimizer afresh too: a new scaler is right."""
+        stepped = {use.optimizer for use in uses if use.optimizer}
+        return any(a.frame.is_within(loop) and stepped.intersection(a.targets) for a in facts.assignments)
+
+    @staticmethod
     def _calling_loop(facts: ModuleFacts, frame: Frame) -> Frame | None:
         """The loop of a same-module call site of the function that runs `frame`, if any."""
         info = facts.function_info(frame)
@@ -138,10 +151,16 @@ class ScalerPerIteration(Rule):
             return None
 
         def rebuild():
-            hoisted = statement.with_changes(leading_lines=loop.node.leading_lines)
+            # Blank lines above the loop go above the hoisted statement; comments stay with their statements.
+            loop_lines = list(loop.node.leading_lines)
+            blank = 0
+            while blank < len(loop_lines) and loop_lines[blank].comment is None:
+                blank += 1
+            hoisted = statement.with_changes(leading_lines=[*loop_lines[:blank], *statement.leading_lines])
             return replace_nodes(facts.module, {
                 statement: cst.RemoveFromParent(),
-                loop.node: lambda updated: cst.FlattenSentinel([hoisted, updated.with_changes(leading_lines=())]),
+                loop.node: lambda updated: cst.FlattenSentinel(
+                    [hoisted, updated.with_changes(leading_lines=loop_lines[blank:])]),
             })
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild)

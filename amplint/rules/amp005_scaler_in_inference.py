@@ -14,7 +14,7 @@ from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
-EVAL_NAME = re.compile(r"eval|valid|predict|infer|inference|generate|sample|test", re.IGNORECASE)
+EVAL_NAME = re.compile(r"eval|valid|predict|infer", re.IGNORECASE)
 CONSEQUENCE = {
     EventKind.SCALER_SCALE: "`scale()` multiplies its argument by the loss scale (65536 by default), so these values "
                             "come out 65536x too large",
@@ -75,8 +75,14 @@ class ScalerInInference(Rule):
     code = "AMP005"
     name = "scaler-in-inference"
     fix = "unsafe"
-    words = ("GradScaler", "no_grad", "inference_mode", "set_grad_enabled", "eval", "valid", "predict", "infer",
-             "test", "generate", "sample")
+    # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
+    words = ("GradScaler", "scale")
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.scaler_possible() and (
+            summary.mentions("no_grad", "inference_mode", "set_grad_enabled") or summary.calls_method("eval")
+            or summary.defines_function(EVAL_NAME))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
@@ -92,22 +98,38 @@ class ScalerInInference(Rule):
                     and event.node.args[0].keyword is None and not event.node.args[0].star:
                 argument = event.node.args[0].value
                 message += f"; use `{snippet(facts, argument)}` directly"
-                fix = FixPlan(
-                    f"Replace `{what}` with `{snippet(facts, argument)}`",
-                    lambda node=event.node, arg=argument: replace_nodes(facts.module, {node: arg}),
-                    Applicability.UNSAFE,
-                )
+                fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
+                              lambda event=event, arg=argument: self._unscaled(facts, event, arg),
+                              Applicability.UNSAFE)
             yield Finding(event.node, message, fix)
 
     @staticmethod
+    def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression) -> cst.Module:
+        """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` loses the whole statement."""
+        statement = event.call.statement
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Assign) and small.value is event.node and len(small.targets) == 1 \
+                    and isinstance(argument, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
+                    and small.targets[0].target.value == argument.value:
+                return replace_nodes(facts.module, {statement: cst.RemoveFromParent()})
+        return replace_nodes(facts.module, {event.node: argument})
+
+    @staticmethod
     def _inference_context(facts: ModuleFacts, event: Event) -> str | None:
+        module_has_backward = facts.module_has_backward
         opener = facts.no_grad_opener(event.frame)
         if opener is not None:
-            return f"runs under `{snippet(facts, opener)}` (line {facts.line_of(opener)})"
+            # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
+            if event.kind in (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE) or not module_has_backward:
+                return f"runs under `{snippet(facts, opener)}` (line {facts.line_of(opener)})"
+            return None
         function = event.frame.function()
         if event.kind is EventKind.SCALER_BUILD:
             return None  # a factory building the scaler for later training is not inference
-        if function is None or not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
+        if function is None:
+            return None if module_has_backward else "runs in a module that runs no backward"
+        if not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
             return None
         calls_eval = any(c.method == "eval" and not c.node.args and c.frame.function() is function
                          for c in facts.calls)

@@ -7,19 +7,19 @@ from typing import Iterator
 import libcst as cst
 
 from amplint.facts import ModuleFacts, Region, RegionState
-from amplint.facts.dtypes import UncastUses, low_precision_names
+from amplint.facts.dtypes import UncastUses, is_low_precision, low_precision_names
+from amplint.facts.model import Call
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import dtype_words, snippet
-
-NON_TENSOR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "bytes", "None", "dict", "list", "tuple"})
 
 
 class DisabledAutocastWithoutCast(Rule):
     """## What it does
     Checks for tensors produced in an active autocast region and used inside a nested `autocast(enabled=False)`
     block without a float32 cast (`.float()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`, `.double()`,
-    `.type(torch.float32)`), and for functions decorated with an `enabled=False` autocast whose tensor parameters
-    are used without a cast.
+    `.type(torch.float32)`), and for functions decorated with an `enabled=False` autocast whose parameters are
+    used without a cast when a call from an active autocast region of the same module passes them a
+    low-precision tensor.
 
     ## Why is this bad?
     `autocast(enabled=False)` only stops autocast from casting; it does not cast anything back. PyTorch's docs:
@@ -58,7 +58,13 @@ class DisabledAutocastWithoutCast(Rule):
     code = "AMP006"
     name = "disabled-autocast-without-cast"
     fix = "safe"
-    words = ("enabled=False", "enabled = False", "autocast(False", "enabled=0")
+    # A disabled region is `autocast(..., enabled=False)` or `False` passed positionally (legacy
+    # `autocast(False)`, `torch.autocast("cuda", None, False)`), also through `partial`.
+    words = ("autocast",)
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.regions_possible() and summary.false_argument
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -74,40 +80,38 @@ class DisabledAutocastWithoutCast(Rule):
             region = facts.region_of(info.frame)
             if region is None or region.state is not RegionState.OFF or region.via != "decorator":
                 continue
-            parameters = {name: None for name in self._tensor_parameters(info.node)
-                          if not facts.is_scaler(name, info.frame) and not facts.is_optimizer(name, info.frame)}
+            parameters = self._parameters_fed_low_precision(facts, info)
             yield from self._report(facts, info.node.body, parameters, None, region, parameters=True)
 
     @staticmethod
-    def _tensor_parameters(function: cst.FunctionDef) -> dict[str, None]:
-        found = {}
-        params = function.params
-        for param in [*params.posonly_params, *params.params, *params.kwonly_params]:
-            name = param.name.value
-            if name in ("self", "cls"):
+    def _parameters_fed_low_precision(facts: ModuleFacts, info) -> dict[str, Call]:
+        """Parameters that some call from an active autocast region of this module passes a low-precision value."""
+        fed: dict[str, Call] = {}
+        for site in facts.call_sites.get(info.qualname, []):
+            outer, chain = facts.effective_region(site.frame)
+            if outer is None or not outer.active or chain or outer.frame is None:
                 continue
-            annotation = param.annotation
-            if annotation is not None and _annotation(annotation) in NON_TENSOR_ANNOTATIONS:
-                continue
-            if param.default is not None and not (isinstance(param.default, cst.Name)
-                                                  and param.default.value == "None"):
-                continue
-            found[name] = None
-        return found
+            low = set(low_precision_names(facts.assignments, outer.frame, site.index, site.frame.function()))
+            for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
+                if is_low_precision(argument, low):
+                    fed.setdefault(name, site)
+        return fed
 
     def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
                 region: Region, parameters: bool) -> Iterator[Finding]:
         visitor = UncastUses(set(low))
         body.visit(visitor)
+        visitor.uses.sort(key=lambda node: facts.position(node)[0])
         first_use: dict[str, cst.Name] = {}
         for use in visitor.uses:
             first_use.setdefault(use.value, use)
         for name, use in first_use.items():
             uses = [u for u in visitor.uses if u.value == name]
             if parameters:
+                site = low[name]
                 origin = (f"parameter `{name}` of a function decorated with `{snippet(facts, region.opener)}` "
-                          f"(line {facts.line_of(region.opener)}) arrives as bfloat16/float16 when called "
-                          f"from an autocast region")
+                          f"(line {facts.line_of(region.opener)}) receives a bfloat16/float16 tensor from the "
+                          f"autocast region of its call at line {facts.line_of(site.node)}")
             else:
                 origin = (f"`{name}` comes from the autocast region at line {facts.line_of(outer.opener)} "
                           f"({dtype_words(outer)} there) and enters `{snippet(facts, region.opener)}`")
@@ -127,9 +131,19 @@ class DisabledAutocastWithoutCast(Rule):
                                                 rebuild))
 
 
-def _annotation(annotation: cst.Annotation) -> str:
-    node = annotation.annotation
-    if isinstance(node, cst.Name):
-        return node.value
-    return ""
 
+def bind_arguments(function: cst.FunctionDef, call: cst.Call, skip_self: bool) -> dict[str, cst.BaseExpression]:
+    """Which argument expression of `call` each parameter of `function` receives (plain cases only)."""
+    params = [*function.params.posonly_params, *function.params.params]
+    if skip_self and params:
+        params = params[1:]
+    names = [p.name.value for p in params] + [p.name.value for p in function.params.kwonly_params]
+    bound: dict[str, cst.BaseExpression] = {}
+    for position, arg in enumerate(call.args):
+        if arg.star:
+            break
+        if arg.keyword is None and position < len(params):
+            bound[params[position].name.value] = arg.value
+        elif arg.keyword is not None and arg.keyword.value in names:
+            bound[arg.keyword.value] = arg.value
+    return bound
