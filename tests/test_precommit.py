@@ -1,8 +1,10 @@
 """The pre-commit hooks, for real: `pre-commit try-repo` builds the hook environment from this checkout.
 
-try-repo clones the checkout's HEAD; when the work tree has changes it commits the staged files and the
-modified tracked files (`git add -u`) into a temporary clone first, so untracked files are not part of what
-it tests. Each try-repo call installs a fresh environment (into a temporary store) with pip from PyPI.
+try-repo clones a repository's HEAD; when the work tree has changes it first commits the staged files and the
+modified tracked files (`git add -u`) into a temporary clone, so new untracked files are left out and a
+tracked module importing one of them breaks the hook. The test therefore gives try-repo a snapshot of the
+work tree (tracked and untracked files, minus ignored ones), committed: what the rest of the suite imports.
+Each try-repo call installs a fresh environment (into a temporary store) with pip from PyPI.
 """
 
 from __future__ import annotations
@@ -53,10 +55,29 @@ def clean_git_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def try_repo(hook: str, project: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
+def git(*args: str, cwd: Path, env: dict[str, str]) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
+                          timeout=120).stdout
+
+
+def snapshot(destination: Path, env: dict[str, str]) -> Path:
+    """A one-commit repository holding the work tree's tracked and untracked files (ignored ones excluded)."""
+    listed = git("ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=ROOT, env=env)
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a tracked file may have been deleted in the work tree
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    git("init", "--quiet", ".", cwd=destination, env=env)
+    git("add", "--all", cwd=destination, env=env)
+    git("commit", "--quiet", "--no-verify", "--no-gpg-sign", "-m", "snapshot", cwd=destination, env=env)
+    return destination
+
+
+def try_repo(repo: Path, hook: str, project: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(ROOT), hook, "--files", "train_amp.py", "--color",
+        [sys.executable, "-m", "pre_commit", "try-repo", str(repo), hook, "--files", "train_amp.py", "--color",
          "never"], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     return result, time.monotonic() - started
 
@@ -67,25 +88,27 @@ def test_pre_commit_try_repo_runs_both_hooks(tmp_path):
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
     if not (ROOT / ".git").exists():
-        pytest.skip(f"{ROOT} is not a git checkout, which pre-commit try-repo needs")
+        pytest.skip(f"{ROOT} is not a git checkout: its files to snapshot are listed with git")
     # Should the hook environment ever pull torch in, this unsatisfiable constraint makes its install fail.
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("torch<0\n")
     env = clean_git_env(PRE_COMMIT_HOME=str(tmp_path / "pre-commit-home"), PIP_CONSTRAINT=str(constraints))
+    (tmp_path / "amplint").mkdir()
+    hooks_repo = snapshot(tmp_path / "amplint", env)
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(EXAMPLE, project / "train_amp.py")
-    for command in (["git", "init", "--quiet", "."], ["git", "add", "train_amp.py"]):
-        subprocess.run(command, cwd=project, env=env, check=True, capture_output=True, timeout=60)
+    git("init", "--quiet", ".", cwd=project, env=env)
+    git("add", "train_amp.py", cwd=project, env=env)  # pre-commit sees a hook's changes through `git diff`
 
-    result, lint_seconds = try_repo("amplint", project, env)
+    result, lint_seconds = try_repo(hooks_repo, "amplint", project, env)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "train_amp.py:16:13: AMP003" in output
     assert "Found 3 errors." in output
     assert (project / "train_amp.py").read_text(encoding="utf-8") == EXAMPLE.read_text(encoding="utf-8")
 
-    result, fix_seconds = try_repo("amplint-fix", project, env)
+    result, fix_seconds = try_repo(hooks_repo, "amplint-fix", project, env)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output  # the hook changed a file, so pre-commit fails the commit
     assert "files were modified by this hook" in output
