@@ -325,13 +325,10 @@ class ModuleFacts:
             return self.is_scaler_construction(value.body) or self.is_scaler_construction(value.orelse)
         return False
 
-    def scaler_disabled(self, key: str | None, frame: Frame | None) -> bool:
-        """True when every construction bound to `key` passes a literal `enabled=False`: such a scaler's
-        scale() returns its input unchanged and step() is a plain optimizer step."""
-        constructions = [a.value for a in self.bindings(key, frame) if isinstance(a.value, cst.Call)
-                         and self.is_scaler_construction(a.value)] if key else []
-        return bool(constructions) and all(
-            literal_bool(call_argument(value, None, "enabled")) is False for value in constructions)
+    def scaler_disabled(self, key: str | None) -> bool:
+        """Is every GradScaler bound to `key` built with a literal `enabled=False`? Such a scaler's scale()
+        returns its input unchanged and step() is a plain optimizer step."""
+        return key is not None and scaler_enabled(self, key) is False
 
     @cached_property
     def _scaler_usage_keys(self) -> set[str]:

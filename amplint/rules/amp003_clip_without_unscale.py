@@ -61,9 +61,8 @@ class ClipWithoutUnscale(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return (summary.mentions("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
-                and summary.calls_method("step") and summary.mentions("backward", "grad")
-                and summary.scaler_possible())
+        return (summary.uses_api("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
+                and summary.calls_method("step") and summary.backward_possible() and summary.scaler_possible())
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for clip in facts.events:
@@ -76,7 +75,7 @@ class ClipWithoutUnscale(Rule):
             if backward is None:
                 continue
             scaler = backward.scaler
-            if facts.scaler_disabled(scaler, clip.frame):
+            if facts.scaler_disabled(scaler):
                 continue  # GradScaler(enabled=False) scales nothing
             step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler), None)
             if step is None:

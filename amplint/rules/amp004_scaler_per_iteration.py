@@ -69,7 +69,8 @@ class ScalerPerIteration(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.mentions("GradScaler", "ShardedGradScaler") and summary.calls_method("step", "update")
+        return (summary.uses_api("GradScaler", "ShardedGradScaler") and summary.imports_module("torch")
+                and summary.calls_method("step", "update"))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -79,7 +80,7 @@ class ScalerPerIteration(Rule):
             same_function = facts.events_in(build.frame.function())
             uses = [e for e in same_function if e.kind in USES and e.scaler == key]
             if not uses or self._guarded_or_restored(facts, build, same_function) \
-                    or facts.scaler_disabled(key, build.frame):
+                    or facts.scaler_disabled(key):
                 continue
             loops = build.frame.loops_up_to_function()
             using_loops = [loop for loop in loops if any(use.frame.is_within(loop) for use in uses)]

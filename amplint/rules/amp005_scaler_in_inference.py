@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
@@ -14,7 +13,12 @@ from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
-EVAL_NAME = re.compile(r"eval|valid|predict|infer", re.IGNORECASE)
+EVAL_WORDS = ("eval", "valid", "predict", "infer", "generat", "sampl", "test")
+
+
+def eval_like(name: str) -> bool:
+    """`evaluate`, `run_validation`, `predict_step`, `test`, `generate`...: a word of the name starts like one."""
+    return any(part == "val" or part.startswith(EVAL_WORDS) for part in name.lower().split("_"))
 CONSEQUENCE = {
     EventKind.SCALER_SCALE: "`scale()` multiplies its argument by the loss scale (65536 by default), so these values "
                             "come out 65536x too large",
@@ -123,7 +127,6 @@ class ScalerInInference(Rule):
             # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
             if event.kind in (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE) or not module_has_backward:
                 return f"runs under `{snippet(facts, opener)}` (line {facts.line_of(opener)})"
-            return None
         function = event.frame.function()
         if event.kind is EventKind.SCALER_BUILD:
             return None  # a factory building the scaler for later training is not inference
@@ -133,6 +136,6 @@ class ScalerInInference(Rule):
             return None
         calls_eval = any(c.method == "eval" and not c.node.args and c.frame.function() is function
                          for c in facts.calls)
-        if calls_eval or EVAL_NAME.search(function.name):
+        if calls_eval or eval_like(function.name):
             return f"runs in evaluation code (`{function.name}()` runs no backward)"
         return None

@@ -101,7 +101,7 @@ class DisabledAutocastWithoutCast(Rule):
                 region: Region, parameters: bool) -> Iterator[Finding]:
         visitor = UncastUses(set(low))
         body.visit(visitor)
-        visitor.uses.sort(key=lambda node: facts.position(node)[0])
+        visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
         first_use: dict[str, cst.Name] = {}
         for use in visitor.uses:
             first_use.setdefault(use.value, use)
