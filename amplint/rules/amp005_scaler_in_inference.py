@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from typing import Iterator
 
 import libcst as cst
@@ -13,12 +15,15 @@ from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
-EVAL_WORDS = ("eval", "valid", "predict", "infer", "generat", "sampl", "test")
+# Evaluation-like function names: a word of the name (split at `_`) starts like one of these.
+EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|sampl|test)", re.IGNORECASE)
 
 
 def eval_like(name: str) -> bool:
-    """`evaluate`, `run_validation`, `predict_step`, `test`, `generate`...: a word of the name starts like one."""
-    return any(part == "val" or part.startswith(EVAL_WORDS) for part in name.lower().split("_"))
+    """`evaluate`, `run_validation`, `predict_step`, `test`, `generate`..."""
+    return EVAL_NAME.search(name) is not None
+
+
 CONSEQUENCE = {
     EventKind.SCALER_SCALE: "`scale()` multiplies its argument by the loss scale (65536 by default), so these values "
                             "come out 65536x too large",
