@@ -1,0 +1,379 @@
+"""The runtime harness: proves, by running real torch, that each rule's finding is a real harm and that
+amplint's own fix removes it.
+
+Every `fixtures/<CODE>-<name>/runtime/<program>.py` is a tiny seeded training/inference program written in
+the buggy shape a rule flags. It reads its device and low dtype from `AMPLINT_DEVICE` ("cpu"/"cuda") and
+`AMPLINT_DTYPE` ("bfloat16"/"float16") and prints one final line of JSON with its observables. Beside it,
+`<program>.expect.json` says what to expect::
+
+    {"rule": "AMP003",
+     "observable": "what the numbers mean",
+     "bad": "<expression over r, the flagged run's JSON>",
+     "good": "<expression over r, the fixed run's JSON>",
+     "dtypes": ["bfloat16", "float16"],      # where the harm shows; the note says why one is left out
+     "unsafe": false,                         # optional: the fix needs --unsafe-fixes
+     "show": ["key", ...],                    # optional: the keys the evidence table prints
+     "note": "measured numbers"}
+
+The expressions see `r` (the JSON object), `device`, `dtype` (strings) and `math`.
+
+For each program the harness lints it (the rule must report it), fixes it with `amplint.fixer.fix_text`
+(the fixed twin is never written by hand; it must differ and the rule must no longer report it), then runs
+both versions in fresh `sys.executable` subprocesses for CPU x {bfloat16, float16}, plus CUDA x {float16,
+bfloat16} when a subprocess finds `torch.cuda.is_available()`. This module never imports torch itself.
+
+`python -m amplint.harness` prints the evidence as a Markdown table and exits 1 when any row fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+DEVICE_DTYPES = {"cpu": ("bfloat16", "float16"), "cuda": ("float16", "bfloat16")}
+TIMEOUT_S = 120.0
+WORKERS = 2
+REQUIRED_KEYS = ("rule", "observable", "bad", "good", "dtypes")
+_BUILTINS = {
+    "abs": abs, "all": all, "any": any, "bool": bool, "float": float, "int": int, "isinstance": isinstance,
+    "len": len, "max": max, "min": min, "round": round, "set": set, "sorted": sorted, "str": str, "sum": sum,
+    "tuple": tuple, "list": list, "True": True, "False": False, "None": None,
+}
+
+
+class HarnessError(Exception):
+    """A fixture that cannot be used: a program without its spec, a malformed spec."""
+
+
+# --- discovery --------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Program:
+    path: Path
+    rule: str
+    observable: str
+    bad: str
+    good: str
+    dtypes: tuple[str, ...]
+    unsafe: bool = False
+    show: tuple[str, ...] = ()
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        """`<fixture folder>/<stem>`, e.g. `AMP003-clip-without-unscale/clip_scaled_grads`."""
+        return f"{self.path.parent.parent.name}/{self.path.stem}"
+
+    @property
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+    def dtypes_for(self, device: str) -> tuple[str, ...]:
+        """The dtypes this program is run with on `device`, in the harness's order for that device."""
+        return tuple(dtype for dtype in DEVICE_DTYPES[device] if dtype in self.dtypes)
+
+
+def load_program(path: Path) -> Program:
+    spec_path = path.with_suffix(".expect.json")
+    if not spec_path.is_file():
+        raise HarnessError(f"{path}: no {spec_path.name} beside it")
+    try:
+        spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise HarnessError(f"{spec_path}: not valid JSON: {error}") from None
+    missing = [key for key in REQUIRED_KEYS if key not in spec]
+    if missing:
+        raise HarnessError(f"{spec_path}: missing {', '.join(missing)}")
+    unknown = [d for d in spec["dtypes"] if d not in DEVICE_DTYPES["cpu"]]
+    if unknown or not spec["dtypes"]:
+        raise HarnessError(f"{spec_path}: dtypes must be a non-empty subset of bfloat16, float16")
+    folder_code = path.parent.parent.name.split("-", 1)[0]
+    if spec["rule"] != folder_code:
+        raise HarnessError(f"{spec_path}: rule {spec['rule']} does not match its folder ({folder_code})")
+    for key in ("bad", "good"):
+        try:
+            compile(spec[key], f"{spec_path}:{key}", "eval")
+        except SyntaxError as error:
+            raise HarnessError(f"{spec_path}: {key} is not a Python expression: {error.msg}") from None
+    return Program(
+        path=path,
+        rule=spec["rule"],
+        observable=spec["observable"],
+        bad=spec["bad"],
+        good=spec["good"],
+        dtypes=tuple(spec["dtypes"]),
+        unsafe=bool(spec.get("unsafe", False)),
+        show=tuple(spec.get("show", ())),
+        note=spec.get("note", ""),
+    )
+
+
+def discover(root: Path = FIXTURES) -> list[Program]:
+    """Every `<root>/*/runtime/*.py` with its spec, sorted by path."""
+    return [load_program(path) for path in sorted(Path(root).glob("*/runtime/*.py"))]
+
+
+# --- fixing -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FixedProgram:
+    text: str | None  # the fixed source, None when it could not be produced
+    flagged_codes: tuple[str, ...] = ()  # what amplint reports on the flagged program
+    applied_codes: tuple[str, ...] = ()  # whose fixes were applied
+    remaining_codes: tuple[str, ...] = ()  # what the fixed text still reports
+    problems: tuple[str, ...] = ()  # why this fixed twin cannot confirm anything
+
+
+@lru_cache(maxsize=None)
+def _fix(path: Path, text: str, unsafe: bool, rule: str) -> FixedProgram:
+    try:
+        from amplint.engine import lint_text
+        from amplint.fixer import fix_text
+        from amplint.rules import ALL_RULES
+    except ImportError as error:
+        return FixedProgram(None, problems=(f"amplint's fixer is unavailable: {error}",))
+    filename = str(path)
+    flagged = lint_text(text, filename, [rule_class() for rule_class in ALL_RULES])
+    flagged_codes = tuple(d.code for d in flagged.diagnostics)
+    outcome = fix_text(text, filename, unsafe=unsafe)
+    applied = tuple(d.code for d in outcome.applied)
+    remaining = tuple(d.code for d in outcome.remaining)
+    problems = []
+    if rule not in flagged_codes:
+        problems.append(f"{rule} does not report the flagged program (reported: {', '.join(flagged_codes) or 'nothing'})")
+    if outcome.error:
+        problems.append(f"fixer: {outcome.error}")
+    if outcome.text == text:
+        problems.append("the fixer left the program unchanged" + ("" if unsafe else " (safe fixes only)"))
+    if rule in remaining:
+        problems.append(f"{rule} still reports the fixed program")
+    return FixedProgram(outcome.text, flagged_codes, applied, remaining, tuple(problems))
+
+
+def fix_program(program: Program) -> FixedProgram:
+    """The program as amplint's fixer rewrites it (unsafe fixes too when the spec says so)."""
+    return _fix(program.path, program.text, program.unsafe, program.rule)
+
+
+# --- running ----------------------------------------------------------------------------------------------
+
+@dataclass
+class RunResult:
+    data: dict | None  # the parsed final JSON line
+    error: str | None = None  # why there is no data
+    returncode: int | None = None
+    seconds: float = 0.0
+
+
+def _tail(text: str, lines: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_file(path: Path, device: str, dtype: str, timeout: float = TIMEOUT_S) -> RunResult:
+    """Run one program in a fresh interpreter; its last non-empty stdout line must be a JSON object."""
+    env = dict(os.environ, AMPLINT_DEVICE=device, AMPLINT_DTYPE=dtype, PYTHONHASHSEED="0",
+               OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    start = time.monotonic()
+    try:
+        completed = subprocess.run([sys.executable, str(path)], cwd=str(path.parent), env=env,
+                                   capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return RunResult(None, f"timed out after {timeout:g} s", None, time.monotonic() - start)
+    seconds = time.monotonic() - start
+    lines = [line for line in completed.stdout.splitlines() if line.strip()]
+    if completed.returncode != 0 or not lines:
+        detail = _tail(completed.stderr) or _tail(completed.stdout) or "no output"
+        return RunResult(None, f"exit code {completed.returncode}: {detail}", completed.returncode, seconds)
+    try:
+        data = json.loads(lines[-1])
+    except json.JSONDecodeError:
+        return RunResult(None, f"last line is not JSON: {lines[-1][:200]!r}", completed.returncode, seconds)
+    if not isinstance(data, dict):
+        return RunResult(None, f"last line is not a JSON object: {lines[-1][:200]!r}", completed.returncode, seconds)
+    return RunResult(data, None, completed.returncode, seconds)
+
+
+@lru_cache(maxsize=None)
+def cuda_available() -> bool:
+    """Whether torch sees a CUDA device, asked in a subprocess (amplint never imports torch)."""
+    try:
+        completed = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                                   capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return completed.returncode == 0 and completed.stdout.strip().endswith("True")
+
+
+def targets(devices: tuple[str, ...] = ("cpu", "cuda")) -> list[tuple[str, str]]:
+    """(device, dtype) pairs to run here: CPU always, CUDA only when available."""
+    pairs = []
+    for device in devices:
+        if device == "cuda" and not cuda_available():
+            continue
+        pairs.extend((device, dtype) for dtype in DEVICE_DTYPES[device])
+    return pairs
+
+
+def evaluate(expression: str, data: dict, device: str, dtype: str) -> tuple[bool, str | None]:
+    """Evaluate a spec expression over a run's JSON; (result, error)."""
+    try:
+        value = eval(expression, {"__builtins__": _BUILTINS, "math": math},  # noqa: S307 - fixture specs
+                     {"r": data, "device": device, "dtype": dtype})
+    except Exception as error:  # noqa: BLE001 - a broken expression is a failed row, not a crash
+        return False, f"{type(error).__name__}: {error}"
+    return bool(value), None
+
+
+# --- rows -------------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    program: Program
+    device: str
+    dtype: str
+    fixed: FixedProgram
+    flagged_run: RunResult | None = None
+    fixed_run: RunResult | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def confirmed(self) -> bool:
+        return not self.problems
+
+
+def _judge(row: Row) -> Row:
+    program, problems = row.program, row.problems
+    problems.extend(row.fixed.problems)
+    for label, run, expression in (("flagged", row.flagged_run, program.bad), ("fixed", row.fixed_run, program.good)):
+        if run is None:
+            continue
+        if run.data is None:
+            problems.append(f"{label} run failed: {run.error}")
+            continue
+        ok, error = evaluate(expression, run.data, row.device, row.dtype)
+        if error:
+            problems.append(f"{label} run: cannot evaluate {expression!r}: {error}")
+        elif not ok:
+            problems.append(f"{label} run: expected {expression}")
+    if row.fixed_run is None and not row.fixed.problems:
+        problems.append("fixed run missing")
+    return row
+
+
+def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int = WORKERS,
+             timeout: float = TIMEOUT_S, keep: Path | None = None) -> list[Row]:
+    """Run every program's flagged and fixed versions for each (device, dtype) it applies to, in a pool."""
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="amplint-harness-") as scratch:
+        fixed_paths: dict[Path, Path] = {}
+        for program in programs:
+            fixed = fix_program(program)
+            if fixed.text is not None and not fixed.problems:
+                folder = Path(keep) if keep else Path(scratch)
+                target = folder / program.path.parent.parent.name / f"{program.path.stem}.py"
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(fixed.text, encoding="utf-8")
+                fixed_paths[program.path] = target
+            for device, dtype in pairs:
+                if dtype in program.dtypes_for(device):
+                    rows.append(Row(program, device, dtype, fixed))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            jobs = []
+            for row in rows:
+                jobs.append((row, "flagged_run", pool.submit(run_file, row.program.path, row.device, row.dtype, timeout)))
+                if row.program.path in fixed_paths:
+                    path = fixed_paths[row.program.path]
+                    jobs.append((row, "fixed_run", pool.submit(run_file, path, row.device, row.dtype, timeout)))
+            for row, attribute, future in jobs:
+                setattr(row, attribute, future.result())
+    return [_judge(row) for row in rows]
+
+
+def check(program: Program, device: str, dtype: str, timeout: float = TIMEOUT_S) -> Row:
+    """One row: the flagged and the fixed program run side by side."""
+    return run_rows([program], [(device, dtype)], timeout=timeout)[0]
+
+
+# --- the evidence table -----------------------------------------------------------------------------------
+
+def _number(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return str(value)
+        if value == int(value) and abs(value) < 1e7:
+            return str(int(value))
+        return f"{value:.4g}"
+    return str(value)
+
+
+def summarize(program: Program, run: RunResult | None) -> str:
+    if run is None:
+        return "not run"
+    if run.data is None:
+        return f"failed: {run.error.splitlines()[-1] if run.error else ''}"
+    keys = program.show or tuple(run.data)
+    return ", ".join(f"{key}={_number(run.data.get(key))}" for key in keys)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| rule | program | device | dtype | observable | flagged run | fixed run | confirmed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        confirmed = "yes" if row.confirmed else "NO: " + "; ".join(row.problems)
+        cells = (row.program.rule, row.program.path.stem, row.device, row.dtype, row.program.observable,
+                 summarize(row.program, row.flagged_run), summarize(row.program, row.fixed_run), confirmed)
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m amplint.harness", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rule", action="append", default=[], help="only this rule code (repeatable)")
+    parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
+    parser.add_argument("--workers", type=int, default=WORKERS)
+    parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per program run")
+    parser.add_argument("--fixtures", type=Path, default=FIXTURES)
+    parser.add_argument("--keep-fixed", type=Path, metavar="DIR", help="write the fixed programs here")
+    args = parser.parse_args(argv)
+    try:
+        programs = discover(args.fixtures)
+    except HarnessError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.rule:
+        wanted = {code.upper() for code in args.rule}
+        programs = [p for p in programs if p.rule in wanted]
+    if not programs:
+        print("error: no runtime programs found", file=sys.stderr)
+        return 2
+    devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
+    pairs = targets(devices)
+    rows = run_rows(programs, pairs, workers=args.workers, timeout=args.timeout, keep=args.keep_fixed)
+    print(table(rows))
+    if "cuda" in devices and not any(device == "cuda" for device, _ in pairs):
+        print("\nCUDA not available: the CUDA rows (float16, bfloat16) were not run.")
+    failed = [row for row in rows if not row.confirmed]
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} rows confirmed.")
+    return 1 if failed or not rows else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
