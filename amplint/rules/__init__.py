@@ -8,6 +8,14 @@ from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
 from amplint.rules.amp004_scaler_per_iteration import ScalerPerIteration
 from amplint.rules.amp005_scaler_in_inference import ScalerInInference
 from amplint.rules.amp006_disabled_autocast_without_cast import DisabledAutocastWithoutCast
+from amplint.rules.amp007_deprecated_amp_api import DeprecatedAmpApi
+from amplint.rules.amp008_step_bypasses_scaler import StepBypassesScaler
+from amplint.rules.amp009_unscaled_backward import UnscaledBackward
+from amplint.rules.amp010_step_without_update import StepWithoutUpdate
+from amplint.rules.amp011_unscale_twice import UnscaleTwice
+from amplint.rules.amp012_half_model_with_scaler import HalfModelWithScaler
+from amplint.rules.amp013_scaler_with_bfloat16 import ScalerWithBfloat16
+from amplint.rules.amp014_autocast_device_mismatch import AutocastDeviceMismatch
 from amplint.rules.base import Rule
 
 ALL_RULES: tuple[type[Rule], ...] = (
@@ -17,6 +25,14 @@ ALL_RULES: tuple[type[Rule], ...] = (
     ScalerPerIteration,
     ScalerInInference,
     DisabledAutocastWithoutCast,
+    DeprecatedAmpApi,
+    StepBypassesScaler,
+    UnscaledBackward,
+    StepWithoutUpdate,
+    UnscaleTwice,
+    HalfModelWithScaler,
+    ScalerWithBfloat16,
+    AutocastDeviceMismatch,
 )
 RULES_BY_CODE: dict[str, type[Rule]] = {rule.code: rule for rule in ALL_RULES}
 RULES_BY_NAME: dict[str, type[Rule]] = {rule.name: rule for rule in ALL_RULES}

@@ -1,0 +1,593 @@
+"""AMP007 deprecated-amp-api."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import ModuleFacts
+from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, dotted_name
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+LEGACY_AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
+# Tests of an `if` that make its branches a deliberate compatibility shim for old torch versions.
+COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
+# Handlers of a `try: <new spelling> except ...: <old spelling>` shim.
+COMPAT_ERRORS = re.compile(r"^(|.*\b(ImportError|ModuleNotFoundError|AttributeError|TypeError|Exception)\b.*)$")
+
+
+class DeprecatedAmpApi(Rule):
+    """## What it does
+    Checks for the AMP spellings deprecated in torch 2.4: `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`,
+    `torch.cuda.amp.GradScaler`, `torch.cpu.amp.GradScaler`, `torch.cuda.amp.custom_fwd` and
+    `torch.cuda.amp.custom_bwd` (called, used as decorators, or wrapped in `functools.partial`), under every
+    import spelling (`import torch as th`, `import torch.cuda.amp as amp`, `from torch.cuda import amp`), and for
+    the `from torch.cuda.amp import ...` / `from torch.cpu.amp import ...` lines that import them.
+
+    Applies to torch >= 2.4 (older versions have no `torch.amp.custom_fwd` and no warning); set
+    `target-torch-version` below 2.4 to turn it off.
+
+    ## Why is this bad?
+    Every call of a deprecated spelling emits a `FutureWarning` (measured with torch 2.13:
+    `` `torch.cuda.amp.autocast(args...)` is deprecated. Please use `torch.amp.autocast('cuda', args...)` ``;
+    the same for the other five names), floods logs once per training step when the region opens in the loop,
+    and turns into an error in test suites run with `-W error`. The spellings are scheduled for removal.
+
+    The migration is not a rename: the legacy `autocast` takes `enabled` as its *first positional* argument,
+    while `torch.amp.autocast` takes the device, so `torch.cuda.amp.autocast(False)` must become
+    `torch.amp.autocast("cuda", enabled=False)`; `torch.amp.GradScaler` takes the device first (a legacy
+    positional `init_scale` moves one place right); `torch.amp.custom_fwd`/`custom_bwd` need
+    `device_type="cuda"`.
+
+    ## Example
+    ```python
+    from torch.cuda.amp import GradScaler, autocast
+
+    scaler = GradScaler(2.0**14)
+    with autocast(use_amp):
+        loss = model(x)
+    ```
+
+    ## Use instead
+    ```python
+    from torch.amp import GradScaler, autocast
+
+    scaler = GradScaler("cuda", 2.0**14)
+    with autocast("cuda", enabled=use_amp):
+        loss = model(x)
+    ```
+
+    ## Fix safety
+    Safe: the `torch.amp` spelling constructs the same object with the same arguments (the legacy classes are thin
+    subclasses that forward to it). One fix migrates the whole module: calls, decorators (`@custom_fwd` becomes
+    `@custom_fwd(device_type="cuda")`), `functools.partial` wrappers, `isinstance`/annotation references to the
+    legacy GradScaler, and the import lines (`from torch.cuda.amp import autocast` becomes
+    `from torch.amp import autocast`; `import torch.cuda.amp as amp` becomes `import torch.amp as amp`), keeping
+    `import torch as th` aliases. No fix where a name is used in a way the new signature would change (an
+    autocast passed around as a value, `*args`, a partial called with positional arguments).
+
+    ## Limits
+    Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
+    `hasattr`, a version, or `torch.amp`, and for names bound both to a legacy and to a `torch.amp` import.
+    `from torch.cuda.amp import *` is not followed.
+    """
+
+    code = "AMP007"
+    name = "deprecated-amp-api"
+    words = ("cuda.amp", "cpu.amp", "cuda import", "cpu import")
+    min_torch = "2.4"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        scan = _Scan(facts)
+        facts.module.visit(scan)
+        if not scan.sites and not scan.import_sites:
+            return
+        plan = _Plan(facts, scan)
+        fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
+            if plan.replacements else None
+        findings: list[tuple[cst.CSTNode, str, FixPlan | None]] = []
+        for site in scan.sites:
+            if site.skip or site.kind == "reference":
+                continue  # references (isinstance, annotations) do not warn; the fix migrates them along
+            new_name, device = DEPRECATED_AMP[site.qualified]
+            fixed = plan.fixed_sites.get(id(site))
+            use = f"`{plan.render(fixed)}`" if fixed is not None else _advice(new_name, device)
+            warned = _public(site.qualified)
+            message = (
+                f"`{snippet(facts, site.report)}` uses `{warned}`, deprecated since torch 2.4: {_when(site)} it warns "
+                f"\"FutureWarning: `{warned}(args...)` is deprecated. Please use `{_new_spelling(new_name, device)}` "
+                f"instead.\"; use {use}"
+            )
+            if new_name == "autocast" and site.kind == "call" and _positional(site.node):
+                message += " (the legacy first positional argument is `enabled`, not the device)"
+            findings.append((site.report, message, fix if fixed is not None else None))
+        for statement, names in scan.import_sites:
+            moved = [name for name in names if plan.moved_import(statement, name)]
+            module = dotted_name(statement.module) or ""
+            listed = ", ".join(f"`{name}`" for name in names)
+            message = (
+                f"`from {module} import ...` imports the deprecated {listed}: each call emits a FutureWarning "
+                f"since torch 2.4 (`{module}.<name>(args...)` is deprecated); import "
+                f"{'them' if len(names) > 1 else 'it'} from `torch.amp` and pass the device "
+                f"(`autocast(\"cuda\", ...)`, `GradScaler(\"cuda\", ...)`, `custom_fwd(device_type=\"cuda\")`)"
+            )
+            findings.append((statement, message, fix if moved else None))
+        for node, message, fix_plan in findings:
+            yield Finding(node, message, fix_plan)
+
+
+def _public(qualified: str) -> str:
+    """`torch.cuda.amp.autocast_mode.autocast` -> `torch.cuda.amp.autocast` (the name the warning uses)."""
+    new_name, device = DEPRECATED_AMP[qualified]
+    return f"torch.{device}.amp.{new_name}"
+
+
+def _advice(new_name: str, device: str) -> str:
+    if new_name in ("autocast", "GradScaler"):
+        return f"`torch.amp.{new_name}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
+    return f"`torch.amp.{new_name}(..., device_type=\"{device}\")`"
+
+
+def _when(site: "_Site") -> str:
+    if site.kind == "decorator":
+        return "when the decorated function is defined"
+    if site.kind == "partial":
+        return "each time the partial is called"
+    return "each time it runs"
+
+
+def _new_spelling(new_name: str, device: str) -> str:
+    if new_name in ("autocast", "GradScaler"):
+        return f"torch.amp.{new_name}('{device}', args...)"
+    return f"torch.amp.{new_name}(args..., device_type='{device}')"
+
+
+def _positional(call: cst.Call) -> bool:
+    return any(arg.keyword is None and not arg.star for arg in call.args)
+
+
+@dataclass(eq=False)
+class _Site:
+    kind: str  # "call" | "decorator" | "partial" | "reference"
+    node: cst.CSTNode  # the Call (call, partial), the decorator expression, or the reference expression
+    reference: cst.BaseExpression  # the dotted expression that names the deprecated API
+    qualified: str
+    head: str
+    skip: bool = False  # inside a compatibility shim, or the name is ambiguous
+
+    @property
+    def report(self) -> cst.CSTNode:
+        return self.reference if self.kind in ("partial", "reference") else self.node
+
+
+@dataclass(eq=False)
+class _Binding:
+    local: str
+    qualified: str
+    line: cst.SimpleStatementLine | None
+    statement: cst.Import | cst.ImportFrom
+    alias: cst.ImportAlias
+    module_level: bool
+    guarded: bool
+
+
+class _Scan(cst.CSTVisitor):
+    """Import bindings, references to deprecated AMP names (with their role), and name loads, in one walk."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        super().__init__()
+        self.facts = facts
+        self.bindings: dict[str, list[_Binding]] = {}
+        self.sites: list[_Site] = []
+        self.import_sites: list[tuple[cst.ImportFrom, list[str]]] = []
+        self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
+        self.consumed: set[int] = set()
+        self.guards: list[bool] = []
+        self.scope_depth = 0
+        self.line: cst.SimpleStatementLine | None = None
+        self.quotes = {'"': 0, "'": 0}
+
+    # scopes and guards ------------------------------------------------------------------------------
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        node.params.visit(self)
+        if node.returns is not None:
+            node.returns.visit(self)
+        self.scope_depth += 1
+        node.body.visit(self)
+        self.scope_depth -= 1
+        return False
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        for decorator in node.decorators:
+            decorator.visit(self)
+        for arg in node.bases:
+            arg.visit(self)
+        self.scope_depth += 1
+        node.body.visit(self)
+        self.scope_depth -= 1
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        if node.annotation is not None:
+            node.annotation.visit(self)
+        if node.default is not None:
+            node.default.visit(self)
+        return False
+
+    def visit_If(self, node: cst.If) -> None:
+        self.guards.append(bool(COMPAT_TEST.search(self.facts.code(node.test))))
+
+    def leave_If(self, node: cst.If) -> None:
+        self.guards.pop()
+
+    def visit_Try(self, node: cst.Try) -> None:
+        """`try: <torch.amp spelling or an import> except ImportError/AttributeError: <legacy>` is a shim."""
+        body = self.facts.code(node.body)
+        handlers = [self.facts.code(h.type) if h.type is not None else "" for h in node.handlers]
+        self.guards.append(("import" in body or "torch.amp" in body)
+                           and any(COMPAT_ERRORS.match(h) for h in handlers))
+
+    def leave_Try(self, node: cst.Try) -> None:
+        self.guards.pop()
+
+    @property
+    def guard_depth(self) -> int:
+        return sum(self.guards)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.line = node
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        quote = node.quote[-1:]
+        if quote in self.quotes:
+            self.quotes[quote] += 1
+
+    # imports ----------------------------------------------------------------------------------------
+    def _bind(self, local: str, qualified: str, statement, alias) -> None:
+        self.bindings.setdefault(local, []).append(_Binding(
+            local, qualified, self.line, statement, alias, self.scope_depth == 0, self.guard_depth > 0))
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                self._bind(alias.asname.name.value, full, node, alias)
+            else:
+                head = full.split(".", 1)[0]
+                self._bind(head, head, node, alias)
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
+            return False
+        module = dotted_name(node.module)
+        if module is None:
+            return False
+        deprecated = []
+        for alias in node.names:
+            name = dotted_name(alias.name)
+            if name is None:
+                continue
+            local = alias.asname.name.value if alias.asname is not None and isinstance(
+                alias.asname.name, cst.Name) else name
+            self._bind(local, f"{module}.{name}", node, alias)
+            if f"{module}.{name}" in DEPRECATED_AMP and not self.guard_depth:
+                deprecated.append(local)
+        if deprecated:
+            self.import_sites.append((node, deprecated))
+        return False
+
+    # references -------------------------------------------------------------------------------------
+    def _deprecated(self, node: cst.CSTNode) -> str | None:
+        qualified = self.facts.imports.qualify(node)
+        return qualified if qualified in DEPRECATED_AMP else None
+
+    def _site(self, kind: str, node: cst.CSTNode, reference: cst.BaseExpression, qualified: str) -> None:
+        self.consumed.add(id(reference))
+        head = (dotted_name(reference) or "").split(".", 1)[0]
+        self.sites.append(_Site(kind, node, reference, qualified, head, skip=self.guard_depth > 0))
+
+    def visit_Decorator(self, node: cst.Decorator) -> None:
+        expr = node.decorator
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            qualified = self._deprecated(expr)
+            if qualified is not None:
+                self._site("decorator", expr, expr, qualified)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        qualified = self._deprecated(node.func)
+        if qualified is not None:
+            self._site("call", node, node.func, qualified)
+            return
+        if self.facts.imports.qualify(node.func) in PARTIAL and node.args and node.args[0].keyword is None:
+            first = node.args[0].value
+            qualified = self._deprecated(first)
+            if qualified is not None:
+                self._site("partial", node, first, qualified)
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if id(node) not in self.consumed:
+            qualified = self._deprecated(node)
+            if qualified is not None:
+                self._site("reference", node, node, qualified)
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.loads[node.value] = self.loads.get(node.value, 0) + 1
+        if id(node) not in self.consumed:
+            qualified = self._deprecated(node)
+            if qualified is not None:
+                self._site("reference", node, node, qualified)
+
+
+class _Plan:
+    """The whole-module migration: which sites are rewritten, and how each import line changes."""
+
+    def __init__(self, facts: ModuleFacts, scan: _Scan) -> None:
+        self.facts = facts
+        self.scan = scan
+        self.quote = "'" if scan.quotes["'"] > scan.quotes['"'] else '"'
+        self.replacements: dict[cst.CSTNode, object] = {}
+        self.fixed_sites: dict[int, cst.CSTNode] = {}
+        self.moved: set[tuple[int, str]] = set()  # (id(import statement), local name) moved to torch.amp
+        self._mark_ambiguous()
+        self._decide()
+
+    # decisions --------------------------------------------------------------------------------------
+    def _mark_ambiguous(self) -> None:
+        """A name bound by several imports (a compatibility shim), or reassigned, is left alone."""
+        assigned = {target for a in self.facts.assignments for target in a.targets}
+        defined = {f.qualname for f in self.facts.functions}
+        for site in self.scan.sites:
+            bindings = self.scan.bindings.get(site.head, [])
+            targets = {b.qualified for b in bindings}
+            guarded = any(b.guarded and (b.qualified in DEPRECATED_AMP or b.qualified in DEPRECATED_AMP_MODULES)
+                          for b in bindings)
+            if len(targets) > 1 or guarded or site.head in assigned | defined:
+                site.skip = True
+        ambiguous = {name for name, bindings in self.scan.bindings.items()
+                     if len({b.qualified for b in bindings}) > 1 or name in assigned | defined}
+        self.scan.import_sites = [(statement, [n for n in names if n not in ambiguous])
+                                  for statement, names in self.scan.import_sites]
+        self.scan.import_sites = [(s, names) for s, names in self.scan.import_sites if names]
+
+    def _torch_name(self) -> str | None:
+        names = [local for local, bindings in self.scan.bindings.items()
+                 if len(bindings) >= 1 and all(b.qualified == "torch" and b.module_level for b in bindings)]
+        return "torch" if "torch" in names else (sorted(names)[0] if names else None)
+
+    def _decide(self) -> None:
+        by_head: dict[str, list[_Site]] = {}
+        for site in self.scan.sites:
+            if not site.skip:
+                by_head.setdefault(site.head, []).append(site)
+        torch_name = self._torch_name()
+        for head, sites in by_head.items():
+            binding = self.scan.bindings[head][0] if self.scan.bindings.get(head) else None
+            if binding is None:
+                continue
+            if binding.qualified == "torch":
+                for site in sites:
+                    self._rewrite(site, f"{head}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+            elif binding.qualified in DEPRECATED_AMP:
+                # `from torch.cuda.amp import autocast [as ac]`: keep the local name, move the import.
+                if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites):
+                    for site in sites:
+                        self._rewrite(site, None)
+                    self._move_import(binding, "torch.amp")
+            elif binding.qualified in DEPRECATED_AMP_MODULES:
+                # `import torch.cuda.amp as amp` / `from torch.cuda import amp`: rebind the alias to torch.amp.
+                if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites) and all(
+                        dotted_name(s.reference).count(".") == 1 for s in sites):
+                    for site in sites:
+                        self._rewrite(site, None)
+                    self._move_import(binding, "torch.amp")
+                elif torch_name is not None:
+                    for site in sites:
+                        self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+            elif torch_name is not None:
+                for site in sites:
+                    self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+                if self.scan.loads.get(head, 0) == len(sites) and all(id(s) in self.fixed_sites for s in sites):
+                    self._drop_import(binding)
+
+    def _every_use_is_a_site(self, head: str, sites: list[_Site]) -> bool:
+        return self.scan.loads.get(head, 0) == len(sites)
+
+    def _convertible(self, site: _Site) -> bool:
+        new_name = DEPRECATED_AMP[site.qualified][0]
+        if site.kind == "reference":
+            return new_name == "GradScaler"  # isinstance()/annotations: the base class accepts both
+        if site.kind == "decorator":
+            return True
+        args = site.node.args[1:] if site.kind == "partial" else site.node.args
+        keywords = {arg.keyword.value for arg in args if arg.keyword is not None}
+        if new_name == "autocast":
+            positional = [arg for arg in args if arg.keyword is None]
+            if any(arg.star == "*" for arg in positional) or len(positional) > 3:
+                return False
+            return site.kind != "partial" or self._partial_called_with_keywords_only(site)
+        if new_name == "GradScaler":
+            return "device" not in keywords
+        return "device_type" not in keywords and not any(arg.star == "**" for arg in args)
+
+    def _partial_called_with_keywords_only(self, site: _Site) -> bool:
+        bound = [a for a in self.facts.assignments if a.value is site.node and len(a.targets) == 1]
+        if not bound:
+            return False
+        name = bound[0].targets[0]
+        return all(not _positional(call.node) and not any(arg.star == "*" for arg in call.node.args)
+                   for call in self.facts.calls if call.dotted == name)
+
+    # rewrites ---------------------------------------------------------------------------------------
+    def _string(self, device: str) -> cst.SimpleString:
+        return cst.SimpleString(f"{self.quote}{device}{self.quote}")
+
+    def _rewrite(self, site: _Site, new_func: str | None) -> None:
+        if not self._convertible(site):
+            return
+        new_name, device = DEPRECATED_AMP[site.qualified]
+        func = cst.parse_expression(new_func) if new_func is not None else None
+        if site.kind == "reference":
+            if func is None:
+                return  # a from-imported GradScaler name stays as it is; only its import moves
+            self.replacements[site.node] = func
+            self.fixed_sites[id(site)] = func
+            return
+        if site.kind == "decorator":
+            call = cst.Call(func=func or site.node, args=[self._keyword("device_type", device)])
+            self.replacements[site.node] = call
+            self.fixed_sites[id(site)] = call
+            return
+
+        def convert(args: list[cst.Arg]) -> list[cst.Arg]:
+            if new_name == "autocast":
+                return _autocast_args(args, self._string(device))
+            if new_name == "GradScaler":
+                return _insert_first(args, cst.Arg(self._string(device)))
+            return _append(args, self._keyword("device_type", device))
+
+        if site.kind == "call":
+            def rebuild(updated: cst.Call) -> cst.Call:
+                return updated.with_changes(func=func or updated.func, args=convert(list(updated.args)))
+
+            self.replacements[site.node] = rebuild
+            self.fixed_sites[id(site)] = rebuild(site.node)
+        else:  # partial(<deprecated>, ...)
+            def rebuild(updated: cst.Call) -> cst.Call:
+                first, *rest = updated.args
+                first = first.with_changes(value=func) if func is not None else first
+                converted = convert(rest)
+                if converted and first.comma is cst.MaybeSentinel.DEFAULT:
+                    first = first.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+                return updated.with_changes(args=[first, *converted])
+
+            self.replacements[site.node] = rebuild
+            self.fixed_sites[id(site)] = rebuild(site.node)
+
+    def _keyword(self, keyword: str, device: str) -> cst.Arg:
+        return cst.Arg(self._string(device), keyword=cst.Name(keyword), equal=_EQUAL)
+
+    def _move_import(self, binding: _Binding, target_module: str) -> None:
+        self.moved.add((id(binding.statement), binding.local))
+        self._statement_change(binding, target_module)
+
+    def _drop_import(self, binding: _Binding) -> None:
+        self._statement_change(binding, None)
+
+    def _statement_change(self, binding: _Binding, target_module: str | None) -> None:
+        """Queue moving (or dropping) one alias of an import statement; applied per statement in rewrite()."""
+        changes = self.__dict__.setdefault("_import_changes", {})
+        changes.setdefault(binding.statement, (binding.line, []))[1].append((binding.alias, target_module))
+
+    def moved_import(self, statement: cst.ImportFrom, local: str) -> bool:
+        return (id(statement), local) in self.moved
+
+    def render(self, node: cst.CSTNode) -> str:
+        text = " ".join(cst.Module(body=[]).code_for_node(node).split())
+        return text if len(text) <= 70 else text[:67] + "..."
+
+    def rewrite(self) -> cst.Module:
+        replacements = dict(self.replacements)
+        for statement, (line, changes) in self.__dict__.get("_import_changes", {}).items():
+            _import_rewrite(statement, line, changes, replacements)
+        return replace_nodes(self.facts.module, replacements)
+
+
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def _autocast_args(args: list[cst.Arg], device: cst.SimpleString) -> list[cst.Arg]:
+    """Legacy (enabled, dtype, cache_enabled) positionals become keywords after the device."""
+    converted = []
+    position = 0
+    for arg in args:
+        if arg.keyword is None and not arg.star:
+            arg = arg.with_changes(keyword=cst.Name(LEGACY_AUTOCAST_POSITIONS[position]), equal=_EQUAL)
+            position += 1
+        converted.append(arg)
+    return _insert_first(converted, cst.Arg(device))
+
+
+def _insert_first(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    if not args:
+        return [new]
+    first_comma = args[0].comma
+    comma = first_comma if isinstance(first_comma, cst.Comma) and len(args) > 1 else cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(" "))
+    return [new.with_changes(comma=comma), *args]
+
+
+def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        previous = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else None
+        between = previous if previous is not None else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
+    return [*args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
+
+
+def _import_rewrite(statement, line, changes, replacements: dict) -> None:
+    """Move the given aliases of one import statement to `torch.amp` (or drop them), splitting when needed."""
+    changed = {id(alias): target for alias, target in changes}
+    kept = [alias for alias in statement.names if id(alias) not in changed]
+    moved = [alias for alias in statement.names if changed.get(id(alias))]
+    if isinstance(statement, cst.Import):
+        names = []
+        for alias in statement.names:
+            if id(alias) not in changed:
+                names.append(alias)
+            elif changed[id(alias)]:
+                names.append(alias.with_changes(name=cst.parse_expression(changed[id(alias)])))
+        if not names:
+            replacements[line if line is not None and len(line.body) == 1 else statement] = cst.RemoveFromParent()
+            return
+        replacements[statement] = statement.with_changes(names=_fix_commas(names, statement))
+        return
+    # from X import a, b: the moved names go to `from torch.amp import ...` (`from torch import amp` for a module).
+    module_of = {}
+    for alias in moved:
+        old = dotted_name(alias.name)
+        module_of[id(alias)] = "torch" if old in ("amp",) and dotted_name(statement.module) in (
+            "torch.cuda", "torch.cpu") else changed[id(alias)]
+    targets = {module_of[id(alias)] for alias in moved}
+    if not kept and len(targets) == 1 and moved:
+        replacements[statement] = statement.with_changes(module=cst.parse_expression(targets.pop()))
+        return
+    if not kept and not moved:
+        replacements[line if line is not None and len(line.body) == 1 else statement] = cst.RemoveFromParent()
+        return
+    remaining = statement.with_changes(names=_fix_commas(kept, statement))
+    new_lines = []
+    for target in sorted(targets):
+        names = [alias for alias in moved if module_of[id(alias)] == target]
+        names = [alias.with_changes(comma=cst.MaybeSentinel.DEFAULT) for alias in names]
+        new_lines.append(cst.SimpleStatementLine(body=[cst.ImportFrom(
+            module=cst.parse_expression(target), names=names)]))
+    if line is None or len(line.body) != 1:
+        return
+    replacements[line] = cst.FlattenSentinel([line.with_changes(body=[remaining]), *new_lines])
+
+
+def _fix_commas(names: list[cst.ImportAlias], statement) -> list[cst.ImportAlias]:
+    if not names:
+        return names
+    parenthesized = isinstance(statement, cst.ImportFrom) and statement.lpar is not None
+    if not parenthesized:
+        names = [*names[:-1], names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
+    return names

@@ -1,0 +1,129 @@
+"""AMP008 step-bypasses-scaler."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
+from amplint.facts.module import loops_within, may_follow, scaler_enabled
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+
+class StepBypassesScaler(Rule):
+    """## What it does
+    Checks for `optimizer.step()` called directly after `scaler.scale(loss).backward()` in the same function,
+    when that optimizer is never stepped through `scaler.step(optimizer)` there.
+
+    Applies to every torch version with `GradScaler` (torch >= 1.6).
+
+    ## Why is this bad?
+    `scaler.scale(loss).backward()` leaves every gradient multiplied by the loss scale (65536 at first).
+    `scaler.step(optimizer)` divides them back and skips the step when they overflowed; `optimizer.step()`
+    does neither. Measured on CPU with SGD: the first update is 65536x too large (2562.0 instead of 0.0391);
+    with Adam the scale cancels out, but a float16 overflow step writes inf/NaN into the parameters instead of
+    being skipped. A later `scaler.update()` then raises
+    `AssertionError: No inf checks were recorded prior to update.`
+
+    ## Example
+    ```python
+    scaler.scale(loss).backward()
+    optimizer.step()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The fix replaces `optimizer.step()` with `scaler.step(optimizer)` and, when the function never calls
+    `scaler.update()`, adds it on the next line. No fix for `optimizer.step(closure)` (GradScaler does not
+    support closures).
+
+    ## Limits
+    Silent when the backward and the step sit on different code paths (`if use_amp: scaler.scale(loss).backward()
+    else: loss.backward()`, then `if use_amp: scaler.step(opt) else: opt.step()`), when the step is guarded by a
+    test on the scaler or the AMP flag, when another backward comes between them, when the scaler is built with
+    `enabled=False`, and for apex (`amp.scale_loss`), accelerate (`accelerator.backward`) and Lightning
+    (`manual_backward`), which unscale by themselves.
+    """
+
+    code = "AMP008"
+    name = "step-bypasses-scaler"
+    words = ("scale(",)
+    min_torch = "1.6"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for step in facts.events:
+            if step.kind is not EventKind.OPTIMIZER_STEP or step.optimizer is None:
+                continue
+            events = facts.events_in(step.frame.function())
+            backward = _last_backward(facts, events, step)
+            if backward is None or not backward.scaled or backward.scaler is None:
+                continue
+            scaler = backward.scaler
+            if scaler_enabled(facts, scaler) is False or guarded_by_amp_test(facts, step, backward, scaler):
+                continue
+            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and e.optimizer == step.optimizer
+                   for e in events):
+                continue  # this optimizer goes through the scaler elsewhere in the function: another code path
+            has_update = any(e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler for e in events)
+            optimizer = step.optimizer
+            message = (
+                f"`{snippet(facts, step.node)}` steps `{optimizer}` with the gradients `{scaler}` scaled at line "
+                f"{facts.line_of(backward.node)} (`{snippet(facts, backward.node)}`): they are still multiplied by "
+                f"the loss scale (65536 by default), so with SGD the update is 65536x too large, a float16 overflow "
+                f"step is not skipped (NaN parameters with Adam)"
+                + (f", and `{scaler}.update()` raises `AssertionError: No inf checks were recorded prior to update.`"
+                   if has_update else "")
+                + f"; use `{scaler}.step({optimizer})`" + ("" if has_update else f" and `{scaler}.update()`")
+            )
+            yield Finding(step.node, message, self._fix(facts, step, scaler, has_update))
+
+    @staticmethod
+    def _fix(facts: ModuleFacts, step: Event, scaler: str, has_update: bool) -> FixPlan | None:
+        if step.node.args:
+            return None
+        statement = step.call.statement
+        replacement = cst.parse_expression(f"{scaler}.step({step.optimizer})")
+        if has_update:
+            return FixPlan(f"Replace with `{scaler}.step({step.optimizer})`",
+                           lambda: replace_nodes(facts.module, {step.node: replacement}))
+        if not (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is step.node):
+            return None
+
+        def rebuild() -> cst.Module:
+            stepped = statement.with_changes(body=[cst.Expr(replacement)])
+            update = cst.SimpleStatementLine(body=[cst.Expr(cst.parse_expression(f"{scaler}.update()"))])
+            return replace_nodes(facts.module, {statement: cst.FlattenSentinel([stepped, update])})
+
+        return FixPlan(f"Replace with `{scaler}.step({step.optimizer})` and add `{scaler}.update()`", rebuild)
+
+
+def _last_backward(facts: ModuleFacts, events: list[Event], step: Event) -> Event | None:
+    """The backward whose gradients this step uses: the last one before it on a path that can reach it, in a
+    loop that does not repeat the step more often than the backward."""
+    for event in reversed([e for e in events if e.index < step.index]):
+        if event.kind is EventKind.BACKWARD and may_follow(facts, event.frame, step.frame) \
+                and loops_within(event.frame, step.frame):
+            return event
+    return None
+
+
+def guarded_by_amp_test(facts: ModuleFacts, code: Event, other: Event, scaler: str) -> bool:
+    """Is `code` inside an `if` (that `other` is not in) testing the scaler or an AMP switch?"""
+    words = (scaler.rsplit(".", 1)[-1].lower(), "amp", "fp16", "half", "scaler", "mixed", "precision", "bf16")
+    for frame in code.frame.ancestors():
+        if frame.kind is FrameKind.FUNCTION:
+            break
+        if frame.kind is FrameKind.IF and not other.frame.is_within(frame):
+            test = facts.code(frame.node.test).lower()
+            if any(word in test for word in words):
+                return True
+    return False

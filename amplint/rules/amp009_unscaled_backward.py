@@ -1,0 +1,140 @@
+"""AMP009 unscaled-backward."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
+from amplint.facts.names import dotted_name
+from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+# Receivers of `.backward(...)` that are not tensors: frameworks that scale the loss themselves.
+FRAMEWORK_RECEIVERS = re.compile(r"(^|_)(accelerator|fabric|engine|trainer|deepspeed|amp|self|model)$")
+
+
+class UnscaledBackward(Rule):
+    """## What it does
+    Checks for `loss.backward()` on a loss that was not passed through `scaler.scale(...)`, when the gradients
+    are then stepped with `scaler.step(optimizer)` in the same function.
+
+    Applies to every torch version with `GradScaler` (torch >= 1.6).
+
+    ## Why is this bad?
+    `scaler.step(optimizer)` divides every gradient by the loss scale before stepping, assuming
+    `scaler.scale(loss).backward()` multiplied them. Without the scaling, two things happen (measured on CPU with
+    torch 2.13): when nothing was scaled yet, the first `scaler.step` raises
+    `AssertionError: Attempted step but _scale is None.  This may indicate your script did not use
+    scaler.scale(loss or outputs) earlier in the iteration.`; when something else was scaled (another loss,
+    `scaled = scaler.scale(loss)` computed but not used), the gradients of this loss are divided by 65536 and
+    the SGD update shrinks to 1.5e-5 of its size. With float16 the small gradients also underflow: the loss
+    scale exists to prevent exactly that.
+
+    ## Example
+    ```python
+    scaled = scaler.scale(loss)
+    loss.backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. The fix rewrites `loss.backward(...)` as `scaler.scale(loss).backward(...)` with the scaler of the
+    `scaler.step(...)` that follows, keeping the backward's arguments.
+
+    ## Limits
+    Silent when the unscaled backward is the non-AMP code path (`if use_amp: scaler.scale(loss).backward() else:
+    loss.backward()`), when an `optimizer.step()` consumes its gradients first, when the scaler is built with
+    `enabled=False`, and for `accelerator.backward(loss)`, `fabric.backward(loss)`, `model_engine.backward(loss)`,
+    Lightning's `manual_backward` and apex's `amp.scale_loss(...)` losses, which are scaled by their framework.
+    """
+
+    code = "AMP009"
+    name = "unscaled-backward"
+    words = ("backward",)
+    min_torch = "1.6"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for backward in facts.events:
+            if backward.kind is not EventKind.BACKWARD or backward.scaled or not self._plain(facts, backward):
+                continue
+            events = facts.events_in(backward.frame.function())
+            step = self._step_after(facts, events, backward)
+            if step is None:
+                continue
+            scaler = step.scaler
+            if any(e.kind is EventKind.BACKWARD and e.scaled and exclusive(facts, e.frame, backward.frame)
+                   for e in events) or guarded_by_amp_test(facts, backward, step, scaler):
+                continue  # the non-AMP code path of an `if use_amp: ... else: ...`
+            receiver = backward.node.func.value
+            loss = snippet(facts, receiver)
+            optimizer = step.optimizer or "optimizer"
+            message = (
+                f"`{snippet(facts, backward.node)}` backpropagates a loss that `{scaler}` never scaled, but "
+                f"`{snippet(facts, step.node)}` at line {facts.line_of(step.node)} divides the gradients of "
+                f"`{optimizer}` by the loss scale: if nothing was scaled yet the step raises `AssertionError: "
+                f"Attempted step but _scale is None.`, otherwise the update is 65536x too small (measured SGD update "
+                f"ratio 1.5e-5) and float16 gradients may underflow; use `{scaler}.scale({loss}).backward()`"
+            )
+            yield Finding(backward.node, message, self._fix(facts, backward, scaler))
+
+    @staticmethod
+    def _plain(facts: ModuleFacts, backward: Event) -> bool:
+        """A tensor's own `.backward()`: no positional argument, a receiver that is not a framework object, not
+        a loss bound by `with ... as loss` (apex) or computed by something that scales."""
+        node = backward.node
+        if not isinstance(node.func, cst.Attribute) or any(a.keyword is None for a in node.args):
+            return False
+        receiver = node.func.value
+        text = facts.code(receiver)
+        if "scale" in text.lower():
+            return False
+        name = dotted_name(receiver)
+        if name is not None:
+            if FRAMEWORK_RECEIVERS.search(name.rsplit(".", 1)[-1].lower()):
+                return False
+            function = backward.frame.function()
+            for assignment in facts.bindings(name, backward.frame):
+                if "scale" in facts.code(assignment.value).lower():
+                    return False
+            for with_node, frame in facts.with_frames.items():
+                if frame.function() is function and any(
+                        item.asname is not None and dotted_name(item.asname.name) == name for item in with_node.items):
+                    return False
+        return True
+
+    @staticmethod
+    def _step_after(facts: ModuleFacts, events: list[Event], backward: Event) -> Event | None:
+        """The first `scaler.step(...)` this backward's gradients reach, unless a plain step consumes them first."""
+        for event in events:
+            if event.index <= backward.index or not may_follow(facts, backward.frame, event.frame):
+                continue
+            if event.kind is EventKind.OPTIMIZER_STEP:
+                return None
+            if event.kind is EventKind.SCALER_STEP and event.scaler and loops_within(backward.frame, event.frame):
+                if scaler_enabled(facts, event.scaler) is False:
+                    return None
+                return event
+        return None
+
+    @staticmethod
+    def _fix(facts: ModuleFacts, backward: Event, scaler: str) -> FixPlan | None:
+        receiver = backward.node.func.value
+        bare = receiver.with_changes(lpar=[], rpar=[]) if hasattr(receiver, "lpar") else receiver
+        scale = cst.parse_expression(f"{scaler}.scale(_)")
+        scale = scale.with_changes(args=[cst.Arg(bare)])
+        new = backward.node.with_changes(func=backward.node.func.with_changes(value=scale))
+        return FixPlan(f"Scale the loss: `{scaler}.scale(...).backward()`",
+                       lambda: replace_nodes(facts.module, {backward.node: new}))

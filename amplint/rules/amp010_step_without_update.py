@@ -1,0 +1,172 @@
+"""AMP010 step-without-update."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import Event, EventKind, Frame, ModuleFacts
+from amplint.facts.collect import target_names
+from amplint.facts.module import scaler_enabled
+from amplint.facts.names import dotted_name
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+
+class StepWithoutUpdate(Rule):
+    """## What it does
+    Checks for `scaler.step(optimizer)` run every iteration of a loop (directly, or in a function called from a
+    loop of the same module) when the module never calls `scaler.update()`.
+
+    Applies to every torch version with `GradScaler` (torch >= 1.6).
+
+    ## Why is this bad?
+    `update()` is what ends an iteration for a GradScaler: it adapts the scale (backs off after an overflow,
+    grows after `growth_interval` clean steps) and resets the per-optimizer bookkeeping. Without it the second
+    iteration's `scaler.step(optimizer)` raises (measured on CPU, torch 2.13, float16 and bfloat16):
+    `RuntimeError: step() has already been called since the last update().` With an older torch that did not
+    check this, the scale never adapts: after one float16 overflow every later step would be skipped.
+
+    ## Example
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        optimizer.zero_grad()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+    ```
+
+    ## Fix safety
+    Safe. The fix inserts `scaler.update()` right after the last `scaler.step(...)` of the iteration (after a
+    `for opt in optimizers: scaler.step(opt)` loop as a whole). No fix when the steps sit in different branches.
+
+    ## Limits
+    Silent when any `.update()` is called on a scaler of the same name anywhere in the module, when the scaler
+    is passed to another function (which may update it), when the loop calls methods of the scaler's owner that
+    are not defined in this module, and for a scaler built with `enabled=False`.
+    """
+
+    code = "AMP010"
+    name = "step-without-update"
+    words = ("step(",)
+    min_torch = "1.6"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        steps_by_scaler: dict[tuple[str, int], list[Event]] = {}
+        for event in facts.events:
+            if event.kind is EventKind.SCALER_STEP and event.scaler:
+                key = (event.scaler, id(event.frame.function()))
+                steps_by_scaler.setdefault(key, []).append(event)
+        for (scaler, _), steps in steps_by_scaler.items():
+            if self._updated_somewhere(facts, scaler) or scaler_enabled(facts, scaler) is False:
+                continue
+            last = steps[-1]
+            function = last.frame.function()
+            if self._handed_over(facts, scaler, function):
+                continue
+            iteration = self._iteration_loop(last)
+            caller = None
+            if iteration is None:
+                caller = self._calling_loop(facts, last.frame)
+                if caller is None:
+                    continue
+            elif self._unknown_methods(facts, scaler, iteration):
+                continue
+            where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}" if iteration is not None
+                     else f"in `{function.name}()`, called from the loop at line {facts.line_of(caller.node)},")
+            message = (
+                f"`{snippet(facts, last.node)}` runs {where} but `{scaler}.update()` is never called: the second "
+                f"iteration's step raises `RuntimeError: step() has already been called since the last update().` "
+                f"(and the loss scale never adapts); call `{scaler}.update()` after the last `{scaler}.step(...)` of "
+                f"each iteration"
+            )
+            yield Finding(last.node, message, self._fix(facts, scaler, steps, iteration))
+
+    @staticmethod
+    def _updated_somewhere(facts: ModuleFacts, scaler: str) -> bool:
+        last = scaler.rsplit(".", 1)[-1]
+        return any(call.method == "update" and call.receiver and call.receiver.rsplit(".", 1)[-1] == last
+                   for call in facts.calls)
+
+    @staticmethod
+    def _handed_over(facts: ModuleFacts, scaler: str, function: Frame | None) -> bool:
+        """Is the scaler (or its owner, for `self.scaler`) passed to a call that might update it?"""
+        owner = scaler.split(".", 1)[0] if "." in scaler else None
+        for call in facts.calls:
+            if call.frame.function() is not function or call.method in ("step", "scale", "unscale_"):
+                continue
+            for arg in call.node.args:
+                name = dotted_name(arg.value)
+                if name is not None and (name == scaler or (owner is not None and name == owner)):
+                    return True
+        return False
+
+    @staticmethod
+    def _iteration_loop(step: Event) -> Frame | None:
+        """The loop whose iterations are training iterations: the innermost one around the step, or the next one
+        out when the innermost iterates over optimizers (`for opt in optimizers: scaler.step(opt)`)."""
+        loops = step.frame.loops_up_to_function()
+        if loops and isinstance(loops[0].node, cst.For) and step.optimizer in target_names(loops[0].node.target):
+            loops = loops[1:]
+        return loops[0] if loops else None
+
+    @staticmethod
+    def _unknown_methods(facts: ModuleFacts, scaler: str, loop: Frame) -> bool:
+        """For `self.scaler`: does the loop call `self.<method>()` that this module does not define?"""
+        if not scaler.startswith("self."):
+            return False
+        function = loop.function()
+        defined = {info.qualname.rsplit(".", 1)[-1] for info in facts.functions
+                   if function is not None and info.qualname.startswith(f"{function.class_name}.")}
+        return any(call.receiver == "self" and call.method not in defined and call.frame.is_within(loop)
+                   for call in facts.calls)
+
+    @staticmethod
+    def _calling_loop(facts: ModuleFacts, frame: Frame) -> Frame | None:
+        info = facts.function_info(frame)
+        for site in facts.call_sites.get(info.qualname, []) if info else ():
+            loops = site.frame.loops_up_to_function()
+            if loops:
+                return loops[0]
+        return None
+
+    @staticmethod
+    def _fix(facts: ModuleFacts, scaler: str, steps: list[Event], iteration: Frame | None) -> FixPlan | None:
+        last = steps[-1]
+        loops = last.frame.loops_up_to_function()
+        per_optimizer = loops and (iteration is None or loops[0] is not iteration) and isinstance(
+            loops[0].node, cst.For) and last.optimizer in target_names(loops[0].node.target)
+        if per_optimizer:
+            anchor_frame = loops[0]
+            anchor = anchor_frame.node
+            container = anchor_frame.parent
+        else:
+            anchor = last.call.statement
+            container = last.frame
+            if not (isinstance(anchor, cst.SimpleStatementLine) and len(anchor.body) == 1
+                    and isinstance(anchor.body[0], cst.Expr) and anchor.body[0].value is last.node):
+                return None
+        scope = iteration if iteration is not None else last.frame.function()
+        for step in steps:
+            in_scope = scope is None or step.frame.is_within(scope)
+            if in_scope and not (step.frame is container or (per_optimizer and step.frame.is_within(anchor_frame))):
+                return None  # steps in several branches: no single place for the update
+
+        def rebuild() -> cst.Module:
+            update = cst.SimpleStatementLine(body=[cst.Expr(cst.parse_expression(f"{scaler}.update()"))])
+            return replace_nodes(facts.module, {anchor: lambda updated: cst.FlattenSentinel([updated, update])})
+
+        return FixPlan(f"Add `{scaler}.update()` after the last `{scaler}.step(...)` of the iteration", rebuild)

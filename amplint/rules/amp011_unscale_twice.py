@@ -1,0 +1,239 @@
+"""AMP011 unscale-twice."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts.collect import target_names
+from amplint.facts.module import may_follow, scaler_enabled
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+ERROR = "RuntimeError: unscale_() has already been called on this optimizer since the last update()."
+AFTER_STEP = "RuntimeError: unscale_() is being called after step()."
+
+
+class UnscaleTwice(Rule):
+    """## What it does
+    Checks for `scaler.unscale_(optimizer)` called a second time on the same optimizer before
+    `scaler.update()`: twice in a row, after `scaler.step(optimizer)`, or once per iteration of a loop (typically
+    every micro-batch under gradient accumulation) whose iterations do not all reach `scaler.update()`.
+
+    Applies to every torch version with `GradScaler.unscale_` (torch >= 1.6).
+
+    ## Why is this bad?
+    `unscale_` divides the gradients in place and records that it did, so that `step()` does not divide again;
+    the record is cleared only by `update()`. A second call raises, measured on CPU with torch 2.13:
+    `RuntimeError: unscale_() has already been called on this optimizer since the last update().`
+    (`RuntimeError: unscale_() is being called after step().` after a step). Under gradient accumulation the
+    error comes at the second micro-batch; unscaling at the step boundary gives the same accumulated gradient
+    as a run without a scaler.
+
+    ## Example
+    ```python
+    for x, y in micro_batches:
+        scaler.scale(loss_fn(model(x), y)).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in micro_batches:
+        scaler.scale(loss_fn(model(x), y)).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    ```
+
+    ## Fix safety
+    Safe. In a loop, the fix moves the `unscale_` (with the gradient clipping right after it) to just before the
+    `scaler.step(optimizer)` it belongs to, when nothing it uses is assigned on the way; a plain second call in
+    the same block is removed. Code that raised now runs.
+
+    ## Limits
+    Silent when the optimizer is not a plain name (`optimizers[i]`), for a loop over optimizers
+    (`for opt in optimizers: scaler.unscale_(opt)`), when the `unscale_` itself is conditional in the loop, and
+    when the update is in another function.
+    """
+
+    code = "AMP011"
+    name = "unscale-twice"
+    words = ("unscale_",)
+    min_torch = "1.6"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for unscale in facts.events:
+            if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
+                continue
+            if scaler_enabled(facts, unscale.scaler) is False:
+                continue
+            events = facts.events_in(unscale.frame.function())
+            scaler, optimizer = unscale.scaler, unscale.optimizer
+            earlier = self._earlier(facts, events, unscale)
+            if earlier is not None:
+                after_step = earlier.kind is EventKind.SCALER_STEP
+                message = (
+                    f"`{snippet(facts, unscale.node)}` unscales `{optimizer}` again after "
+                    f"`{snippet(facts, earlier.node)}` at line {facts.line_of(earlier.node)} with no "
+                    f"`{scaler}.update()` in between: it raises `{AFTER_STEP if after_step else ERROR}`; "
+                    + ("unscale before the step" if after_step else "remove the second call")
+                )
+                yield Finding(unscale.node, message, None if after_step else self._remove(facts, unscale))
+                continue
+            loop = self._repeating_loop(facts, events, unscale)
+            if loop is None:
+                continue
+            message = (
+                f"`{snippet(facts, unscale.node)}` runs every iteration of the loop at line "
+                f"{facts.line_of(loop.node)}, but not every iteration reaches `{scaler}.update()`: the second "
+                f"iteration raises `{ERROR}` (gradient accumulation: unscale once, at the step boundary); move it "
+                f"just before `{scaler}.step({optimizer})`"
+            )
+            yield Finding(unscale.node, message, self._move(facts, events, unscale, loop))
+
+    @staticmethod
+    def _earlier(facts: ModuleFacts, events: list[Event], unscale: Event) -> Event | None:
+        """An earlier `unscale_`/`step` of the same optimizer that reaches this one with no update between."""
+        scaler, optimizer = unscale.scaler, unscale.optimizer
+        for event in reversed([e for e in events if e.index < unscale.index]):
+            if not may_follow(facts, event.frame, unscale.frame):
+                continue
+            if event.kind is EventKind.SCALER_UPDATE and event.scaler == scaler:
+                return None
+            if event.kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.scaler == scaler \
+                    and event.optimizer == optimizer:
+                # An update between them that is only conditional still leaves a path: flag only when the
+                # earlier call is not inside a loop the second one is outside of (handled as a loop case).
+                if event.frame.loops_up_to_function() == unscale.frame.loops_up_to_function():
+                    return event
+                return None
+        return None
+
+    @staticmethod
+    def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event) -> Frame | None:
+        """The innermost loop (not over optimizers) that runs this unscale_ every iteration while not every
+        iteration reaches an update of the scaler."""
+        loop = None
+        for frame in unscale.frame.ancestors():
+            if frame.kind is FrameKind.FUNCTION:
+                return None
+            if frame.kind is FrameKind.IF:
+                return None  # conditional unscale_ (for example only at the last micro-batch)
+            if frame.kind is FrameKind.LOOP:
+                if isinstance(frame.node, cst.For) and unscale.optimizer in target_names(frame.node.target):
+                    continue  # one unscale per optimizer
+                loop = frame
+                break
+        if loop is None:
+            return None
+        updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
+                   and e.frame.is_within(loop)]
+        if _always_reached(updates, loop):
+            return None
+        if not updates and not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
+            return None  # no update in this function at all: the update lives elsewhere, stay silent
+        return loop
+
+    @staticmethod
+    def _remove(facts: ModuleFacts, unscale: Event) -> FixPlan | None:
+        statement = unscale.call.statement
+        body = _block_of(unscale.frame)
+        if not _single_call_statement(statement, unscale.node) or body is None or len(body) < 2:
+            return None
+        return FixPlan("Remove the second `unscale_`",
+                       lambda: replace_nodes(facts.module, {statement: cst.RemoveFromParent()}))
+
+    @staticmethod
+    def _move(facts: ModuleFacts, events: list[Event], unscale: Event, loop: Frame) -> FixPlan | None:
+        step = next((e for e in events if e.kind is EventKind.SCALER_STEP and e.index > unscale.index
+                     and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer), None)
+        statement = unscale.call.statement
+        if step is None or not _single_call_statement(statement, unscale.node):
+            return None
+        target = step.call.statement
+        if not isinstance(target, cst.SimpleStatementLine) or len(target.body) != 1:
+            return None
+        body = _block_of(unscale.frame)
+        if body is None or not any(s is statement for s in body):
+            return None
+        moved = [statement]
+        clips = {id(e.call.statement) for e in events if e.kind is EventKind.CLIP}
+        for following in body[[id(s) for s in body].index(id(statement)) + 1:]:
+            if id(following) not in clips or not isinstance(following, cst.SimpleStatementLine):
+                break
+            moved.append(following)
+        if len(moved) == len(body):
+            return None  # the block would be empty
+        # Nothing the moved statements read may be assigned between here and the step (or by the loop).
+        used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "".join(facts.code(s) for s in moved)))
+        assigned = set()
+        if isinstance(loop.node, cst.For) and not step.frame.is_within(loop):
+            assigned.update(name.split(".")[0] for name in target_names(loop.node.target))
+        for assignment in facts.assignments:
+            if unscale.index < assignment.index < step.index or (
+                    not step.frame.is_within(loop) and assignment.frame.is_within(loop)):
+                if not any(assignment.statement is s for s in moved):
+                    assigned.update(name.split(".")[0] for name in assignment.targets)
+        if used & assigned:
+            return None
+        # A clip whose result is kept (`norm = clip_grad_norm_(...)`) must not be read later in the loop.
+        stored = {name for s in moved[1:] for a in facts.assignments if a.statement is s for name in a.targets}
+        loop_code = facts.code(loop.node)
+        if any(len(re.findall(rf"\b{re.escape(name)}\b", loop_code)) > 1 for name in stored):
+            return None
+
+        def rebuild() -> cst.Module:
+            first = moved[0].with_changes(leading_lines=target.leading_lines)
+            placed = [first, *moved[1:], target.with_changes(leading_lines=())]
+            replacements: dict = {s: cst.RemoveFromParent() for s in moved}
+            replacements[target] = cst.FlattenSentinel(placed)
+            return replace_nodes(facts.module, replacements)
+
+        return FixPlan(f"Move `{snippet(facts, unscale.node)}` to just before `{snippet(facts, step.node)}`", rebuild)
+
+
+def _always_reached(updates: list[Event], loop: Frame) -> bool:
+    """Does every iteration of `loop` reach one of `updates`? (unconditionally, or in both branches of an `if`)"""
+    branches: dict[int, set[bool]] = {}
+    for update in updates:
+        ifs = [f for f in _frames_between(update.frame, loop) if f.kind is FrameKind.IF]
+        if not ifs:
+            return True
+        outermost = ifs[-1]
+        if not [f for f in _frames_between(outermost.parent, loop) if f.kind is FrameKind.IF]:
+            branches.setdefault(id(outermost.node), set()).add(outermost.in_else)
+    return any(len(sides) == 2 for sides in branches.values())
+
+
+def _frames_between(frame: Frame | None, stop: Frame) -> list[Frame]:
+    found = []
+    while frame is not None and frame is not stop:
+        found.append(frame)
+        frame = frame.parent
+    return found
+
+
+def _block_of(frame: Frame) -> list | None:
+    """The statements of the block that `frame` stands for."""
+    node = frame.node
+    if isinstance(node, cst.Module):
+        return list(node.body)
+    if frame.kind is FrameKind.IF and frame.in_else:
+        orelse = node.orelse
+        return list(orelse.body.body) if isinstance(orelse, cst.Else) and isinstance(
+            orelse.body, cst.IndentedBlock) else None
+    body = getattr(node, "body", None)
+    return list(body.body) if isinstance(body, cst.IndentedBlock) else None
+
+
+def _single_call_statement(statement: cst.CSTNode, call: cst.Call) -> bool:
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call)

@@ -1,0 +1,160 @@
+"""AMP012 half-model-with-scaler."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import EventKind, ModuleFacts
+from amplint.facts.model import Assignment, Call
+from amplint.facts.module import call_argument, scaler_enabled
+from amplint.facts.names import dotted_name, is_optimizer_class, is_optimizer_name
+from amplint.rules.base import Finding, Rule
+from amplint.rules.scopes import snippet
+
+HALF_DTYPES = frozenset({"torch.float16", "torch.half"})
+
+
+class HalfModelWithScaler(Rule):
+    """## What it does
+    Checks for a model converted to float16 (`model.half()`, `model.to(torch.float16)`,
+    `model = Net().to(device).half()`) whose parameters are given to an optimizer that is stepped through a
+    GradScaler (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`) in the same module.
+
+    Applies to every torch version with `GradScaler` (torch >= 1.6).
+
+    ## Why is this bad?
+    Mixed precision keeps the parameters (and so their gradients and the optimizer state) in float32 and lets
+    autocast run the ops in float16. With float16 parameters the gradients are float16 too, and GradScaler
+    refuses to unscale them: the first `scaler.step(optimizer)` raises (measured on CPU, torch 2.13)
+    `ValueError: Attempting to unscale FP16 gradients.` Even without the scaler, float16 parameters lose small
+    updates (a float16 weight near 1.0 cannot change by less than ~4.9e-4).
+
+    ## Example
+    ```python
+    model = Net().cuda().half()
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    ```
+
+    ## Use instead
+    ```python
+    model = Net().cuda()  # float32 parameters
+    optimizer = torch.optim.AdamW(model.parameters())
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = loss_fn(model(x), y)
+    ```
+
+    ## Fix safety
+    No fix: removing `.half()` changes memory use and the dtype the rest of the code sees (inputs cast with
+    `.half()` must go too, autocast must be added around the forward pass).
+
+    ## Limits
+    The model, the optimizer and the scaler are matched by name within one module. Silent when the model is
+    converted back with `.float()` before the step, when the conversion comes after the last step of the same
+    function (export after training), for bfloat16 (`model.bfloat16()`, which GradScaler accepts), and when the
+    optimizer is built over separate float32 master parameters.
+    """
+
+    code = "AMP012"
+    name = "half-model-with-scaler"
+    words = ("half", "float16")
+    min_torch = "1.6"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
+                and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler) is not False]
+        if not uses:
+            return
+        for call in facts.calls:
+            if not _to_half(facts, call):
+                continue
+            model = self._model_key(facts, call)
+            if model is None:
+                continue
+            for optimizer, built in self._optimizers_over(facts, model):
+                use = next((e for e in uses if e.optimizer == optimizer and self._related(call, built, e)), None)
+                if use is None or self._converted_back(facts, model, call, use):
+                    continue
+                message = (
+                    f"`{snippet(facts, call.node)}` makes the parameters of `{model}` float16, and `{optimizer}` "
+                    f"(built over `{model}.parameters()` at line {facts.line_of(built.value)}) is stepped through "
+                    f"`{use.scaler}` at line {facts.line_of(use.node)}: `{snippet(facts, use.node)}` raises "
+                    f"`ValueError: Attempting to unscale FP16 gradients.`; keep the parameters float32 and run the "
+                    f"forward pass under `torch.autocast(..., dtype=torch.float16)` instead"
+                )
+                yield Finding(call.node, message)
+                break
+
+    @staticmethod
+    def _model_key(facts: ModuleFacts, call: Call) -> str | None:
+        """`model` for `model.half()` as a statement, or for `model = <chain ending in .half()>`."""
+        statement = call.statement
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+            small = statement.body[0]
+            if isinstance(small, cst.Expr) and small.value is call.node:
+                return call.receiver
+            if isinstance(small, (cst.Assign, cst.AnnAssign)):
+                for assignment in facts.assignments:
+                    if assignment.statement is statement and len(assignment.targets) == 1 and _in_chain(
+                            assignment.value, call.node):
+                        return assignment.targets[0]
+        return None
+
+    @staticmethod
+    def _optimizers_over(facts: ModuleFacts, model: str) -> list[tuple[str, Assignment]]:
+        pattern = re.compile(rf"(?<![\w.]){re.escape(model)}\.(named_)?parameters\(\)")
+        found = []
+        for assignment in facts.assignments:
+            value = assignment.value
+            if len(assignment.targets) != 1 or not isinstance(value, cst.Call):
+                continue
+            target = assignment.targets[0]
+            callee = facts.imports.qualify(value.func) or dotted_name(value.func) or ""
+            if not (is_optimizer_class(callee) or is_optimizer_name(target)):
+                continue
+            if pattern.search(facts.code(value)):
+                found.append((target, assignment))
+        return found
+
+    @staticmethod
+    def _related(half: Call, built: Assignment, use) -> bool:
+        """The conversion runs before the step: same function and earlier, or in the function that builds the
+        optimizer (or at module level) when the step is elsewhere."""
+        half_function = half.frame.function()
+        if half_function is use.frame.function():
+            return half.index < use.index
+        return half_function is built.frame.function() or half_function is None
+
+    @staticmethod
+    def _converted_back(facts: ModuleFacts, model: str, half: Call, use) -> bool:
+        return any(call.receiver == model and call.method in ("float", "to", "type") and call is not half
+                   and call.index > half.index and not _to_half(facts, call)
+                   and (call.method == "float" or "float32" in facts.code(call.node))
+                   for call in facts.calls)
+
+
+def _to_half(facts: ModuleFacts, call: Call) -> bool:
+    """`x.half()`, `x.to(torch.float16)`, `x.to(device, torch.half)`, `x.to(dtype=torch.float16)`, `x.type(...)`."""
+    node = call.node
+    if call.method == "half" and not node.args:
+        return True
+    if call.method in ("to", "type"):
+        dtype = call_argument(node, None, "dtype")
+        candidates = [dtype] if dtype is not None else [a.value for a in node.args if a.keyword is None]
+        return any(facts.imports.qualify(c) in HALF_DTYPES for c in candidates if c is not None)
+    return False
+
+
+def _in_chain(value: cst.BaseExpression, node: cst.Call) -> bool:
+    """Is `node` the value itself or a call of its method chain (`Net().cuda().half().to(device)`)?"""
+    while True:
+        if value is node:
+            return True
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        else:
+            return False

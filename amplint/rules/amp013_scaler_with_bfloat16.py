@@ -1,0 +1,260 @@
+"""AMP013 scaler-with-bfloat16."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.diagnostics import Applicability
+from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
+from amplint.facts.module import scaler_enabled
+from amplint.facts.names import dotted_name
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+# Any of these in the module means float16 may be in play somewhere: stay silent.
+FLOAT16_HINT = re.compile(r"float16|\.half\(|torch\.half\b|fp16|\"half\"|'half'")
+
+
+class ScalerWithBfloat16(Rule):
+    """## What it does
+    Checks for a GradScaler in a module whose autocast regions all use `dtype=torch.bfloat16` (or CPU autocast,
+    whose default is bfloat16), with no float16 anywhere in the module.
+
+    Applies to torch >= 1.10 (bfloat16 autocast).
+
+    ## Why is this bad?
+    Loss scaling exists because float16 has a narrow exponent range: small gradients underflow to zero unless
+    the loss is multiplied first. bfloat16 has float32's exponent range, so nothing underflows and the scaler
+    never finds an overflow to skip. Measured on CPU with torch 2.13: 300 steps with
+    `GradScaler` + bfloat16 autocast give parameters bit-identical to the same 300 steps without a scaler. The
+    scaler only adds work every step (a multiply, an unscale pass over every gradient with an inf/NaN check, a
+    scale update) and a piece of state to checkpoint.
+
+    ## Example
+    ```python
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    ```
+
+    ## Use instead
+    ```python
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+    ```
+
+    ## Fix safety
+    Unsafe: the result is numerically the same, but checkpoints no longer carry the scaler's state and code that
+    later switches the dtype to float16 would need the scaler back. The fix removes the construction,
+    `scaler.update()` and `scaler.unscale_(...)`, and rewrites `scaler.scale(loss)` as `loss` and
+    `scaler.step(optimizer)` as `optimizer.step()`; no fix when the scaler is used any other way (saved,
+    passed to a function, `get_scale()`).
+
+    ## Limits
+    Silent when any autocast region of the module may be float16 (a dtype that is not a literal bfloat16 is
+    taken as maybe float16), when the module mentions float16/half/fp16 at all, when the scaler is built with an
+    `enabled=` flag (typically tied to the dtype), and when the module has no autocast region.
+    """
+
+    code = "AMP013"
+    name = "scaler-with-bfloat16"
+    words = ("bfloat16",)
+    min_torch = "1.10"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
+        if not builds or FLOAT16_HINT.search(facts.module.code):
+            return
+        regions = self._regions(facts)
+        active = [r for r in regions if r.state is not RegionState.OFF]
+        if not active or any(_dtype(r) != "bfloat16" for r in active):
+            return
+        region = active[0]
+        for build in builds:
+            key = build.bound_to
+            if scaler_enabled(facts, key) is not True:
+                continue
+            uses = [e for e in facts.events if e.scaler == key and e.kind in (
+                EventKind.SCALER_STEP, EventKind.SCALER_SCALE, EventKind.BACKWARD, EventKind.SCALER_UPDATE)]
+            if not uses:
+                continue
+            message = (
+                f"`{snippet(facts, build.node)}` scales the losses of code that autocasts only to bfloat16 "
+                f"(`{snippet(facts, region.opener)}` at line {facts.line_of(region.opener)}): bfloat16 has float32's "
+                f"exponent range, so gradients do not underflow and nothing is ever skipped (measured: parameters "
+                f"bit-identical to no scaler over 300 steps); `{key}` only adds an unscale pass and inf checks "
+                f"every step; remove it"
+            )
+            yield Finding(build.node, message, _RemoveScaler(facts, build).plan())
+
+    @staticmethod
+    def _regions(facts: ModuleFacts) -> list[Region]:
+        regions = []
+        for call in facts.calls:
+            region = facts.classify_context(call.node, call.frame)
+            if isinstance(region, Region) and region.opener is call.node:
+                regions.append(region)
+        return regions
+
+
+def _dtype(region: Region) -> str | None:
+    if region.dtype is not None:
+        return region.dtype
+    if region.device == "cpu" and isinstance(region.opener, cst.Call):
+        return "bfloat16"  # CPU autocast's default dtype
+    return None
+
+
+class _RemoveScaler:
+    """The rewrite that takes a scaler out of a module, if every use of it is one we know how to remove."""
+
+    def __init__(self, facts: ModuleFacts, build: Event) -> None:
+        self.facts = facts
+        self.build = build
+        self.key = build.bound_to
+
+    def plan(self) -> FixPlan | None:
+        replacements = self._replacements()
+        if replacements is None:
+            return None
+        return FixPlan(f"Remove `{self.key}`: `{self.key}.scale(loss)` -> `loss`, "
+                       f"`{self.key}.step(opt)` -> `opt.step()`",
+                       lambda: replace_nodes(self.facts.module, replacements), Applicability.UNSAFE)
+
+    def _replacements(self) -> dict | None:
+        facts, key = self.facts, self.key
+        references = _References(key)
+        facts.module.visit(references)
+        handled = 0
+        replacements: dict = {}
+        removed_statements: list[cst.CSTNode] = []
+        build_statement = self.build.call.statement
+        if not _single(build_statement, cst.Assign) or build_statement.body[0].value is not self.build.node:
+            return None
+        removed_statements.append(build_statement)
+        handled += 1
+        for call in facts.calls:
+            if call.receiver != key:
+                continue
+            node = call.node
+            if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
+                    and not node.args[0].star:
+                replacements[node] = _parenthesized(node.args[0].value)
+            elif call.method == "step" and len(node.args) == 1 and node.args[0].keyword is None \
+                    and dotted_name(node.args[0].value):
+                replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
+            elif call.method in ("update", "unscale_") and _single(call.statement, cst.Expr) and \
+                    call.statement.body[0].value is node:
+                removed_statements.append(call.statement)
+            else:
+                return None
+            handled += 1
+        if handled != references.count:
+            return None  # used some other way: saved, passed along, get_scale()...
+        if not self._blocks_survive(removed_statements):
+            return None
+        for statement in removed_statements:
+            replacements[statement] = cst.RemoveFromParent()
+        self._drop_unused_import(replacements)
+        return replacements
+
+    def _blocks_survive(self, removed: list[cst.CSTNode]) -> bool:
+        """No block may lose all of its statements."""
+        class Blocks(cst.CSTVisitor):
+            ok = True
+
+            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+                if node.body and all(any(s is r for r in removed) for s in node.body):
+                    Blocks.ok = False
+
+        self.facts.module.visit(Blocks())
+        return Blocks.ok
+
+    def _drop_unused_import(self, replacements: dict) -> None:
+        func = self.build.node.func
+        if not isinstance(func, cst.Name):
+            return
+        references = _References(func.value)
+        self.facts.module.visit(references)
+        if references.count != 1:
+            return
+
+        class Imports(cst.CSTVisitor):
+            def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> None:
+                if len(line.body) != 1 or not isinstance(line.body[0], cst.ImportFrom):
+                    return
+                statement = line.body[0]
+                if isinstance(statement.names, cst.ImportStar):
+                    return
+                local = [a for a in statement.names
+                         if (a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name)
+                             else dotted_name(a.name)) == func.value]
+                if not local:
+                    return
+                kept = [a for a in statement.names if a is not local[0]]
+                if not kept:
+                    replacements[line] = cst.RemoveFromParent()
+                    return
+                if statement.lpar is None:
+                    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                replacements[statement] = statement.with_changes(names=kept)
+
+        self.facts.module.visit(Imports())
+
+
+class _References(cst.CSTVisitor):
+    """How many times a dotted name (`scaler`, `self.scaler`) is referenced outside imports."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+        self.count = 0
+
+    def visit_Import(self, node: cst.Import) -> bool:
+        return False
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
+
+    def visit_Param(self, node: cst.Param) -> bool:
+        self.count += node.name.value == self.key
+        for child in (node.annotation, node.default):
+            if child is not None:
+                child.visit(self)
+        return False
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        if dotted_name(node) == self.key:
+            self.count += 1
+            return False
+        node.value.visit(self)
+        return False
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.key:
+            self.count += 1
+
+
+def _single(statement: cst.CSTNode, kind: type) -> bool:
+    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
+        statement.body[0], kind)
+
+
+def _parenthesized(value: cst.BaseExpression) -> cst.BaseExpression:
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or getattr(value, "lpar", None):
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])

@@ -1,0 +1,275 @@
+"""AMP014 autocast-device-mismatch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from amplint.facts import ModuleFacts
+from amplint.facts.model import Call
+from amplint.facts.module import call_argument, literal_bool, literal_string
+from amplint.facts.names import (
+    AUTOCAST_LEGACY,
+    AUTOCAST_NEW,
+    FLOAT32_DTYPES,
+    GRAD_SCALERS,
+    LOW_DTYPES,
+    PARTIAL,
+    TORCH_DEVICE,
+    dotted_name,
+)
+from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.scopes import snippet
+
+VALUE_ERROR = "ValueError(\"Expected `device_type` of type `str`, got: `<class '{kind}'>`\")"
+TYPE_ERROR = "TypeError(\"autocast.__init__() missing 1 required positional argument: 'device_type'\")"
+CPU_WARNING = "UserWarning(\"In CPU autocast, but the target dtype is not supported. Disabling autocast.\")"
+_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+class AutocastDeviceMismatch(Rule):
+    """## What it does
+    Checks the device given to `torch.autocast` / `torch.amp.autocast`:
+    - no `device_type` at all (`torch.autocast()`, `torch.autocast(dtype=torch.bfloat16)`), or a dtype or a
+      bool in its place (`torch.autocast(torch.bfloat16)`, `torch.autocast(True)`, the legacy
+      `torch.cuda.amp.autocast` habit);
+    - a `torch.device` object as `device_type` (`torch.device("cuda")`, a name bound only to `torch.device(...)`,
+      a parameter annotated `torch.device`), also through `functools.partial(torch.autocast, ...)`;
+    - `device_type="cpu"` (or `torch.cpu.amp.autocast`) with `dtype=torch.float32`/`float64`.
+
+    Applies to torch >= 1.10 (`torch.autocast`); the messages below were measured with torch 2.13.
+
+    ## Why is this bad?
+    The first two fail when the region is entered: `torch.autocast()` raises
+    `TypeError: autocast.__init__() missing 1 required positional argument: 'device_type'`, and anything but a
+    string raises `ValueError: Expected `device_type` of type `str`, got: `<class 'torch.device'>``
+    (`torch.dtype`, `bool` likewise). The third silently turns mixed precision off: CPU autocast supports only
+    bfloat16 and float16, so torch warns `UserWarning: In CPU autocast, but the target dtype is not supported.
+    Disabling autocast.` every time the region opens and runs it in float32.
+
+    ## Example
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.autocast(device_type=device, dtype=torch.bfloat16):
+        loss = model(x)
+    with torch.autocast("cpu", dtype=torch.float32):
+        head = classifier(h)
+    ```
+
+    ## Use instead
+    ```python
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+        loss = model(x)
+    with torch.autocast("cpu", enabled=False):
+        head = classifier(h)
+    ```
+
+    ## Fix safety
+    Safe where the fix is sound: a `torch.device` becomes its `.type` (`torch.device("cuda:0")` becomes
+    `"cuda"`); `dtype=torch.float32` on CPU becomes `enabled=False`, which is what torch already did, minus the
+    warning; a missing device, a dtype or a bool in its place is fixed only when every other autocast region and
+    GradScaler of the module names the same device (then the dtype becomes `dtype=` and the bool `enabled=`).
+    Otherwise no fix.
+
+    ## Limits
+    A name is taken as a `torch.device` only when every assignment to it is `torch.device(...)`, or when it is a
+    parameter annotated `torch.device`; `device.type`, strings and unknown values are trusted.
+    """
+
+    code = "AMP014"
+    name = "autocast-device-mismatch"
+    words = ("autocast",)
+    min_torch = "1.10"
+
+    def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        for call in facts.calls:
+            if call.qualified in AUTOCAST_NEW:
+                yield from self._check_call(facts, call, list(call.node.args), legacy=None)
+            elif call.qualified in AUTOCAST_LEGACY and AUTOCAST_LEGACY[call.qualified] == "cpu":
+                finding = self._cpu_float32(facts, call, list(call.node.args), legacy=True)
+                if finding is not None:
+                    yield finding
+            elif call.qualified in PARTIAL and call.node.args and call.node.args[0].keyword is None \
+                    and facts.imports.qualify(call.node.args[0].value) in AUTOCAST_NEW:
+                device = call_argument(cst.Call(func=call.node.func, args=call.node.args[1:]), 0, "device_type")
+                if device is not None:
+                    finding = self._torch_device(facts, call, device)
+                    if finding is not None:
+                        yield finding
+
+    # the checks -------------------------------------------------------------------------------------
+    def _check_call(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy) -> Iterator[Finding]:
+        node = call.node
+        device = call_argument(node, 0, "device_type")
+        starred = any(arg.star for arg in args)
+        if device is None:
+            if not starred:
+                yield Finding(node, (
+                    f"`{snippet(facts, node)}` has no `device_type`: entering it raises {TYPE_ERROR} "
+                    f"(`torch.autocast` takes the device first, unlike the legacy `torch.cuda.amp.autocast`); "
+                    f"pass it, for example `torch.autocast(\"cuda\", ...)` or `torch.autocast(x.device.type, ...)`"
+                ), self._add_device(facts, call, None))
+            return
+        positional = args[0].keyword is None and not args[0].star
+        qualified = facts.imports.qualify(device)
+        if positional and (qualified in LOW_DTYPES or qualified in FLOAT32_DTYPES):
+            yield Finding(node, (
+                f"`{snippet(facts, node)}` passes the dtype `{snippet(facts, device)}` where the device type goes: "
+                f"it raises {VALUE_ERROR.format(kind='torch.dtype')}; write "
+                f"`torch.autocast(<device type>, dtype={snippet(facts, device)})`"
+            ), self._add_device(facts, call, "dtype"))
+            return
+        if positional and literal_bool(device) is not None:
+            yield Finding(node, (
+                f"`{snippet(facts, node)}` passes `{device.value}` where the device type goes (the legacy "
+                f"`torch.cuda.amp.autocast` took `enabled` first): it raises {VALUE_ERROR.format(kind='bool')}; "
+                f"write `torch.autocast(<device type>, enabled={device.value})`"
+            ), self._add_device(facts, call, "enabled"))
+            return
+        finding = self._torch_device(facts, call, device)
+        if finding is not None:
+            yield finding
+            return
+        finding = self._cpu_float32(facts, call, args, legacy=False)
+        if finding is not None:
+            yield finding
+
+    def _torch_device(self, facts: ModuleFacts, call: Call, device: cst.BaseExpression) -> Finding | None:
+        replacement, origin = self._device_type_of(facts, call, device)
+        if replacement is None:
+            return None
+        message = (
+            f"`device_type` of `{snippet(facts, call.node)}` is a `torch.device`{origin}, not a string: entering it "
+            f"raises {VALUE_ERROR.format(kind='torch.device')}; pass `{facts.module.code_for_node(replacement)}`"
+        )
+        fix = FixPlan(f"Pass `{facts.module.code_for_node(replacement)}`",
+                      lambda: replace_nodes(facts.module, {device: replacement}))
+        return Finding(device, message, fix)
+
+    def _device_type_of(self, facts: ModuleFacts, call: Call, device: cst.BaseExpression):
+        """(the string expression to pass instead, where the torch.device comes from), or (None, "")."""
+        if isinstance(device, cst.Call) and facts.imports.qualify(device.func) in TORCH_DEVICE:
+            literal = literal_string(call_argument(device, 0, "type"))
+            if literal is not None and len(device.args) == 1:
+                quote = device.args[0].value.quote if isinstance(device.args[0].value, cst.SimpleString) else '"'
+                return cst.SimpleString(f"{quote}{literal.split(':', 1)[0]}{quote}"), ""
+            return cst.Attribute(value=device, attr=cst.Name("type")), ""
+        key = dotted_name(device)
+        if key is None:
+            return None, ""
+        bindings = facts.bindings(key, call.frame)
+        if bindings and all(isinstance(a.value, cst.Call) and facts.imports.qualify(a.value.func) in TORCH_DEVICE
+                            for a in bindings):
+            line = facts.line_of(bindings[-1].value)
+            return cst.Attribute(value=device, attr=cst.Name("type")), f" (`{key} = torch.device(...)`, line {line})"
+        if "." not in key and not bindings and self._annotated_device(facts, call, key):
+            return cst.Attribute(value=device, attr=cst.Name("type")), f" (parameter `{key}: torch.device`)"
+        return None, ""
+
+    @staticmethod
+    def _annotated_device(facts: ModuleFacts, call: Call, key: str) -> bool:
+        function = call.frame.function()
+        node = function.node if function is not None else None
+        if not isinstance(node, cst.FunctionDef):
+            return False
+        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
+        for param in params:
+            if param.name.value == key and param.annotation is not None:
+                return facts.imports.qualify(param.annotation.annotation) in TORCH_DEVICE
+        return False
+
+    def _cpu_float32(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy: bool) -> Finding | None:
+        node = call.node
+        if not legacy and literal_string(call_argument(node, 0, "device_type")) != "cpu":
+            return None
+        dtype_position, enabled_position = (1, 0) if legacy else (1, 2)
+        dtype = call_argument(node, dtype_position, "dtype")
+        if dtype is None or facts.imports.qualify(dtype) not in FLOAT32_DTYPES:
+            return None
+        enabled = call_argument(node, enabled_position, "enabled")
+        if enabled is not None and literal_bool(enabled) is False:
+            return None
+        message = (
+            f"`{snippet(facts, node)}` asks CPU autocast for {snippet(facts, dtype)}, which it does not support "
+            f"(only bfloat16 and float16): torch warns {CPU_WARNING} each time the region opens and runs it "
+            f"without autocast; write `enabled=False` to disable autocast here, or `dtype=torch.bfloat16` for mixed "
+            f"precision"
+        )
+        return Finding(node, message, self._disable(facts, node, dtype, enabled))
+
+    # fixes ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _disable(facts: ModuleFacts, node: cst.Call, dtype, enabled) -> FixPlan | None:
+        """`dtype=torch.float32` -> `enabled=False` (what torch does anyway, without the warning)."""
+        drop = {id(dtype), id(enabled)}
+        kept, dropped_positional = [], False
+        for arg in node.args:
+            if id(arg.value) in drop:
+                dropped_positional = dropped_positional or arg.keyword is None
+                continue
+            if dropped_positional and arg.keyword is None:
+                return None  # a later positional argument would shift
+            kept.append(arg)
+        flag = cst.Arg(cst.Name("False"), keyword=cst.Name("enabled"), equal=_EQUAL)
+        new = node.with_changes(args=_append(kept, flag))
+        return FixPlan("Replace the unsupported float32 dtype with `enabled=False`",
+                       lambda: replace_nodes(facts.module, {node: new}))
+
+    def _add_device(self, facts: ModuleFacts, call: Call, first_as: str | None) -> FixPlan | None:
+        device = _module_device(facts, call.node)
+        node = call.node
+        if device is None:
+            return None
+        args = list(node.args)
+        if first_as is not None:
+            if call_argument(node, None, first_as) is not None:
+                return None
+            args[0] = args[0].with_changes(keyword=cst.Name(first_as), equal=_EQUAL)
+        new_arg = cst.Arg(device)
+        if args:
+            new_arg = new_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
+        new = node.with_changes(args=[new_arg, *args])
+        return FixPlan(f"Pass the module's device, `{device.value}`", lambda: replace_nodes(facts.module, {node: new}))
+
+
+def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | None:
+    """The one literal device every other autocast region and GradScaler of the module names, if any."""
+    devices: dict[str, cst.SimpleString | None] = {}
+    for call in facts.calls:
+        node = call.node
+        if node is exclude:
+            continue
+        if call.qualified in AUTOCAST_NEW:
+            value = call_argument(node, 0, "device_type")
+        elif call.qualified in AUTOCAST_LEGACY:
+            devices.setdefault(AUTOCAST_LEGACY[call.qualified], None)
+            continue
+        elif call.qualified in GRAD_SCALERS:
+            if call.qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")):
+                devices.setdefault(call.qualified.split(".")[1], None)
+                continue
+            value = call_argument(node, 0, "device")
+            if value is None:
+                devices.setdefault("cuda", None)
+                continue
+        else:
+            continue
+        literal = literal_string(value)
+        if literal is None:
+            return None  # a device only known at run time: no guess
+        devices[literal] = value if devices.get(literal) is None else devices[literal]
+    if len(devices) != 1:
+        return None
+    name, node = next(iter(devices.items()))
+    return node if node is not None else cst.SimpleString(f'"{name}"')
+
+
+def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+    if not args:
+        return [new]
+    last = args[-1]
+    if isinstance(last.comma, cst.Comma):
+        return [*args, new]
+    return [*args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
