@@ -13,10 +13,12 @@ import click
 
 from amplint import __version__
 from amplint import rules as registry
+from amplint.cache import Cache, clean as clean_cache, default_directory
 from amplint.config import ConfigError, load_settings, validate_selectors
 from amplint.discovery import discover
 from amplint.output import FORMAT_NAMES, Report, render
-from amplint.runner import FileOutcome, Mode, process_file, process_stdin, rules_for
+from amplint.parallel import Progress, lint_paths
+from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -61,8 +63,14 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Worker processes (default: the number of cores; small runs use one).")
+@click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="The result cache's folder (default: .amplint_cache in the project root).")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
-          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file) -> None:
+          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file, jobs=None,
+          no_cache=False, cache_dir=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -89,8 +97,13 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             sys.stdout.write(outcome.fixed_text if outcome.fixed_text is not None else "")
             sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode))
     else:
-        for path in discover(list(paths) or ["."], settings):
-            outcomes.append(process_file(path, rules_for(path, rule_classes, settings), mode))
+        files = list(discover(list(paths) or ["."], settings))
+        cache = None  # lint results only (amplint/cache.py)
+        if not (no_cache or mode.fix or mode.diff):
+            cache = Cache.open(cache_dir or default_directory(settings))
+        human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
+        progress = Progress.for_run(len(files), machine_format=not human)
+        outcomes.extend(lint_paths(files, rule_classes, settings, mode, jobs or settings.jobs, cache, progress))
 
     if mode.diff:
         for outcome in outcomes:
@@ -175,6 +188,23 @@ def rule(code: str | None, show_all: bool) -> None:
             click.echo("\n" + "-" * 80 + "\n")
         click.echo(f"# {rule_class.name} ({rule_class.code})\n")
         click.echo(rule_class.documentation())
+
+
+@main.command()
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="The cache folder to remove.")
+@click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
+def clean(cache_dir, config_path) -> None:
+    """Remove the result cache (.amplint_cache in the project root, or the configured cache-dir)."""
+    try:
+        directory = Path(cache_dir) if cache_dir else default_directory(load_settings(config_path))
+    except ConfigError as error:
+        raise click.UsageError(str(error)) from None
+    try:
+        removed = clean_cache(directory)
+    except (ValueError, OSError) as error:
+        click.echo(f"amplint: {error}", err=True)
+        sys.exit(EXIT_ERROR)
+    click.echo(f"Removed {directory}" if removed else f"No cache at {directory}")
 
 
 @main.command()

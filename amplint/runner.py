@@ -10,6 +10,7 @@ from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
+from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
 from amplint.source import SourceError, decode_source, read_source, write_atomically
 
@@ -32,11 +33,14 @@ class FileOutcome:
     internal_error: bool = False
 
 
+_INSTANCES: dict[type[Rule], Rule] = {}  # rules keep no state: one instance per rule per process
+
+
 def rules_for(path: str, rule_classes: list[type[Rule]], settings: Settings) -> list[Rule]:
     ignored: set[type[Rule]] = set()
     for selector in settings.ignored_for(path):
         ignored.update(registry.matching(selector))
-    return [rule() for rule in rule_classes if rule not in ignored]
+    return [_INSTANCES.get(rule) or _INSTANCES.setdefault(rule, rule()) for rule in rule_classes if rule not in ignored]
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
@@ -44,7 +48,9 @@ def unified_diff(path: str, old: str, new: str) -> str:
         old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}"))
 
 
-def process_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+def process_text(text: str, path: str, rules: list[Rule], mode: Mode, prefilter: bool = True) -> FileOutcome:
+    if prefilter and prefilter_for(rules).decide(text).skipped:  # no enabled rule can fire (amplint/prefilter.py)
+        return FileOutcome(path, [], fixed_text=text if (mode.fix or mode.diff) else None)
     if not (mode.fix or mode.diff):
         result = lint_text(text, path, rules)
         return FileOutcome(path, result.diagnostics, internal_error=any(d.code == "AMP902" for d in result.diagnostics))
@@ -59,7 +65,7 @@ def process_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOut
     return file_outcome
 
 
-def process_file(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+def process_file(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOutcome:
     if path.endswith(".ipynb"):  # notebooks: code cells linted as one program (amplint/notebook.py)
         from amplint.notebook import process_notebook
 
@@ -68,6 +74,9 @@ def process_file(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
         source = read_source(path)
     except SourceError as error:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    if cache is not None and not (mode.fix or mode.diff):  # amplint/cache.py: lint results only
+        found = cache.lint(source.raw, source.text, rules, path, lambda: process_text(source.text, path, rules, mode).diagnostics)
+        return FileOutcome(path, found, internal_error=any(d.code == "AMP902" for d in found))
     outcome = process_text(source.text, path, rules, mode)
     if mode.fix and not mode.diff and outcome.fixed:
         try:

@@ -58,7 +58,11 @@ class BackwardInAutocast(Rule):
     code = "AMP001"
     name = "backward-in-autocast"
     fix = "sometimes"
-    words = ("backward", "autograd.grad")
+    words = ("autocast",)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.regions_possible() and summary.backward_possible()
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

@@ -56,7 +56,12 @@ class StepInAutocast(Rule):
     code = "AMP002"
     name = "step-in-autocast"
     fix = "sometimes"
-    words = ("step", "update")
+    words = ("autocast",)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.regions_possible() and (
+            summary.calls_method("step") or (summary.calls_method("update") and summary.scaler_possible()))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

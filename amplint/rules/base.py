@@ -35,8 +35,10 @@ class Rule:
 
     code: ClassVar[str]
     name: ClassVar[str]
-    # Words one of which a file must contain for this rule to possibly fire (the byte prefilter).
-    words: ClassVar[tuple[str, ...]] = ("autocast", "GradScaler", "amp")
+    # Prefilter, stage 1 (amplint/prefilter.py): words one of which a file must contain (as plain substrings,
+    # anywhere in the text) for this rule to possibly fire. None: no word filter, every file is considered.
+    # Choose words that every spelling of what the rule looks for must contain, imports and aliases included.
+    words: ClassVar[tuple[str, ...] | None] = None
     min_torch: ClassVar[str | None] = None
     # What --fix can do for this rule's findings: "safe", "unsafe", "sometimes" (safe or unsafe depending on
     # the code), or "none". Shown in the README's rule table.
@@ -44,6 +46,17 @@ class Rule:
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        """Prefilter, stage 2: can this rule fire on a file with this `amplint.prefilter.Summary`?
+
+        Asked only when one of `words` is in the file. Must be conservative (False only when the rule surely
+        reports nothing) and monotone: `and`/`or` of the summary's questions, never `not` (it is asked once
+        with answers from the text alone, then with answers from the parsed tree). The default (not
+        overridden) is True: the file is always analysed.
+        """
+        return True
 
     @classmethod
     def summary(cls) -> str:
