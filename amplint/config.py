@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint import rules as registry
+from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES
 
 KNOWN_KEYS = frozenset({
@@ -139,6 +140,11 @@ def settings_from_table(table: dict, path: Path) -> Settings:
     if settings.output_format is not None and settings.output_format not in FORMAT_NAMES:
         raise ConfigError(f"{path}: unknown `output-format` {settings.output_format!r} "
                           f"(known: {', '.join(FORMAT_NAMES)})")
+    if settings.target_torch_version is not None:
+        try:
+            parse_version(settings.target_torch_version)
+        except ValueError as error:
+            raise ConfigError(f"{path}: `target-torch-version`: {error}") from None
     if "force-exclude" in table:
         settings.force_exclude = bool(table["force-exclude"])
     if "jobs" in table:

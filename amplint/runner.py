@@ -9,6 +9,7 @@ from amplint import rules as registry
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
+from amplint.facts.versions import rule_applies
 from amplint.fixer import fix_text
 from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
@@ -40,7 +41,9 @@ def rules_for(path: str, rule_classes: list[type[Rule]], settings: Settings) -> 
     ignored: set[type[Rule]] = set()
     for selector in settings.ignored_for(path):
         ignored.update(registry.matching(selector))
-    return [_INSTANCES.get(rule) or _INSTANCES.setdefault(rule, rule()) for rule in rule_classes if rule not in ignored]
+    target = settings.target_torch_version  # rules needing a newer torch than the target are off
+    return [_INSTANCES.get(rule) or _INSTANCES.setdefault(rule, rule()) for rule in rule_classes
+            if rule not in ignored and rule_applies(rule.min_torch, target)]
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
