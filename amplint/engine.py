@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from amplint.diagnostics import Diagnostic, Edit, Fix, Location
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
 from amplint.rules.base import Finding, Rule
 
@@ -89,7 +89,9 @@ def suppressed(diagnostic: Diagnostic, index: LineIndex) -> bool:
 def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex) -> Diagnostic:
     start, end = facts.position(finding.node)
     fix = None
-    if finding.fix is not None:
+    if finding.fix is not None and finding.fix.applicability is Applicability.DISPLAY_ONLY:
+        fix = Fix(finding.fix.message, (), Applicability.DISPLAY_ONLY)
+    elif finding.fix is not None:
         new_module = finding.fix.rewrite()
         if new_module is not None:
             edit = text_edit(index.text, new_module.code, index)

@@ -85,7 +85,7 @@ def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
         }}],
         "partialFingerprints": {"amplint/v1": fingerprint},
     }
-    if diagnostic.fix is not None:
+    if diagnostic.fix is not None and diagnostic.fix.edits:
         entry["fixes"] = [{
             "description": {"text": diagnostic.fix.message},
             "artifactChanges": [{

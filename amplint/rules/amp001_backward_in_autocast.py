@@ -6,16 +6,17 @@ from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import describe_region, dtype_words, move_out_of_region, snippet
+from amplint.rules.scopes import advice_for_region, describe_region, dtype_words, move_out_of_region, snippet
 
 
 class BackwardInAutocast(Rule):
     """## What it does
     Checks for `.backward()`, `torch.autograd.backward(...)` and `torch.autograd.grad(...)` executed inside an
-    enabled (or possibly enabled) autocast region: a `with torch.autocast(...)` block, a function decorated with
-    `@torch.autocast(...)`, a context reached through a name (`ctx = torch.autocast(...)`,
-    `functools.partial(torch.autocast, ...)`, `nullcontext() if ... else autocast()`), `accelerator.autocast()`,
-    or a region opened by the caller of a function defined in the same module (followed two calls deep).
+    enabled (or possibly enabled) autocast region. Regions are found in every form: a `with torch.autocast(...)`
+    block, a function decorated with `@torch.autocast(...)`, a context reached through a name
+    (`ctx = torch.autocast(...)`, `functools.partial(torch.autocast, ...)`, `nullcontext() if ... else
+    autocast()`), `accelerator.autocast()`, or a region opened by the caller of a function defined in the same
+    module (followed two calls deep).
 
     ## Why is this bad?
     PyTorch's AMP recipe runs only the forward pass and the loss under autocast; "backward passes under autocast
@@ -77,5 +78,8 @@ class BackwardInAutocast(Rule):
                 f"`enabled=False` islands) runs in {dtype_words(region)} instead (measured gradient error "
                 f"2.4e-3 vs 3e-7); call it after the autocast block"
             )
-            fix = move_out_of_region(facts, region) if not chain else None
+            if chain or region.via != "with":
+                fix = advice_for_region(facts, region, chain)
+            else:
+                fix = move_out_of_region(facts, region)
             yield Finding(event.node, message, fix)

@@ -60,11 +60,21 @@ class Rule:
 
     @classmethod
     def summary(cls) -> str:
-        doc = cls.documentation()
-        for line in doc.splitlines():
-            if line.strip() and not line.startswith("##"):
-                return line.strip()
-        return ""
+        """The first sentence of "What it does", on one line."""
+        paragraph = []
+        for line in cls.documentation().splitlines():
+            if line.startswith("##"):
+                if paragraph:
+                    break
+                continue
+            if not line.strip():
+                if paragraph:
+                    break
+                continue
+            paragraph.append(line.strip())
+        text = " ".join(paragraph)
+        end = text.find(". ")
+        return text if end == -1 else text[: end + 1]
 
     @classmethod
     def documentation(cls) -> str:

@@ -150,3 +150,16 @@ def move_out_of_region(facts: ModuleFacts, region: Region) -> FixPlan | None:
         rewrite=rebuild,
         applicability=Applicability.SAFE if safe else Applicability.UNSAFE,
     )
+
+
+def advice_for_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> FixPlan:
+    """A display-only fix for regions amplint does not rewrite (a decorator, or a caller's region)."""
+    if chain:
+        where = f"the caller's autocast block (line {facts.line_of(region.opener)})"
+    else:
+        where = f"the function decorated with `{snippet(facts, region.opener)}`"
+    return FixPlan(
+        message=f"Move the backward/step out of {where} by hand; amplint does not rewrite this region",
+        rewrite=lambda: None,
+        applicability=Applicability.DISPLAY_ONLY,
+    )
