@@ -12,6 +12,8 @@ the buggy shape a rule flags. It reads its device and low dtype from `AMPLINT_DE
      "good": "<expression over r, the fixed run's JSON>",
      "dtypes": ["bfloat16", "float16"],      # where the harm shows; the note says why one is left out
      "unsafe": false,                         # optional: the fix needs --unsafe-fixes
+     "fix": true,                             # optional: false for a rule that offers no fix; then only
+                                              # the harm is run, and the fixer must leave the program alone
      "show": ["key", ...],                    # optional: the keys the evidence table prints
      "note": "measured numbers"}
 
@@ -70,6 +72,7 @@ class Program:
     unsafe: bool = False
     show: tuple[str, ...] = ()
     note: str = ""
+    fix: bool = True
 
     @property
     def name(self) -> str:
@@ -93,7 +96,7 @@ def load_program(path: Path) -> Program:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise HarnessError(f"{spec_path}: not valid JSON: {error}") from None
-    missing = [key for key in REQUIRED_KEYS if key not in spec]
+    missing = [key for key in REQUIRED_KEYS if key not in spec and not (key == "good" and spec.get("fix") is False)]
     if missing:
         raise HarnessError(f"{spec_path}: missing {', '.join(missing)}")
     unknown = [d for d in spec["dtypes"] if d not in DEVICE_DTYPES["cpu"]]
@@ -102,7 +105,7 @@ def load_program(path: Path) -> Program:
     folder_code = path.parent.parent.name.split("-", 1)[0]
     if spec["rule"] != folder_code:
         raise HarnessError(f"{spec_path}: rule {spec['rule']} does not match its folder ({folder_code})")
-    for key in ("bad", "good"):
+    for key in ("bad", "good") if spec.get("fix", True) else ("bad",):
         try:
             compile(spec[key], f"{spec_path}:{key}", "eval")
         except SyntaxError as error:
@@ -112,11 +115,12 @@ def load_program(path: Path) -> Program:
         rule=spec["rule"],
         observable=spec["observable"],
         bad=spec["bad"],
-        good=spec["good"],
+        good=spec.get("good", ""),
         dtypes=tuple(spec["dtypes"]),
         unsafe=bool(spec.get("unsafe", False)),
         show=tuple(spec.get("show", ())),
         note=spec.get("note", ""),
+        fix=bool(spec.get("fix", True)),
     )
 
 
@@ -137,7 +141,7 @@ class FixedProgram:
 
 
 @lru_cache(maxsize=None)
-def _fix(path: Path, text: str, unsafe: bool, rule: str) -> FixedProgram:
+def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True) -> FixedProgram:
     try:
         from amplint.engine import lint_text
         from amplint.fixer import fix_text
@@ -153,6 +157,10 @@ def _fix(path: Path, text: str, unsafe: bool, rule: str) -> FixedProgram:
     problems = []
     if rule not in flagged_codes:
         problems.append(f"{rule} does not report the flagged program (reported: {', '.join(flagged_codes) or 'nothing'})")
+    if not expect_fix:
+        if rule in applied:
+            problems.append(f"the spec says {rule} has no fix, but the fixer applied one")
+        return FixedProgram(None, flagged_codes, applied, remaining, tuple(problems))
     if outcome.error:
         problems.append(f"fixer: {outcome.error}")
     if outcome.text == text:
@@ -164,7 +172,7 @@ def _fix(path: Path, text: str, unsafe: bool, rule: str) -> FixedProgram:
 
 def fix_program(program: Program) -> FixedProgram:
     """The program as amplint's fixer rewrites it (unsafe fixes too when the spec says so)."""
-    return _fix(program.path, program.text, program.unsafe, program.rule)
+    return _fix(program.path, program.text, program.unsafe, program.rule, program.fix)
 
 
 # --- running ----------------------------------------------------------------------------------------------
@@ -267,7 +275,7 @@ def _judge(row: Row) -> Row:
             problems.append(f"{label} run: cannot evaluate {expression!r}: {error}")
         elif not ok:
             problems.append(f"{label} run: expected {expression}")
-    if row.fixed_run is None and not row.fixed.problems:
+    if row.fixed_run is None and not row.fixed.problems and program.fix:
         problems.append("fixed run missing")
     return row
 
@@ -280,7 +288,7 @@ def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int
         fixed_paths: dict[Path, Path] = {}
         for program in programs:
             fixed = fix_program(program)
-            if fixed.text is not None and not fixed.problems:
+            if program.fix and fixed.text is not None and not fixed.problems:
                 folder = Path(keep) if keep else Path(scratch)
                 target = folder / program.path.parent.parent.name / f"{program.path.stem}.py"
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -322,7 +330,7 @@ def _number(value) -> str:
 
 def summarize(program: Program, run: RunResult | None) -> str:
     if run is None:
-        return "not run"
+        return "not run" if program.fix else "no fix offered"
     if run.data is None:
         return f"failed: {run.error.splitlines()[-1] if run.error else ''}"
     keys = program.show or tuple(run.data)
