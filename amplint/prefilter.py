@@ -74,7 +74,8 @@ class Summary:
     - `mentions(*names)`: a name is used as an identifier: a variable, an attribute (`x.name`), a part of an
       imported module or name, an `as` alias, or a function's name.
     - `calls(*names)`: a call whose callee is `name(...)` or `<expr>.name(...)`.
-    - `calls_method(*names)`: a call `<expr>.name(...)`.
+    - `calls_method(*names)`: a call `<expr>.name(...)`; `calls_method_outside_functions(*names)`: one at module
+      level or in a class body.
     - `imports_name(*names)`: an import whose last part is the name (`from x import name [as y]`).
     - `uses_api(*names)`: `calls(*names)` or `imports_name(*names)`: a call that may resolve through the
       imports to an API whose last part is one of the names, aliases included.
@@ -102,6 +103,7 @@ class Summary:
         self.identifiers: set[str] = set()
         self.callees: set[str] = set()
         self.methods: set[str] = set()
+        self.module_methods: set[str] = set()  # methods called outside every function (module or class body)
         self.imported_names: set[str] = set()
         self.imported_modules: set[str] = set()
         self.function_names: list[str] = []
@@ -147,8 +149,26 @@ class Summary:
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
         functions = (ast.FunctionDef, ast.AsyncFunctionDef)
         withs = (ast.With, ast.AsyncWith)
-        for node in ast.walk(tree):
+        module_methods = self.module_methods
+        iter_children = ast.iter_child_nodes
+        # (node, inside a function body or lambda body): the facts layer's "function is None" is the outside.
+        stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+        pop, push = stack.pop, stack.append
+        while stack:
+            node, inside = pop()
             kind = type(node)
+            if kind in functions:  # decorators, defaults and annotations run outside the body
+                for child in node.body:
+                    push((child, True))
+                for child in (*node.decorator_list, node.args, node.returns, *getattr(node, "type_params", ())):
+                    if child is not None:
+                        push((child, inside))
+            elif kind is ast.Lambda:
+                push((node.body, True))
+                push((node.args, inside))
+            else:
+                for child in iter_children(node):
+                    push((child, inside))
             if kind is name_type:
                 identifiers.add(node.id)
             elif kind is attribute_type:
@@ -158,6 +178,8 @@ class Summary:
                 if type(func) is attribute_type:
                     methods.add(func.attr)
                     callees.add(func.attr)
+                    if not inside:
+                        module_methods.add(func.attr)
                 elif type(func) is name_type:
                     callees.add(func.id)
                 if not self._false_argument:
@@ -212,6 +234,11 @@ class Summary:
 
     def calls_method(self, *names: str) -> bool:
         return self._ask(self.has_token(*names, kind="method"), lambda: any(name in self.methods for name in names))
+
+    def calls_method_outside_functions(self, *names: str) -> bool:
+        """A call `<expr>.name(...)` at module level or in a class body (not in a def's or lambda's body)."""
+        return self._ask(self.has_token(*names, kind="method"),
+                         lambda: any(name in self.module_methods for name in names))
 
     def imports_name(self, *names: str) -> bool:
         return self._ask(self.has_token(*names) and self.has_token("import"),

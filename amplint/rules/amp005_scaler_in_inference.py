@@ -91,7 +91,8 @@ class ScalerInInference(Rule):
     def maybe_applies(cls, summary) -> bool:
         return summary.scaler_possible() and (
             summary.mentions("no_grad", "inference_mode", "set_grad_enabled") or summary.calls_method("eval")
-            or summary.defines_function(EVAL_NAME))
+            or summary.defines_function(EVAL_NAME)
+            or summary.calls_method_outside_functions("scale", "step", "update", "unscale_"))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

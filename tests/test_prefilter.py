@@ -1,0 +1,453 @@
+"""The prefilter never drops a file that a rule flags.
+
+Every fixture file (`fixtures/**/*.py`, present and future), generated variants of each (aliased imports, renamed
+variables, the code wrapped in a function or a class, unrelated code around it) and generated AMP programs are
+linted with and without the prefilter, and the results must be identical. Each rule is also checked alone, so
+that another rule keeping a file cannot hide a rule's own prefilter dropping it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amplint import runner
+from amplint.engine import lint_text
+from amplint.prefilter import Prefilter, Summary, Verdict, prefilter_for
+from amplint.rules import ALL_RULES
+from amplint.rules.base import Rule
+from amplint.runner import Mode, process_text, rules_for
+from amplint.source import read_source
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURE_FILES = sorted(p for p in (REPO / "fixtures").rglob("*.py") if p.is_file())
+ALL = [rule() for rule in ALL_RULES]
+ERRORS = ("AMP900", "AMP901", "AMP902")
+CORE = ("AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006")  # rules that declare their structure
+
+
+@functools.lru_cache(maxsize=256)
+def _lint_all(text: str) -> tuple:
+    return tuple(lint_text(text, "t.py", ALL).diagnostics)
+
+
+def _lint(text: str, path: str, rules: list) -> _Result:
+    """What the engine reports with `rules`: rules are independent, so it is the all-rules result of the text
+    (computed once) restricted to their codes (and the file errors)."""
+    codes = {rule.code for rule in rules}
+    return _Result([d for d in _lint_all(text) if d.code in codes or d.code in ERRORS])
+
+
+@pytest.fixture
+def memo_engine(monkeypatch):
+    """Both runs of a file (with and without the prefilter) go through `process_text`; the text is analysed
+    once."""
+    monkeypatch.setattr(runner, "lint_text", _lint)
+
+
+class _Result:
+    def __init__(self, diagnostics):
+        self.diagnostics = diagnostics
+
+
+def _key(diagnostics) -> list:
+    return [(d, d.source_line) for d in diagnostics]
+
+
+def assert_never_dropped(text: str, where: str) -> None:
+    """All rules together and each rule alone: the prefilter's result equals the unfiltered one, except that a
+    file skipped for its words may lose a syntax error (a file is parsed only if some rule could use it)."""
+    for rules in [ALL] + [[rule] for rule in ALL]:
+        unfiltered = process_text(text, "t.py", rules, Mode(), prefilter=False).diagnostics
+        filtered = process_text(text, "t.py", rules, Mode(), prefilter=True).diagnostics
+        verdict = prefilter_for(rules).decide(text)
+        codes = ",".join(rule.code for rule in rules) if len(rules) == 1 else "all rules"
+        if verdict is Verdict.SKIP_WORDS:
+            assert filtered == []
+            flagged = [d for d in unfiltered if d.code not in ERRORS]
+            assert not flagged, f"{where}: {codes}: dropped by words but flagged: {flagged}"
+        else:
+            assert _key(filtered) == _key(unfiltered), f"{where}: {codes}: {verdict}"
+
+
+# Variants of a text ---------------------------------------------------------------------------------------------
+def _insert_header(text: str, header: str) -> str:
+    """Add lines after any `from __future__` imports (which must stay first)."""
+    lines = text.splitlines(keepends=True)
+    position = 0
+    for index, line in enumerate(lines):
+        if line.startswith("from __future__"):
+            position = index + 1
+    return "".join(lines[:position]) + header + "".join(lines[position:])
+
+
+API_ALIASES = [
+    (r"\btorch\.cuda\.amp\.autocast\b", "cuda_ac", "from torch.cuda.amp import autocast as cuda_ac\n"),
+    (r"\btorch\.cpu\.amp\.autocast\b", "cpu_ac", "from torch.cpu.amp import autocast as cpu_ac\n"),
+    (r"\btorch\.amp\.autocast\b", "amp_ac", "from torch.amp import autocast as amp_ac\n"),
+    (r"\btorch\.autocast\b", "ac", "from torch import autocast as ac\n"),
+    (r"\btorch\.cuda\.amp\.GradScaler\b", "CudaGS", "from torch.cuda.amp import GradScaler as CudaGS\n"),
+    (r"\btorch\.amp\.GradScaler\b", "GS", "from torch.amp import GradScaler as GS\n"),
+    (r"\btorch\.GradScaler\b", "TGS", "from torch import GradScaler as TGS\n"),
+    (r"\btorch\.nn\.utils\.clip_grad_norm_\b", "cgn", "from torch.nn.utils import clip_grad_norm_ as cgn\n"),
+    (r"\btorch\.nn\.utils\.clip_grad_value_\b", "cgv", "from torch.nn.utils import clip_grad_value_ as cgv\n"),
+    (r"\btorch\.autograd\.grad\b", "agrad", "from torch.autograd import grad as agrad\n"),
+    (r"\btorch\.autograd\.backward\b", "aback", "from torch.autograd import backward as aback\n"),
+    (r"\btorch\.no_grad\b", "ng", "from torch import no_grad as ng\n"),
+    (r"\btorch\.inference_mode\b", "im", "from torch import inference_mode as im\n"),
+]
+IMPORT_LINE = re.compile(r"^\s*(?:import|from)\s")
+
+
+def alias_api(text: str) -> str:
+    """`torch.autocast(...)` -> `ac(...)` with `from torch import autocast as ac`, and so on."""
+    header = ""
+    lines = text.splitlines(keepends=True)
+    for pattern, alias, line in API_ALIASES:
+        regex = re.compile(pattern)
+        changed = False
+        for index, source in enumerate(lines):
+            if not IMPORT_LINE.match(source) and regex.search(source):
+                lines[index] = regex.sub(alias, source)
+                changed = True
+        if changed:
+            header += line
+    return _insert_header("".join(lines), header)
+
+
+def alias_torch(text: str) -> str:
+    """`import torch as tt` and `tt.` everywhere outside import lines."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        if IMPORT_LINE.match(line):
+            out.append(re.sub(r"^(\s*)import torch(\s*(?:#.*)?)$", r"\1import torch as tt\2", line.rstrip("\r\n"))
+                       + line[len(line.rstrip("\r\n")):])
+        else:
+            out.append(re.sub(r"(?<![\w.])torch\.", "tt.", line))
+    return "".join(out)
+
+
+def alias_modules(text: str) -> str:
+    """`import torch.cuda.amp as tca` style module aliases."""
+    text = re.sub(r"(?<![\w.])torch\.cuda\.amp\.", "tca.", text)
+    text = re.sub(r"(?<![\w.])torch\.amp\.", "tam.", text)
+    return _insert_header(text, "import torch.cuda.amp as tca\nimport torch.amp as tam\n")
+
+
+RENAMES = {"scaler": "gsc", "optimizer": "optim_main", "opt": "opt_b", "loss": "objective", "model": "net",
+           "ctx": "context_obj", "x": "inputs_", "self": "this"}
+
+
+def rename(text: str) -> str:
+    for old, new in RENAMES.items():
+        text = re.sub(rf"(?<![\w.'\"]){old}\b", new, text)
+    return text
+
+
+def _indent_body(text: str) -> tuple[str, str]:
+    lines = text.splitlines(keepends=True)
+    future = [line for line in lines if line.startswith("from __future__")]
+    rest = "".join(line for line in lines if not line.startswith("from __future__"))
+    return "".join(future), textwrap.indent(rest, "    ", lambda line: True) or "    pass\n"
+
+
+def wrap_function(text: str) -> str:
+    future, body = _indent_body(text)
+    return f"{future}def _wrapped():\n{body}\n    pass\n"
+
+
+def wrap_class(text: str) -> str:
+    future, body = _indent_body(text)
+    return f"{future}class _Wrapped:\n{body}\n    pass\n"
+
+
+UNRELATED = '''
+import json
+import os
+
+
+def _unrelated(path, table):
+    """Nothing to do with mixed precision, but full of with-statements, .step() and .update() calls."""
+    with open(path) as handle:
+        data = json.load(handle)
+    table.update(data)
+    for walker in (os.walk(path),):
+        walker.step() if hasattr(walker, "step") else None
+    return table
+
+
+class _Counter:
+    def step(self):
+        self.count = getattr(self, "count", 0) + 1
+        return self.count
+'''
+
+
+def add_unrelated(text: str) -> str:
+    return _insert_header(text, UNRELATED + "\n") + "\n" + UNRELATED.replace("_unrelated", "_unrelated_2").replace(
+        "_Counter", "_Counter2")
+
+
+VARIANTS = {
+    "alias_api": alias_api,
+    "alias_torch": alias_torch,
+    "alias_modules": alias_modules,
+    "rename": rename,
+    "torch_alias_in_class": lambda text: wrap_class(alias_torch(text)),
+    "all_together": lambda text: wrap_function(add_unrelated(rename(alias_api(text)))),
+}
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: str(p.relative_to(REPO / "fixtures")))
+def test_fixture_never_dropped(path, memo_engine):
+    """Every variant of a file that some rule flags; the combined variant of the others (lookalikes)."""
+    text = read_source(str(path)).text
+    assert_never_dropped(text, str(path))
+    flagged = any(d.code not in ERRORS for d in _lint_all(text))
+    for name, variant in VARIANTS.items():
+        if flagged or name == "all_together":
+            assert_never_dropped(variant(text), f"{path} ({name})")
+
+
+def test_there_are_fixtures():
+    assert len(FIXTURE_FILES) > 50
+
+
+# Generated programs ---------------------------------------------------------------------------------------------
+IMPORTS = [
+    "import torch", "import torch as T", "from torch import autocast as ac", "from torch.cuda.amp import autocast",
+    "from torch.cuda.amp import autocast as cac, GradScaler", "from torch.amp import GradScaler as GS",
+    "import torch.cuda.amp as tca", "from torch.nn.utils import clip_grad_norm_ as cgn",
+    "from torch.autograd import grad as agrad", "import functools", "from accelerate import Accelerator",
+    "from torch import no_grad", "import contextlib",
+]
+SETUP = [
+    "scaler = torch.amp.GradScaler('cuda')", "scaler = GradScaler()", "scaler = GS(enabled=False)",
+    "scaler = tca.GradScaler()", "opt = torch.optim.SGD(params, lr=0.1)", "optimizer = make()",
+    "ctx = torch.autocast('cuda', dtype=torch.bfloat16)", "off = torch.autocast('cuda', enabled=False)",
+    "amp_ctx = functools.partial(torch.autocast, 'cuda', dtype=torch.float16)",
+    "Ctx = torch.autocast if use_amp else contextlib.nullcontext", "accelerator = Accelerator()",
+    "state = {}", "state.update(a=1)",
+]
+OPENERS = [
+    "with torch.autocast('cuda'):", "with T.autocast('cuda', dtype=T.float16):", "with ac('cuda'):",
+    "with autocast():", "with cac(enabled=False):", "with tca.autocast(False):", "with ctx:", "with off:",
+    "with amp_ctx():", "with Ctx('cuda'):", "with accelerator.autocast():", "with torch.no_grad():",
+    "with no_grad():", "with torch.autocast('cuda', None, False):", "with open(path) as f:",
+]
+STATEMENTS = [
+    "loss.backward()", "scaler.scale(loss).backward()", "opt.step()", "optimizer.step()", "scaler.step(opt)",
+    "scaler.update()", "scaler.unscale_(opt)", "torch.nn.utils.clip_grad_norm_(params, 1.0)",
+    "cgn(params, 1.0)", "agrad(loss, params)", "torch.autograd.backward(loss)", "y = model(x)", "z = y.sum()",
+    "w = z.float()", "h = torch.mm(y, y)", "scaler = torch.amp.GradScaler('cuda')", "accelerator.backward(loss)",
+    "model.eval()", "q = y.half()", "pass",
+]
+DECORATORS = ["@torch.autocast('cuda')", "@ac('cuda', enabled=False)", "@torch.no_grad()", "@staticmethod"]
+FUNCTION_NAMES = ["train", "evaluate", "step_fn", "validate", "run"]
+
+
+@st.composite
+def programs(draw) -> str:
+    lines = list(draw(st.lists(st.sampled_from(IMPORTS), max_size=5, unique=True)))
+    lines += draw(st.lists(st.sampled_from(SETUP), max_size=4))
+    for _ in range(draw(st.integers(1, 3))):
+        indent = ""
+        if draw(st.booleans()):
+            for decorator in draw(st.lists(st.sampled_from(DECORATORS), max_size=1)):
+                lines.append(decorator)
+            lines.append(f"def {draw(st.sampled_from(FUNCTION_NAMES))}(params, loss, x):")
+            indent = "    "
+        if draw(st.booleans()):
+            lines.append(f"{indent}for batch in loader:")
+            indent += "    "
+        before = draw(st.lists(st.sampled_from(STATEMENTS), max_size=2))
+        lines += [indent + s for s in before]
+        if draw(st.booleans()):
+            lines.append(indent + draw(st.sampled_from(OPENERS)))
+            inner = draw(st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=4))
+            lines += [indent + "    " + s for s in inner]
+            if draw(st.booleans()):
+                lines.append(indent + "    " + draw(st.sampled_from(OPENERS)))
+                lines += [indent + "        " + s for s in draw(st.lists(st.sampled_from(STATEMENTS), min_size=1,
+                                                                             max_size=3))]
+        after = draw(st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=3))
+        lines += [indent + s for s in after]
+        if indent.startswith("    ") and draw(st.booleans()):
+            lines.append(f"{draw(st.sampled_from(FUNCTION_NAMES))}(params, loss, x)")
+    return "\n".join(lines) + "\n"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(program=programs())
+def test_generated_programs_never_dropped(memo_engine, program):
+    assert_never_dropped(program, f"generated program:\n{program}")
+
+
+def test_generated_programs_do_get_flagged():
+    """The generator reaches the rules (else the property above would prove nothing)."""
+    program = ("import torch\nscaler = torch.amp.GradScaler('cuda')\nfor batch in loader:\n"
+               "    with torch.autocast('cuda'):\n        scaler.scale(loss).backward()\n"
+               "        torch.nn.utils.clip_grad_norm_(params, 1.0)\n        scaler.step(opt)\n"
+               "    scaler = torch.amp.GradScaler('cuda')\n    scaler.update()\n")
+    codes = {d.code for d in lint_text(program, "t.py", ALL).diagnostics}
+    assert {"AMP001", "AMP002", "AMP004"} <= codes
+    assert_never_dropped(program, "example")
+
+
+# The stages one by one --------------------------------------------------------------------------------------------
+def _verdict(text: str, *codes: str) -> Verdict:
+    rules = [rule for rule in ALL_RULES if not codes or rule.code in codes]
+    return Prefilter(rules).decide(text)
+
+
+def test_plain_code_is_skipped_by_words():
+    assert _verdict("import os\nprint(os.getcwd())\n") is Verdict.SKIP_WORDS
+
+
+def test_alias_imported_from_a_legacy_module_is_analysed():
+    text = ("from torch.cuda.amp import autocast as ac\n"
+            "def train(loss):\n    with ac():\n        loss.backward()\n")
+    assert _verdict(text, "AMP001") is Verdict.ANALYSE
+    assert [d.code for d in lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP001"]).diagnostics] \
+        == ["AMP001"]
+
+
+def test_words_only_in_comments_and_strings_are_skipped_by_structure():
+    text = '"""Explains torch.autocast and GradScaler; call loss.backward() after it."""\nimport torch\nx = 1\n'
+    assert _verdict(text, *CORE) is Verdict.SKIP_STRUCTURE
+
+
+def test_syntax_error_goes_to_the_engine():
+    text = "import torch\nwith torch.autocast('cuda'):\n    loss.backward(\n"
+    assert _verdict(text) is Verdict.ANALYSE
+    outcome = process_text(text, "t.py", ALL, Mode())
+    assert [d.code for d in outcome.diagnostics] == ["AMP900"]
+
+
+def test_null_byte_goes_to_the_engine():
+    text = "import torch\nwith torch.autocast('cuda'):\n    loss.backward()\x00\n"
+    assert _verdict(text) is Verdict.ANALYSE
+
+
+def test_file_noqa_is_skipped_early():
+    text = "# amplint: noqa\nimport torch\nwith torch.autocast('cuda'):\n    loss.backward()\n"
+    assert _verdict(text) is Verdict.SKIP_NOQA
+    assert process_text(text, "t.py", ALL, Mode(), prefilter=False).diagnostics == []
+
+
+def test_a_rule_that_declares_nothing_is_always_analysed():
+    class Anything(Rule):
+        code = "AMP999"
+        name = "anything"
+
+        def check(self, facts):
+            return iter(())
+
+    assert Prefilter([Anything]).decide("x = 1\n") is Verdict.ANALYSE
+    assert Prefilter([*ALL_RULES, Anything]).decide("x = 1\n") is Verdict.ANALYSE
+
+
+def test_a_rule_with_words_but_no_structure_is_analysed_when_a_word_is_there():
+    class Words(Rule):
+        code = "AMP998"
+        name = "words"
+        words = ("half",)
+
+        def check(self, facts):
+            return iter(())
+
+    assert Prefilter([Words]).decide("x = 1\n") is Verdict.SKIP_WORDS
+    assert Prefilter([Words]).decide("# half\n") is Verdict.ANALYSE
+
+
+def test_no_enabled_rule_skips_everything():
+    assert Prefilter([]).decide("import torch\nwith torch.autocast('cuda'):\n    loss.backward()\n").skipped
+
+
+def test_fix_mode_returns_the_text_unchanged_for_skipped_files():
+    outcome = process_text("import os\n", "t.py", ALL, Mode(fix=True))
+    assert outcome.fixed_text == "import os\n" and outcome.diagnostics == [] and outcome.fixed == 0
+
+
+@pytest.mark.parametrize("path", FIXTURE_FILES[::3], ids=lambda p: str(p.relative_to(REPO / "fixtures")))
+def test_text_mode_is_an_upper_bound_of_exact_mode(path):
+    """`maybe_applies` is monotone: whatever it says yes to with the parsed tree, it says yes to from the text."""
+    text = read_source(str(path)).text
+    for rule in ALL_RULES:
+        text_summary, exact_summary = Summary(text), Summary(text)
+        exact_summary.exact = True
+        if rule.maybe_applies(exact_summary):
+            assert rule.maybe_applies(text_summary), rule.code
+
+
+def test_summary_questions():
+    text = textwrap.dedent("""\
+        import torch.cuda.amp as tca
+        from torch.autograd import grad as g
+        from . import local
+
+        @tca.autocast(False)
+        def train(x):
+            with open(x):
+                y = x.scale(2)
+            return g(y)
+
+        value = state.update()
+        # step() in a comment
+        """)
+    summary = Summary(text)
+    summary.exact = True
+    assert summary.mentions("autocast") and summary.imports_module("torch") and summary.imports_module("torch.cuda")
+    assert not summary.imports_module("local")
+    assert summary.imports_name("grad") and summary.uses_api("grad") and summary.calls("g")
+    assert summary.calls_method("scale") and not summary.calls_method("step")
+    assert summary.calls_method_outside_functions("update") and not summary.calls_method_outside_functions("scale")
+    assert summary.has_with and summary.has_call_decorator and summary.false_argument
+    assert summary.defines_function(re.compile("train")) and not summary.defines_function(re.compile("eval"))
+    assert not summary.accelerator_named()
+
+
+def test_regex_questions_do_not_backtrack_on_comment_lines():
+    text = "x = scale # " + "#" * 5000 + ")" * 5000 + "\n"
+    assert not Summary(text).has_token("scale", kind="call")
+
+
+# One parse, one visit, rules once -------------------------------------------------------------------------------
+def test_the_engine_parses_and_collects_once_per_file(monkeypatch):
+    import libcst
+
+    from amplint import engine
+    from amplint.facts import collect
+
+    parses, collectors = [], []
+    original_parse, original_init = libcst.parse_module, collect.Collector.__init__
+
+    def counting_parse(*args, **kwargs):
+        parses.append(1)
+        return original_parse(*args, **kwargs)
+
+    def counting_init(self, *args, **kwargs):
+        collectors.append(1)
+        original_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(engine.cst, "parse_module", counting_parse)
+    monkeypatch.setattr(collect.Collector, "__init__", counting_init)
+    text = read_source(str(REPO / "examples" / "train_amp.py")).text
+    diagnostics = lint_text(text, "train_amp.py", ALL).diagnostics
+    assert diagnostics and len(parses) == 1 and len(collectors) == 1
+
+
+def test_rules_are_instantiated_once_per_process():
+    from amplint.config import Settings
+
+    first = rules_for("a.py", list(ALL_RULES), Settings())
+    second = rules_for("b.py", list(ALL_RULES), Settings())
+    assert all(a is b for a, b in zip(first, second, strict=True))
+    assert prefilter_for(first) is prefilter_for(second)
