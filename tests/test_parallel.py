@@ -1,0 +1,149 @@
+"""Worker processes: the same output, in the same order, as a serial run; the progress bar only on a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amplint import parallel
+from amplint.config import Settings
+from amplint.discovery import discover
+from amplint.parallel import Progress, check_path, chunk_size, lint_paths
+from amplint.rules import ALL_RULES
+from amplint.runner import Mode
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "fixtures"
+
+
+def _amplint(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd,
+                          env=environment, timeout=600)
+
+
+@pytest.mark.parametrize("output_format", ["json", "full"])
+def test_jobs_1_and_jobs_2_print_the_same(output_format):
+    serial = _amplint("check", "fixtures", "--no-cache", "--jobs", "1", "--output-format", output_format)
+    pooled = _amplint("check", "fixtures", "--no-cache", "--jobs", "2", "--output-format", output_format)
+    assert serial.returncode == pooled.returncode
+    assert serial.stdout == pooled.stdout
+    assert serial.stdout.strip()
+
+
+def test_pool_outcomes_are_those_of_a_serial_run_in_order():
+    settings = Settings(root=REPO)
+    files = list(discover([str(FIXTURES)], settings))
+    assert len(files) >= parallel.SERIAL_BELOW
+    serial = lint_paths(files, ALL_RULES, settings, Mode(), jobs=1)
+    pooled = lint_paths(files, ALL_RULES, settings, Mode(), jobs=2)
+    assert [o.path for o in pooled] == files
+    assert [(o.path, o.diagnostics, [d.source_line for d in o.diagnostics], o.internal_error) for o in pooled] == \
+        [(o.path, o.diagnostics, [d.source_line for d in o.diagnostics], o.internal_error) for o in serial]
+
+
+def test_few_files_stay_in_this_process(monkeypatch):
+    def no_pool(*args, **kwargs):
+        raise AssertionError("a pool was started")
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", no_pool)
+    files = sorted(str(p) for p in (FIXTURES).rglob("*.py"))[: parallel.SERIAL_BELOW - 1]
+    outcomes = lint_paths(files, ALL_RULES, Settings(root=REPO), Mode(), jobs=4)
+    assert [o.path for o in outcomes] == files
+
+
+_PARENT = os.getpid()
+
+
+def _dying_chunk(paths):
+    """A worker that dies (as if killed) on the chunk holding f07.py."""
+    if any(path.endswith("f07.py") for path in paths) and os.getpid() != _PARENT:
+        os._exit(3)
+    return _dying_chunk.__wrapped__(paths)
+
+
+def test_a_dead_worker_does_not_lose_files(tmp_path, monkeypatch):
+    if "fork" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("needs fork to inject the failure into the workers")
+    files = []
+    for index in range(20):
+        path = tmp_path / f"f{index:02}.py"
+        path.write_text("import torch\nwith torch.autocast('cuda'):\n    loss.backward()\n")
+        files.append(str(path))
+    monkeypatch.setattr(_dying_chunk, "__wrapped__", parallel._run_chunk, raising=False)
+    monkeypatch.setattr(parallel, "_run_chunk", _dying_chunk)
+    outcomes = lint_paths(files, ALL_RULES, Settings(root=tmp_path), Mode(), jobs=2)
+    assert [o.path for o in outcomes] == files
+    assert all([d.code for d in o.diagnostics] == ["AMP001"] for o in outcomes)
+
+
+def test_an_unexpected_error_is_an_internal_error_of_that_file(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(parallel, "process_file", broken)
+    outcome = check_path("x.py", ALL_RULES, Settings(), Mode())
+    assert outcome.internal_error and [d.code for d in outcome.diagnostics] == ["AMP902"]
+    assert "RuntimeError: boom" in outcome.diagnostics[0].message
+
+
+def test_chunks_spread_the_work():
+    assert chunk_size(10, 2) == 1
+    assert chunk_size(2300, 2) == parallel.MAX_CHUNK
+    assert 1 <= chunk_size(200, 2) <= parallel.MAX_CHUNK
+
+
+def test_default_jobs_is_the_number_of_cores():
+    assert parallel.default_jobs() >= 1
+
+
+# Progress -----------------------------------------------------------------------------------------------------
+class FakeTerminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_no_bar_when_stderr_is_not_a_terminal(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    assert Progress.for_run(5000, machine_format=False, stream=io.StringIO()) is None
+    assert Progress.for_run(5000, machine_format=True, stream=FakeTerminal()) is None
+    assert Progress.for_run(10, machine_format=False, stream=FakeTerminal()) is None
+    monkeypatch.setenv("CI", "true")
+    assert Progress.for_run(5000, machine_format=False, stream=FakeTerminal()) is None
+
+
+def test_bar_on_a_terminal_for_long_runs_is_erased_at_the_end(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
+    stream = FakeTerminal()
+    assert Progress.for_run(5000, machine_format=False, stream=stream) is not None
+    now = [0.0]
+    bar = Progress(1000, stream, delay=0.5, rate=10, clock=lambda: now[0])
+    bar.advance(100)
+    assert stream.getvalue() == ""  # too early
+    now[0] = 1.0
+    bar.advance(400)
+    assert "500/1000 files" in stream.getvalue()
+    bar.advance(1)  # too soon after the last draw
+    assert "501/1000" not in stream.getvalue()
+    bar.close()
+    assert stream.getvalue().endswith("\r\x1b[K")
+
+
+def test_short_runs_never_draw():
+    stream = FakeTerminal()
+    bar = Progress(1000, stream, delay=10.0)
+    bar.advance(1000)
+    bar.close()
+    assert stream.getvalue() == ""
+
+
+def test_cli_prints_no_bar_when_stderr_is_captured():
+    result = _amplint("check", "fixtures", "--no-cache", "--output-format", "concise", "--exit-zero")
+    assert "\r" not in result.stderr and "files" not in result.stderr
