@@ -551,16 +551,23 @@ def loops_within(inner: Frame, outer: Frame) -> bool:
     return all(inner.is_within(loop) for loop in outer.loops_up_to_function())
 
 
-def scaler_enabled(facts: ModuleFacts, key: str) -> bool | None:
+def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> bool | None:
     """The `enabled=` of the GradScaler constructions bound to `key`: False only when every one says False,
-    True when every one is enabled (no flag, or True), None when unknown (a flag, or no construction seen)."""
+    True when every one is enabled (no flag, or True), None when unknown (a flag, or no construction seen).
+
+    With `frame`, a local name (`scaler`, not `self.scaler`) only looks at the constructions of that frame's
+    function (else at the module-level ones)."""
+    builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to == key]
+    if frame is not None and "." not in key:
+        function = frame.function()
+        builds = [e for e in builds if e.frame.function() is function] or [
+            e for e in builds if e.frame.function() is None]
     flags = []
-    for event in facts.events:
-        if event.kind is EventKind.SCALER_BUILD and event.bound_to == key:
-            qualified = event.call.qualified or ""
-            position = 4 if qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")) else 5
-            enabled = call_argument(event.node, position, "enabled")
-            flags.append(True if enabled is None else literal_bool(enabled))
+    for event in builds:
+        qualified = event.call.qualified or ""
+        position = 4 if qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")) else 5
+        enabled = call_argument(event.node, position, "enabled")
+        flags.append(True if enabled is None else literal_bool(enabled))
     if not flags or any(flag is None for flag in flags):
         return None
     if all(flag is False for flag in flags):

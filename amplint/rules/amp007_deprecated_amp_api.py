@@ -108,7 +108,7 @@ class DeprecatedAmpApi(Rule):
         for statement, names in scan.import_sites:
             moved = [name for name in names if plan.moved_import(statement, name)]
             module = dotted_name(statement.module) or ""
-            listed = ", ".join(f"`{name}`" for name in names)
+            listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
             message = (
                 f"`from {module} import ...` imports the deprecated {listed}: each call emits a FutureWarning "
                 f"since torch 2.4 (`{module}.<name>(args...)` is deprecated); import "
@@ -184,6 +184,7 @@ class _Scan(cst.CSTVisitor):
         self.bindings: dict[str, list[_Binding]] = {}
         self.sites: list[_Site] = []
         self.import_sites: list[tuple[cst.ImportFrom, list[str]]] = []
+        self.imported_as: dict[tuple[int, str], str] = {}
         self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
         self.consumed: set[int] = set()
         self.guards: list[bool] = []
@@ -225,6 +226,27 @@ class _Scan(cst.CSTVisitor):
 
     def leave_If(self, node: cst.If) -> None:
         self.guards.pop()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> bool:
+        self._statements(node.body)
+        return False
+
+    def visit_Module(self, node: cst.Module) -> bool:
+        self._statements(node.body)
+        return False
+
+    def _statements(self, statements) -> None:
+        """After `if <new torch>: return ...`, the rest of the block is the old-torch fallback."""
+        pushed = 0
+        for statement in statements:
+            statement.visit(self)
+            if isinstance(statement, cst.If) and COMPAT_TEST.search(self.facts.code(statement.test)) \
+                    and isinstance(statement.body, cst.IndentedBlock) and statement.body.body:
+                last = statement.body.body[-1]
+                if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise)):
+                    self.guards.append(True)
+                    pushed += 1
+        del self.guards[len(self.guards) - pushed:]
 
     def visit_Try(self, node: cst.Try) -> None:
         """`try: <torch.amp spelling or an import> except ImportError/AttributeError: <legacy>` is a shim."""
@@ -281,6 +303,7 @@ class _Scan(cst.CSTVisitor):
             self._bind(local, f"{module}.{name}", node, alias)
             if f"{module}.{name}" in DEPRECATED_AMP and not self.guard_depth:
                 deprecated.append(local)
+                self.imported_as[(id(node), local)] = name if local == name else f"{name} as {local}"
         if deprecated:
             self.import_sites.append((node, deprecated))
         return False
@@ -343,6 +366,7 @@ class _Plan:
         self.replacements: dict[cst.CSTNode, object] = {}
         self.fixed_sites: dict[int, cst.CSTNode] = {}
         self.moved: set[tuple[int, str]] = set()  # (id(import statement), local name) moved to torch.amp
+        self.indent: cst.BaseParenthesizableWhitespace | None = None  # of the call being rewritten
         self._mark_ambiguous()
         self._decide()
 
@@ -455,19 +479,21 @@ class _Plan:
 
         def convert(args: list[cst.Arg]) -> list[cst.Arg]:
             if new_name == "autocast":
-                return _autocast_args(args, self._string(device))
+                return _autocast_args(args, self._string(device), self.indent)
             if new_name == "GradScaler":
-                return _insert_first(args, cst.Arg(self._string(device)))
-            return _append(args, self._keyword("device_type", device))
+                return _insert_first(args, cst.Arg(self._string(device)), self.indent)
+            return _append(args, self._keyword("device_type", device), self.indent)
 
         if site.kind == "call":
             def rebuild(updated: cst.Call) -> cst.Call:
+                self.indent = updated.whitespace_before_args
                 return updated.with_changes(func=func or updated.func, args=convert(list(updated.args)))
 
             self.replacements[site.node] = rebuild
             self.fixed_sites[id(site)] = rebuild(site.node)
         else:  # partial(<deprecated>, ...)
             def rebuild(updated: cst.Call) -> cst.Call:
+                self.indent = updated.whitespace_before_args
                 first, *rest = updated.args
                 first = first.with_changes(value=func) if func is not None else first
                 converted = convert(rest)
@@ -510,7 +536,7 @@ class _Plan:
 _EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
-def _autocast_args(args: list[cst.Arg], device: cst.SimpleString) -> list[cst.Arg]:
+def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None) -> list[cst.Arg]:
     """Legacy (enabled, dtype, cache_enabled) positionals become keywords after the device."""
     converted = []
     position = 0
@@ -519,25 +545,32 @@ def _autocast_args(args: list[cst.Arg], device: cst.SimpleString) -> list[cst.Ar
             arg = arg.with_changes(keyword=cst.Name(LEGACY_AUTOCAST_POSITIONS[position]), equal=_EQUAL)
             position += 1
         converted.append(arg)
-    return _insert_first(converted, cst.Arg(device))
+    return _insert_first(converted, cst.Arg(device), indent)
 
 
-def _insert_first(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def _insert_first(args: list[cst.Arg], new: cst.Arg, indent=None) -> list[cst.Arg]:
     if not args:
         return [new]
     first_comma = args[0].comma
-    comma = first_comma if isinstance(first_comma, cst.Comma) and len(args) > 1 else cst.Comma(
-        whitespace_after=cst.SimpleWhitespace(" "))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+    if isinstance(first_comma, cst.Comma) and len(args) > 1 and isinstance(indent, cst.ParenthesizedWhitespace):
+        after = first_comma.whitespace_after
+        if isinstance(after, cst.ParenthesizedWhitespace):  # one argument per line: keep it so, minus comments
+            comma = cst.Comma(whitespace_after=after.with_changes(first_line=cst.TrailingWhitespace(), empty_lines=[]))
     return [new.with_changes(comma=comma), *args]
 
 
-def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
+def _append(args: list[cst.Arg], new: cst.Arg, indent: cst.BaseParenthesizableWhitespace | None = None) -> list[cst.Arg]:
+    """Append a keyword argument, on its own line when the call has one argument per line."""
     if not args:
         return [new]
     last = args[-1]
     if isinstance(last.comma, cst.Comma):
-        previous = args[-2].comma if len(args) > 1 and isinstance(args[-2].comma, cst.Comma) else None
-        between = previous if previous is not None else cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+        if isinstance(indent, cst.ParenthesizedWhitespace):  # the first argument's line break, minus comments
+            between = cst.Comma(whitespace_after=indent.with_changes(first_line=cst.TrailingWhitespace(),
+                                                                     empty_lines=[]))
+        else:
+            between = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
         return [*args[:-1], last.with_changes(comma=between), new.with_changes(comma=last.comma)]
     return [*args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -67,8 +68,10 @@ class StepBypassesScaler(Rule):
             if backward is None or not backward.scaled or backward.scaler is None:
                 continue
             scaler = backward.scaler
-            if scaler_enabled(facts, scaler) is False or guarded_by_amp_test(facts, step, backward, scaler):
+            if scaler_enabled(facts, scaler, step.frame) is False or guarded_by_amp_test(facts, step, backward, scaler):
                 continue
+            if facts.no_grad_opener(step.frame) is not None or facts.no_grad_opener(backward.frame) is not None:
+                continue  # code under no_grad/inference_mode is AMP005's business
             if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and e.optimizer == step.optimizer
                    for e in events):
                 continue  # this optimizer goes through the scaler elsewhere in the function: another code path
@@ -116,14 +119,18 @@ def _last_backward(facts: ModuleFacts, events: list[Event], step: Event) -> Even
     return None
 
 
+AMP_SWITCH = re.compile(r"(?<![a-z])(amp|fp16|bf16|half|mixed|precision|scaler|scaling|autocast)(?![a-z])")
+
+
 def guarded_by_amp_test(facts: ModuleFacts, code: Event, other: Event, scaler: str) -> bool:
-    """Is `code` inside an `if` (that `other` is not in) testing the scaler or an AMP switch?"""
-    words = (scaler.rsplit(".", 1)[-1].lower(), "amp", "fp16", "half", "scaler", "mixed", "precision", "bf16")
+    """Is `code` inside an `if` (that `other` is not in) testing the scaler or an AMP switch (`use_amp`,
+    `args.fp16`, `scaler is not None`, `self.mixed_precision`...)?"""
+    name = scaler.rsplit(".", 1)[-1].lower()
     for frame in code.frame.ancestors():
         if frame.kind is FrameKind.FUNCTION:
             break
         if frame.kind is FrameKind.IF and not other.frame.is_within(frame):
             test = facts.code(frame.node.test).lower()
-            if any(word in test for word in words):
+            if AMP_SWITCH.search(test.replace("_", " ")) or re.search(rf"(?<![\w.]){re.escape(name)}\b", test):
                 return True
     return False

@@ -70,6 +70,8 @@ class UnscaledBackward(Rule):
         for backward in facts.events:
             if backward.kind is not EventKind.BACKWARD or backward.scaled or not self._plain(facts, backward):
                 continue
+            if facts.no_grad_opener(backward.frame) is not None:
+                continue  # no backward can run under no_grad/inference_mode: AMP005's business
             events = facts.events_in(backward.frame.function())
             step = self._step_after(facts, events, backward)
             if step is None:
@@ -124,7 +126,7 @@ class UnscaledBackward(Rule):
             if event.kind is EventKind.OPTIMIZER_STEP:
                 return None
             if event.kind is EventKind.SCALER_STEP and event.scaler and loops_within(backward.frame, event.frame):
-                if scaler_enabled(facts, event.scaler) is False:
+                if scaler_enabled(facts, event.scaler, event.frame) is False:
                     return None
                 return event
         return None

@@ -71,10 +71,12 @@ class StepWithoutUpdate(Rule):
                 key = (event.scaler, id(event.frame.function()))
                 steps_by_scaler.setdefault(key, []).append(event)
         for (scaler, _), steps in steps_by_scaler.items():
-            if self._updated_somewhere(facts, scaler) or scaler_enabled(facts, scaler) is False:
+            if self._updated_somewhere(facts, scaler) or scaler_enabled(facts, scaler, steps[-1].frame) is False:
                 continue
             last = steps[-1]
             function = last.frame.function()
+            if facts.no_grad_opener(last.frame) is not None:
+                continue  # AMP005's business
             if self._handed_over(facts, scaler, function):
                 continue
             iteration = self._iteration_loop(last)
@@ -125,13 +127,16 @@ class StepWithoutUpdate(Rule):
 
     @staticmethod
     def _unknown_methods(facts: ModuleFacts, scaler: str, loop: Frame) -> bool:
-        """For `self.scaler`: does the loop call `self.<method>()` that this module does not define?"""
+        """For `self.scaler`: does the loop call `self.<method>()` that this module does not define (an inherited
+        hook may update the scaler)? Calls of attributes (`self.model(x)`) do not count."""
         if not scaler.startswith("self."):
             return False
         function = loop.function()
         defined = {info.qualname.rsplit(".", 1)[-1] for info in facts.functions
                    if function is not None and info.qualname.startswith(f"{function.class_name}.")}
-        return any(call.receiver == "self" and call.method not in defined and call.frame.is_within(loop)
+        attributes = {target.split(".", 1)[1] for a in facts.assignments for target in a.targets
+                      if target.startswith("self.") and target.count(".") == 1}
+        return any(call.receiver == "self" and call.method not in defined | attributes and call.frame.is_within(loop)
                    for call in facts.calls)
 
     @staticmethod

@@ -66,7 +66,7 @@ class HalfModelWithScaler(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
-                and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler) is not False]
+                and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler, e.frame) is not False]
         if not uses:
             return
         for call in facts.calls:

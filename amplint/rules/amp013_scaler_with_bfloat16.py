@@ -15,7 +15,7 @@ from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
 # Any of these in the module means float16 may be in play somewhere: stay silent.
-FLOAT16_HINT = re.compile(r"float16|\.half\(|torch\.half\b|fp16|\"half\"|'half'")
+FLOAT16_HINT = re.compile(r"(?<![bB])float16|\.half\(|torch\.half\b|fp16|\"half\"|'half'")
 
 
 class ScalerWithBfloat16(Rule):
@@ -82,7 +82,7 @@ class ScalerWithBfloat16(Rule):
         region = active[0]
         for build in builds:
             key = build.bound_to
-            if scaler_enabled(facts, key) is not True:
+            if scaler_enabled(facts, key, build.frame) is not True:
                 continue
             uses = [e for e in facts.events if e.scaler == key and e.kind in (
                 EventKind.SCALER_STEP, EventKind.SCALER_SCALE, EventKind.BACKWARD, EventKind.SCALER_UPDATE)]
