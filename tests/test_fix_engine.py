@@ -1,0 +1,288 @@
+"""Fixes: every flagged fixture against its expected fix, and the fix engine's guarantees on real files
+(encodings, BOM, newlines, tabs, --diff, exit codes, files changed on disk, unparsable fixes, JSON)."""
+
+from __future__ import annotations
+
+import json
+import os
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import amplint.runner
+from amplint.cli import main
+from amplint.diagnostics import Applicability
+from amplint.engine import lint_text
+from amplint.fixer import fix_text
+from amplint.rules import RULES_BY_CODE
+from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
+from test_fixtures import FIXTURES, fixture_files, fixture_id, folder_code, with_known_failures
+
+# fixture path -> why amplint's fix differs from fixed/ today. Strict xfails: remove an entry once it passes.
+KNOWN_FIX_FAILURES: dict[str, str] = {}
+# Only the core rules: each is selected explicitly so rules added later cannot change these byte-level tests.
+CORE = "AMP001,AMP002,AMP003,AMP004,AMP005,AMP006"
+
+FLAGGED = fixture_files("flagged")
+
+
+def rule_for(path: Path):
+    code = folder_code(path.parents[1])
+    if code not in RULES_BY_CODE:
+        pytest.skip(f"{code} is not a registered rule yet")
+    return RULES_BY_CODE[code]()
+
+
+def fixed_path(path: Path) -> Path:
+    return path.parents[1] / "fixed" / path.name
+
+
+@pytest.mark.parametrize("path", with_known_failures(FLAGGED, KNOWN_FIX_FAILURES))
+def test_fix_gives_the_expected_file(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    outcome = fix_text(text, str(path), rules=[rule_for(path)], unsafe=True)
+    assert outcome.error is None
+    expected = fixed_path(path)
+    if expected.exists():
+        assert outcome.text == expected.read_text(encoding="utf-8")
+    else:
+        assert outcome.text == text, "no fixed/ file: fixing must leave this file unchanged"
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=fixture_id(p)) for p in FLAGGED])
+def test_fixed_result_is_final(path: Path) -> None:
+    """The expected result (fixed/, else the original) parses, keeps no fixable finding, and fixing it again
+    changes nothing."""
+    rule = rule_for(path)
+    original = path.read_text(encoding="utf-8")
+    expected = fixed_path(path)
+    text = expected.read_text(encoding="utf-8") if expected.exists() else original
+    compile(text, str(expected), "exec")
+    remaining = [d for d in lint_text(text, str(path), [rule]).diagnostics if d.code == rule.code]
+    assert all(not d.fixable(unsafe=True) for d in remaining), [d.message for d in remaining if d.fix]
+    unfixable_before = [d for d in lint_text(original, str(path), [rule]).diagnostics
+                        if d.code == rule.code and not d.fixable(unsafe=True)]
+    if expected.exists():
+        assert len(remaining) <= len(unfixable_before)
+    assert fix_text(text, str(path), rules=[rule], unsafe=True).text == text
+
+
+@pytest.mark.parametrize("path", [pytest.param(p, id=fixture_id(p)) for p in FLAGGED])
+def test_fixing_the_fix_output_changes_nothing(path: Path) -> None:
+    rule = rule_for(path)
+    first = fix_text(path.read_text(encoding="utf-8"), str(path), rules=[rule], unsafe=True)
+    compile(first.text, str(path), "exec")
+    assert fix_text(first.text, str(path), rules=[rule], unsafe=True).text == first.text
+
+
+# --- the engine on real files, through the command line ---------------------------------------------------
+
+SAMPLE = '''\
+"""Training loop with three mistakes (the comment below has a non-ASCII character: caf\u00e9)."""
+
+import torch
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        scaler = torch.amp.GradScaler("cuda")  # rebuilt: caf\u00e9
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+            scaler.scale(loss).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+'''
+SAMPLE_FIXED = '''\
+"""Training loop with three mistakes (the comment below has a non-ASCII character: caf\u00e9)."""
+
+import torch
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")  # rebuilt: caf\u00e9
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+'''
+# Evaluation code stepping the scaler: reported (AMP005) without a fix.
+UNFIXABLE = '''\
+import torch
+
+
+@torch.no_grad()
+def evaluate(model, loader, optimizer, scaler):
+    for x in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            out = model(x)
+        scaler.step(optimizer)
+    return out
+'''
+
+
+def cli(*args: str, cwd: Path):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, ["check", "--select", CORE, *args], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+def write(tmp_path: Path, data: bytes, name: str = "train.py") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+def test_fix_rewrites_the_sample(tmp_path: Path) -> None:
+    path = write(tmp_path, SAMPLE.encode())
+    result = cli("--fix", path.name, cwd=tmp_path)
+    assert path.read_bytes() == SAMPLE_FIXED.encode()
+    assert result.exit_code == 0, result.output
+
+
+def test_crlf_is_kept(tmp_path: Path) -> None:
+    path = write(tmp_path, SAMPLE.replace("\n", "\r\n").encode())
+    cli("--fix", path.name, cwd=tmp_path)
+    data = path.read_bytes()
+    assert data == SAMPLE_FIXED.replace("\n", "\r\n").encode()
+    assert b"\n" not in data.replace(b"\r\n", b"")
+
+
+def test_utf8_bom_is_kept(tmp_path: Path) -> None:
+    path = write(tmp_path, b"\xef\xbb\xbf" + SAMPLE.encode())
+    cli("--fix", path.name, cwd=tmp_path)
+    assert path.read_bytes() == b"\xef\xbb\xbf" + SAMPLE_FIXED.encode()
+
+
+def tabs(text: str) -> str:
+    lines = []
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip(" ")
+        lines.append("\t" * ((len(line) - len(stripped)) // 4) + stripped)
+    return "".join(lines)
+
+
+def test_tab_indentation_is_kept(tmp_path: Path) -> None:
+    path = write(tmp_path, tabs(SAMPLE).encode())
+    cli("--fix", path.name, cwd=tmp_path)
+    data = path.read_text(encoding="utf-8")
+    assert data == tabs(SAMPLE_FIXED)
+    assert not any(line.startswith(" ") for line in data.splitlines())
+
+
+def test_latin1_file_keeps_its_bytes_except_the_edit(tmp_path: Path) -> None:
+    cookie = "# -*- coding: latin-1 -*-\n"
+    path = write(tmp_path, (cookie + SAMPLE).encode("latin-1"))
+    assert "é".encode("latin-1") in path.read_bytes()
+    cli("--fix", path.name, cwd=tmp_path)
+    assert path.read_bytes() == (cookie + SAMPLE_FIXED).encode("latin-1")
+
+
+def test_diff_writes_nothing_and_exits_1(tmp_path: Path) -> None:
+    data = SAMPLE.encode()
+    path = write(tmp_path, data)
+    result = cli("--diff", path.name, cwd=tmp_path)
+    assert result.exit_code == 1
+    assert path.read_bytes() == data
+    assert "+        scaler.unscale_(optimizer)" in result.output
+    assert f"--- a/{path.name}" in result.output
+
+
+def test_diff_exits_0_when_nothing_to_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, SAMPLE_FIXED.encode())
+    result = cli("--diff", path.name, cwd=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert path.read_bytes() == SAMPLE_FIXED.encode()
+
+
+def test_fix_exits_1_while_findings_remain(tmp_path: Path) -> None:
+    path = write(tmp_path, (SAMPLE + "\n\n" + UNFIXABLE.replace("import torch\n", "")).encode())
+    result = cli("--fix", path.name, cwd=tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "AMP005" in result.output
+    assert "scaler.unscale_(optimizer)" in path.read_text(encoding="utf-8")  # the fixable part was fixed
+
+
+def test_fix_exits_0_when_everything_is_fixed(tmp_path: Path) -> None:
+    path = write(tmp_path, SAMPLE.encode())
+    assert cli("--fix", path.name, cwd=tmp_path).exit_code == 0
+    assert cli(path.name, cwd=tmp_path).exit_code == 0
+
+
+def test_file_changed_on_disk_is_not_overwritten(tmp_path: Path, monkeypatch) -> None:
+    path = write(tmp_path, SAMPLE.encode())
+    edited = (SAMPLE + "# edited in the editor meanwhile\n").encode()
+    real_read = amplint.runner.read_source
+
+    def read_then_edit(name):
+        source = real_read(name)
+        Path(name).write_bytes(edited)  # somebody saves the file after amplint read it
+        return source
+
+    monkeypatch.setattr(amplint.runner, "read_source", read_then_edit)
+    result = cli("--fix", path.name, cwd=tmp_path)
+    assert path.read_bytes() == edited
+    assert "changed on disk" in result.output
+    assert result.exit_code == 1
+
+
+def test_unparsable_fix_is_refused(tmp_path: Path, monkeypatch) -> None:
+    real_check = ClipWithoutUnscale.check
+
+    def garbage_fixes(self, facts):
+        for finding in real_check(self, facts):
+            if finding.fix is not None:
+                code = facts.module.code + "\ndef broken(:\n"
+                finding.fix.rewrite = lambda code=code: types.SimpleNamespace(code=code)
+            yield finding
+
+    monkeypatch.setattr(ClipWithoutUnscale, "check", garbage_fixes)
+    source = SAMPLE_FIXED.replace("        scaler.unscale_(optimizer)\n", "")
+    path = write(tmp_path, source.encode())
+    result = cli("--fix", "--select", "AMP003", path.name, cwd=tmp_path)
+    assert path.read_bytes() == source.encode()
+    assert "does not parse" in result.output
+    assert result.exit_code == 1
+    outcome = fix_text(source, "train.py", rules=[ClipWithoutUnscale()])
+    assert outcome.text == source and not outcome.applied and outcome.error
+
+
+def offsets(text: str, row: int, column: int) -> int:
+    lines = text.splitlines(keepends=True)
+    return sum(len(line) for line in lines[: row - 1]) + column - 1
+
+
+def test_json_output_carries_each_fix(tmp_path: Path) -> None:
+    path = write(tmp_path, SAMPLE.encode())
+    result = cli("--output-format", "json", path.name, cwd=tmp_path)
+    assert result.exit_code == 1
+    diagnostics = json.loads(result.output)
+    assert sorted(d["code"] for d in diagnostics) == ["AMP001", "AMP003", "AMP004"]
+    expected = {d.code: d for d in lint_text(SAMPLE, path.name,
+                                             [RULES_BY_CODE[c]() for c in CORE.split(",")]).diagnostics}
+    for diagnostic in diagnostics:
+        fix = diagnostic["fix"]
+        assert fix is not None, diagnostic["code"]
+        assert fix["applicability"] in {a.value for a in Applicability}
+        assert fix["applicability"] == expected[diagnostic["code"]].fix.applicability.value
+        assert fix["message"] == expected[diagnostic["code"]].fix.message
+        assert fix["edits"], diagnostic["code"]
+        text = SAMPLE
+        for edit in sorted(fix["edits"], key=lambda e: (e["location"]["row"], e["location"]["column"]),
+                           reverse=True):
+            start = offsets(text, edit["location"]["row"], edit["location"]["column"])
+            end = offsets(text, edit["end_location"]["row"], edit["end_location"]["column"])
+            text = text[:start] + edit["content"] + text[end:]
+        compile(text, "edited.py", "exec")
+        assert text != SAMPLE
+    clip = next(d for d in diagnostics if d["code"] == "AMP003")
+    assert "scaler.unscale_(optimizer)" in "".join(e["content"] for e in clip["fix"]["edits"])
