@@ -88,6 +88,11 @@ class Program:
         return tuple(dtype for dtype in DEVICE_DTYPES[device] if dtype in self.dtypes)
 
 
+def _offers_fix(spec: dict) -> bool:
+    """`"fix": false` (or `"no_fix": true`) marks a rule without a fix."""
+    return bool(spec.get("fix", not spec.get("no_fix", False)))
+
+
 def load_program(path: Path) -> Program:
     spec_path = path.with_suffix(".expect.json")
     if not spec_path.is_file():
@@ -96,7 +101,7 @@ def load_program(path: Path) -> Program:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise HarnessError(f"{spec_path}: not valid JSON: {error}") from None
-    missing = [key for key in REQUIRED_KEYS if key not in spec and not (key == "good" and spec.get("fix") is False)]
+    missing = [key for key in REQUIRED_KEYS if key not in spec and not (key == "good" and not _offers_fix(spec))]
     if missing:
         raise HarnessError(f"{spec_path}: missing {', '.join(missing)}")
     unknown = [d for d in spec["dtypes"] if d not in DEVICE_DTYPES["cpu"]]
@@ -105,7 +110,7 @@ def load_program(path: Path) -> Program:
     folder_code = path.parent.parent.name.split("-", 1)[0]
     if spec["rule"] != folder_code:
         raise HarnessError(f"{spec_path}: rule {spec['rule']} does not match its folder ({folder_code})")
-    for key in ("bad", "good") if spec.get("fix", True) else ("bad",):
+    for key in ("bad", "good") if _offers_fix(spec) else ("bad",):
         try:
             compile(spec[key], f"{spec_path}:{key}", "eval")
         except SyntaxError as error:
@@ -120,7 +125,7 @@ def load_program(path: Path) -> Program:
         unsafe=bool(spec.get("unsafe", False)),
         show=tuple(spec.get("show", ())),
         note=spec.get("note", ""),
-        fix=bool(spec.get("fix", True)),
+        fix=_offers_fix(spec),
     )
 
 
