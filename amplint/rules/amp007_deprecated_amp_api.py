@@ -22,7 +22,8 @@ COMPAT_ERRORS = re.compile(r"^(|.*\b(ImportError|ModuleNotFoundError|AttributeEr
 
 class DeprecatedAmpApi(Rule):
     """## What it does
-    Checks for the AMP spellings deprecated in torch 2.4: `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`,
+    Checks for the `torch.cuda.amp` / `torch.cpu.amp` spellings deprecated in torch 2.4. That is
+    `torch.cuda.amp.autocast`, `torch.cpu.amp.autocast`,
     `torch.cuda.amp.GradScaler`, `torch.cpu.amp.GradScaler`, `torch.cuda.amp.custom_fwd` and
     `torch.cuda.amp.custom_bwd` (called, used as decorators, or wrapped in `functools.partial`), under every
     import spelling (`import torch as th`, `import torch.cuda.amp as amp`, `from torch.cuda import amp`), and for
@@ -78,8 +79,13 @@ class DeprecatedAmpApi(Rule):
 
     code = "AMP007"
     name = "deprecated-amp-api"
-    words = ("cuda.amp", "cpu.amp", "cuda import", "cpu import")
+    words = ("amp",)  # every path to torch.cuda.amp / torch.cpu.amp spells it
     min_torch = "2.4"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.imports_module("torch")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         scan = _Scan(facts)

@@ -56,8 +56,13 @@ class StepBypassesScaler(Rule):
 
     code = "AMP008"
     name = "step-bypasses-scaler"
-    words = ("scale(",)
+    words = ("scale",)
     min_torch = "1.6"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.scaler_possible() and summary.calls_method("step") and summary.calls_method("scale")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for step in facts.events:

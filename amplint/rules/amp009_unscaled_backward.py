@@ -65,6 +65,11 @@ class UnscaledBackward(Rule):
     name = "unscaled-backward"
     words = ("backward",)
     min_torch = "1.6"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.scaler_possible() and summary.calls_method("backward") and summary.calls_method("step")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for backward in facts.events:

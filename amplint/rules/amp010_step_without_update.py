@@ -61,8 +61,13 @@ class StepWithoutUpdate(Rule):
 
     code = "AMP010"
     name = "step-without-update"
-    words = ("step(",)
+    words = ("step",)
     min_torch = "1.6"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.scaler_possible() and summary.calls_method("step")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         steps_by_scaler: dict[tuple[str, int], list[Event]] = {}

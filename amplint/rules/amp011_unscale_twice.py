@@ -19,9 +19,9 @@ AFTER_STEP = "RuntimeError: unscale_() is being called after step()."
 
 class UnscaleTwice(Rule):
     """## What it does
-    Checks for `scaler.unscale_(optimizer)` called a second time on the same optimizer before
-    `scaler.update()`: twice in a row, after `scaler.step(optimizer)`, or once per iteration of a loop (typically
-    every micro-batch under gradient accumulation) whose iterations do not all reach `scaler.update()`.
+    Checks for `scaler.unscale_(optimizer)` called again on the same optimizer before `scaler.update()`. That
+    is: twice in a row, after `scaler.step(optimizer)`, or once per iteration of a loop (typically every
+    micro-batch under gradient accumulation) whose iterations do not all reach `scaler.update()`.
 
     Applies to every torch version with `GradScaler.unscale_` (torch >= 1.6).
 
@@ -68,6 +68,11 @@ class UnscaleTwice(Rule):
     name = "unscale-twice"
     words = ("unscale_",)
     min_torch = "1.6"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.calls_method("unscale_")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for unscale in facts.events:

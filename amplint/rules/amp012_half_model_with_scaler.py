@@ -63,6 +63,11 @@ class HalfModelWithScaler(Rule):
     name = "half-model-with-scaler"
     words = ("half", "float16")
     min_torch = "1.6"
+    fix = "none"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.scaler_possible() and summary.calls_method("half", "to", "type")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
@@ -80,7 +85,7 @@ class HalfModelWithScaler(Rule):
                 if use is None or self._converted_back(facts, model, call, use):
                     continue
                 message = (
-                    f"`{snippet(facts, call.node)}` makes the parameters of `{model}` float16, and `{optimizer}` "
+                    f"`{_tail(facts, call.node)}` makes the parameters of `{model}` float16, and `{optimizer}` "
                     f"(built over `{model}.parameters()` at line {facts.line_of(built.value)}) is stepped through "
                     f"`{use.scaler}` at line {facts.line_of(use.node)}: `{snippet(facts, use.node)}` raises "
                     f"`ValueError: Attempting to unscale FP16 gradients.`; keep the parameters float32 and run the "
@@ -116,8 +121,11 @@ class HalfModelWithScaler(Rule):
             callee = facts.imports.qualify(value.func) or dotted_name(value.func) or ""
             if not (is_optimizer_class(callee) or is_optimizer_name(target)):
                 continue
-            if pattern.search(facts.code(value)):
-                found.append((target, assignment))
+            if pattern.search(facts.code(value)) or any(
+                    pattern.search(facts.code(bound.value))
+                    for name in _names_in(value) for bound in facts.bindings(name, assignment.frame)
+                    if bound.index < assignment.index):
+                found.append((target, assignment))  # directly, or through `decay = [p for ... in model...]`
         return found
 
     @staticmethod
@@ -147,6 +155,23 @@ def _to_half(facts: ModuleFacts, call: Call) -> bool:
         candidates = [dtype] if dtype is not None else [a.value for a in node.args if a.keyword is None]
         return any(facts.imports.qualify(c) in HALF_DTYPES for c in candidates if c is not None)
     return False
+
+
+def _tail(facts: ModuleFacts, node: cst.CSTNode) -> str:
+    """The end of a long method chain (`...cuda().half()`), which is the part that matters here."""
+    text = " ".join(facts.code(node).split())
+    return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+    node.visit(Names())
+    return found
 
 
 def _in_chain(value: cst.BaseExpression, node: cst.Call) -> bool:

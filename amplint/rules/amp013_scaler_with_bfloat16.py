@@ -68,8 +68,13 @@ class ScalerWithBfloat16(Rule):
 
     code = "AMP013"
     name = "scaler-with-bfloat16"
-    words = ("bfloat16",)
+    words = ("GradScaler",)  # the finding is a GradScaler construction
     min_torch = "1.10"
+    fix = "unsafe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.uses_api("GradScaler", "ShardedGradScaler") and summary.regions_possible()
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]

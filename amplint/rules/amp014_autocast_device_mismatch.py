@@ -30,7 +30,7 @@ _EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_
 
 class AutocastDeviceMismatch(Rule):
     """## What it does
-    Checks the device given to `torch.autocast` / `torch.amp.autocast`:
+    Checks for a `device_type` that `torch.autocast` rejects, or a CPU dtype it ignores. That is:
     - no `device_type` at all (`torch.autocast()`, `torch.autocast(dtype=torch.bfloat16)`), or a dtype or a
       bool in its place (`torch.autocast(torch.bfloat16)`, `torch.autocast(True)`, the legacy
       `torch.cuda.amp.autocast` habit);
@@ -82,6 +82,11 @@ class AutocastDeviceMismatch(Rule):
     name = "autocast-device-mismatch"
     words = ("autocast",)
     min_torch = "1.10"
+    fix = "safe"
+
+    @classmethod
+    def maybe_applies(cls, summary) -> bool:
+        return summary.mentions("autocast") and summary.imports_module("torch")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
@@ -243,6 +248,9 @@ def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | 
             continue
         if call.qualified in AUTOCAST_NEW:
             value = call_argument(node, 0, "device_type")
+            if value is None or (node.args[0].keyword is None and (
+                    literal_bool(value) is not None or facts.imports.qualify(value) in {*LOW_DTYPES, *FLOAT32_DTYPES})):
+                continue  # another region with the same mistake says nothing about the device
         elif call.qualified in AUTOCAST_LEGACY:
             devices.setdefault(AUTOCAST_LEGACY[call.qualified], None)
             continue
