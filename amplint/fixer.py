@@ -60,11 +60,19 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
         if not fixable:
             return outcome
         chosen = _non_overlapping(fixable)
-        candidate = apply_edits(outcome.text, [edit for d in chosen for edit in d.fix.edits])
-        try:
-            cst.parse_module(candidate)
-        except cst.ParserSyntaxError as error:
-            outcome.error = f"a fix produced code that does not parse ({error.message}); fixes not applied"
+        # Fixes that do not overlap in text can still clash (two of them emptying one block): when the
+        # round does not parse, fall back to its first fix alone, then re-lint.
+        for attempt in (chosen, chosen[:1]) if len(chosen) > 1 else (chosen,):
+            candidate = apply_edits(outcome.text, [edit for d in attempt for edit in d.fix.edits])
+            try:
+                cst.parse_module(candidate)
+            except cst.ParserSyntaxError as error:
+                problem = error.message
+                continue
+            chosen = attempt
+            break
+        else:
+            outcome.error = f"a fix produced code that does not parse ({problem}); fixes not applied"
             return outcome
         if candidate in seen:
             outcome.error = "fixes keep changing the file in a cycle; stopped"

@@ -202,14 +202,10 @@ def train(model, loader, optimizer):
         with torch.autocast("cuda"):
             scaler = torch.amp.GradScaler("cuda")
             scaler.update()
-""", False, "AMP004 removes one statement and AMP002 moves the other out of the same with body: the combined "
-             "edit leaves an empty block, so the fixer refuses every fix of the round"),
+""", False, None),  # AMP004 and AMP002 edits together once emptied the with body; now applied one at a time
 }
 # fixture path -> why fixing it with ALL rules fails a property today. Strict xfails: remove once fixed.
-KNOWN_PROPERTY_FAILURES: dict[str, str] = {
-    "AMP004-scaler-per-iteration/flagged/scaler_built_in_update_block.py":
-        "AMP004 and AMP001/AMP002 edits together empty the with body; the fixer refuses the whole round",
-}
+KNOWN_PROPERTY_FAILURES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("source, unsafe", [
