@@ -23,10 +23,10 @@ class StepBypassesScaler(Rule):
     ## Why is this bad?
     `scaler.scale(loss).backward()` leaves every gradient multiplied by the loss scale (65536 at first).
     `scaler.step(optimizer)` divides them back and skips the step when they overflowed; `optimizer.step()`
-    does neither. Measured on CPU with SGD: the first update is 65536x too large (2562.0 instead of 0.0391);
-    with Adam the scale cancels out, but a float16 overflow step writes inf/NaN into the parameters instead of
-    being skipped. A later `scaler.update()` then raises
-    `AssertionError: No inf checks were recorded prior to update.`
+    does neither. Measured on CPU with torch 2.13: with SGD the first update is 65536x too large (2562.0
+    instead of 0.0391); with Adam the scale cancels out, but overflowing float16 gradients are not skipped:
+    after 3 plain steps the parameters are inf/NaN, where `scaler.step` skipped those steps and backed the scale
+    off to 8192. A later `scaler.update()` raises `AssertionError: No inf checks were recorded prior to update.`
 
     ## Example
     ```python

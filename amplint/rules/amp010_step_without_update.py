@@ -25,8 +25,8 @@ class StepWithoutUpdate(Rule):
     `update()` is what ends an iteration for a GradScaler: it adapts the scale (backs off after an overflow,
     grows after `growth_interval` clean steps) and resets the per-optimizer bookkeeping. Without it the second
     iteration's `scaler.step(optimizer)` raises (measured on CPU, torch 2.13, float16 and bfloat16):
-    `RuntimeError: step() has already been called since the last update().` With an older torch that did not
-    check this, the scale never adapts: after one float16 overflow every later step would be skipped.
+    `RuntimeError: step() has already been called since the last update().` Even where a step runs, the scale
+    it uses never adapts to overflows.
 
     ## Example
     ```python
