@@ -234,6 +234,22 @@ SPELLINGS = {
         assert make_scaler(256.0).get_scale() == 256.0
         assert make_scaler().get_growth_interval() == 7
     """,
+    "imports local to two functions": """
+        import torch
+
+        def first():
+            from torch.cpu.amp import autocast
+            with autocast(False):
+                assert not torch.is_autocast_enabled("cpu")
+
+        def second():
+            from torch.cpu.amp import autocast
+            with autocast():
+                assert torch.is_autocast_enabled("cpu")
+
+        first()
+        second()
+    """,
     "split import": """
         from torch.cuda.amp import amp_definitely_not_available, autocast
         amp_definitely_not_available()

@@ -417,14 +417,16 @@ class _Plan:
                 if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites):
                     for site in sites:
                         self._rewrite(site, None)
-                    self._move_import(binding, "torch.amp")
+                    for each in self.scan.bindings[head]:  # every import of the name (one per function, say)
+                        self._move_import(each, "torch.amp")
             elif binding.qualified in DEPRECATED_AMP_MODULES:
                 # `import torch.cuda.amp as amp` / `from torch.cuda import amp`: rebind the alias to torch.amp.
                 if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites) and all(
                         dotted_name(s.reference).count(".") == 1 for s in sites):
                     for site in sites:
                         self._rewrite(site, None)
-                    self._move_import(binding, "torch.amp")
+                    for each in self.scan.bindings[head]:
+                        self._move_import(each, "torch.amp")
                 elif torch_name is not None:
                     for site in sites:
                         self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
@@ -432,7 +434,8 @@ class _Plan:
                 for site in sites:
                     self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
                 if self.scan.loads.get(head, 0) == len(sites) and all(id(s) in self.fixed_sites for s in sites):
-                    self._drop_import(binding)
+                    for each in self.scan.bindings[head]:
+                        self._drop_import(each)
 
     def _every_use_is_a_site(self, head: str, sites: list[_Site]) -> bool:
         return self.scan.loads.get(head, 0) == len(sites)
