@@ -97,8 +97,8 @@ class DeprecatedAmpApi(Rule):
             if plan.replacements else None
         findings: list[tuple[cst.CSTNode, str, FixPlan | None]] = []
         for site in scan.sites:
-            if site.skip or site.kind == "reference":
-                continue  # references (isinstance, annotations) do not warn; the fix migrates them along
+            if site.skip or site.kind in ("reference", "base"):
+                continue  # references (isinstance, annotations, base classes) do not warn by themselves
             new_name, device = DEPRECATED_AMP[site.qualified]
             fixed = plan.fixed_sites.get(id(site))
             use = f"`{plan.render(fixed)}`" if fixed is not None else _advice(new_name, device)
@@ -158,7 +158,7 @@ def _positional(call: cst.Call) -> bool:
 
 @dataclass(eq=False)
 class _Site:
-    kind: str  # "call" | "decorator" | "partial" | "reference"
+    kind: str  # "call" | "decorator" | "partial" | "reference" | "base" (a class's base)
     node: cst.CSTNode  # the Call (call, partial), the decorator expression, or the reference expression
     reference: cst.BaseExpression  # the dotted expression that names the deprecated API
     qualified: str
@@ -194,6 +194,7 @@ class _Scan(cst.CSTVisitor):
         self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
         self.consumed: set[int] = set()
         self.guards: list[bool] = []
+        self.in_bases = False
         self.scope_depth = 0
         self.line: cst.SimpleStatementLine | None = None
         self.quotes = {'"': 0, "'": 0}
@@ -213,8 +214,10 @@ class _Scan(cst.CSTVisitor):
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         for decorator in node.decorators:
             decorator.visit(self)
+        self.in_bases = True  # `class MyScaler(GradScaler)`: the new base class has another signature
         for arg in node.bases:
             arg.visit(self)
+        self.in_bases = False
         self.scope_depth += 1
         node.body.visit(self)
         self.scope_depth -= 1
@@ -321,6 +324,8 @@ class _Scan(cst.CSTVisitor):
 
     def _site(self, kind: str, node: cst.CSTNode, reference: cst.BaseExpression, qualified: str) -> None:
         self.consumed.add(id(reference))
+        if kind == "reference" and self.in_bases:
+            kind = "base"
         head = (dotted_name(reference) or "").split(".", 1)[0]
         self.sites.append(_Site(kind, node, reference, qualified, head, skip=self.guard_depth > 0))
 
@@ -444,8 +449,10 @@ class _Plan:
         new_name = DEPRECATED_AMP[site.qualified][0]
         if site.kind == "reference":
             return new_name == "GradScaler"  # isinstance()/annotations: the base class accepts both
+        if site.kind == "base":
+            return False
         if site.kind == "decorator":
-            return True
+            return new_name in ("custom_fwd", "custom_bwd")
         args = site.node.args[1:] if site.kind == "partial" else site.node.args
         keywords = {arg.keyword.value for arg in args if arg.keyword is not None}
         if new_name == "autocast":
