@@ -24,7 +24,7 @@ import enum
 import functools
 import re
 import warnings
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
 
@@ -65,6 +65,34 @@ def _token_pattern(name: str, kind: str = "token") -> re.Pattern[str]:
     return re.compile(rf"\.{_DOT_GAP}{re.escape(name)}(?![A-Za-z0-9_]){_GAP}\(")
 
 
+def _dotted(node: ast.AST) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None (as the facts layer's `dotted_name`)."""
+    parts = []
+    while type(node) is ast.Attribute:
+        parts.append(node.attr)
+        node = node.value
+    if type(node) is not ast.Name:
+        return None
+    parts.append(node.id)
+    return ".".join(reversed(parts))
+
+
+def _target_names(target: ast.AST, into: set[str]) -> None:
+    if type(target) in (ast.Tuple, ast.List):
+        for element in target.elts:
+            _target_names(element, into)
+    elif type(target) is ast.Starred:
+        _target_names(target.value, into)
+    else:
+        name = _dotted(target)
+        if name:
+            into.add(name)
+
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_WITHS = (ast.With, ast.AsyncWith)
+
+
 class Summary:
     """What the structural stage knows about one file; every rule asks the same instance.
 
@@ -82,16 +110,34 @@ class Summary:
     - `imports_module(name)`: an absolute import of the module or of something in it (`import torch.amp`,
       `from torch import autocast`).
     - `defines_function(pattern)`: a `def` whose name the compiled regex `pattern` finds (`search`).
-    - `has_with`, `has_call_decorator` (a decorator that is a call, `@f(...)`, on a function),
-      `false_argument` (a call with a literal `False` as a positional argument or as `enabled=False`),
-      `accelerator_named()` (a name ending in `accelerator`/`fabric`, any case).
-    - Helpers built from these: `regions_possible()` (an autocast region can exist), `scaler_possible()` (an
-      object can be known as a GradScaler), `backward_possible()` (a backward call can exist).
+    - `accelerator_named()`: a name ending in `accelerator`/`fabric`, any case.
+    - `regions_possible()`: an autocast region can exist: `autocast` is used as a name, torch is imported (or an
+      accelerator named), and a with-item or a call decorator can open one (it calls something named
+      `autocast`, an import alias of it, or a name assigned something that can open one, or it is such a
+      name).
+    - `calls_outside_functions(*names)`, `calls_in_same_function(names, others)`,
+      `calls_in_function_named(names, pattern)`, `calls_under(names, contexts)` (inside `with <context>(...)`
+      or a function decorated with one): where calls to the names (or to import aliases of them) are; with
+      `on_scaler=True`, only method calls on a receiver that can hold a GradScaler (assigned from a
+      `GradScaler(...)`, or used with `.unscale_()`/`.scale(...).backward()`).
+    - `calls_in_loop(*names)`: in a loop's body, or in a function called in one.
+    - `module_without_backward()`, `calls_in_function_without_backward(names, pattern, calling)`: no method call
+      `.backward()`/`.manual_backward()` in the module, or in the function (a `def` named like `pattern`, or
+      calling one of `calling`) holding a call to one of the names. Text mode cannot see an absence: they
+      answer from the names alone.
+    - `calls_in_region(*names)`: a call to one of the names (or to an import alias of one) can run in an
+      autocast region: inside a with-statement or a call-decorated function that can open one, or in a
+      function called (by its name, any number of calls deep) from such a place.
+    - `disabled_region_possible()`: a call that can open a disabled region: one passing a literal `False`
+      (positionally or as `enabled=False`) to something that can open a region, or to a `partial`.
+    - `scaler_possible()` (an object can be known as a GradScaler), `backward_possible()` (a backward call can
+      exist).
 
     The prefilter asks each rule twice: first in text mode (`exact` False), where every question is answered
     from the text alone (True when the words it needs are there), which costs no parse; then, for the rules
     that said yes, in exact mode, where questions look at the `ast` tree. So `maybe_applies` must be monotone:
-    built with `and`/`or` from these questions, never `not`.
+    built with `and`/`or` from these questions, never `not` (a question's text-mode answer is never False
+    where its exact answer is True).
     """
 
     def __init__(self, text: str) -> None:
@@ -101,15 +147,26 @@ class Summary:
         self._tree_done = False
         self._unparsable = False
         self.identifiers: set[str] = set()
-        self.callees: set[str] = set()
         self.methods: set[str] = set()
         self.module_methods: set[str] = set()  # methods called outside every function (module or class body)
-        self.imported_names: set[str] = set()
-        self.imported_modules: set[str] = set()
+        self.imported_names: set[str] = set()  # the last part of every imported name
+        self.imported_modules: set[str] = set()  # absolute imports and their parents: torch, torch.cuda...
+        self.import_bound: dict[str, set[str]] = {}  # local name bound by an import -> last parts it stands for
+        self.assigned: set[str] = set()  # dotted names assigned anywhere (what the facts layer can follow)
+        self._assignments: list[tuple[set[str], ast.AST]] = []  # (dotted targets, value) of `=` statements
+        self._openers: set[str] | None = None
         self.function_names: list[str] = []
-        self._with = False
-        self._call_decorator = False
-        self._false_argument = False
+        # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there)]
+        # (and for a method call, its receiver's dotted name: "self.scaler" for self.scaler.step(...))
+        self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None]]] = {}
+        self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
+        self._scalers: set[str] | None = None
+        self._withs: list[ast.AST] = []
+        self._decorators: dict[int, list[ast.Call]] = {}  # id(function) -> its call decorators
+        self._all_decorators: dict[int, list[ast.AST]] = {}  # id(function) -> all its decorators
+        self._false_calls: list[ast.Call] = []
+        self._reachable: set[str] | None = None
+        self._capable: dict[int, bool] = {}
 
     # text ----------------------------------------------------------------------------------------------
     def contains(self, *words: str) -> bool:
@@ -145,66 +202,101 @@ class Summary:
         self._collect(tree)
 
     def _collect(self, tree: ast.AST) -> None:
-        identifiers, callees, methods = self.identifiers, self.callees, self.methods
+        """One walk of the tree, each node with its context: the innermost function (or lambda) it runs in and
+        the with-statements around it inside that function."""
+        identifiers, methods, module_methods, calls = self.identifiers, self.methods, self.module_methods, self._calls
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
-        functions = (ast.FunctionDef, ast.AsyncFunctionDef)
-        withs = (ast.With, ast.AsyncWith)
-        module_methods = self.module_methods
         iter_children = ast.iter_child_nodes
-        # (node, inside a function body or lambda body): the facts layer's "function is None" is the outside.
-        stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+        # (node, innermost function or None, with-statements around it in that function, in a loop's body there)
+        stack: list[tuple[ast.AST, ast.AST | None, tuple, bool]] = [(tree, None, (), False)]
         pop, push = stack.pop, stack.append
+        loops = (ast.For, ast.AsyncFor, ast.While)
         while stack:
-            node, inside = pop()
+            node, function, withs, looped = pop()
             kind = type(node)
-            if kind in functions:  # decorators, defaults and annotations run outside the body
-                for child in node.body:
-                    push((child, True))
-                for child in (*node.decorator_list, node.args, node.returns, *getattr(node, "type_params", ())):
-                    if child is not None:
-                        push((child, inside))
-            elif kind is ast.Lambda:
-                push((node.body, True))
-                push((node.args, inside))
-            else:
-                for child in iter_children(node):
-                    push((child, inside))
             if kind is name_type:
                 identifiers.add(node.id)
-            elif kind is attribute_type:
+                continue
+            if kind is attribute_type:
                 identifiers.add(node.attr)
-            elif kind is call_type:
-                func = node.func
-                if type(func) is attribute_type:
-                    methods.add(func.attr)
-                    callees.add(func.attr)
-                    if not inside:
-                        module_methods.add(func.attr)
-                elif type(func) is name_type:
-                    callees.add(func.id)
-                if not self._false_argument:
-                    for argument in node.args:
-                        if type(argument) is constant_type and argument.value is False:
-                            self._false_argument = True
-                    for keyword in node.keywords:
-                        value = keyword.value
-                        if keyword.arg == "enabled" and type(value) is constant_type and value.value is False:
-                            self._false_argument = True
-            elif kind in functions:
+                push((node.value, function, withs, looped))
+                continue
+            if kind in _FUNCTIONS:
                 self.function_names.append(node.name)
                 identifiers.add(node.name)
-                if not self._call_decorator:
-                    self._call_decorator = any(type(d) is call_type for d in node.decorator_list)
-            elif kind in withs:
-                self._with = True
+                self._decorators[id(node)] = [d for d in node.decorator_list if type(d) is call_type]
+                self._all_decorators[id(node)] = node.decorator_list
+                for child in node.body:  # the body runs in the function; the rest where it is defined
+                    push((child, node, (), False))
+                for child in (*node.decorator_list, node.args, node.returns, *getattr(node, "type_params", ())):
+                    if child is not None:
+                        push((child, function, withs, looped))
+                continue
+            if kind is ast.Lambda:
+                push((node.body, node, (), False))
+                push((node.args, function, withs, looped))
+                continue
+            if kind in _WITHS:
+                self._withs.append(node)
+                for item in node.items:
+                    push((item, function, withs, looped))
+                inner = (*withs, node)
+                for child in node.body:
+                    push((child, function, inner, looped))
+                continue
+            if kind in loops:  # the body repeats; the header and the else-branch do not
+                for child in node.body:
+                    push((child, function, withs, True))
+                for child in (*node.orelse, getattr(node, "test", None), getattr(node, "iter", None),
+                              getattr(node, "target", None)):
+                    if child is not None:
+                        push((child, function, withs, looped))
+                continue
+            for child in iter_children(node):
+                push((child, function, withs, looped))
+            if kind is call_type:
+                func = node.func
+                callee = receiver = None
+                if type(func) is attribute_type:
+                    callee = func.attr
+                    receiver = _dotted(func.value) or ""  # "" for a method of an expression: f().backward()
+                    methods.add(callee)
+                    if function is None:
+                        module_methods.add(callee)
+                    if callee == "unscale_" and receiver:
+                        self._scaler_usages.add(receiver)
+                    elif callee == "backward" and type(func.value) is call_type:
+                        inner = func.value.func
+                        if type(inner) is attribute_type and inner.attr == "scale":
+                            scaler = _dotted(inner.value)
+                            if scaler:
+                                self._scaler_usages.add(scaler)
+                elif type(func) is name_type:
+                    callee = func.id
+                if callee is not None:
+                    calls.setdefault(callee, []).append((function, withs, receiver, looped))
+                if any(type(a) is constant_type and a.value is False for a in node.args) or any(
+                        k.arg == "enabled" and type(k.value) is constant_type and k.value.value is False
+                        for k in node.keywords):
+                    self._false_calls.append(node)
+            elif kind is ast.Assign or kind is ast.AnnAssign:
+                targets: set[str] = set()
+                for target in (node.targets if kind is ast.Assign else (node.target,)):
+                    _target_names(target, targets)
+                self.assigned |= targets
+                if node.value is not None:
+                    self._assignments.append((targets, node.value))
+            elif kind in (ast.AugAssign, ast.NamedExpr):
+                _target_names(node.target, self.assigned)
             elif kind is ast.Import:
                 for alias in node.names:
                     parts = alias.name.split(".")
                     identifiers.update(parts)
                     self.imported_names.add(parts[-1])
                     self.imported_modules.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-                    if alias.asname:
-                        identifiers.add(alias.asname)
+                    local = alias.asname or parts[0]
+                    identifiers.add(local)
+                    self.import_bound.setdefault(local, set()).add(parts[-1] if alias.asname else parts[0])
             elif kind is ast.ImportFrom:
                 if node.module:
                     parts = node.module.split(".")
@@ -215,8 +307,9 @@ class Summary:
                     parts = alias.name.split(".")
                     identifiers.update(parts)
                     self.imported_names.add(parts[-1])
-                    if alias.asname:
-                        identifiers.add(alias.asname)
+                    local = alias.asname or alias.name
+                    identifiers.add(local)
+                    self.import_bound.setdefault(local, set()).add(parts[-1])
 
     def _ask(self, precondition: bool, exact) -> bool:
         if not precondition:
@@ -226,11 +319,149 @@ class Summary:
         self._tree()
         return exact()
 
+    # what can open an autocast region (the facts layer's classify_context, from above) ---------------------
+    def _names_for(self, names: Iterable[str]) -> set[str]:
+        """The names and every local name an import binds to one of them (`from x import grad as g`: g)."""
+        wanted = set(names)
+        return wanted | {local for local, imported in self.import_bound.items() if imported & wanted}
+
+    def _opener_names(self) -> set[str]:
+        """Dotted names assigned something that can open a region: a value that uses the name `autocast`, an
+        import alias of it, or (any number of assignments away) another such name: `ctx = torch.autocast(...)`,
+        `amp = partial(autocast, "cuda")`, `Ctx = ac if amp else nullcontext`, `self.ctx = ctx`."""
+        if self._openers is None:
+            aliases = {"autocast"} | {local for local, imported in self.import_bound.items() if "autocast" in imported}
+            uses = []
+            for targets, value in self._assignments:
+                names: set[str] = set()
+                for node in ast.walk(value):
+                    if type(node) is ast.Name:
+                        names.add(node.id)
+                    elif type(node) is ast.Attribute:
+                        names.add(node.attr)
+                        dotted = _dotted(node)
+                        if dotted:
+                            names.add(dotted)
+                uses.append((targets, names))
+            openers: set[str] = set()
+            changed = True
+            while changed:
+                changed = False
+                for targets, names in uses:
+                    if not targets <= openers and (names & aliases or names & openers):
+                        openers |= targets
+                        changed = True
+            self._openers = openers
+        return self._openers
+
+    def _callee_can_open(self, func: ast.AST) -> bool:
+        """Calling this can open a region: it is named `autocast` (torch's, an accelerator's), is an import
+        alias of an `autocast`, or is a name assigned something that can open one."""
+        if type(func) is ast.Attribute and func.attr == "autocast":
+            return True
+        if type(func) is ast.Name and (func.id == "autocast" or "autocast" in self.import_bound.get(func.id, ())):
+            return True
+        name = _dotted(func)
+        return name is not None and name in self._opener_names()
+
+    def _can_open(self, expr: ast.AST) -> bool:
+        if type(expr) is ast.IfExp:
+            return self._can_open(expr.body) or self._can_open(expr.orelse)
+        if type(expr) is ast.Call:
+            return self._callee_can_open(expr.func)
+        name = _dotted(expr)
+        return name is not None and name in self._opener_names()
+
+    def _context_can_open(self, function: ast.AST | None, withs: tuple) -> bool:
+        for with_node in withs:
+            key = id(with_node)
+            if key not in self._capable:
+                self._capable[key] = any(self._can_open(item.context_expr) for item in with_node.items)
+            if self._capable[key]:
+                return True
+        return function is not None and any(self._can_open(d) for d in self._decorators.get(id(function), ()))
+
+    def _reachable_functions(self) -> set[str]:
+        """Names of functions that can run in a region because a call to them can (the facts layer follows
+        two calls; any number here)."""
+        if self._reachable is None:
+            defined = set(self.function_names)
+            reachable: set[str] = set()
+            changed = True
+            while changed:
+                changed = False
+                for name in defined - reachable:
+                    for function, withs, _, _ in self._calls.get(name, ()):
+                        if self._context_can_open(function, withs) or (
+                                type(function) in _FUNCTIONS and function.name in reachable):
+                            reachable.add(name)
+                            changed = True
+                            break
+            self._reachable = reachable
+        return self._reachable
+
+    def _in_region_possible(self, names: Iterable[str]) -> bool:
+        for name in self._names_for(names):
+            for function, withs, _, _ in self._calls.get(name, ()):
+                if self._context_can_open(function, withs):
+                    return True
+                if type(function) in _FUNCTIONS and function.name in self._reachable_functions():
+                    return True
+        return False
+
+    def _last_names(self, expr: ast.AST) -> set[str]:
+        """What a with-item or decorator names: its callee's (or its own) last name, and what an import binds
+        that name to."""
+        if type(expr) is ast.Call:
+            expr = expr.func
+        if type(expr) is ast.Attribute:
+            return {expr.attr}
+        if type(expr) is ast.Name:
+            return {expr.id} | self.import_bound.get(expr.id, set())
+        return set()
+
+    def _scaler_names(self) -> set[str]:
+        """Dotted names that can hold a GradScaler: assigned a value that uses a name `GradScaler` (or an
+        import alias of one), or used the way only a scaler is."""
+        if self._scalers is None:
+            wanted = self._names_for(("GradScaler", "ShardedGradScaler"))
+            scalers = set(self._scaler_usages)
+            for targets, value in self._assignments:
+                for node in ast.walk(value):
+                    if (type(node) is ast.Name and node.id in wanted) or (
+                            type(node) is ast.Attribute and node.attr in wanted):
+                        scalers |= targets
+                        break
+            self._scalers = scalers
+        return self._scalers
+
+    def _sites(self, names: Iterable[str], on_scaler: bool = False, looped: bool = False):
+        """(function, withs) of every call to one of the names (or an import alias); with `on_scaler`, only
+        method calls whose receiver can hold a GradScaler; with `looped`, only calls in a loop's body."""
+        for name in self._names_for(names):
+            for function, withs, receiver, in_loop in self._calls.get(name, ()):
+                if on_scaler and not (receiver and receiver in self._scaler_names()):
+                    continue
+                if looped and not in_loop:
+                    continue
+                yield function, withs
+
+    def _functions_calling_backward(self) -> set[int]:
+        """Functions (ids; 0 for module level) whose body calls a method `backward`/`manual_backward`: the
+        facts layer surely sees a backward there."""
+        found = set()
+        for name in ("backward", "manual_backward"):
+            for function, _, receiver, _ in self._calls.get(name, ()):
+                if receiver is not None:
+                    found.add(id(function) if function is not None else 0)
+        return found
+
+    # questions -----------------------------------------------------------------------------------------
     def mentions(self, *names: str) -> bool:
         return self._ask(self.has_token(*names), lambda: any(name in self.identifiers for name in names))
 
     def calls(self, *names: str) -> bool:
-        return self._ask(self.has_token(*names, kind="call"), lambda: any(name in self.callees for name in names))
+        return self._ask(self.has_token(*names, kind="call"), lambda: any(name in self._calls for name in names))
 
     def calls_method(self, *names: str) -> bool:
         return self._ask(self.has_token(*names, kind="method"), lambda: any(name in self.methods for name in names))
@@ -239,6 +470,77 @@ class Summary:
         """A call `<expr>.name(...)` at module level or in a class body (not in a def's or lambda's body)."""
         return self._ask(self.has_token(*names, kind="method"),
                          lambda: any(name in self.module_methods for name in names))
+
+    def calls_outside_functions(self, *names: str, on_scaler: bool = False) -> bool:
+        """A call to one of the names (or an import alias) at module level or in a class body."""
+        return self._ask(self._written_call(names), lambda: any(
+            function is None for function, _ in self._sites(names, on_scaler)))
+
+    def calls_in_same_function(self, names: Sequence[str], others: Sequence[str], on_scaler: bool = False) -> bool:
+        """Calls to one of `names` (with `on_scaler`, methods of a scaler) and to one of `others` in the body of
+        one function (or both outside every function)."""
+        def exact() -> bool:
+            functions = {id(function) for function, _ in self._sites(names, on_scaler)}
+            return any(id(function) in functions for function, _ in self._sites(others))
+
+        return self._ask(self._written_call(names) and self._written_call(others), exact)
+
+    def calls_in_function_named(self, names: Sequence[str], pattern: re.Pattern[str], on_scaler: bool = False) -> bool:
+        """A call to one of the names in the body of a `def` whose name `pattern` finds."""
+        return self._ask(self._written_call(names) and self.defines_function(pattern), lambda: any(
+            type(function) in _FUNCTIONS and pattern.search(function.name)
+            for function, _ in self._sites(names, on_scaler)))
+
+    def calls_under(self, names: Sequence[str], contexts: Sequence[str], on_scaler: bool = False) -> bool:
+        """A call to one of the names inside a with-statement (in the same function) one of whose items calls
+        or names one of `contexts` (by its last name, or an import alias), or in a function decorated with
+        one: `with torch.no_grad(): scaler.step(opt)`."""
+        wanted = set(contexts)
+
+        def exact() -> bool:
+            for function, withs in self._sites(names, on_scaler):
+                if any(self._last_names(item.context_expr) & wanted for node in withs for item in node.items):
+                    return True
+                if function is not None and any(self._last_names(decorator) & wanted
+                                                for decorator in self._all_decorators.get(id(function), ())):
+                    return True
+            return False
+
+        return self._ask(self._written_call(names) and self.has_token(*contexts), exact)
+
+    def calls_in_loop(self, *names: str) -> bool:
+        """A call to one of the names in a loop's body (in its function), or in a function that is called (by
+        its name) in a loop's body."""
+        def exact() -> bool:
+            looped = {id(function) for function, _ in self._sites(names, looped=True)}
+            if looped:
+                return True
+            callers_in_loops = {name for name in set(self.function_names) if any(self._sites((name,), looped=True))}
+            return any(type(function) in _FUNCTIONS and function.name in callers_in_loops
+                       for function, _ in self._sites(names))
+
+        return self._ask(self._written_call(names) and (self.has_token("for") or self.has_token("while")), exact)
+
+    def module_without_backward(self) -> bool:
+        """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
+        return self._ask(True, lambda: not self._functions_calling_backward())
+
+    def calls_in_function_without_backward(self, names: Sequence[str], pattern: re.Pattern[str],
+                                           calling: Sequence[str] = (), on_scaler: bool = False) -> bool:
+        """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward`
+        and whose name `pattern` finds or that calls one of `calling`."""
+        def exact() -> bool:
+            with_backward = self._functions_calling_backward()
+            calling_functions = {id(function) for function, _ in self._sites(calling)} if calling else set()
+            return any(type(function) in _FUNCTIONS and id(function) not in with_backward
+                       and (pattern.search(function.name) or id(function) in calling_functions)
+                       for function, _ in self._sites(names, on_scaler))
+
+        return self._ask(self._written_call(names) and (self.defines_function(pattern) or self._written_call(calling)),
+                         exact)
+
+    def _written_call(self, names: Sequence[str]) -> bool:
+        return self.has_token(*names, kind="call") or self.imports_name(*names)
 
     def imports_name(self, *names: str) -> bool:
         return self._ask(self.has_token(*names) and self.has_token("import"),
@@ -258,26 +560,24 @@ class Summary:
         return self._ask(_ACCELERATOR.search(self.text) is not None,
                          lambda: any(name.lower().endswith(("accelerator", "fabric")) for name in self.identifiers))
 
-    @property
-    def has_with(self) -> bool:
-        return self._ask(self.has_token("with"), lambda: self._with)
-
-    @property
-    def has_call_decorator(self) -> bool:
-        return self._ask("@" in self.text, lambda: self._call_decorator)
-
-    @property
-    def false_argument(self) -> bool:
-        return self._ask(self.has_token("False"), lambda: self._false_argument)
-
-    # what the facts layer needs ------------------------------------------------------------------------
     def regions_possible(self) -> bool:
-        """An autocast region can exist: `autocast` is used as a name (every spelling of torch's autocast,
-        a `partial(...)` of it, an accelerator's `.autocast()`), torch is imported (every autocast resolves
-        through an import of torch) or an accelerator is named, and a with-statement or a call decorator can
-        open it."""
-        return (self.mentions("autocast") and (self.imports_module("torch") or self.accelerator_named())
-                and (self.has_with or self.has_call_decorator))
+        if not (self.mentions("autocast") and (self.imports_module("torch") or self.accelerator_named())):
+            return False
+        return self._ask(self.has_token("with") or "@" in self.text, lambda: any(
+            self._can_open(item.context_expr) for node in self._withs for item in node.items) or any(
+            self._can_open(d) for decorators in self._decorators.values() for d in decorators))
+
+    def calls_in_region(self, *names: str) -> bool:
+        written = self.has_token(*names, kind="call") or self.imports_name(*names)
+        return self._ask(written and (self.has_token("with") or "@" in self.text),
+                         lambda: self._in_region_possible(names))
+
+    def disabled_region_possible(self) -> bool:
+        return self._ask(self.has_token("False"), lambda: any(
+            self._callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
+            or (type(call.func) is ast.Name and (call.func.id == "partial"
+                                                 or "partial" in self.import_bound.get(call.func.id, ())))
+            for call in self._false_calls))
 
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
@@ -342,21 +642,23 @@ class Prefilter:
         if self.always:
             return Verdict.ANALYSE
         summary = Summary(text)
-        candidates = []
-        for rule in self.rules:
-            if _declares_words(rule) and not summary.contains(*rule.words):
-                continue
-            if not _declares_structure(rule):
-                return Verdict.ANALYSE
-            if rule.maybe_applies(summary):  # text mode: no parse
-                candidates.append(rule)
-        if candidates:
-            summary.exact = True
-            try:
+        try:
+            candidates = []
+            for rule in self.rules:
+                if _declares_words(rule) and not summary.contains(*rule.words):
+                    continue
+                if not _declares_structure(rule):
+                    return Verdict.ANALYSE
+                if rule.maybe_applies(summary):  # text mode: no parse
+                    candidates.append(rule)
+            if candidates:
+                summary.exact = True
                 if any(rule.maybe_applies(summary) for rule in candidates):
                     return Verdict.ANALYSE
-            except _Unparsable:
-                return Verdict.ANALYSE
+        except _Unparsable:
+            return Verdict.ANALYSE
+        except Exception:  # noqa: BLE001 - a failing question must cost time, never a finding
+            return Verdict.ANALYSE
         return Verdict.SKIP_STRUCTURE
 
 

@@ -247,6 +247,10 @@ STATEMENTS = [
     "cgn(params, 1.0)", "agrad(loss, params)", "torch.autograd.backward(loss)", "y = model(x)", "z = y.sum()",
     "w = z.float()", "h = torch.mm(y, y)", "scaler = torch.amp.GradScaler('cuda')", "accelerator.backward(loss)",
     "model.eval()", "q = y.half()", "pass",
+    # small recipes on one line, so that a few draws reach the rules that need several steps in order
+    "scaler.scale(loss).backward(); torch.nn.utils.clip_grad_norm_(params, 1.0); scaler.step(opt); scaler.update()",
+    "scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss).backward(); scaler.step(opt); scaler.update()",
+    "h = model(x); w = torch.mm(h, h).sum()",
 ]
 DECORATORS = ["@torch.autocast('cuda')", "@ac('cuda', enabled=False)", "@torch.no_grad()", "@staticmethod"]
 FUNCTION_NAMES = ["train", "evaluate", "step_fn", "validate", "run"]
@@ -256,34 +260,48 @@ FUNCTION_NAMES = ["train", "evaluate", "step_fn", "validate", "run"]
 def programs(draw) -> str:
     lines = list(draw(st.lists(st.sampled_from(IMPORTS), max_size=5, unique=True)))
     lines += draw(st.lists(st.sampled_from(SETUP), max_size=4))
+    in_class = draw(st.booleans())
+    if in_class:
+        lines.append("class Trainer:")
+    base = "    " if in_class else ""
+    defined = []
     for _ in range(draw(st.integers(1, 3))):
-        indent = ""
-        if draw(st.booleans()):
+        indent = base
+        if draw(st.booleans()) or in_class:
             for decorator in draw(st.lists(st.sampled_from(DECORATORS), max_size=1)):
-                lines.append(decorator)
-            lines.append(f"def {draw(st.sampled_from(FUNCTION_NAMES))}(params, loss, x):")
-            indent = "    "
+                lines.append(base + decorator)
+            name = draw(st.sampled_from(FUNCTION_NAMES))
+            defined.append(name)
+            lines.append(f"{base}def {name}({'self, ' if in_class else ''}params, loss, x):")
+            indent = base + "    "
         if draw(st.booleans()):
             lines.append(f"{indent}for batch in loader:")
             indent += "    "
-        before = draw(st.lists(st.sampled_from(STATEMENTS), max_size=2))
+        statements = STATEMENTS + ([s.replace("scaler", "self.scaler") for s in STATEMENTS if "scaler" in s]
+                                   + [f"self.{name}(params, loss, x)" for name in defined] if in_class else
+                                   [f"{name}(params, loss, x)" for name in defined])
+        before = draw(st.lists(st.sampled_from(statements), max_size=2))
         lines += [indent + s for s in before]
         if draw(st.booleans()):
             lines.append(indent + draw(st.sampled_from(OPENERS)))
-            inner = draw(st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=4))
+            inner = draw(st.lists(st.sampled_from(statements), min_size=1, max_size=4))
             lines += [indent + "    " + s for s in inner]
             if draw(st.booleans()):
                 lines.append(indent + "    " + draw(st.sampled_from(OPENERS)))
-                lines += [indent + "        " + s for s in draw(st.lists(st.sampled_from(STATEMENTS), min_size=1,
+                lines += [indent + "        " + s for s in draw(st.lists(st.sampled_from(statements), min_size=1,
                                                                              max_size=3))]
-        after = draw(st.lists(st.sampled_from(STATEMENTS), min_size=1, max_size=3))
+        after = draw(st.lists(st.sampled_from(statements), min_size=1, max_size=3))
         lines += [indent + s for s in after]
-        if indent.startswith("    ") and draw(st.booleans()):
-            lines.append(f"{draw(st.sampled_from(FUNCTION_NAMES))}(params, loss, x)")
+    if defined and draw(st.booleans()):
+        call = f"Trainer().{defined[-1]}" if in_class else defined[-1]
+        if draw(st.booleans()):
+            lines += ["for batch in loader:", f"    {call}(params, loss, x)"]
+        else:
+            lines += [draw(st.sampled_from(OPENERS)), f"    {call}(params, loss, x)"]
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(program=programs())
 def test_generated_programs_never_dropped(memo_engine, program):
@@ -409,9 +427,63 @@ def test_summary_questions():
     assert summary.imports_name("grad") and summary.uses_api("grad") and summary.calls("g")
     assert summary.calls_method("scale") and not summary.calls_method("step")
     assert summary.calls_method_outside_functions("update") and not summary.calls_method_outside_functions("scale")
-    assert summary.has_with and summary.has_call_decorator and summary.false_argument
     assert summary.defines_function(re.compile("train")) and not summary.defines_function(re.compile("eval"))
     assert not summary.accelerator_named()
+    assert summary.regions_possible() and summary.disabled_region_possible()
+    assert summary.calls_in_region("grad") and summary.calls_in_region("scale")  # the decorated function
+    assert not summary.calls_in_region("update")  # module level, no region there
+
+
+def _exact(text: str) -> Summary:
+    summary = Summary(textwrap.dedent(text))
+    summary.exact = True
+    return summary
+
+
+def test_regions_through_names_and_callers():
+    summary = _exact("""\
+        import torch
+        ctx = torch.autocast("cuda")
+
+        def inner(loss):
+            loss.backward()
+
+        def middle(loss):
+            inner(loss)
+
+        def outer(loss):
+            with ctx:
+                middle(loss)
+            optimizer.step()
+
+        with open(p):
+            scaler.update()
+        """)
+    assert summary.regions_possible()
+    assert summary.calls_in_region("backward")  # two calls deep
+    assert not summary.calls_in_region("step")  # after the block
+    assert not summary.calls_in_region("update")  # `open` opens no region
+
+
+def test_no_region_without_an_opener():
+    summary = _exact("""\
+        import torch
+        from torch import autocast
+        x = torch.autocast
+        with open(p):
+            loss.backward()
+        """)
+    assert not summary.regions_possible()  # `with open(p)` cannot open one, and nothing is decorated
+    assert _exact("import torch\nwith autocast():\n    pass\n").regions_possible()
+    assert _exact("import torch\nfrom torch import autocast as ac\nwith ac():\n    pass\n").regions_possible()
+    assert _exact("import torch\nwith torch.no_grad():\n    torch.autocast\n").regions_possible() is False
+
+
+def test_disabled_regions():
+    assert _exact("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n").disabled_region_possible()
+    assert _exact("from functools import partial as p\nimport torch\nf = p(torch.autocast, 'cuda', None, False)\n"
+                  ).disabled_region_possible()
+    assert not _exact("import torch\nwith torch.autocast('cuda'):\n    print(x, False)\n").disabled_region_possible()
 
 
 def test_regex_questions_do_not_backtrack_on_comment_lines():

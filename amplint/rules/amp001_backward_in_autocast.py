@@ -63,7 +63,7 @@ class BackwardInAutocast(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.regions_possible() and summary.backward_possible()
+        return summary.regions_possible() and summary.calls_in_region("backward", "grad")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

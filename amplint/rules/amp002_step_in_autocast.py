@@ -61,7 +61,7 @@ class StepInAutocast(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         return summary.regions_possible() and (
-            summary.calls_method("step") or (summary.calls_method("update") and summary.scaler_possible()))
+            summary.calls_in_region("step") or (summary.calls_in_region("update") and summary.scaler_possible()))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

@@ -69,8 +69,10 @@ class ScalerPerIteration(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return (summary.uses_api("GradScaler", "ShardedGradScaler") and summary.imports_module("torch")
-                and summary.calls_method("step", "update"))
+        # Built in a loop (or in a function called in one) and stepped/updated in the same function.
+        builds = ("GradScaler", "ShardedGradScaler")
+        return (summary.imports_module("torch") and summary.calls_in_loop(*builds)
+                and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:

@@ -89,10 +89,15 @@ class ScalerInInference(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
+        # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level.
+        builds, uses = ("GradScaler", "ShardedGradScaler"), ("scale", "step", "update", "unscale_")
+        no_grad = ("no_grad", "inference_mode", "set_grad_enabled")
         return summary.scaler_possible() and (
-            summary.mentions("no_grad", "inference_mode", "set_grad_enabled") or summary.calls_method("eval")
-            or summary.defines_function(EVAL_NAME)
-            or summary.calls_method_outside_functions("scale", "step", "update", "unscale_"))
+            summary.calls_under(builds, no_grad) or summary.calls_under(("scale",), no_grad, on_scaler=True)
+            or (summary.module_without_backward() and (
+                summary.calls_under(uses, no_grad, on_scaler=True)
+                or summary.calls_outside_functions(*uses, on_scaler=True)))
+            or summary.calls_in_function_without_backward(uses, EVAL_NAME, calling=("eval",), on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

@@ -64,7 +64,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.regions_possible() and summary.false_argument
+        return summary.regions_possible() and summary.disabled_region_possible()
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
