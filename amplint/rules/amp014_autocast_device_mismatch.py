@@ -164,13 +164,16 @@ class AutocastDeviceMismatch(Rule):
         key = dotted_name(device)
         if key is None:
             return None, ""
+        if "." not in key and key in _locally_bound(call):
+            # A parameter, loop or `with ... as` name of this function: only its annotation tells.
+            if self._annotated_device(facts, call, key):
+                return cst.Attribute(value=device, attr=cst.Name("type")), f" (parameter `{key}: torch.device`)"
+            return None, ""
         bindings = facts.bindings(key, call.frame)
         if bindings and all(isinstance(a.value, cst.Call) and facts.imports.qualify(a.value.func) in TORCH_DEVICE
                             for a in bindings):
             line = facts.line_of(bindings[-1].value)
             return cst.Attribute(value=device, attr=cst.Name("type")), f" (`{key} = torch.device(...)`, line {line})"
-        if "." not in key and not bindings and self._annotated_device(facts, call, key):
-            return cst.Attribute(value=device, attr=cst.Name("type")), f" (parameter `{key}: torch.device`)"
         return None, ""
 
     @staticmethod
@@ -237,6 +240,44 @@ class AutocastDeviceMismatch(Rule):
             new_arg = new_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
         new = node.with_changes(args=[new_arg, *args])
         return FixPlan(f"Pass the module's device, `{device.value}`", lambda: replace_nodes(facts.module, {node: new}))
+
+
+def _locally_bound(call: Call) -> set[str]:
+    """Names the function around `call` binds without an assignment: parameters, loop targets, `with ... as`,
+    comprehension variables, `:=`."""
+    function = call.frame.function()
+    node = function.node if function is not None else None
+    if not isinstance(node, (cst.FunctionDef, cst.Lambda)):
+        return set()
+    names: set[str] = set()
+
+    class Binders(cst.CSTVisitor):
+        def visit_Param(self, param: cst.Param) -> None:
+            names.add(param.name.value)
+
+        def visit_For(self, loop: cst.For) -> None:
+            names.update(_target_names(loop.target))
+
+        def visit_CompFor(self, comp: cst.CompFor) -> None:
+            names.update(_target_names(comp.target))
+
+        def visit_WithItem(self, item: cst.WithItem) -> None:
+            if item.asname is not None:
+                names.update(_target_names(item.asname.name))
+
+        def visit_NamedExpr(self, named: cst.NamedExpr) -> None:
+            names.update(_target_names(named.target))
+
+    node.visit(Binders())
+    return names
+
+
+def _target_names(target: cst.BaseExpression) -> set[str]:
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {name for element in target.elements for name in _target_names(element.value)}
+    return set()
 
 
 def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | None:
