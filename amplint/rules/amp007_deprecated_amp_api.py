@@ -85,7 +85,8 @@ class DeprecatedAmpApi(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.imports_module("torch")
+        # every deprecated spelling resolves through `torch` to `torch.cuda.amp`/`torch.cpu.amp`
+        return summary.imports_module("torch") and summary.mentions("amp") and summary.mentions("cuda", "cpu")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         scan = _Scan(facts)
@@ -115,11 +116,18 @@ class DeprecatedAmpApi(Rule):
             moved = [name for name in names if plan.moved_import(statement, name)]
             module = dotted_name(statement.module) or ""
             listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
+            spellings = []
+            for name in names:
+                new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
+                spelling = (f'`{name}("{device}", ...)`' if new_name in ("autocast", "GradScaler")
+                            else f'`{name}(..., device_type="{device}")`')
+                if spelling not in spellings:
+                    spellings.append(spelling)
             message = (
-                f"`from {module} import ...` imports the deprecated {listed}: each call emits a FutureWarning "
-                f"since torch 2.4 (`{module}.<name>(args...)` is deprecated); import "
-                f"{'them' if len(names) > 1 else 'it'} from `torch.amp` and pass the device "
-                f"(`autocast(\"cuda\", ...)`, `GradScaler(\"cuda\", ...)`, `custom_fwd(device_type=\"cuda\")`)"
+                f"`from {module} import ...` imports the deprecated {listed}: every call warns \"FutureWarning: "
+                f"`{module.split('.autocast_mode')[0].split('.grad_scaler')[0]}.<name>(args...)` is deprecated\" "
+                f"since torch 2.4; import {'them' if len(names) > 1 else 'it'} from `torch.amp` and pass the "
+                f"device: {', '.join(spellings)}"
             )
             findings.append((statement, message, fix if moved else None))
         for node, message, fix_plan in findings:
@@ -191,6 +199,7 @@ class _Scan(cst.CSTVisitor):
         self.sites: list[_Site] = []
         self.import_sites: list[tuple[cst.ImportFrom, list[str]]] = []
         self.imported_as: dict[tuple[int, str], str] = {}
+        self.qualified_of: dict[tuple[int, str], str] = {}
         self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
         self.consumed: set[int] = set()
         self.guards: list[bool] = []
@@ -313,6 +322,7 @@ class _Scan(cst.CSTVisitor):
             if f"{module}.{name}" in DEPRECATED_AMP and not self.guard_depth:
                 deprecated.append(local)
                 self.imported_as[(id(node), local)] = name if local == name else f"{name} as {local}"
+                self.qualified_of[(id(node), local)] = f"{module}.{name}"
         if deprecated:
             self.import_sites.append((node, deprecated))
         return False

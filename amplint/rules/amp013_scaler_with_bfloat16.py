@@ -98,9 +98,9 @@ class ScalerWithBfloat16(Rule):
             message = (
                 f"`{snippet(facts, build.node)}` scales the losses of code that autocasts only to bfloat16 "
                 f"(`{snippet(facts, region.opener)}` at line {facts.line_of(region.opener)}): bfloat16 has float32's "
-                f"exponent range, so gradients do not underflow and nothing is ever skipped (measured: parameters "
-                f"bit-identical to no scaler over 300 steps); `{key}` only adds an unscale pass and inf checks "
-                f"every step; remove it"
+                f"exponent range, so gradients do not underflow and loss scaling changes nothing (measured: parameters "
+                f"bit-identical to training without a scaler over 300 steps); `{key}` only adds an unscale pass "
+                f"and inf checks every step; remove it"
             )
             yield Finding(build.node, message, _RemoveScaler(facts, build).plan())
 
