@@ -74,7 +74,8 @@ class DeprecatedAmpApi(Rule):
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
     `hasattr`, a version, or `torch.amp`, and for names bound both to a legacy and to a `torch.amp` import.
-    `from torch.cuda.amp import *` is not followed.
+    An import line is reported only when the module calls one of its names (importing alone warns nothing; a
+    legacy class used only in `isinstance` is left alone). `from torch.cuda.amp import *` is not followed.
     """
 
     code = "AMP007"
@@ -112,7 +113,11 @@ class DeprecatedAmpApi(Rule):
             if new_name == "autocast" and site.kind == "call" and _positional(site.node):
                 message += " (the legacy first positional argument is `enabled`, not the device)"
             findings.append((site.report, message, fix if fixed is not None else None))
+        warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
         for statement, names in scan.import_sites:
+            names = [name for name in names if name in warned]  # an import alone warns nothing
+            if not names:
+                continue
             moved = [name for name in names if plan.moved_import(statement, name)]
             module = dotted_name(statement.module) or ""
             listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
