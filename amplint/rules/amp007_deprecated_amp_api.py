@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator
 
 import libcst as cst
@@ -393,6 +393,8 @@ class _Plan:
         self.fixed_sites: dict[int, cst.CSTNode] = {}
         self.moved: set[tuple[int, str]] = set()  # (id(import statement), local name) moved to torch.amp
         self.indent: cst.BaseParenthesizableWhitespace | None = None  # of the call being rewritten
+        # import statement -> (its line, [(alias, "torch.amp" to move it there, or None to drop it)])
+        self.import_changes: dict[cst.CSTNode, tuple[cst.SimpleStatementLine | None, list]] = {}
         self._mark_ambiguous()
         self._decide()
 
@@ -547,8 +549,8 @@ class _Plan:
 
     def _statement_change(self, binding: _Binding, target_module: str | None) -> None:
         """Queue moving (or dropping) one alias of an import statement; applied per statement in rewrite()."""
-        changes = self.__dict__.setdefault("_import_changes", {})
-        changes.setdefault(binding.statement, (binding.line, []))[1].append((binding.alias, target_module))
+        entry = self.import_changes.setdefault(binding.statement, (binding.line, []))
+        entry[1].append((binding.alias, target_module))
 
     def moved_import(self, statement: cst.ImportFrom, local: str) -> bool:
         return (id(statement), local) in self.moved
@@ -559,7 +561,7 @@ class _Plan:
 
     def rewrite(self) -> cst.Module:
         replacements = dict(self.replacements)
-        for statement, (line, changes) in self.__dict__.get("_import_changes", {}).items():
+        for statement, (line, changes) in self.import_changes.items():
             _import_rewrite(statement, line, changes, replacements)
         return replace_nodes(self.facts.module, replacements)
 
@@ -591,7 +593,8 @@ def _insert_first(args: list[cst.Arg], new: cst.Arg, indent=None) -> list[cst.Ar
     return [new.with_changes(comma=comma), *args]
 
 
-def _append(args: list[cst.Arg], new: cst.Arg, indent: cst.BaseParenthesizableWhitespace | None = None) -> list[cst.Arg]:
+def _append(args: list[cst.Arg], new: cst.Arg,
+            indent: cst.BaseParenthesizableWhitespace | None = None) -> list[cst.Arg]:
     """Append a keyword argument, on its own line when the call has one argument per line."""
     if not args:
         return [new]

@@ -78,7 +78,8 @@ class UnscaleTwice(Rule):
         for unscale in facts.events:
             if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
                 continue
-            if scaler_enabled(facts, unscale.scaler, unscale.frame) is False or facts.no_grad_opener(unscale.frame) is not None:
+            if scaler_enabled(facts, unscale.scaler, unscale.frame) is False \
+                    or facts.no_grad_opener(unscale.frame) is not None:
                 continue
             events = facts.events_in(unscale.frame.function())
             scaler, optimizer = unscale.scaler, unscale.optimizer
