@@ -47,13 +47,9 @@ def text_edit(old: str, new: str, index: LineIndex) -> Edit | None:
     """The smallest single edit turning `old` into `new` (common prefix and suffix kept)."""
     if old == new:
         return None
-    prefix = 0
     limit = min(len(old), len(new))
-    while prefix < limit and old[prefix] == new[prefix]:
-        prefix += 1
-    suffix = 0
-    while suffix < limit - prefix and old[len(old) - 1 - suffix] == new[len(new) - 1 - suffix]:
-        suffix += 1
+    prefix = _longest(lambda n: old[:n] == new[:n], limit)
+    suffix = _longest(lambda n: old[len(old) - n:] == new[len(new) - n:], limit - prefix)
     # Widen to whole lines so the edit reads naturally in diffs and reports.
     start = old.rfind("\n", 0, prefix) + 1
     end = len(old) - suffix
@@ -86,17 +82,38 @@ def suppressed(diagnostic: Diagnostic, index: LineIndex) -> bool:
     return False
 
 
-def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex) -> Diagnostic:
+def _longest(matches, limit: int) -> int:
+    """The largest n <= limit with matches(n), for a property true up to some n and false after (a binary search
+    over slice comparisons: fast on large texts)."""
+    low, high = 0, limit
+    while low < high:
+        middle = (low + high + 1) // 2
+        if matches(middle):
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex,
+                  built: dict | None = None) -> Diagnostic:
+    """`built`: edits of the fix plans already built for this text (a plan shared by several findings, such as
+    a module-wide migration, is rewritten once)."""
     start, end = facts.position(finding.node)
     fix = None
     if finding.fix is not None and finding.fix.applicability is Applicability.DISPLAY_ONLY:
         fix = Fix(finding.fix.message, (), Applicability.DISPLAY_ONLY)
     elif finding.fix is not None:
-        new_module = finding.fix.rewrite()
-        if new_module is not None:
-            edit = text_edit(index.text, new_module.code, index)
-            if edit is not None:
-                fix = Fix(finding.fix.message, (edit,), finding.fix.applicability)
+        key = id(finding.fix)
+        if built is not None and key in built:
+            edit = built[key][1]
+        else:
+            new_module = finding.fix.rewrite()
+            edit = text_edit(index.text, new_module.code, index) if new_module is not None else None
+            if built is not None:
+                built[key] = (finding.fix, edit)  # the plan is kept alive so that its id stays its own
+        if edit is not None:
+            fix = Fix(finding.fix.message, (edit,), finding.fix.applicability)
     return Diagnostic(
         code=rule.code,
         name=rule.name,
@@ -140,9 +157,10 @@ def lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     try:
         facts = ModuleFacts(module)
         diagnostics = []
+        built: dict = {}
         for rule in rules:
             for finding in rule.check(facts):
-                diagnostic = to_diagnostic(rule, finding, facts, filename, index)
+                diagnostic = to_diagnostic(rule, finding, facts, filename, index, built)
                 if not suppressed(diagnostic, index):
                     diagnostics.append(diagnostic)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run

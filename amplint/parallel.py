@@ -1,9 +1,9 @@
 """Linting many files: a pool of worker processes, the results in the order of the files, and a progress bar.
 
 Below `SERIAL_BELOW` files, or with one job, files are processed in this process. Otherwise the files are cut
-into chunks that worker processes take as they become free (the rules are instantiated once per worker, and
-each worker keeps its prefilters); the outcomes come back in the order of the files, exactly as a serial run
-gives them.
+into chunks of about equal weight, largest files first, that worker processes take as they become free (the
+rules are instantiated once per worker, and each worker keeps its prefilters); the outcomes are put back in
+the order of the files, exactly as a serial run gives them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Callable, Sequence
 
@@ -22,7 +22,9 @@ from amplint.engine import INTERNAL_ERROR, error_diagnostic
 from amplint.runner import FileOutcome, Mode, process_file, rules_for
 
 SERIAL_BELOW = 8  # fewer files than this are linted in this process: starting workers would cost more
-MAX_CHUNK = 32
+MAX_CHUNK = 64  # files
+CHUNKS_PER_JOB = 16  # chunks of about equal weight per worker
+FILE_COST = 4096  # the weight of a file beyond its bytes (opening, reading, deciding)
 
 
 def default_jobs() -> int:
@@ -70,10 +72,30 @@ def _context():
     return multiprocessing.get_context()
 
 
-def chunk_size(count: int, jobs: int) -> int:
-    """Small enough that the few expensive files spread over the workers, large enough to keep the overhead
-    per chunk negligible."""
-    return max(1, min(MAX_CHUNK, count // (jobs * 8)))
+def plan_chunks(paths: Sequence[str], jobs: int) -> list[list[int]]:
+    """Indices of `paths` cut into chunks, largest files first, of about equal weight (bytes plus a fixed cost
+    per file): the one expensive file of a tree starts at once instead of last, while the other workers share
+    the rest; small files travel many to a chunk."""
+    sizes = []
+    for path in paths:
+        try:
+            sizes.append(os.stat(path).st_size)
+        except OSError:
+            sizes.append(0)
+    weights = [size + FILE_COST for size in sizes]
+    target = max(1, sum(weights) // (jobs * CHUNKS_PER_JOB))
+    chunks: list[list[int]] = []
+    current: list[int] = []
+    weight = 0
+    for index in sorted(range(len(paths)), key=lambda i: -sizes[i]):
+        current.append(index)
+        weight += weights[index]
+        if weight >= target or len(current) >= MAX_CHUNK:
+            chunks.append(current)
+            current, weight = [], 0
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mode: Mode, jobs: int | None = None,
@@ -84,27 +106,30 @@ def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mod
     jobs = min(jobs, max(1, len(paths)))
     if jobs == 1 or len(paths) < SERIAL_BELOW:
         return _serial(paths, rule_classes, settings, mode, cache, progress)
-    size = chunk_size(len(paths), jobs)
-    chunks = [paths[start:start + size] for start in range(0, len(paths), size)]
-    outcomes: list[FileOutcome] = []
+    outcomes: list[FileOutcome | None] = [None] * len(paths)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_worker,
                                initargs=(tuple(rule_classes), settings, mode, cache))
     try:
-        for chunk_outcomes in pool.map(_run_chunk, chunks):
-            outcomes.extend(chunk_outcomes)
+        futures = {pool.submit(_run_chunk, [paths[i] for i in chunk]): chunk for chunk in plan_chunks(paths, jobs)}
+        for future in as_completed(futures):
+            for index, outcome in zip(futures[future], future.result(), strict=True):
+                outcomes[index] = outcome
             if progress is not None:
-                progress.advance(len(chunk_outcomes))
+                progress.advance(len(futures[future]))
         pool.shutdown()
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         raise
     except BrokenProcessPool:
         pool.shutdown(wait=False, cancel_futures=True)
-        # A worker died (killed, out of memory): finish here, from the first file without an outcome.
-        outcomes.extend(_serial(paths[len(outcomes):], rule_classes, settings, mode, cache, progress))
+        # A worker died (killed, out of memory): the files without an outcome are done here.
+        missing = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        for index, outcome in zip(missing, _serial([paths[i] for i in missing], rule_classes, settings, mode,
+                                                   cache, progress), strict=True):
+            outcomes[index] = outcome
     if progress is not None:
         progress.close()
-    return outcomes
+    return outcomes  # type: ignore[return-value]
 
 
 def _serial(paths, rule_classes, settings, mode, cache, progress) -> list[FileOutcome]:

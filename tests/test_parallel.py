@@ -13,7 +13,7 @@ import pytest
 from amplint import parallel
 from amplint.config import Settings
 from amplint.discovery import discover
-from amplint.parallel import Progress, check_path, chunk_size, lint_paths
+from amplint.parallel import Progress, check_path, lint_paths
 from amplint.rules import ALL_RULES
 from amplint.runner import Mode
 
@@ -92,10 +92,18 @@ def test_an_unexpected_error_is_an_internal_error_of_that_file(monkeypatch):
     assert "RuntimeError: boom" in outcome.diagnostics[0].message
 
 
-def test_chunks_spread_the_work():
-    assert chunk_size(10, 2) == 1
-    assert chunk_size(2300, 2) == parallel.MAX_CHUNK
-    assert 1 <= chunk_size(200, 2) <= parallel.MAX_CHUNK
+def test_chunks_cover_every_file_once_largest_first(tmp_path):
+    paths = []
+    for index, size in enumerate([10, 500_000, 20, 30_000, 5] + [100] * 300):
+        path = tmp_path / f"f{index:03}.py"
+        path.write_text("x" * size)
+        paths.append(str(path))
+    paths.append(str(tmp_path / "missing.py"))
+    chunks = parallel.plan_chunks(paths, 2)
+    assert sorted(i for chunk in chunks for i in chunk) == list(range(len(paths)))
+    assert chunks[0] == [1]  # the largest file alone, first
+    assert all(len(chunk) <= parallel.MAX_CHUNK for chunk in chunks)
+    assert len(chunks) < len(paths) / 4  # small files travel together
 
 
 def test_default_jobs_is_the_number_of_cores():

@@ -86,7 +86,9 @@ class AutocastDeviceMismatch(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.mentions("autocast") and summary.imports_module("torch")
+        # a call resolving to torch's autocast (through the imports), or a partial of it
+        return summary.imports_module("torch") and (
+            summary.uses_api("autocast") or (summary.uses_api("partial") and summary.mentions("autocast")))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
