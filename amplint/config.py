@@ -6,7 +6,9 @@ Every key and rule code is checked: an unknown one is an error naming it, never 
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,13 +53,12 @@ class Settings:
         """Does an exclude pattern match this path (its name, or its path relative to the root)?"""
         name = os.path.basename(os.path.normpath(path))
         relative = _relative(path, self.root)
-        for pattern in (*self.exclude, *self.extend_exclude):
-            if fnmatch.fnmatch(name, pattern) or fnmatch.fnmatch(relative, pattern) \
-                    or fnmatch.fnmatch(relative, pattern.rstrip("/") + "/*"):
-                return True
-        return False
+        by_name, by_path = _exclude_matchers(tuple(self.exclude), tuple(self.extend_exclude))
+        return by_name(os.path.normcase(name)) is not None or by_path(os.path.normcase(relative)) is not None
 
     def ignored_for(self, path: str) -> list[str]:
+        if not self.per_file_ignores:
+            return []
         relative = _relative(path, self.root)
         name = os.path.basename(path)
         ignored: list[str] = []
@@ -67,9 +68,26 @@ class Settings:
         return ignored
 
 
+@functools.lru_cache(maxsize=64)
+def _exclude_matchers(exclude: tuple[str, ...], extend_exclude: tuple[str, ...]):
+    """All the patterns as one compiled regex per question (a name; a relative path, also as a folder): the
+    same answers as `fnmatch` on each pattern in turn, without the loop (discovery asks for every entry)."""
+    patterns = (*exclude, *extend_exclude)
+    if not patterns:
+        return (lambda text: None), (lambda text: None)
+    by_name = "|".join(fnmatch.translate(os.path.normcase(p)) for p in patterns)
+    by_path = "|".join(fnmatch.translate(os.path.normcase(q)) for p in patterns for q in (p, p.rstrip("/") + "/*"))
+    return re.compile(by_name).match, re.compile(by_path).match
+
+
+@functools.lru_cache(maxsize=16)
+def _resolved(root: Path) -> Path:
+    return root.resolve()
+
+
 def _relative(path: str, root: Path) -> str:
     try:
-        return Path(os.path.abspath(path)).relative_to(root.resolve()).as_posix()
+        return Path(os.path.abspath(path)).relative_to(_resolved(root)).as_posix()
     except ValueError:
         return Path(path).as_posix()
 

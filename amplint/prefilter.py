@@ -90,6 +90,15 @@ def _target_names(target: ast.AST, into: set[str]) -> None:
 
 
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_LEAF_FIELDS = {"ctx", "type_comment"}
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(kind: type) -> tuple[str, ...]:
+    """The fields of a node type that can hold nodes (`ctx` markers and plain values left out)."""
+    if kind is ast.Constant:
+        return ()
+    return tuple(field for field in kind._fields if field not in _LEAF_FIELDS)
 _WITHS = (ast.With, ast.AsyncWith)
 
 
@@ -156,6 +165,7 @@ class Summary:
         self._assignments: list[tuple[set[str], ast.AST]] = []  # (dotted targets, value) of `=` statements
         self._openers: set[str] | None = None
         self.function_names: list[str] = []
+        self._text_def_names: set[str] | None = None
         # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there)]
         # (and for a method call, its receiver's dotted name: "self.scaler" for self.scaler.step(...))
         self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None]]] = {}
@@ -206,7 +216,7 @@ class Summary:
         the with-statements around it inside that function."""
         identifiers, methods, module_methods, calls = self.identifiers, self.methods, self.module_methods, self._calls
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
-        iter_children = ast.iter_child_nodes
+        child_fields, ast_type = _CHILD_FIELDS, ast.AST
         # (node, innermost function or None, with-statements around it in that function, in a loop's body there)
         stack: list[tuple[ast.AST, ast.AST | None, tuple, bool]] = [(tree, None, (), False)]
         pop, push = stack.pop, stack.append
@@ -252,8 +262,17 @@ class Summary:
                     if child is not None:
                         push((child, function, withs, looped))
                 continue
-            for child in iter_children(node):
-                push((child, function, withs, looped))
+            fields = child_fields.get(kind)
+            if fields is None:
+                fields = child_fields[kind] = _child_fields(kind)
+            for field in fields:
+                value = getattr(node, field)
+                if type(value) is list:
+                    for child in value:
+                        if isinstance(child, ast_type):
+                            push((child, function, withs, looped))
+                elif isinstance(value, ast_type):
+                    push((value, function, withs, looped))
             if kind is call_type:
                 func = node.func
                 callee = receiver = None
@@ -553,7 +572,9 @@ class Summary:
         return self._ask(self.has_token(name) and self.has_token("import"), lambda: name in self.imported_modules)
 
     def defines_function(self, pattern: re.Pattern[str]) -> bool:
-        written = any(pattern.search(match) for match in _DEF_NAME.findall(self.text)) if "def" in self.text else False
+        if self._text_def_names is None:
+            self._text_def_names = set(_DEF_NAME.findall(self.text)) if "def" in self.text else set()
+        written = any(pattern.search(name) for name in self._text_def_names)
         return self._ask(written, lambda: any(pattern.search(name) for name in self.function_names))
 
     def accelerator_named(self) -> bool:
