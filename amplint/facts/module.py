@@ -45,12 +45,14 @@ def literal_string(node: cst.BaseExpression | None) -> str | None:
     return None
 
 
-def call_argument(call: cst.Call, position: int | None, keyword: str) -> cst.BaseExpression | None:
-    """The argument passed as `keyword=` or at `position` (positional only), else None."""
-    for arg in call.args:
+def call_argument(call: cst.Call | list[cst.Arg], position: int | None, keyword: str) -> cst.BaseExpression | None:
+    """The argument passed as `keyword=` or at `position` (positional only), else None. `call` may also be
+    a plain list of arguments (a partial's arguments followed by the call's)."""
+    args = call.args if isinstance(call, cst.Call) else call
+    for arg in args:
         if arg.keyword is not None and arg.keyword.value == keyword:
             return arg.value
-    positional = [arg for arg in call.args if arg.keyword is None and not arg.star]
+    positional = [arg for arg in args if arg.keyword is None and not arg.star]
     if position is not None and position < len(positional):
         return positional[position].value
     return None
@@ -181,7 +183,7 @@ class ModuleFacts:
         return None
 
     def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:
-        merged = cst.Call(func=call.func, args=args)
+        merged = args
         if qualified in api.AUTOCAST_LEGACY:
             device = api.AUTOCAST_LEGACY[qualified]
             enabled = call_argument(merged, 0, "enabled")
@@ -332,11 +334,19 @@ class ModuleFacts:
 
     @cached_property
     def _scaler_usage_keys(self) -> set[str]:
-        """Names used the way only a GradScaler is: `x.scale(loss).backward()`, `x.unscale_(opt)`."""
+        """Names used the way only a GradScaler is: `x.scale(loss).backward()`, `x.unscale_(opt)`, or all of
+        `x.scale(...)`, `x.step(...)` and `x.update()`."""
         keys = set()
+        scales, steps, updates = set(), set(), set()
         for call in self.calls:
             if call.method == "unscale_" and call.receiver:
                 keys.add(call.receiver)
+            if call.method == "scale" and len(call.node.args) == 1:
+                scales.add(call.receiver)
+            if call.method == "step" and call.node.args:
+                steps.add(call.receiver)
+            if call.method == "update" and not call.node.args:
+                updates.add(call.receiver)
             if call.method == "backward" and isinstance(call.node.func, cst.Attribute):
                 inner = call.node.func.value
                 if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
@@ -344,6 +354,8 @@ class ModuleFacts:
                     receiver = dotted_name(inner.func.value)
                     if receiver:
                         keys.add(receiver)
+        # `x.scale(loss)`, `x.step(optimizer)` and `x.update()` together: only a GradScaler has all three.
+        keys.update(key for key in scales & steps & updates if key)
         return keys
 
     def is_scaler(self, key: str | None, frame: Frame | None) -> bool:

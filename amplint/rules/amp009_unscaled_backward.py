@@ -59,6 +59,8 @@ class UnscaledBackward(Rule):
     loss.backward()`), when an `optimizer.step()` consumes its gradients first, when the scaler is built with
     `enabled=False`, and for `accelerator.backward(loss)`, `fabric.backward(loss)`, `model_engine.backward(loss)`,
     Lightning's `manual_backward` and apex's `amp.scale_loss(...)` losses, which are scaled by their framework.
+    Also silent when another backward of the same function is scaled, since the unscaled one may belong to a
+    separate graph (a reference model), unless that scaled backward passes `retain_graph=True` for it.
     """
 
     code = "AMP009"
@@ -82,9 +84,9 @@ class UnscaledBackward(Rule):
             if step is None:
                 continue
             scaler = step.scaler
-            if any(e.kind is EventKind.BACKWARD and e.scaled and exclusive(facts, e.frame, backward.frame)
-                   for e in events) or guarded_by_amp_test(facts, backward, step, scaler):
-                continue  # the non-AMP code path of an `if use_amp: ... else: ...`
+            if any(self._separate_scaled_backward(facts, e, backward, scaler) for e in events) \
+                    or guarded_by_amp_test(facts, backward, step, scaler):
+                continue
             receiver = backward.node.func.value
             loss = snippet(facts, receiver)
             optimizer = step.optimizer or "optimizer"
@@ -96,6 +98,19 @@ class UnscaledBackward(Rule):
                 f"ratio 1.5e-5) and float16 gradients may underflow; use `{scaler}.scale({loss}).backward()`"
             )
             yield Finding(backward.node, message, self._fix(facts, backward, scaler))
+
+    @staticmethod
+    def _separate_scaled_backward(facts: ModuleFacts, other: Event, backward: Event, scaler: str) -> bool:
+        """Another backward here is scaled: then this one is the non-AMP path of `if use_amp: ... else: ...`,
+        or a separate graph (a reference model) that amplint cannot tell apart; silent. Unless the scaled one
+        keeps its graph (`retain_graph=True`) for this backward to reuse: then both losses feed one model."""
+        if other.kind is not EventKind.BACKWARD or not other.scaled or other.scaler != scaler:
+            return False
+        if exclusive(facts, other.frame, backward.frame):
+            return True
+        keeps_graph = any(arg.keyword is not None and arg.keyword.value == "retain_graph"
+                          and facts.code(arg.value) == "True" for arg in other.node.args)
+        return not (keeps_graph and other.index < backward.index)
 
     @staticmethod
     def _plain(facts: ModuleFacts, backward: Event) -> bool:
