@@ -95,7 +95,7 @@ class ModuleFacts:
     def bindings(self, key: str, frame: Frame | None) -> list[Assignment]:
         """Assignments to `key` visible from `frame`: the function's own, else the class's (`self.x`),
         else the module's."""
-        matching = [a for a in self.assignments if key in a.targets]
+        matching = self._assignments_by_target.get(key, [])
         if not matching:
             return []
         function = frame.function() if frame is not None else None
@@ -458,7 +458,33 @@ class ModuleFacts:
 
     def events_in(self, function: Frame | None) -> list[Event]:
         """Events whose code belongs to `function` (None: module level), in source order."""
-        return [e for e in self.events if e.frame.function() is function]
+        return list(self._events_by_function.get(id(function), ()))
+
+    @cached_property
+    def _events_by_function(self) -> dict[int, list[Event]]:
+        """Events grouped by the function their code belongs to (an index: rules ask per event)."""
+        grouped: dict[int, list[Event]] = {}
+        for event in self.events:
+            grouped.setdefault(id(event.frame.function()), []).append(event)
+        return grouped
+
+    @cached_property
+    def scaler_builds(self) -> dict[str | None, list[Event]]:
+        """SCALER_BUILD events by the name they are bound to (None: not bound), in source order."""
+        builds: dict[str | None, list[Event]] = {}
+        for event in self.events:
+            if event.kind is EventKind.SCALER_BUILD:
+                builds.setdefault(event.bound_to, []).append(event)
+        return builds
+
+    @cached_property
+    def _assignments_by_target(self) -> dict[str, list[Assignment]]:
+        """Assignments by each dotted name they bind, in source order (an index for `bindings`)."""
+        index: dict[str, list[Assignment]] = {}
+        for assignment in self.assignments:
+            for target in dict.fromkeys(assignment.targets):
+                index.setdefault(target, []).append(assignment)
+        return index
 
     @cached_property
     def module_has_backward(self) -> bool:
@@ -569,7 +595,7 @@ def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> 
 
     With `frame`, a local name (`scaler`, not `self.scaler`) only looks at the constructions of that frame's
     function (else at the module-level ones)."""
-    builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to == key]
+    builds = list(facts.scaler_builds.get(key, ()))
     if frame is not None and "." not in key:
         function = frame.function()
         builds = [e for e in builds if e.frame.function() is function] or [
