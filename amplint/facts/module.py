@@ -95,16 +95,16 @@ class ModuleFacts:
     def bindings(self, key: str, frame: Frame | None) -> list[Assignment]:
         """Assignments to `key` visible from `frame`: the function's own, else the class's (`self.x`),
         else the module's."""
-        matching = self._assignments_by_target.get(key, [])
-        if not matching:
+        if key not in self._assignments_by_target:
             return []
+        by_function, by_class = self._assignments_by_scope
         function = frame.function() if frame is not None else None
         if key.startswith("self.") and function is not None and function.class_name:
-            return [a for a in matching if (f := a.frame.function()) and f.class_name == function.class_name]
-        local = [a for a in matching if a.frame.function() is function]
+            return list(by_class.get((key, function.class_name), ()))
+        local = by_function.get((key, id(function)))
         if local:
-            return local
-        return [a for a in matching if a.frame.function() is None]
+            return list(local)
+        return list(by_function.get((key, id(None)), ()))
 
     # autocast regions -------------------------------------------------------------------------------
     def classify_context(self, expr: cst.BaseExpression, frame: Frame | None, depth: int = 0):
@@ -259,10 +259,14 @@ class ModuleFacts:
         function = frame.function() if frame is not None else None
         if function is None:
             return None
+        return self._function_infos.get(id(function))
+
+    @cached_property
+    def _function_infos(self) -> dict[int, FunctionInfo]:
+        infos: dict[int, FunctionInfo] = {}
         for info in self.functions:
-            if info.frame is function:
-                return info
-        return None
+            infos.setdefault(id(info.frame), info)  # the first, as a search in order would find
+        return infos
 
     def effective_region(self, frame: Frame, depth: int = MAX_CALL_DEPTH) -> tuple[Region | None, list[Call]]:
         """The region code runs in, following same-module callers when the function opens none itself.
@@ -476,6 +480,20 @@ class ModuleFacts:
             if event.kind is EventKind.SCALER_BUILD:
                 builds.setdefault(event.bound_to, []).append(event)
         return builds
+
+    @cached_property
+    def _assignments_by_scope(self) -> tuple[dict, dict]:
+        """Assignments by (target, id of the function they run in) and by (target, class of that method), in
+        source order (an index for `bindings`)."""
+        by_function: dict[tuple[str, int], list[Assignment]] = {}
+        by_class: dict[tuple[str, str], list[Assignment]] = {}
+        for assignment in self.assignments:
+            function = assignment.frame.function()
+            for target in dict.fromkeys(assignment.targets):
+                by_function.setdefault((target, id(function)), []).append(assignment)
+                if function is not None and function.class_name:
+                    by_class.setdefault((target, function.class_name), []).append(assignment)
+        return by_function, by_class
 
     @cached_property
     def _assignments_by_target(self) -> dict[str, list[Assignment]]:
