@@ -3,18 +3,23 @@
 Most Python files never touch mixed precision; parsing them with libcst is where a run over a large tree
 would spend its time. Each file goes through two stages, and only the files that pass both reach the engine:
 
-1. Words. Each rule declares `words` (`Rule.words`): words one of which a file must contain for the rule to
-   possibly fire. A file that contains none of the words of any enabled rule is skipped. Files that contain
-   `# amplint: noqa` on a line of their own are skipped here too (the engine would report nothing for them).
+1. Words. Each rule declares `words` (`Rule.words`): words one of which a file must contain (plain
+   substrings) for the rule to possibly fire. A file that contains none of the words of any enabled rule is
+   skipped.
 2. Structure. Each rule may declare `maybe_applies(summary)` (`Rule.maybe_applies`), asked with a `Summary`
-   of the file shared by all rules: which identifiers it uses, which methods it calls, whether it has
-   with-statements or call decorators, whether it passes a literal `False`... The summary is lazy: its
-   questions are first answered from the text (a word that is not there cannot be an identifier), and the
-   stdlib `ast` tree is built only when a question needs it, once per file.
+   of the file shared by all rules: does it import torch, call something named `autocast`, call `.backward()`
+   where an autocast region can be open, step a scaler under `no_grad`... (see `Summary`). Each rule is asked
+   twice: first with answers from the text alone (a name that is not in the text cannot be called), which
+   costs no parse; then, for the rules that said yes, with answers from the stdlib `ast` tree, built once.
 
-Both stages must be conservative: they may keep a file no rule flags, never drop one a rule flags. A rule that
+A file that would be analysed but holds `# amplint: noqa` on a line of its own is skipped too (the engine
+would report nothing for it).
+
+Both stages are conservative: they may keep a file no rule flags, never drop one a rule flags
+(tests/test_prefilter.py checks it on every fixture, variants of them and generated programs). A rule that
 declares nothing (`words = None`, `maybe_applies` not overridden) is run on every file. A file that `ast`
-cannot parse always goes to the engine, which reports it (AMP900).
+cannot parse always goes to the engine, which reports it (AMP900); a file skipped for its words is not
+parsed at all, so a syntax error in a file without any AMP word goes unreported.
 """
 
 from __future__ import annotations
@@ -45,24 +50,42 @@ class _Unparsable(Exception):
 
 
 # What may stand between a name and the `(` of its call: spaces, line continuations, comments (inside brackets)
-# and the closing parentheses of `(x.name)(...)`; between a `.` and the attribute's name, the same but `)`.
+# and the closing parentheses of `(x.name)(...)`.
 # Possessive (`*+`): a line of `#####` must not make the regex backtrack.
 _GAP = r"(?:\s|\\|#[^\n]*+|\))*+"
-_DOT_GAP = r"(?:\s|\\|#[^\n]*+)*+"
-_DEF_NAME = re.compile(r"(?<![A-Za-z0-9_])def(?:\s|\\)+([^\W\d]\w*)")
+_DEF_NAME = re.compile(r"def(?:\s|\\)+([^\W\d]\w*)")  # also matches inside longer names: more names, fine
 _ACCELERATOR = re.compile(r"accelerator|fabric", re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=None)
 def _token_pattern(name: str, kind: str = "token") -> re.Pattern[str]:
+    """The name not followed by an identifier character; for kinds "call" and "method", followed by the `(` of a
+    call. The pattern starts with the name itself so that the regex engine scans for it quickly; what comes
+    before it is checked by `_find_token`."""
+    token = rf"{re.escape(name)}(?![A-Za-z0-9_])"
+    return re.compile(token if kind == "token" else token + rf"{_GAP}\(")
+
+
+_IDENTIFIER_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_DOT_GAP_CHARACTERS = frozenset(" \t\f\r\\")
+
+
+def _find_token(text: str, name: str, kind: str) -> bool:
     """The name as a whole identifier token (ASCII boundaries, which every identifier has); for kind "call",
-    followed by the `(` of a call; for "method", also preceded by a `.`."""
-    token = rf"(?<![A-Za-z0-9_]){re.escape(name)}(?![A-Za-z0-9_])"
-    if kind == "token":
-        return re.compile(token)
-    if kind == "call":
-        return re.compile(token + rf"{_GAP}\(")
-    return re.compile(rf"\.{_DOT_GAP}{re.escape(name)}(?![A-Za-z0-9_]){_GAP}\(")
+    followed by the `(` of a call; for "method", also preceded by a `.` (or by a line break, after which the
+    `.` may stand on an earlier line: taken as a yes)."""
+    for match in _token_pattern(name, kind).finditer(text):
+        start = match.start()
+        if start and text[start - 1] in _IDENTIFIER_CHARACTERS:
+            continue  # the end of a longer name
+        if kind != "method":
+            return True
+        before = start - 1
+        while before >= 0 and text[before] in _DOT_GAP_CHARACTERS:
+            before -= 1
+        if before >= 0 and text[before] in ".\n":
+            return True
+    return False
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -189,7 +212,7 @@ class Summary:
             key = (name, kind)
             present = self._present.get(key)
             if present is None:
-                present = name in self.text and _token_pattern(name, kind).search(self.text) is not None
+                present = name in self.text and _find_token(self.text, name, kind)
                 self._present[key] = present
             if present:
                 return True
@@ -658,8 +681,12 @@ class Prefilter:
     def decide(self, text: str) -> Verdict:
         if not self.has_words(text):
             return Verdict.SKIP_WORDS
-        if FILE_NOQA.search(text):
+        verdict = self._structure(text)
+        if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text
             return Verdict.SKIP_NOQA
+        return verdict
+
+    def _structure(self, text: str) -> Verdict:
         if self.always:
             return Verdict.ANALYSE
         summary = Summary(text)
