@@ -17,7 +17,7 @@ from amplint.cache import Cache, clean as clean_cache, default_directory
 from amplint.config import ConfigError, load_settings, validate_selectors
 from amplint.discovery import discover
 from amplint.output import FORMAT_NAMES, Report, render
-from amplint.parallel import Progress, lint_paths
+from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -103,6 +103,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             cache = Cache.open(cache_dir or default_directory(settings))
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
+        tune_gc()  # this process lints too (small runs, or after a worker died)
         outcomes.extend(lint_paths(files, rule_classes, settings, mode, jobs or settings.jobs, cache, progress))
 
     if mode.diff:

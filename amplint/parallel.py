@@ -112,7 +112,6 @@ def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mod
                cache=None, progress: Progress | None = None) -> list[FileOutcome]:
     """Every file's outcome, in the order of `paths`."""
     paths = list(paths)
-    tune_gc()
     jobs = max(1, jobs if jobs is not None else default_jobs())
     jobs = min(jobs, max(1, len(paths)))
     if jobs == 1 or len(paths) < SERIAL_BELOW:
