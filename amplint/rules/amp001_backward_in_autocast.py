@@ -6,7 +6,7 @@ from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import advice_for_region, describe_region, dtype_words, move_out_of_region, snippet
+from amplint.rules.scopes import describe_region, dtype_words, region_fix, snippet
 
 
 class BackwardInAutocast(Rule):
@@ -78,8 +78,4 @@ class BackwardInAutocast(Rule):
                 f"`enabled=False` islands) runs in {dtype_words(region)} instead (measured gradient error "
                 f"2.4e-3 vs 3e-7); call it after the autocast block"
             )
-            if chain or region.via != "with":
-                fix = advice_for_region(facts, region, chain)
-            else:
-                fix = move_out_of_region(facts, region)
-            yield Finding(event.node, message, fix)
+            yield Finding(event.node, message, region_fix(facts, region, chain))

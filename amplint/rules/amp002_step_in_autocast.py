@@ -6,7 +6,7 @@ from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import advice_for_region, describe_region, dtype_words, move_out_of_region, snippet
+from amplint.rules.scopes import describe_region, dtype_words, region_fix, snippet
 
 STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 
@@ -77,8 +77,4 @@ class StepInAutocast(Rule):
                 f"(Shampoo, Newton-Schulz/Muon) computes in {dtype_words(region)} (measured: parameters off by "
                 f"7.4e-5 after one step); step after the autocast block"
             )
-            if chain or region.via != "with":
-                fix = advice_for_region(facts, region, chain)
-            else:
-                fix = move_out_of_region(facts, region)
-            yield Finding(event.node, message, fix)
+            yield Finding(event.node, message, region_fix(facts, region, chain))

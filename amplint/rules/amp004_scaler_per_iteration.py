@@ -99,7 +99,7 @@ class ScalerPerIteration(Rule):
                 continue
             if loops or any(use.frame.loops_up_to_function() for use in uses) or "." in key:
                 continue
-            caller_loop = self._calling_loop(facts, build.frame)
+            caller_loop = facts.calling_loop(build.frame)
             if caller_loop is not None:
                 function = build.frame.function()
                 message = (
@@ -127,16 +127,6 @@ class ScalerPerIteration(Rule):
         """A loop over independent runs (k-fold, sweeps) builds the optimizer afresh too: a new scaler is right."""
         stepped = {use.optimizer for use in uses if use.optimizer}
         return any(a.frame.is_within(loop) and stepped.intersection(a.targets) for a in facts.assignments)
-
-    @staticmethod
-    def _calling_loop(facts: ModuleFacts, frame: Frame) -> Frame | None:
-        """The loop of a same-module call site of the function that runs `frame`, if any."""
-        info = facts.function_info(frame)
-        for site in facts.call_sites.get(info.qualname, []) if info else ():
-            loops = site.frame.loops_up_to_function()
-            if loops:
-                return loops[0]
-        return None
 
     @staticmethod
     def _hoist(facts: ModuleFacts, build: Event, loop: Frame) -> FixPlan | None:

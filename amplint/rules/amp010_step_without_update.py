@@ -87,7 +87,7 @@ class StepWithoutUpdate(Rule):
             iteration = self._iteration_loop(last)
             caller = None
             if iteration is None:
-                caller = self._calling_loop(facts, last.frame)
+                caller = facts.calling_loop(last.frame)
                 if caller is None:
                     continue
             elif self._unknown_methods(facts, scaler, iteration):
@@ -143,15 +143,6 @@ class StepWithoutUpdate(Rule):
                       if target.startswith("self.") and target.count(".") == 1}
         return any(call.receiver == "self" and call.method not in defined | attributes and call.frame.is_within(loop)
                    for call in facts.calls)
-
-    @staticmethod
-    def _calling_loop(facts: ModuleFacts, frame: Frame) -> Frame | None:
-        info = facts.function_info(frame)
-        for site in facts.call_sites.get(info.qualname, []) if info else ():
-            loops = site.frame.loops_up_to_function()
-            if loops:
-                return loops[0]
-        return None
 
     @staticmethod
     def _fix(facts: ModuleFacts, scaler: str, steps: list[Event], iteration: Frame | None) -> FixPlan | None:

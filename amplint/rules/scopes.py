@@ -163,3 +163,10 @@ def advice_for_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> 
         rewrite=lambda: None,
         applicability=Applicability.DISPLAY_ONLY,
     )
+
+
+def region_fix(facts: ModuleFacts, region: Region, chain: list[Call]) -> FixPlan | None:
+    """The fix for work found inside `region`: rewrite a plain `with` block, advise otherwise."""
+    if chain or region.via != "with":
+        return advice_for_region(facts, region, chain)
+    return move_out_of_region(facts, region)
