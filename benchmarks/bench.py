@@ -1,0 +1,270 @@
+"""amplint against ruff and TorchFix on a large tree, plus scaling runs.
+
+    python benchmarks/bench.py [TREE] [--rounds 5] [--torchfix PATH] [--select AMP001,...]
+
+TREE defaults to the installed torch package's source folder (found with importlib.util.find_spec, which does not
+import torch). For several rounds, in turn: amplint cold (--no-cache), amplint with a warm cache, ruff
+(`--select E9,F63 --no-cache`). TorchFix (`torchfix`, from PyPI), when found, is far slower: it runs once, on a
+sample of the files (every Nth, about --torchfix-share of the bytes) under a time limit, next to amplint on the
+same sample, and its time on the whole tree is extrapolated from its time per byte (the output says so).
+Peak memory is the largest resident set of any process of a run (getrusage of the children, in a wrapper
+process per run). Then the scaling runs: the tree copied 1, 2 and 4 times, and one generated file of 10,000
+and of 100,000 lines. Every measurement is wall-clock time on this machine as it is: say whether other work was
+running when you quote the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SOURCE_SUFFIXES = (".py", ".pyi")
+
+# Runs one command and prints {"seconds": wall time, "rss_kb": largest resident set of any process it started}.
+WRAPPER = textwrap.dedent("""\
+    import json, resource, subprocess, sys, time
+    limit = float(sys.argv[1]) or None
+    start = time.perf_counter()
+    try:
+        code = subprocess.run(sys.argv[2:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=limit).returncode
+    except subprocess.TimeoutExpired:
+        code = "timeout"
+    seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "rss_kb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+                      "code": code}))
+    """)
+
+
+def default_tree() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("bench: torch is not installed; give a TREE to lint")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def source_files(tree: Path) -> list[Path]:
+    found = []
+    for folder, subfolders, files in os.walk(tree):
+        subfolders[:] = sorted(name for name in subfolders if name != "__pycache__")
+        found += [Path(folder) / name for name in sorted(files) if name.endswith(SOURCE_SUFFIXES)]
+    return found
+
+
+def measure(command: list[str], cwd: Path, limit: float = 0.0) -> dict:
+    """Wall time and peak memory of one run, in a fresh wrapper process."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    environment.pop("CI", None)
+    output = subprocess.run([sys.executable, "-c", WRAPPER, str(limit), *command], cwd=cwd, env=environment,
+                            capture_output=True, text=True, check=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def amplint_command(paths: list[str], extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "amplint", "check", *paths, "--exit-zero", "--output-format", "json", *extra]
+
+
+def find_ruff() -> str:
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        print("bench: ruff not found; installing it with pip", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "ruff"], check=True)
+        ruff = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    return ruff
+
+
+def copy_sources(files: list[Path], tree: Path, destination: Path) -> None:
+    for path in files:
+        target = destination / path.relative_to(tree)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)
+
+
+def generated_program(lines: int) -> str:
+    """AMP training code (correct recipes, so every rule analyses it and reports nothing) of about `lines`."""
+    header = "import torch\nimport torch.nn.functional as F\n\n\n"
+    block = textwrap.dedent('''\
+        def train_step_{i}(model, optimizer, scaler, batch, target):
+            with torch.autocast("cuda", dtype=torch.float16):
+                output = model(batch)
+                loss = F.cross_entropy(output, target)
+            scaler.scale(loss).backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            return loss.detach()
+
+
+        ''')
+    per_block = block.count("\n")
+    return header + "".join(block.format(i=i) for i in range((lines - 4) // per_block + 1))
+
+
+def human_bytes(kb: float) -> str:
+    return f"{kb / 1024:.0f} MB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tree", nargs="?", type=Path, help="folder to lint (default: the installed torch source)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--select", default=None, help="amplint rules (default: all)")
+    parser.add_argument("--torchfix", default=None, help="the torchfix executable (default: on PATH)")
+    parser.add_argument("--torchfix-share", type=float, default=0.03, help="share of the bytes TorchFix runs on")
+    parser.add_argument("--torchfix-limit", type=float, default=600.0, help="seconds before TorchFix is stopped")
+    parser.add_argument("--no-scaling", action="store_true", help="skip the scaling runs")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+
+    tree = (args.tree or default_tree()).resolve()
+    files = source_files(tree)
+    total_bytes = sum(path.stat().st_size for path in files)
+    extra = ["--select", args.select] if args.select else []
+    ruff = find_ruff()
+    torchfix = args.torchfix or shutil.which("torchfix")
+    load_before = os.getloadavg()
+    results: dict = {"tree": str(tree), "files": len(files), "bytes": total_bytes, "cores": os.cpu_count(),
+                     "python": platform.python_version(), "select": args.select or "all rules"}
+    print(f"tree: {tree} ({len(files)} files, {total_bytes / 1e6:.1f} MB); {os.cpu_count()} cores; "
+          f"Python {platform.python_version()}; rules: {results['select']}; load average before: "
+          f"{load_before[0]:.2f}")
+
+    with tempfile.TemporaryDirectory(prefix="amplint-bench-") as scratch:
+        work = Path(scratch)
+        cache = work / "cache"
+
+        # Everything gets a result, and nothing crashes.
+        check = subprocess.run(amplint_command([str(tree)], ["--no-cache", *extra]), cwd=work, capture_output=True,
+                               text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+        diagnostics = json.loads(check.stdout or "[]")
+        counts: dict[str, int] = {}
+        for diagnostic in diagnostics:
+            counts[diagnostic["code"]] = counts.get(diagnostic["code"], 0) + 1
+        results["diagnostics"] = counts
+        print(f"amplint findings on the tree: {counts or 'none'}; internal errors (AMP902): {counts.get('AMP902', 0)}")
+        measure(amplint_command([str(tree)], ["--cache-dir", str(cache), *extra]), work)  # fill the cache
+
+        runs: dict[str, list[dict]] = {"ruff": [], "amplint cold": [], "amplint warm": []}
+        commands = {
+            "ruff": [ruff, "check", "--select", "E9,F63", "--no-cache", "--exit-zero", "--quiet", str(tree)],
+            "amplint cold": amplint_command([str(tree)], ["--no-cache", *extra]),
+            "amplint warm": amplint_command([str(tree)], ["--cache-dir", str(cache), *extra]),
+        }
+        names = list(commands)
+        for round_number in range(args.rounds):
+            order = names[round_number % len(names):] + names[:round_number % len(names)]  # alternate the order
+            for name in order:
+                runs[name].append(measure(commands[name], work))
+
+        torchfix_row = None
+        if torchfix:
+            step = max(1, round(1 / max(args.torchfix_share, 1e-6)))
+            sample = files[::step]
+            sample_bytes = sum(path.stat().st_size for path in sample)
+            sample_tree = work / "sample"
+            copy_sources(sample, tree, sample_tree)
+            fix_run = measure([torchfix, str(sample_tree)], work, limit=args.torchfix_limit)
+            ours = [measure(amplint_command([str(sample_tree)], ["--no-cache", *extra]), work) for _ in range(3)]
+            ours_median = statistics.median(r["seconds"] for r in ours)
+            extrapolated = fix_run["seconds"] * total_bytes / sample_bytes
+            torchfix_row = {"sample_files": len(sample), "sample_bytes": sample_bytes, "seconds": fix_run["seconds"],
+                            "timed_out": fix_run["code"] == "timeout", "rss_kb": fix_run["rss_kb"],
+                            "amplint_on_sample": ours_median, "extrapolated_seconds": extrapolated}
+            results["torchfix"] = torchfix_row
+
+        scaling = None
+        if not args.no_scaling:
+            scaling = {"copies": [], "files": []}
+            for copies in (1, 2, 4):
+                copy_root = work / f"copies-{copies}"
+                for index in range(copies):
+                    copy_sources(files, tree, copy_root / f"copy{index}")
+                timing = min(measure(amplint_command([str(copy_root)], ["--no-cache", *extra]), work)["seconds"]
+                             for _ in range(2))
+                scaling["copies"].append((copies, timing))
+                shutil.rmtree(copy_root)
+            for lines in (10_000, 100_000):
+                path = work / f"generated_{lines}.py"
+                path.write_text(generated_program(lines))
+                timing = min(measure(amplint_command([str(path)], ["--no-cache", *extra]), work)["seconds"]
+                             for _ in range(2 if lines < 100_000 else 1))
+                scaling["files"].append((lines, timing))
+            results["scaling"] = scaling
+
+    load_after = os.getloadavg()
+    results["load_average"] = [load_before[0], load_after[0]]
+
+    # The table -------------------------------------------------------------------------------------------------
+    def median(name: str) -> float:
+        return statistics.median(r["seconds"] for r in runs[name])
+
+    ruff_median = median("ruff")
+    print()
+    print(f"{'':38} {'median':>9} {'min':>9} {'max':>9} {'peak RSS':>9} {'vs ruff':>8}")
+    rows = [("ruff --select E9,F63 --no-cache", "ruff"), ("amplint, cold (--no-cache)", "amplint cold"),
+            ("amplint, warm cache", "amplint warm")]
+    for label, name in rows:
+        seconds = [r["seconds"] for r in runs[name]]
+        peak = max(r["rss_kb"] for r in runs[name])
+        print(f"{label:38} {median(name):8.2f}s {min(seconds):8.2f}s {max(seconds):8.2f}s {human_bytes(peak):>9} "
+              f"{median(name) / ruff_median:7.2f}x")
+        results[name] = {"median": median(name), "min": min(seconds), "max": max(seconds), "rss_kb": peak}
+    if torchfix_row:
+        status = " (stopped at the limit: a lower bound)" if torchfix_row["timed_out"] else ""
+        print(f"{'TorchFix, whole tree (extrapolated)':38} {torchfix_row['extrapolated_seconds']:8.1f}s "
+              f"{'':>9} {'':>9} {human_bytes(torchfix_row['rss_kb']):>9} "
+              f"{torchfix_row['extrapolated_seconds'] / ruff_median:7.0f}x")
+        print(f"  TorchFix ran once on every {round(1 / args.torchfix_share)}th file "
+              f"({torchfix_row['sample_files']} files, {torchfix_row['sample_bytes'] / 1e6:.1f} MB): "
+              f"{torchfix_row['seconds']:.1f}s{status}; amplint cold on the same files: "
+              f"{torchfix_row['amplint_on_sample']:.2f}s "
+              f"({torchfix_row['seconds'] / torchfix_row['amplint_on_sample']:.0f}x faster); the whole-tree "
+              f"figure is TorchFix's time per byte times the tree's bytes")
+    else:
+        print("TorchFix: not installed (pip install torchfix, or --torchfix PATH)")
+    if scaling:
+        base = scaling["copies"][0][1]
+        print("\nscaling, amplint cold: " + ", ".join(
+            f"{copies}x tree {seconds:.2f}s ({seconds / base:.2f}x)" for copies, seconds in scaling["copies"]))
+        (small_lines, small), (large_lines, large) = scaling["files"]
+        print(f"one generated file: {small_lines:,} lines {small:.2f}s, {large_lines:,} lines {large:.2f}s "
+              f"({large / small:.1f}x for 10x the lines)")
+
+    cold, warm = results["amplint cold"], results["amplint warm"]
+    peak = max(cold["rss_kb"], warm["rss_kb"])
+    print("\ntargets:")
+    print(f"  amplint cold <= 2x ruff: {cold['median'] / ruff_median:.2f}x "
+          f"{'met' if cold['median'] <= 2 * ruff_median else 'NOT met'}")
+    print(f"  warm cache <= ruff cold: {warm['median'] / ruff_median:.2f}x "
+          f"{'met' if warm['median'] <= ruff_median else 'NOT met'}")
+    if torchfix_row:
+        speedup = torchfix_row["seconds"] / torchfix_row["amplint_on_sample"]
+        print(f"  >= 100x faster than TorchFix: {speedup:.0f}x on the sample "
+              f"{'met' if speedup >= 100 else 'NOT met'}")
+    print(f"  peak memory < 300 MB: {human_bytes(peak)} {'met' if peak < 300 * 1024 else 'NOT met'}")
+    if scaling:
+        ratio = scaling["files"][1][1] / scaling["files"][0][1]
+        print(f"  100k-line file < 10x the 10k-line file: {ratio:.1f}x {'met' if ratio < 10 else 'NOT met'}")
+    print(f"  no internal errors (AMP902): {counts.get('AMP902', 0)} "
+          f"{'met' if not counts.get('AMP902') else 'NOT met'}")
+    print(f"load average before/after: {load_before[0]:.2f}/{load_after[0]:.2f} "
+          f"(other work on the machine makes every number noisier)")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
