@@ -16,6 +16,7 @@ from amplint import rules as registry
 from amplint.cache import Cache, clean as clean_cache, default_directory
 from amplint.config import ConfigError, load_settings, validate_selectors
 from amplint.discovery import discover
+from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
@@ -63,14 +64,16 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
+@click.option("--target-torch-version", default=None,
+              help="The oldest torch the code must run on: rules for newer torch versions are turned off.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: the number of cores; small runs use one).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="The result cache's folder (default: .amplint_cache in the project root).")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
-          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file, jobs=None,
-          no_cache=False, cache_dir=None) -> None:
+          exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
+          target_torch_version=None, jobs=None, no_cache=False, cache_dir=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -79,6 +82,12 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         settings.extend_select += _split(extend_select)
         settings.ignore += _split(ignore)
         settings.force_exclude = settings.force_exclude or force_exclude
+        if target_torch_version is not None:
+            try:
+                parse_version(target_torch_version)
+            except ValueError as error:
+                raise ConfigError(f"--target-torch-version: {error}") from None
+            settings.target_torch_version = target_torch_version
         validate_selectors(settings, "command line")
         rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
     except ConfigError as error:

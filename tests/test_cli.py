@@ -296,3 +296,12 @@ def test_the_linter_never_imports_torch(project):
     assert result.returncode == 1, result.stderr
     assert "AMP001" in result.stdout
     assert "torch" not in "".join(sys.modules.get("amplint.cli").__dict__.keys())
+
+
+def test_target_torch_version_on_the_command_line(project):
+    legacy = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    (project / "legacy.py").write_text(legacy)
+    assert "AMP007" in run(["check", "--output-format", "concise", "legacy.py"], project).output
+    older = run(["check", "--output-format", "concise", "--target-torch-version", "2.1", "legacy.py"], project)
+    assert older.exit_code == 0 and "AMP007" not in older.output
+    assert run(["check", "--target-torch-version", "two", "legacy.py"], project).exit_code == 2
