@@ -251,9 +251,11 @@ def main() -> None:
     print(f"  warm cache <= ruff cold: {warm['median'] / ruff_median:.2f}x "
           f"{'met' if warm['median'] <= ruff_median else 'NOT met'}")
     if torchfix_row:
-        speedup = torchfix_row["seconds"] / torchfix_row["amplint_on_sample"]
-        print(f"  >= 100x faster than TorchFix: {speedup:.0f}x on the sample "
-              f"{'met' if speedup >= 100 else 'NOT met'}")
+        speedup = torchfix_row["extrapolated_seconds"] / cold["median"]
+        on_sample = torchfix_row["seconds"] / torchfix_row["amplint_on_sample"]
+        print(f"  >= 100x faster than TorchFix: {speedup:.0f}x on the whole tree (TorchFix extrapolated) "
+              f"{'met' if speedup >= 100 else 'NOT met'}; {on_sample:.0f}x on the sample alone, where amplint's "
+              f"start-up (about 0.3s) is most of its time")
     print(f"  peak memory < 300 MB: {human_bytes(peak)} {'met' if peak < 300 * 1024 else 'NOT met'}")
     if scaling:
         ratio = scaling["files"][1][1] / scaling["files"][0][1]
