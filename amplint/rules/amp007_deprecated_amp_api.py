@@ -87,8 +87,7 @@ class DeprecatedAmpApi(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # every deprecated spelling resolves through `torch` to `torch.cuda.amp`/`torch.cpu.amp`
-        return (summary.imports_module("torch") and summary.mentions("amp") and summary.mentions("cuda", "cpu")
-                and summary.mentions("autocast", "GradScaler", "custom_fwd", "custom_bwd"))
+        return summary.imports_module("torch") and summary.mentions("amp") and summary.mentions("cuda", "cpu")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         scan = _Scan(facts)
