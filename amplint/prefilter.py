@@ -17,9 +17,9 @@ would report nothing for it).
 
 Both stages are conservative: they may keep a file no rule flags, never drop one a rule flags
 (tests/test_prefilter.py checks it on every fixture, variants of them and generated programs). A rule that
-declares nothing (`words = None`, `maybe_applies` not overridden) is run on every file. A file that `ast`
-cannot parse always goes to the engine, which reports it (AMP900); a file skipped for its words is not
-parsed at all, so a syntax error in a file without any AMP word goes unreported.
+declares nothing (`words = None`, `maybe_applies` not overridden) is run on every file. A file whose `ast`
+tree is needed but cannot be built always goes to the engine, which reports it (AMP900); a file ruled out by
+its words or by the text-mode answers is not parsed at all, so a syntax error in it goes unreported.
 """
 
 from __future__ import annotations
