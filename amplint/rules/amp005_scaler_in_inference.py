@@ -72,7 +72,8 @@ class ScalerInInference(Rule):
 
     ## Fix safety
     Unsafe: `scaler.scale(x)` becomes `x`, which changes the values the code produces (that is the point, but
-    code downstream may have compensated). `step`, `update`, `unscale_` and constructions are reported without a
+    code downstream may have compensated). A scaler constructed in the same function for that call alone is
+    removed with it. `step`, `update`, `unscale_` and constructions are reported without a
     fix: removing them may change control flow.
 
     ## Limits
@@ -120,15 +121,35 @@ class ScalerInInference(Rule):
 
     @staticmethod
     def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression) -> cst.Module:
-        """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` loses the whole statement."""
+        """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` loses the whole statement; a scaler built in
+        the same function for this call alone loses its construction too."""
+        replacements: dict = {event.node: argument}
         statement = event.call.statement
         if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
             small = statement.body[0]
             if isinstance(small, cst.Assign) and small.value is event.node and len(small.targets) == 1 \
                     and isinstance(argument, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
                     and small.targets[0].target.value == argument.value:
-                return replace_nodes(facts.module, {statement: cst.RemoveFromParent()})
-        return replace_nodes(facts.module, {event.node: argument})
+                replacements = {statement: cst.RemoveFromParent()}
+        construction = ScalerInInference._only_use_construction(facts, event)
+        if construction is not None:
+            replacements[construction] = cst.RemoveFromParent()
+        return replace_nodes(facts.module, replacements)
+
+    @staticmethod
+    def _only_use_construction(facts: ModuleFacts, event: Event) -> cst.SimpleStatementLine | None:
+        """`scaler = GradScaler(...)` in the same function when this `scaler.scale(...)` is the scaler's only
+        other mention there (its text appears exactly twice in the function)."""
+        function = event.frame.function()
+        if function is None or event.scaler is None or "." in event.scaler:
+            return None
+        for build in facts.events_in(function):
+            statement = build.call.statement
+            if build.kind is EventKind.SCALER_BUILD and build.bound_to == event.scaler \
+                    and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                mentions = re.findall(rf"\b{re.escape(event.scaler)}\b", facts.code(function.node))
+                return statement if len(mentions) == 2 else None
+        return None
 
     @staticmethod
     def _inference_context(facts: ModuleFacts, event: Event) -> str | None:
