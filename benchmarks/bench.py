@@ -26,7 +26,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]

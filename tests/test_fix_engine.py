@@ -18,7 +18,7 @@ from amplint.engine import lint_text
 from amplint.fixer import fix_text
 from amplint.rules import RULES_BY_CODE
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
-from test_fixtures import FIXTURES, fixture_files, fixture_id, folder_code, with_known_failures
+from test_fixtures import fixture_files, fixture_id, folder_code, with_known_failures
 
 # fixture path -> why amplint's fix differs from fixed/ today. Strict xfails: remove an entry once it passes.
 KNOWN_FIX_FAILURES: dict[str, str] = {}

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from amplint.fixer import fix_text
 from amplint.rules import ALL_RULES
-from test_fixtures import fixture_files, fixture_id, with_known_failures
+from test_fixtures import fixture_files, with_known_failures
 
 HEADER = """\
 import functools

@@ -19,7 +19,6 @@ class FrameKind(enum.Enum):
     WITH = "with"
     LOOP = "loop"  # body of for/while (async too)
     IF = "if"  # body or else-branch of an if
-    TRY = "try"
 
 
 @dataclass(eq=False)
