@@ -423,13 +423,11 @@ class ModuleFacts:
             receiver = dotted_name(expr.func.value)
             return receiver if self.is_scaler(receiver, frame) else None
         key = dotted_name(expr)
-        if key is not None:
-            for assignment in self.bindings(key, frame):
-                if assignment.value is not expr:
-                    scaler = self._scaled_by(assignment.value, assignment.frame) if isinstance(
-                        assignment.value, cst.Call) else None
-                    if scaler:
-                        return scaler
+        for assignment in self.bindings(key, frame) if key is not None else ():
+            if isinstance(assignment.value, cst.Call):
+                scaler = self._scaled_by(assignment.value, assignment.frame)
+                if scaler:
+                    return scaler
         return None
 
     def _event(self, call: Call) -> Event | None:

@@ -130,7 +130,7 @@ def is_optimizer_name(key: str) -> bool:
 def is_optimizer_class(qualified_or_dotted: str) -> bool:
     last = qualified_or_dotted.rsplit(".", 1)[-1]
     if qualified_or_dotted.startswith("torch.optim.") and "lr_scheduler" not in qualified_or_dotted:
-        return last[:1].isupper() and last != "Optimizer" or last == "Optimizer"
+        return last[:1].isupper()  # torch.optim.SGD, torch.optim.AdamW, torch.optim.Optimizer subclasses...
     return last.endswith("Optimizer") or any(f in last for f in OPTIMIZER_FACTORIES)
 
 
