@@ -156,13 +156,14 @@ def lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, "cannot parse: nested too deeply")])
     try:
         facts = ModuleFacts(module)
+        findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
+        facts.locate(finding.node for _, finding in findings)  # one pass for every reported position
         diagnostics = []
         built: dict = {}
-        for rule in rules:
-            for finding in rule.check(facts):
-                diagnostic = to_diagnostic(rule, finding, facts, filename, index, built)
-                if not suppressed(diagnostic, index):
-                    diagnostics.append(diagnostic)
+        for rule, finding in findings:
+            diagnostic = to_diagnostic(rule, finding, facts, filename, index, built)
+            if not suppressed(diagnostic, index):
+                diagnostics.append(diagnostic)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         where = traceback.extract_tb(error.__traceback__)[-1]
         message = (f"internal error while analysing this file: {type(error).__name__}: {error} "

@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import cached_property
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.facts import names as api
 from amplint.facts.collect import Collector
+from amplint.facts.locate import Point, locate
 from amplint.facts.model import (
     Assignment,
     Call,
@@ -74,16 +74,25 @@ class ModuleFacts:
         self._region_cache: dict[int, Region | None] = {}
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
+        self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
 
     # positions --------------------------------------------------------------------------------------
-    @cached_property
-    def _positions(self):
-        return MetadataWrapper(self.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    def locate(self, nodes) -> None:
+        """Find the positions of these nodes in one code generation pass (amplint/facts/locate.py); asking
+        for the positions of several nodes at once is cheaper than one by one."""
+        missing = [node for node in nodes if id(node) not in self._spans]
+        if missing:
+            locations = locate(self.module, missing)
+            for node in missing:
+                if node in locations:
+                    self._spans[id(node)] = (node, locations.span(node))
 
-    def position(self, node: cst.CSTNode):
-        """(start, end) of a node: libcst CodePositions (1-based lines, 0-based columns)."""
-        code_range = self._positions[node]
-        return code_range.start, code_range.end
+    def position(self, node: cst.CSTNode) -> tuple[Point, Point]:
+        """(start, end) of a node's syntactic range: 1-based lines, 0-based columns (libcst's PositionProvider
+        meaning). KeyError for a node that is not in the module."""
+        if id(node) not in self._spans:
+            self.locate([node])
+        return self._spans[id(node)][1]
 
     def line_of(self, node: cst.CSTNode) -> int:
         return self.position(node)[0].line

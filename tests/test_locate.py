@@ -1,0 +1,112 @@
+"""Positions and fix texts built the cheap way (amplint/facts/locate.py, amplint/rules/base.py) against
+libcst's own: PositionProvider's range for every node, and the whole module transformed and regenerated for
+every fix any rule offers on the fixtures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from amplint.diagnostics import Applicability
+from amplint.facts import ModuleFacts
+from amplint.facts.locate import locate
+from amplint.rules import ALL_RULES
+from amplint.rules.base import Rewritten, replace_nodes
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))
+# Layouts the fixtures may not hold: CRLF and lone CR line ends, tabs, a file without a final newline,
+# one-line blocks, nested blocks, decorators, comments everywhere.
+LAYOUTS = {
+    "crlf": "import torch\r\nwith torch.autocast('cpu'):\r\n    y = f(x)\r\n    y.backward()\r\n",
+    "cr": "import torch\rwith torch.autocast('cpu'):\r    y = f(x)\r    y.backward()\r",
+    "tabs": "class A:\n\tdef f(self):\n\t\tif x:\n\t\t\ty = (1 +\n\t\t\t     2)\n\t\treturn y\n",
+    "no-final-newline": "def f():\n    return g(\n        1, 2)",
+    "one-liners": "if x: y = 1; z = 2\nwhile y: pass\nclass C: pass\n",
+    "comments": "# head\n\n@deco(1)  # d\ndef f(a,  # a\n      b):\n    # inside\n    return (a  # x\n            + b)\n# tail\n",
+}
+
+
+def source_ids():
+    return [str(path.relative_to(FIXTURES)) for path in SOURCES]
+
+
+@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES), *LAYOUTS.values()],
+                         ids=[*source_ids(), *LAYOUTS])
+def test_every_node_is_where_position_provider_puts_it(text):
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    nodes = list(expected)
+    locations = locate(module, nodes)
+    assert locations.text == module.code
+    for node in nodes:
+        start, end = locations.span(node)
+        want = expected[node]
+        assert (start.line, start.column, end.line, end.column) == (
+            want.start.line, want.start.column, want.end.line, want.end.column), type(node).__name__
+
+
+def test_facts_positions_asked_one_by_one_or_together_agree():
+    text = (FIXTURES / "AMP001-backward-in-autocast" / "flagged").glob("*.py").__next__().read_text()
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    calls = [node for node in expected if isinstance(node, cst.Call)]
+    one_by_one = ModuleFacts(module)
+    together = ModuleFacts(module)
+    together.locate(calls)
+    for call in calls:
+        assert one_by_one.position(call) == together.position(call)
+        assert one_by_one.position(call)[0].line == expected[call].start.line
+
+
+def fix_rewrites():
+    """(fixture id, Rewritten) for every fix any rule offers on any fixture file."""
+    rules = [rule() for rule in ALL_RULES]
+    for path in SOURCES:
+        facts = ModuleFacts(cst.parse_module(path.read_text()))
+        for rule in rules:
+            for finding in rule.check(facts):
+                if finding.fix is None or finding.fix.applicability is Applicability.DISPLAY_ONLY:
+                    continue
+                rewritten = finding.fix.rewrite()
+                if rewritten is not None:
+                    yield f"{path.relative_to(FIXTURES)}:{rule.code}", rewritten
+
+
+REWRITES = list(fix_rewrites())
+
+
+def test_the_fixtures_exercise_many_fixes():
+    assert len(REWRITES) >= 100
+
+
+@pytest.mark.parametrize("rewritten", [r for _, r in REWRITES], ids=[name for name, _ in REWRITES])
+def test_a_fix_spliced_into_the_text_equals_the_whole_module_regenerated(rewritten):
+    assert isinstance(rewritten, Rewritten)
+    assert rewritten.code == rewritten.full_code()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_splicing_on_every_layout(layout):
+    """Replace each statement in turn: a line by itself with a comment line added, a small statement (`y = 1`
+    in `if x: y = 1; z = 2`) by another; and each by nothing."""
+    module = cst.parse_module(LAYOUTS[layout])
+    statements = [node for node in MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+                  if isinstance(node, (cst.SimpleStatementLine, cst.BaseSmallStatement))]
+    assert statements
+    for statement in statements:
+        if isinstance(statement, cst.SimpleStatementLine):
+            changed = statement.with_changes(leading_lines=[*statement.leading_lines,
+                                                            cst.EmptyLine(comment=cst.Comment("# added"))])
+        else:
+            changed = cst.Expr(cst.Name("changed"))
+        for replacement in (changed, cst.RemoveFromParent()):
+            try:
+                rewritten = replace_nodes(module, {statement: replacement})
+                reference = rewritten.full_code()
+            except Exception:  # noqa: BLE001 - removing the only statement of a block: libcst refuses both ways
+                continue
+            assert rewritten.code == reference
