@@ -679,35 +679,39 @@ class Prefilter:
         return self.pattern.search(text) is not None
 
     def decide(self, text: str) -> Verdict:
-        if not self.has_words(text):
-            return Verdict.SKIP_WORDS
-        verdict = self._structure(text)
-        if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text
-            return Verdict.SKIP_NOQA
-        return verdict
+        return self.select(text)[0]
 
-    def _structure(self, text: str) -> Verdict:
+    def select(self, text: str) -> tuple[Verdict, list[type]]:
+        """The verdict and, when the file is to be analysed, the enabled rules that can fire on it (each rule
+        is asked alone, so the engine need not run the others)."""
+        if not self.has_words(text):
+            return Verdict.SKIP_WORDS, []
+        verdict, candidates = self._structure(text)
+        if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text
+            return Verdict.SKIP_NOQA, []
+        return verdict, candidates
+
+    def _structure(self, text: str) -> tuple[Verdict, list[type]]:
         if self.always:
-            return Verdict.ANALYSE
+            return Verdict.ANALYSE, list(self.rules)
         summary = Summary(text)
         try:
-            candidates = []
+            analysed, candidates = [], []
             for rule in self.rules:
                 if _declares_words(rule) and not summary.contains(*rule.words):
                     continue
                 if not _declares_structure(rule):
-                    return Verdict.ANALYSE
-                if rule.maybe_applies(summary):  # text mode: no parse
+                    analysed.append(rule)  # words alone decide for it
+                elif rule.maybe_applies(summary):  # text mode: no parse
                     candidates.append(rule)
             if candidates:
                 summary.exact = True
-                if any(rule.maybe_applies(summary) for rule in candidates):
-                    return Verdict.ANALYSE
-        except _Unparsable:
-            return Verdict.ANALYSE
-        except Exception:  # noqa: BLE001 - a failing question must cost time, never a finding
-            return Verdict.ANALYSE
-        return Verdict.SKIP_STRUCTURE
+                analysed += [rule for rule in candidates if rule.maybe_applies(summary)]
+        except Exception:  # noqa: BLE001 - unparsable, or a failing question: it must cost time, never a finding
+            return Verdict.ANALYSE, list(self.rules)
+        if not analysed:
+            return Verdict.SKIP_STRUCTURE, []
+        return Verdict.ANALYSE, [rule for rule in self.rules if rule in analysed]  # in the enabled order
 
 
 _PREFILTERS: dict[tuple[type, ...], Prefilter] = {}

@@ -52,9 +52,13 @@ def unified_diff(path: str, old: str, new: str) -> str:
 
 
 def process_text(text: str, path: str, rules: list[Rule], mode: Mode, prefilter: bool = True) -> FileOutcome:
-    if prefilter and prefilter_for(rules).decide(text).skipped:  # no enabled rule can fire (amplint/prefilter.py)
-        return FileOutcome(path, [], fixed_text=text if (mode.fix or mode.diff) else None)
+    if prefilter:
+        verdict, candidates = prefilter_for(rules).select(text)
+        if verdict.skipped:  # no enabled rule can fire (amplint/prefilter.py)
+            return FileOutcome(path, [], fixed_text=text if (mode.fix or mode.diff) else None)
     if not (mode.fix or mode.diff):
+        if prefilter:  # only the rules that can fire here; a fix run keeps them all (a fix can wake another)
+            rules = [rule for rule in rules if type(rule) in candidates]
         result = lint_text(text, path, rules)
         return FileOutcome(path, result.diagnostics, internal_error=any(d.code == "AMP902" for d in result.diagnostics))
     outcome = fix_text(text, path, rules, unsafe=mode.unsafe)
