@@ -180,7 +180,7 @@ def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     except RecursionError:
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, "cannot parse: nested too deeply")])
     try:
-        facts = ModuleFacts(module)
+        facts = ModuleFacts(module, text)
         findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
         facts.locate(finding.node for _, finding in findings)  # one pass for every reported position
         diagnostics = []

@@ -29,7 +29,7 @@ import enum
 import functools
 import re
 import warnings
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
 
@@ -98,6 +98,46 @@ def _dotted(node: ast.AST) -> str | None:
         return None
     parts.append(node.id)
     return ".".join(reversed(parts))
+
+
+def _last(node: ast.AST) -> str | None:
+    """The last part of a dotted name (`torch.float16`: float16), else None."""
+    name = _dotted(node)
+    return name.rsplit(".", 1)[-1] if name else None
+
+
+PARTIAL_API = frozenset({"functools.partial"})
+_FLOAT32_NAMES = frozenset({"float32", "float", "float64", "double"})
+_DTYPE_NAMES = _FLOAT32_NAMES | {"float16", "bfloat16", "half"}
+
+
+def _argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:
+    for item in call.keywords:
+        if item.arg == keyword:
+            return item.value
+    positional = [arg for arg in call.args if type(arg) is not ast.Starred]
+    return positional[position] if position < len(positional) else None
+
+
+def _float32(node: ast.AST | None) -> bool:
+    return node is not None and _last(node) in _FLOAT32_NAMES
+
+
+def _device_suspect(call: ast.Call, device_names: set[str], device_parameters: set[str]) -> bool:
+    """Can AMP014 see a wrong device in this autocast call? (Conservative: see `autocast_device_suspect`.)"""
+    device = _argument(call, 0, "device_type")
+    if device is None:
+        starred = any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
+        return not starred
+    if type(device) is ast.Constant:
+        if device.value == "cpu":
+            return _float32(_argument(call, 1, "dtype"))
+        return type(device.value) is bool
+    if type(device) is ast.Call:
+        return _last(device.func) == "device"
+    name = _dotted(device)
+    return name is not None and (name.rsplit(".", 1)[-1] in _DTYPE_NAMES or name in device_names
+                                 or name in device_parameters)
 
 
 def _target_names(target: ast.AST, into: set[str]) -> None:
@@ -198,6 +238,10 @@ class Summary:
         self._decorators: dict[int, list[ast.Call]] = {}  # id(function) -> its call decorators
         self._all_decorators: dict[int, list[ast.AST]] = {}  # id(function) -> all its decorators
         self._false_calls: list[ast.Call] = []
+        self.qualified_imports: dict[str, set[str]] = {}  # local name -> every qualified name an import binds it to
+        self._call_nodes: dict[str, list[ast.Call]] = {}  # callee's last name -> the calls
+        self._bare_decorators: set[str] = set()  # dotted names used as decorators without a call
+        self._device_parameters: set[str] = set()  # parameters annotated `<...>.device`
         self._reachable: set[str] | None = None
         self._capable: dict[int, bool] = {}
 
@@ -259,6 +303,11 @@ class Summary:
                 identifiers.add(node.name)
                 self._decorators[id(node)] = [d for d in node.decorator_list if type(d) is call_type]
                 self._all_decorators[id(node)] = node.decorator_list
+                self._note_decorators(node)
+                arguments = node.args
+                for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs):
+                    if argument.annotation is not None and _last(argument.annotation) == "device":
+                        self._device_parameters.add(argument.arg)
                 for child in node.body:  # the body runs in the function; the rest where it is defined
                     push((child, node, (), False))
                 for child in (*node.decorator_list, node.args, node.returns, *getattr(node, "type_params", ())):
@@ -317,6 +366,7 @@ class Summary:
                     callee = func.id
                 if callee is not None:
                     calls.setdefault(callee, []).append((function, withs, receiver, looped))
+                    self._call_nodes.setdefault(callee, []).append(node)
                 if any(type(a) is constant_type and a.value is False for a in node.args) or any(
                         k.arg == "enabled" and type(k.value) is constant_type and k.value.value is False
                         for k in node.keywords):
@@ -330,8 +380,12 @@ class Summary:
                     self._assignments.append((targets, node.value))
             elif kind in (ast.AugAssign, ast.NamedExpr):
                 _target_names(node.target, self.assigned)
+            elif kind is ast.ClassDef:
+                self._note_decorators(node)
             elif kind is ast.Import:
                 for alias in node.names:
+                    self.qualified_imports.setdefault(alias.asname or alias.name.split(".")[0], set()).add(
+                        alias.name if alias.asname else alias.name.split(".")[0])
                     parts = alias.name.split(".")
                     identifiers.update(parts)
                     self.imported_names.add(parts[-1])
@@ -340,6 +394,11 @@ class Summary:
                     identifiers.add(local)
                     self.import_bound.setdefault(local, set()).add(parts[-1] if alias.asname else parts[0])
             elif kind is ast.ImportFrom:
+                if node.module and not node.level:
+                    for alias in node.names:
+                        if alias.name != "*":
+                            self.qualified_imports.setdefault(alias.asname or alias.name, set()).add(
+                                f"{node.module}.{alias.name}")
                 if node.module:
                     parts = node.module.split(".")
                     identifiers.update(parts)
@@ -352,6 +411,12 @@ class Summary:
                     local = alias.asname or alias.name
                     identifiers.add(local)
                     self.import_bound.setdefault(local, set()).add(parts[-1])
+
+    def _note_decorators(self, node: ast.AST) -> None:
+        for decorator in node.decorator_list:
+            name = _dotted(decorator)
+            if name:
+                self._bare_decorators.add(name)
 
     def _ask(self, precondition: bool, exact) -> bool:
         if not precondition:
@@ -591,6 +656,57 @@ class Summary:
     def uses_api(self, *names: str) -> bool:
         return self.calls(*names) or self.imports_name(*names)
 
+    def _resolves(self, node: ast.AST, qualified: Collection[str]) -> bool:
+        """Does this dotted expression name one of `qualified` through the file's imports (as the facts layer's
+        ImportMap resolves it: the head bound by an import, the rest appended)? Every import of a name counts."""
+        name = _dotted(node)
+        return name is not None and self._resolves_name(name, qualified)
+
+    def _resolves_name(self, name: str, qualified: Collection[str]) -> bool:
+        head, _, rest = name.partition(".")
+        return any((f"{target}.{rest}" if rest else target) in qualified
+                   for target in self.qualified_imports.get(head, ()))
+
+    def _api_calls(self, qualified: Collection[str]) -> Iterator[ast.Call]:
+        for callee in self._names_for({name.rsplit(".", 1)[-1] for name in qualified}):  # import aliases too
+            for call in self._call_nodes.get(callee, ()):
+                if self._resolves(call.func, qualified):
+                    yield call
+
+    def calls_api(self, *qualified: str, partial: bool = False, decorator: bool = False) -> bool:
+        """A call to one of these qualified names, resolved through the imports (`torch.cuda.amp.autocast` for
+        `from torch.cuda import amp; amp.autocast()`); with `decorator`, also a bare decorator naming one;
+        with `partial`, also a `functools.partial` of one."""
+        lasts = {name.rsplit(".", 1)[-1] for name in qualified}
+
+        def exact() -> bool:
+            if any(self._api_calls(qualified)):
+                return True
+            if decorator and any(self._resolves_name(name, qualified) for name in self._bare_decorators):
+                return True
+            return partial and any(call.args and self._resolves(call.args[0], qualified)
+                                   for call in self._api_calls(PARTIAL_API))
+
+        return self._ask(self.has_token(*lasts), exact)
+
+    def autocast_device_suspect(self, autocast: Collection[str], cpu_legacy: Collection[str]) -> bool:
+        """A call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of it, whose device
+        can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a `<...>.device(...)` call,
+        a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32 dtype; or a call
+        to `cpu_legacy` with a float32 dtype."""
+        def exact() -> bool:
+            device_names = {name for targets, value in self._assignments
+                            if type(value) is ast.Call and _last(value.func) == "device" for name in targets}
+            suspects = (*self._api_calls(autocast), *(
+                ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
+                for call in self._api_calls(PARTIAL_API) if call.args and self._resolves(call.args[0], autocast)))
+            for call in suspects:
+                if _device_suspect(call, device_names, self._device_parameters):
+                    return True
+            return any(_float32(_argument(call, 1, "dtype")) for call in self._api_calls(cpu_legacy))
+
+        return self._ask(self.has_token("autocast"), exact)
+
     def imports_module(self, name: str) -> bool:
         return self._ask(self.has_token(name) and self.has_token("import"), lambda: name in self.imported_modules)
 
@@ -626,7 +742,10 @@ class Summary:
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
         something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`)."""
-        return ((self.uses_api("GradScaler", "ShardedGradScaler") and self.imports_module("torch"))
+        from amplint.facts.names import GRAD_SCALERS  # the facts layer's table (asked in exact mode only)
+
+        return ((self.imports_module("torch") and (
+                    self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
                 or self.calls_method("unscale_")
                 or (self.calls_method("scale") and self.calls_method("backward")))
 

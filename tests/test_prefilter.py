@@ -342,6 +342,46 @@ def test_words_only_in_comments_and_strings_are_skipped_by_structure():
     assert _verdict(text, *CORE) is Verdict.SKIP_STRUCTURE
 
 
+@pytest.mark.parametrize("body, analysed", [
+    ("LEGACY = (torch.cuda.amp.autocast, torch.cpu.amp.autocast)\n", False),  # references alone warn nothing
+    ("def f(x):\n    return isinstance(x, torch.cuda.amp.GradScaler)\n", False),
+    ("with torch.autocast('cuda'):\n    pass\n", False),
+    ("from torch.cuda import amp\nwith amp.autocast():\n    pass\n", True),
+    ("import torch.cuda.amp as tca\nscaler = tca.GradScaler()\n", True),
+    ("@torch.cuda.amp.custom_fwd\ndef forward(ctx, x):\n    return x\n", True),
+    ("import functools\nctx = functools.partial(torch.cuda.amp.autocast, dtype=torch.bfloat16)\n", True),
+    ("from torch.cpu.amp import autocast as cpu_ac\nwith cpu_ac():\n    pass\n", True),
+])
+def test_deprecated_api_needs_a_call_decorator_or_partial(body, analysed):
+    text = "import torch\n" + body
+    assert (_verdict(text, "AMP007") is Verdict.ANALYSE) is analysed
+    found = [d.code for d in lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP007"]).diagnostics]
+    assert bool(found) is analysed  # here the structure decides exactly
+
+
+@pytest.mark.parametrize("body, analysed", [
+    ("def f(device_type):\n    with torch.autocast(device_type):\n        pass\n", False),
+    ("with torch.autocast('cuda', dtype=torch.float16):\n    pass\n", False),
+    ("with torch.autocast('cpu', dtype=torch.bfloat16):\n    pass\n", False),
+    ("with torch.autocast(*args, **kwargs):\n    pass\n", False),
+    ("with torch.autocast():\n    pass\n", True),
+    ("with torch.autocast(torch.bfloat16):\n    pass\n", True),
+    ("with torch.autocast(True):\n    pass\n", True),
+    ("with torch.autocast(torch.device('cuda')):\n    pass\n", True),
+    ("device = torch.device('cuda')\nwith torch.autocast(device_type=device):\n    pass\n", True),
+    ("def f(d: torch.device):\n    with torch.autocast(d):\n        pass\n", True),
+    ("with torch.autocast('cpu', dtype=torch.float32):\n    pass\n", True),
+    ("with torch.cpu.amp.autocast(dtype=torch.float32):\n    pass\n", True),
+    ("import functools\nac = functools.partial(torch.autocast, torch.device('cuda'))\n", True),
+    ("from torch import autocast as ac\nwith ac():\n    pass\n", True),
+])
+def test_autocast_device_needs_a_suspect_device(body, analysed):
+    text = "import torch\n" + body
+    assert (_verdict(text, "AMP014") is Verdict.ANALYSE) is analysed
+    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP014"]).diagnostics
+    assert bool(found) is analysed  # here the structure decides exactly
+
+
 def test_syntax_error_goes_to_the_engine():
     text = "import torch\nwith torch.autocast('cuda'):\n    loss.backward(\n"
     assert _verdict(text) is Verdict.ANALYSE

@@ -59,8 +59,10 @@ def call_argument(call: cst.Call | list[cst.Arg], position: int | None, keyword:
 
 
 class ModuleFacts:
-    def __init__(self, module: cst.Module) -> None:
+    def __init__(self, module: cst.Module, source: str | None = None) -> None:
+        """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated)."""
         self.module = module
+        self._source = source
         collector = Collector()
         module.visit(collector)
         self.imports = collector.imports
@@ -75,6 +77,12 @@ class ModuleFacts:
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._source = self.module.code
+        return self._source
 
     # positions --------------------------------------------------------------------------------------
     def locate(self, nodes) -> None:

@@ -86,8 +86,9 @@ class DeprecatedAmpApi(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        # every deprecated spelling resolves through `torch` to `torch.cuda.amp`/`torch.cpu.amp`
-        return summary.imports_module("torch") and summary.mentions("amp") and summary.mentions("cuda", "cpu")
+        # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an
+        # import or a reference alone warns nothing).
+        return summary.imports_module("torch") and summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         scan = _Scan(facts)

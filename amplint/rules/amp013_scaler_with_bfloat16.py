@@ -10,7 +10,7 @@ import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
-from amplint.facts.names import dotted_name
+from amplint.facts.names import GRAD_SCALERS, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -76,11 +76,13 @@ class ScalerWithBfloat16(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # Regions here are any call that makes an autocast (not only with-items): `autocast` is named.
-        return summary.uses_api("GradScaler", "ShardedGradScaler") and summary.mentions("autocast")
+        # ... and only bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16)
+        return (summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and summary.mentions("autocast")
+                and summary.contains("bfloat16", "cpu"))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
-        if not builds or FLOAT16_HINT.search(facts.module.code):
+        if not builds or FLOAT16_HINT.search(facts.source):
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]

@@ -86,9 +86,10 @@ class AutocastDeviceMismatch(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        # a call resolving to torch's autocast (through the imports), or a partial of it
-        return summary.imports_module("torch") and (
-            summary.uses_api("autocast") or (summary.uses_api("partial") and summary.mentions("autocast")))
+        # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that
+        # can be wrong; or the legacy CPU autocast with a float32 dtype
+        cpu_legacy = [name for name, device in AUTOCAST_LEGACY.items() if device == "cpu"]
+        return summary.imports_module("torch") and summary.autocast_device_suspect(AUTOCAST_NEW, cpu_legacy)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
