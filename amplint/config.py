@@ -81,15 +81,23 @@ def _exclude_matchers(exclude: tuple[str, ...], extend_exclude: tuple[str, ...])
 
 
 @functools.lru_cache(maxsize=16)
-def _resolved(root: Path) -> Path:
-    return root.resolve()
+def _resolved(root: Path) -> str:
+    """The root, resolved, as a string ending in a separator."""
+    return os.path.join(str(root.resolve()), "")
 
 
 def _relative(path: str, root: Path) -> str:
-    try:
-        return Path(os.path.abspath(path)).relative_to(_resolved(root)).as_posix()
-    except ValueError:
+    """The path relative to the root in POSIX form ("." for the root), or the path as given (POSIX form) when it
+    is outside. String operations only: discovery asks for every file and folder."""
+    absolute = os.path.abspath(path)
+    base = _resolved(root)
+    if absolute.startswith(base):
+        relative = absolute[len(base):] or "."
+    elif absolute == base[:-1]:
+        relative = "."
+    else:
         return Path(path).as_posix()
+    return relative.replace(os.sep, "/") if os.sep != "/" else relative
 
 
 def find_config(start: Path) -> Path | None:

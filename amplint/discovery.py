@@ -14,18 +14,28 @@ def is_virtualenv(folder: str) -> bool:
     return os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
 
 
+def _identity(path: str) -> object:
+    """The same for two paths of one file (a symlink and its target, a file named twice): its device and inode,
+    one stat (cheaper than resolving every part of the path)."""
+    try:
+        status = os.stat(path)
+    except OSError:
+        return os.path.abspath(path)  # missing or unreadable: reported later, once per spelling
+    return status.st_dev, status.st_ino
+
+
 def discover(paths: list[str], settings: Settings) -> Iterator[str]:
     """Yield the files to lint, sorted within each argument, each once.
 
     Explicit file arguments are always linted unless `force_exclude` is set; missing paths are yielded too so
     that the caller reports them. Symlinked folders are not followed (no loops).
     """
-    seen: set[str] = set()
+    seen: set[object] = set()
     for path in paths:
         if not os.path.isdir(path):
             if settings.force_exclude and settings.excluded(path):
                 continue
-            key = os.path.realpath(path)
+            key = _identity(path)
             if key not in seen:
                 seen.add(key)
                 yield path
@@ -42,7 +52,7 @@ def discover(paths: list[str], settings: Settings) -> Iterator[str]:
                 full = os.path.join(folder, name)
                 if not name.endswith(SOURCE_SUFFIXES) or settings.excluded(full):
                     continue
-                key = os.path.realpath(full)
+                key = _identity(full)
                 if key not in seen:
                     seen.add(key)
                     yield os.path.normpath(full)

@@ -11,7 +11,7 @@ import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts

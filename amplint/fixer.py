@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Diagnostic, Edit
 from amplint.engine import lint_text

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint import __version__
 from amplint import rules as registry

@@ -17,7 +17,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Diagnostic, Fix, Location
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text

@@ -199,7 +199,7 @@ def test_noqa(project):
 def test_bad_input_gets_diagnostics_and_the_run_goes_on(project):
     # Each file mentions autocast: files with no AMP vocabulary at all are skipped by the prefilter unparsed.
     (project / "broken.py").write_text("import torch  # autocast\ndef f(:\n    pass\n")
-    (project / "py2.py").write_text('import torch.cuda.amp\nprint "hello"\n')
+    (project / "py2.py").write_text('import torch.cuda.amp\nprint "hello"\nscaler = torch.cuda.amp.GradScaler()\n')
     (project / "latin.py").write_bytes(b"x = '\xe9\xff'  # autocast\n")
     (project / "empty.py").write_bytes(b"")
     (project / "junk.py").write_bytes(b"autocast" + bytes(range(256)))
@@ -295,6 +295,25 @@ def test_the_linter_never_imports_torch(project):
     result = subprocess.run([sys.executable, "-c", program], cwd=project, capture_output=True, text=True)
     assert result.returncode == 1, result.stderr
     assert "AMP001" in result.stdout
+
+
+def test_libcst_is_imported_only_when_a_file_is_analysed(project):
+    """A run whose files have no AMP word (or come from the cache) never pays libcst's import (amplint/lazy.py)."""
+    (project / "plain.py").write_text("import os\nprint(os.getcwd())\n")
+    program = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(REPO)!r})
+        sys.argv = ["amplint", "check", "--no-cache", *sys.argv[1:]]
+        from amplint.cli import entry
+        try:
+            entry()
+        except SystemExit as end:
+            loaded = type(sys.modules["libcst"]).__name__ == "module"
+            print("libcst loaded" if loaded else "libcst not loaded", end.code)
+    """)
+    for files, expected in ((["plain.py"], "libcst not loaded 0"), (["plain.py", "flagged.py"], "libcst loaded 1")):
+        result = subprocess.run([sys.executable, "-c", program, *files], cwd=project, capture_output=True, text=True)
+        assert result.stdout.strip().endswith(expected), result.stdout + result.stderr
 
 
 def test_target_torch_version_on_the_command_line(project):

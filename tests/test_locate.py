@@ -14,7 +14,8 @@ from amplint.diagnostics import Applicability
 from amplint.facts import ModuleFacts
 from amplint.facts.locate import locate
 from amplint.rules import ALL_RULES
-from amplint.rules.base import Rewritten, replace_nodes
+from amplint.rules.base import replace_nodes
+from amplint.rules.rewrite import Rewritten
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts.model import Assignment, Call, Frame, FrameKind, FunctionInfo
 from amplint.facts.names import ImportMap, dotted_name
@@ -19,8 +19,9 @@ def target_names(target: cst.BaseExpression) -> list[str]:
     return [name] if name else []
 
 
-class Collector(cst.CSTVisitor):
-    """Records what the facts layer needs in one pass; no interpretation happens here."""
+class Collector:
+    """Records what the facts layer needs in one pass; no interpretation happens here. A libcst visitor once
+    made one with `amplint.lazy.visitor_class`."""
 
     def __init__(self) -> None:
         self.imports = ImportMap()

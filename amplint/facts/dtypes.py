@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts.model import Assignment, Frame
 from amplint.facts.names import FLOAT32_DTYPES, dotted_name
@@ -150,7 +150,7 @@ def low_precision_names(assignments: list[Assignment], region_frame: Frame, befo
     return low
 
 
-class UncastUses(cst.CSTVisitor):
+class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """Uses of the watched names inside a block as computation inputs without a float32 cast, in order.
 
     A use is a method receiver, a call argument or an operand; metadata (`h.shape`, `h.size()`), casts and names

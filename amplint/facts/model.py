@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 
 class FrameKind(enum.Enum):

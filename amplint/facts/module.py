@@ -8,12 +8,13 @@ in this function and in what order, is this code under no_grad/inference_mode.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import libcst as cst
+from amplint.lazy import libcst as cst
+from amplint.lazy import visitor_class
 
 from amplint.facts import names as api
 from amplint.facts.collect import Collector
-from amplint.facts.locate import Point, locate
 from amplint.facts.model import (
     Assignment,
     Call,
@@ -26,6 +27,9 @@ from amplint.facts.model import (
     RegionState,
 )
 from amplint.facts.names import dotted_name
+
+if TYPE_CHECKING:
+    from amplint.facts.locate import Point
 
 NULL_CONTEXT = object()  # sentinel: an expression known to be a no-op context (nullcontext())
 MAX_CALL_DEPTH = 2  # how many levels of same-module calls regions are followed through
@@ -63,7 +67,7 @@ class ModuleFacts:
         """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated)."""
         self.module = module
         self._source = source
-        collector = Collector()
+        collector = visitor_class(Collector)()
         module.visit(collector)
         self.imports = collector.imports
         self.calls: list[Call] = collector.calls
@@ -90,6 +94,8 @@ class ModuleFacts:
         for the positions of several nodes at once is cheaper than one by one."""
         missing = [node for node in nodes if id(node) not in self._spans]
         if missing:
+            from amplint.facts.locate import locate  # imports libcst's code generator state
+
             locations = locate(self.module, missing)
             for node in missing:
                 if node in locations:

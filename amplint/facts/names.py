@@ -7,7 +7,7 @@ head of a dotted expression through them.
 
 from __future__ import annotations
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 # Canonical name -> every qualified spelling that means it.
 AUTOCAST_NEW = frozenset({

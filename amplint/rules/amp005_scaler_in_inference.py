@@ -6,7 +6,7 @@ import re
 
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts

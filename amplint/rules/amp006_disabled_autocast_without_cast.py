@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
+from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.facts.dtypes import UncastUses, is_low_precision, low_precision_names
@@ -99,7 +100,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
                 region: Region, parameters: bool) -> Iterator[Finding]:
-        visitor = UncastUses(set(low))
+        visitor = visitor_class(UncastUses)(set(low))
         body.visit(visitor)
         visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
         first_use: dict[str, cst.Name] = {}

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
+from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
 from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, dotted_name
@@ -91,7 +92,7 @@ class DeprecatedAmpApi(Rule):
         return summary.imports_module("torch") and summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        scan = _Scan(facts)
+        scan = visitor_class(_Scan)(facts)
         facts.module.visit(scan)
         if not scan.sites and not scan.import_sites:
             return
@@ -195,7 +196,7 @@ class _Binding:
     guarded: bool
 
 
-class _Scan(cst.CSTVisitor):
+class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """Import bindings, references to deprecated AMP names (with their role), and name loads, in one walk."""
 
     def __init__(self, facts: ModuleFacts) -> None:
@@ -539,7 +540,7 @@ class _Plan:
             self.fixed_sites[id(site)] = rebuild(site.node)
 
     def _keyword(self, keyword: str, device: str) -> cst.Arg:
-        return cst.Arg(self._string(device), keyword=cst.Name(keyword), equal=_EQUAL)
+        return cst.Arg(self._string(device), keyword=cst.Name(keyword), equal=_equal())
 
     def _move_import(self, binding: _Binding, target_module: str) -> None:
         self.moved.add((id(binding.statement), binding.local))
@@ -567,7 +568,9 @@ class _Plan:
         return replace_nodes(self.facts.module, replacements)
 
 
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+def _equal() -> cst.AssignEqual:
+    """`=` of a keyword argument, without spaces."""
+    return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None) -> list[cst.Arg]:
@@ -576,7 +579,7 @@ def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None) -
     position = 0
     for arg in args:
         if arg.keyword is None and not arg.star:
-            arg = arg.with_changes(keyword=cst.Name(LEGACY_AUTOCAST_POSITIONS[position]), equal=_EQUAL)
+            arg = arg.with_changes(keyword=cst.Name(LEGACY_AUTOCAST_POSITIONS[position]), equal=_equal())
             position += 1
         converted.append(arg)
     return _insert_first(converted, cst.Arg(device), indent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.facts.collect import target_names

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names

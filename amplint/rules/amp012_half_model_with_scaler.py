@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call

@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
+from amplint.lazy import visitor_class
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
@@ -142,7 +143,7 @@ class _RemoveScaler:
 
     def _replacements(self) -> dict | None:
         facts, key = self.facts, self.key
-        references = _References(key)
+        references = visitor_class(_References)(key)
         facts.module.visit(references)
         handled = 0
         replacements: dict = {}
@@ -193,7 +194,7 @@ class _RemoveScaler:
         func = self.build.node.func
         if not isinstance(func, cst.Name):
             return
-        references = _References(func.value)
+        references = visitor_class(_References)(func.value)
         self.facts.module.visit(references)
         if references.count != 1:
             return
@@ -221,7 +222,7 @@ class _RemoveScaler:
         self.facts.module.visit(Imports())
 
 
-class _References(cst.CSTVisitor):
+class _References:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """How many times a dotted name (`scaler`, `self.scaler`) is referenced outside imports."""
 
     def __init__(self, key: str) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call
@@ -25,7 +25,9 @@ from amplint.rules.scopes import snippet
 VALUE_ERROR = "ValueError(\"Expected `device_type` of type `str`, got: `<class '{kind}'>`\")"
 TYPE_ERROR = "TypeError(\"autocast.__init__() missing 1 required positional argument: 'device_type'\")"
 CPU_WARNING = "UserWarning(\"In CPU autocast, but the target dtype is not supported. Disabling autocast.\")"
-_EQUAL = cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+def _equal() -> cst.AssignEqual:
+    """`=` of a keyword argument, without spaces."""
+    return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
 class AutocastDeviceMismatch(Rule):
@@ -223,7 +225,7 @@ class AutocastDeviceMismatch(Rule):
             if dropped_positional and arg.keyword is None:
                 return None  # a later positional argument would shift
             kept.append(arg)
-        flag = cst.Arg(cst.Name("False"), keyword=cst.Name("enabled"), equal=_EQUAL)
+        flag = cst.Arg(cst.Name("False"), keyword=cst.Name("enabled"), equal=_equal())
         new = node.with_changes(args=_append(kept, flag))
         return FixPlan("Replace the unsupported float32 dtype with `enabled=False`",
                        lambda: replace_nodes(facts.module, {node: new}))
@@ -237,7 +239,7 @@ class AutocastDeviceMismatch(Rule):
         if first_as is not None:
             if call_argument(node, None, first_as) is not None:
                 return None
-            args[0] = args[0].with_changes(keyword=cst.Name(first_as), equal=_EQUAL)
+            args[0] = args[0].with_changes(keyword=cst.Name(first_as), equal=_equal())
         new_arg = cst.Arg(device)
         if args:
             new_arg = new_arg.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))

@@ -7,7 +7,7 @@ build the same rewrite for the same block, so their fixes agree.
 
 from __future__ import annotations
 
-import libcst as cst
+from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
