@@ -87,8 +87,8 @@ def _resolved(root: Path) -> str:
 
 
 def _relative(path: str, root: Path) -> str:
-    """The path relative to the root in POSIX form ("." for the root), or the path as given (POSIX form) when it
-    is outside. String operations only: discovery asks for every file and folder."""
+    """The path relative to the root in POSIX form ("." for the root), or the path as given (normalized, POSIX
+    form) when it is outside. String operations only: discovery asks for every file and folder."""
     absolute = os.path.abspath(path)
     base = _resolved(root)
     if absolute.startswith(base):
@@ -96,7 +96,7 @@ def _relative(path: str, root: Path) -> str:
     elif absolute == base[:-1]:
         relative = "."
     else:
-        return Path(path).as_posix()
+        relative = os.path.normpath(path)
     return relative.replace(os.sep, "/") if os.sep != "/" else relative
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field
 
 from amplint import rules as registry
@@ -38,10 +39,16 @@ _INSTANCES: dict[type[Rule], Rule] = {}  # rules keep no state: one instance per
 
 
 def rules_for(path: str, rule_classes: list[type[Rule]], settings: Settings) -> list[Rule]:
+    return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), settings.target_torch_version))
+
+
+@functools.lru_cache(maxsize=256)
+def _rules(rule_classes: tuple[type[Rule], ...], ignored_selectors: tuple[str, ...], target: str | None) -> list[Rule]:
+    """The enabled rules minus per-file ignores and rules needing a newer torch than the target (asked for every
+    file: computed once per distinct answer)."""
     ignored: set[type[Rule]] = set()
-    for selector in settings.ignored_for(path):
+    for selector in ignored_selectors:
         ignored.update(registry.matching(selector))
-    target = settings.target_torch_version  # rules needing a newer torch than the target are off
     return [_INSTANCES.get(rule) or _INSTANCES.setdefault(rule, rule()) for rule in rule_classes
             if rule not in ignored and rule_applies(rule.min_torch, target)]
 
