@@ -15,6 +15,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
+from amplint.parsing import parse_module
 from amplint.rules.base import Finding, Rule
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
@@ -140,7 +141,7 @@ def syntax_error_location(text: str, error: cst.ParserSyntaxError) -> tuple[int,
 
 
 def parse(text: str) -> cst.Module:
-    return cst.parse_module(text)
+    return parse_module(text)  # a long module in pieces (amplint/parsing.py)
 
 
 @contextmanager

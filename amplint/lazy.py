@@ -36,4 +36,69 @@ libcst = _lazy_module("libcst")
 @functools.lru_cache(maxsize=None)
 def visitor_class(mixin: type) -> type:
     """`mixin` (a plain class with libcst's `visit_<Node>`/`leave_<Node>` methods) as a `libcst.CSTVisitor`."""
-    return type(mixin.__name__, (mixin, libcst.CSTVisitor), {"__module__": mixin.__module__, "__doc__": mixin.__doc__})
+    namespace = {"__module__": mixin.__module__, "__doc__": mixin.__doc__,
+                 "_visits": {}, "_leaves": {}, "_visit_fields": {}, "_leave_fields": {}}
+    return type(mixin.__name__, (mixin, _dispatching_visitor()), namespace)
+
+
+@functools.lru_cache(maxsize=None)
+def _dispatching_visitor() -> type:
+    """CSTVisitor with its dispatch (`visit_<Node>`, `leave_<Node>`, `visit_<Node>_<field>`, ...) looked up once per
+    visitor class and node type, instead of formatting and looking up a name at every node and field (the
+    larger part of a walk's time)."""
+
+    class DispatchingVisitor(libcst.CSTVisitor):
+        _visits: dict
+        _leaves: dict
+        _visit_fields: dict
+        _leave_fields: dict
+
+        def on_visit(self, node) -> bool:
+            kind = type(node)
+            try:
+                method = self._visits[kind]
+            except KeyError:
+                method = self._visits[kind] = getattr(type(self), f"visit_{kind.__name__}", None)
+            return method is None or method(self, node) is not False
+
+        def on_leave(self, original_node) -> None:
+            kind = type(original_node)
+            try:
+                method = self._leaves[kind]
+            except KeyError:
+                method = self._leaves[kind] = getattr(type(self), f"leave_{kind.__name__}", None)
+            if method is not None:
+                method(self, original_node)
+
+        def on_visit_attribute(self, node, attribute: str) -> None:
+            key = (type(node), attribute)
+            try:
+                method = self._visit_fields[key]
+            except KeyError:
+                method = self._visit_fields[key] = getattr(type(self), f"visit_{key[0].__name__}_{attribute}", None)
+            if method is not None:
+                method(self, node)
+
+        def on_leave_attribute(self, original_node, attribute: str) -> None:
+            key = (type(original_node), attribute)
+            try:
+                method = self._leave_fields[key]
+            except KeyError:
+                method = self._leave_fields[key] = getattr(type(self), f"leave_{key[0].__name__}_{attribute}", None)
+            if method is not None:
+                method(self, original_node)
+
+    return DispatchingVisitor
+
+
+@functools.lru_cache(maxsize=None)
+def statement_types() -> frozenset[type]:
+    """Every libcst statement node type (`type(node) in statement_types()` is much cheaper than an isinstance
+    check against the abstract BaseStatement)."""
+    found, pending = set(), [libcst.BaseStatement]
+    while pending:
+        for subclass in pending.pop().__subclasses__():
+            if subclass not in found:
+                found.add(subclass)
+                pending.append(subclass)
+    return frozenset(found)

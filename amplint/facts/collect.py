@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from amplint.lazy import libcst as cst
+from amplint.lazy import statement_types
 
 from amplint.facts.model import Assignment, Call, Frame, FrameKind, FunctionInfo
 from amplint.facts.names import ImportMap, dotted_name
@@ -34,6 +35,7 @@ class Collector:
         self.with_frames: dict[cst.With, Frame] = {}
         self.function_frames: dict[cst.FunctionDef, Frame] = {}
         self.index = 0
+        self.statement_types = statement_types()
 
     # frames -----------------------------------------------------------------------------------------
     def _push(self, kind: FrameKind, node: cst.CSTNode, **extra) -> Frame:
@@ -48,13 +50,13 @@ class Collector:
         self.module_frame = self._push(FrameKind.MODULE, node)
 
     def on_visit(self, node: cst.CSTNode) -> bool:
-        if isinstance(node, cst.BaseStatement):
+        if type(node) in self.statement_types:
             self.statements.append(node)
         return super().on_visit(node)
 
     def on_leave(self, original_node: cst.CSTNode) -> None:
         super().on_leave(original_node)
-        if isinstance(original_node, cst.BaseStatement):
+        if type(original_node) in self.statement_types:
             self.statements.pop()
 
     def visit_With_body(self, node: cst.With) -> None:

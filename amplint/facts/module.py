@@ -15,6 +15,7 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import names as api
 from amplint.facts.collect import Collector
+from amplint.facts.walk import walk
 from amplint.facts.model import (
     Assignment,
     Call,
@@ -68,7 +69,7 @@ class ModuleFacts:
         self.module = module
         self._source = source
         collector = visitor_class(Collector)()
-        module.visit(collector)
+        walk(module, collector)
         self.imports = collector.imports
         self.calls: list[Call] = collector.calls
         self.assignments: list[Assignment] = collector.assignments

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
@@ -101,7 +102,7 @@ class DisabledAutocastWithoutCast(Rule):
     def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
                 region: Region, parameters: bool) -> Iterator[Finding]:
         visitor = visitor_class(UncastUses)(set(low))
-        body.visit(visitor)
+        walk(body, visitor)
         visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
         first_use: dict[str, cst.Name] = {}
         for use in visitor.uses:

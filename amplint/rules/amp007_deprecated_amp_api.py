@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
@@ -93,7 +94,7 @@ class DeprecatedAmpApi(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         scan = visitor_class(_Scan)(facts)
-        facts.module.visit(scan)
+        walk(facts.module, scan)
         if not scan.sites and not scan.import_sites:
             return
         plan = _Plan(facts, scan)
@@ -218,32 +219,32 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
     # scopes and guards ------------------------------------------------------------------------------
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         for decorator in node.decorators:
-            decorator.visit(self)
-        node.params.visit(self)
+            walk(decorator, self)
+        walk(node.params, self)
         if node.returns is not None:
-            node.returns.visit(self)
+            walk(node.returns, self)
         self.scope_depth += 1
-        node.body.visit(self)
+        walk(node.body, self)
         self.scope_depth -= 1
         return False
 
     def visit_ClassDef(self, node: cst.ClassDef) -> bool:
         for decorator in node.decorators:
-            decorator.visit(self)
+            walk(decorator, self)
         self.in_bases = True  # `class MyScaler(GradScaler)`: the new base class has another signature
         for arg in node.bases:
-            arg.visit(self)
+            walk(arg, self)
         self.in_bases = False
         self.scope_depth += 1
-        node.body.visit(self)
+        walk(node.body, self)
         self.scope_depth -= 1
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         if node.annotation is not None:
-            node.annotation.visit(self)
+            walk(node.annotation, self)
         if node.default is not None:
-            node.default.visit(self)
+            walk(node.default, self)
         return False
 
     def visit_If(self, node: cst.If) -> None:
@@ -264,7 +265,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         """After `if <new torch>: return ...`, the rest of the block is the old-torch fallback."""
         pushed = 0
         for statement in statements:
-            statement.visit(self)
+            walk(statement, self)
             if isinstance(statement, cst.If) and COMPAT_TEST.search(self.facts.code(statement.test)) \
                     and isinstance(statement.body, cst.IndentedBlock) and statement.body.body:
                 last = statement.body.body[-1]
@@ -365,7 +366,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
                 self._site("partial", node, first, qualified)
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
@@ -373,7 +374,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
             qualified = self._deprecated(node)
             if qualified is not None:
                 self._site("reference", node, node, qualified)
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:

@@ -6,6 +6,7 @@ import re
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.diagnostics import Applicability
@@ -144,7 +145,7 @@ class _RemoveScaler:
     def _replacements(self) -> dict | None:
         facts, key = self.facts, self.key
         references = visitor_class(_References)(key)
-        facts.module.visit(references)
+        walk(facts.module, references)
         handled = 0
         replacements: dict = {}
         removed_statements: list[cst.CSTNode] = []
@@ -195,7 +196,7 @@ class _RemoveScaler:
         if not isinstance(func, cst.Name):
             return
         references = visitor_class(_References)(func.value)
-        self.facts.module.visit(references)
+        walk(self.facts.module, references)
         if references.count != 1:
             return
 
@@ -237,21 +238,21 @@ class _References:  # a libcst visitor once made one with amplint.lazy.visitor_c
         return False
 
     def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
         self.count += node.name.value == self.key
         for child in (node.annotation, node.default):
             if child is not None:
-                child.visit(self)
+                walk(child, self)
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
         if dotted_name(node) == self.key:
             self.count += 1
             return False
-        node.value.visit(self)
+        walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:

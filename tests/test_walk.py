@@ -1,0 +1,74 @@
+"""`walk` (amplint/facts/walk.py) calls a visitor's hooks exactly as libcst's own `visit` does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from amplint.facts.walk import walk
+from amplint.lazy import visitor_class
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))
+EXTRA = [
+    "x = a() if b() else c()\nf = lambda y=d(): e(y)\n",
+    "@deco(1)\nclass C(Base, metaclass=M):\n    @staticmethod\n    def f(a: int = g(), *b, c, **d) -> h():\n        return [i for i in j() if k(i)]\n",
+    "async def f():\n    async with a() as b, c():\n        async for d in e():\n            await f(*g, **h)\n",
+    "match x:\n    case [1, *rest] if rest:\n        pass\n    case {'k': v, **kw}:\n        pass\n    case P(a=1) | None:\n        pass\n",
+    "try:\n    pass\nexcept* E as e:\n    raise X from e\nfinally:\n    del a[b:c:d], e.f\n",
+    "global g\nx: int\ny = z = (w := 1)\nprint(f'{x!r:>{w}}', *[1], **{})\nassert a, b\n",
+]
+
+
+class Recorder:
+    """Logs every hook call; skips the children of lambdas (on_visit returns False there)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple] = []
+
+    def on_visit(self, node) -> bool:
+        self.log.append(("visit", id(node), type(node).__name__))
+        return not isinstance(node, cst.Lambda)
+
+    def on_leave(self, original_node) -> None:
+        self.log.append(("leave", id(original_node)))
+
+    def on_visit_attribute(self, node, attribute) -> None:
+        self.log.append(("field", id(node), attribute))
+
+    def on_leave_attribute(self, original_node, attribute) -> None:
+        self.log.append(("end", id(original_node), attribute))
+
+
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_walk_makes_the_calls_visit_makes(text):
+    module = cst.parse_module(text)
+    by_libcst, by_walk = visitor_class(Recorder)(), visitor_class(Recorder)()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log
+    assert len(by_walk.log) > 10
+
+
+def test_only_the_known_types_visit_fields_conditionally():
+    """A node type whose `_visit_and_replace_children` decides at run time which fields it visits cannot have
+    its field order learnt once: walk must leave it to libcst (CONDITIONAL_TYPES). `ImportFrom` visits `names`
+    in both branches of its condition."""
+    import ast
+    import inspect
+    import textwrap
+
+    from amplint.facts.walk import CONDITIONAL_TYPES
+
+    conditional = set()
+    for name in dir(cst):
+        kind = getattr(cst, name)
+        if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and "_visit_and_replace_children" in vars(kind):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(kind._visit_and_replace_children)))
+            if any(isinstance(node, (ast.If, ast.IfExp)) for node in ast.walk(tree)):
+                conditional.add(name)
+    assert conditional - {"ImportFrom", "LazyImportFrom"} <= CONDITIONAL_TYPES
