@@ -46,8 +46,9 @@ class LineIndex:
         return self.text[start:end].rstrip("\r\n")
 
 
-def text_edit(old: str, new: str, index: LineIndex) -> Edit | None:
-    """The smallest single edit turning `old` into `new` (common prefix and suffix kept)."""
+def text_edit(old: str, new: str, index: LineIndex, offset: int = 0) -> Edit | None:
+    """The smallest single edit turning `old` into `new` (common prefix and suffix kept), widened to whole lines.
+    `old` starts at `offset` of the text `index` indexes (a slice of it, for a change confined to that slice)."""
     if old == new:
         return None
     limit = min(len(old), len(new))
@@ -60,7 +61,19 @@ def text_edit(old: str, new: str, index: LineIndex) -> Edit | None:
     end_in_old = len(old) if line_end == -1 else line_end + 1
     grow = end_in_old - end
     content = new[start: len(new) - suffix + grow]
-    return Edit(start, end_in_old, content, index.location(start), index.location(end_in_old))
+    return Edit(offset + start, offset + end_in_old, content, index.location(offset + start),
+                index.location(offset + end_in_old))
+
+
+def fix_edits(result, index: LineIndex) -> tuple[Edit, ...]:
+    """The edits of a built fix: one per changed statement when the fix says which spans it changed (amplint/rules/
+    rewrite.py), else one for the whole difference."""
+    changes = getattr(result, "changes", None)
+    if changes is not None and changes[0] == index.text:
+        edits = (text_edit(index.text[start:end], new, index, start) for start, end, new in changes[1])
+    else:
+        edits = (text_edit(index.text, result.code, index),)
+    return tuple(edit for edit in edits if edit is not None)
 
 
 @dataclass
@@ -98,6 +111,23 @@ def _longest(matches, limit: int) -> int:
     return low
 
 
+def build_fixes(findings: list[Finding], facts: ModuleFacts, index: LineIndex) -> dict:
+    """id of each fix plan -> (the plan, its edits). A plan shared by several findings (a module-wide
+    migration) is built once; the findings' nodes and every plan's replaced nodes are found in one code
+    generation pass (amplint/facts/locate.py)."""
+    plans = {id(f.fix): f.fix for f in findings
+             if f.fix is not None and f.fix.applicability is not Applicability.DISPLAY_ONLY}
+    results = {key: plan.rewrite() for key, plan in plans.items()}
+    replaced = [node for result in results.values() for node in getattr(result, "replacements", ())]
+    locations = facts.locate([finding.node for finding in findings], extra=replaced)
+    built = {}
+    for key, result in results.items():
+        if result is not None and hasattr(result, "locations"):
+            result.locations = locations
+        built[key] = (plans[key], fix_edits(result, index) if result is not None else ())  # the plan kept alive
+    return built
+
+
 def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex,
                   built: dict | None = None) -> Diagnostic:
     """`built`: edits of the fix plans already built for this text (a plan shared by several findings, such as
@@ -109,14 +139,14 @@ def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: st
     elif finding.fix is not None:
         key = id(finding.fix)
         if built is not None and key in built:
-            edit = built[key][1]
+            edits = built[key][1]
         else:
-            new_module = finding.fix.rewrite()
-            edit = text_edit(index.text, new_module.code, index) if new_module is not None else None
+            result = finding.fix.rewrite()
+            edits = fix_edits(result, index) if result is not None else ()
             if built is not None:
-                built[key] = (finding.fix, edit)  # the plan is kept alive so that its id stays its own
-        if edit is not None:
-            fix = Fix(finding.fix.message, (edit,), finding.fix.applicability)
+                built[key] = (finding.fix, edits)  # the plan is kept alive so that its id stays its own
+        if edits:
+            fix = Fix(finding.fix.message, edits, finding.fix.applicability)
     return Diagnostic(
         code=rule.code,
         name=rule.name,
@@ -183,9 +213,8 @@ def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     try:
         facts = ModuleFacts(module, text)
         findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
-        facts.locate(finding.node for _, finding in findings)  # one pass for every reported position
+        built = build_fixes([finding for _, finding in findings], facts, index)
         diagnostics = []
-        built: dict = {}
         for rule, finding in findings:
             diagnostic = to_diagnostic(rule, finding, facts, filename, index, built)
             if not suppressed(diagnostic, index):

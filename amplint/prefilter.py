@@ -216,6 +216,7 @@ class Summary:
         self.text = text
         self.exact = False
         self._present: dict[tuple[str, str], bool] = {}
+        self._words: dict[str, bool] = {}  # word -> in the text (each searched once per file)
         self._tree_done = False
         self._unparsable = False
         self.identifiers: set[str] = set()
@@ -247,7 +248,13 @@ class Summary:
 
     # text ----------------------------------------------------------------------------------------------
     def contains(self, *words: str) -> bool:
-        return any(word in self.text for word in words)
+        for word in words:
+            present = self._words.get(word)
+            if present is None:
+                present = self._words[word] = word in self.text
+            if present:
+                return True
+        return False
 
     def has_token(self, *names: str, kind: str = "token") -> bool:
         """A name occurs as a whole token in the text (comments and strings included); kind "call": followed

@@ -111,3 +111,11 @@ def test_splicing_on_every_layout(layout):
             except Exception:  # noqa: BLE001 - removing the only statement of a block: libcst refuses both ways
                 continue
             assert rewritten.code == reference
+    # Every line statement at once (disjoint and nested places), and every small statement of a line at once.
+    lines = {node: node.with_changes(leading_lines=[*node.leading_lines, cst.EmptyLine(comment=cst.Comment("# all"))])
+             for node in statements if isinstance(node, cst.SimpleStatementLine)}
+    small = {node: cst.Expr(cst.Name("changed")) for node in statements if isinstance(node, cst.BaseSmallStatement)}
+    for replacements in (lines, small, {**lines, **small}):
+        if replacements:
+            rewritten = replace_nodes(module, replacements)
+            assert rewritten.code == rewritten.full_code()

@@ -90,17 +90,21 @@ class ModuleFacts:
         return self._source
 
     # positions --------------------------------------------------------------------------------------
-    def locate(self, nodes) -> None:
+    def locate(self, nodes, extra=()):
         """Find the positions of these nodes in one code generation pass (amplint/facts/locate.py); asking
-        for the positions of several nodes at once is cheaper than one by one."""
+        for the positions of several nodes at once is cheaper than one by one. `extra`: nodes to find in the
+        same pass with the nodes around them (a fix's replaced nodes); then the pass is returned."""
         missing = [node for node in nodes if id(node) not in self._spans]
-        if missing:
-            from amplint.facts.locate import locate  # imports libcst's code generator state
+        extra = list(extra)
+        if not missing and not extra:
+            return None
+        from amplint.facts.locate import locate  # imports libcst's code generator state
 
-            locations = locate(self.module, missing)
-            for node in missing:
-                if node in locations:
-                    self._spans[id(node)] = (node, locations.span(node))
+        locations = locate(self.module, missing + extra, with_ancestors=bool(extra))
+        for node in missing:
+            if node in locations:
+                self._spans[id(node)] = (node, locations.span(node))
+        return locations
 
     def position(self, node: cst.CSTNode) -> tuple[Point, Point]:
         """(start, end) of a node's syntactic range: 1-based lines, 0-based columns (libcst's PositionProvider

@@ -6,7 +6,7 @@ from functools import cached_property
 
 from libcst._nodes.internal import CodegenState
 
-from amplint.facts.locate import locate
+from amplint.facts.locate import Locations, locate
 from amplint.lazy import libcst as cst
 
 
@@ -34,55 +34,87 @@ class ReplaceNodes(cst.CSTTransformer):
 
 
 class Rewritten:
-    """What a fix makes of the module: the module with some nodes replaced. `code` is the new source text."""
+    """What a fix makes of the module: the module with some nodes replaced.
+
+    `changes` is `(old, spans)`: the module's code and the changes as disjoint (start, end, new text) spans of it,
+    in order; `code` is the whole new text. `locations`, when the engine sets it, is a pass of `locate` (with
+    ancestors) that found every replaced node: the engine locates the nodes of all fixes and findings of a file
+    in one pass.
+    """
 
     def __init__(self, module: cst.Module, replacements: dict[cst.CSTNode, object]) -> None:
         self.module = module
         self.replacements = replacements
+        self.locations: Locations | None = None
+
+    @cached_property
+    def changes(self) -> tuple[str, list[tuple[int, int, str]]]:
+        return rewritten_spans(self.module, self.replacements, self.locations)
 
     @cached_property
     def code(self) -> str:
-        return rewritten_code(self.module, self.replacements)
+        text, spans = self.changes
+        for start, end, new in reversed(spans):
+            text = text[:start] + new + text[end:]
+        return text
 
     def full_code(self) -> str:
         """The same text, by transforming and regenerating the whole module (the reference `code` must match)."""
         return self.module.visit(ReplaceNodes(self.replacements)).code
 
 
-def rewritten_code(module: cst.Module, replacements: dict[cst.CSTNode, object]) -> str:
-    """The module's text with the replacements made, in time proportional to the statement they change.
+def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
+                    locations: Locations | None = None) -> tuple[str, list[tuple[int, int, str]]]:
+    """The module's code and the spans the replacements change, in time proportional to the statements they
+    change.
 
-    One code generation pass finds the replaced nodes and the nodes around them; only those paths are
-    transformed. When all replaced nodes lie in one statement of a block (or of the module body), that
-    statement alone is regenerated, with the indentation it had, and spliced into the text; otherwise the whole
-    module is regenerated.
+    A code generation pass (or the one given) finds the replaced nodes and the nodes around them; only those
+    paths are transformed. Each replaced node lies in a statement of a block (or of the module body), its
+    anchor; the outermost anchors are regenerated alone, with the indentation they had: each is one span. When a
+    replaced node has no such statement around it, the whole module is regenerated (one span, all of it).
     """
+    if locations is None or any(node not in locations or not locations.get(node).ancestors for node in replacements):
+        locations = locate(module, replacements, with_ancestors=True)
+    text = locations.text
+
+    def whole(transformer: ReplaceNodes) -> tuple[str, list[tuple[int, int, str]]]:
+        return text, [(0, len(text), module.visit(transformer).code)]
+
     if not replacements:
-        return module.code
-    locations = locate(module, replacements, with_ancestors=True)
+        return text, []
     if any(node not in locations for node in replacements):  # not in this module: the plain way
-        return module.visit(ReplaceNodes(replacements)).code
+        return whole(ReplaceNodes(replacements))
     paths = [locations.get(node).ancestors for node in replacements]
     on_path = {id(node) for path in paths for node in path} | {id(node) for node in replacements}
     transformer = ReplaceNodes(replacements, on_path)
-    common = list(min(paths, key=len))
-    for path in paths:  # the longest shared start of the paths, by identity
-        while common and any(a is not b for a, b in zip(path, common)):
-            common.pop()
-    anchor = None
-    for depth in range(len(common) - 1, 0, -1):
-        node, parent = common[depth], common[depth - 1]
+    anchors: dict[int, tuple[cst.BaseStatement, tuple[cst.CSTNode, ...]]] = {}  # id -> (anchor, nodes around it)
+    for path in paths:
+        depth = _anchor_depth(path)
+        if depth is None:
+            return whole(transformer)
+        anchors[id(path[depth])] = (path[depth], path[:depth])
+    # An anchor inside another is regenerated with it.
+    outermost = [anchor for anchor, around in anchors.values() if not any(id(outer) in anchors for outer in around)]
+    spans = []
+    for anchor in outermost:
+        located = locations.get(anchor)
+        if located.outer_end > locations.end_of_text:  # the module's dropped last newline is in it
+            return whole(transformer)
+        new_anchor = anchor.visit(transformer)
+        if new_anchor._is_removable() and not anchor._is_removable():  # emptied: libcst drops it from its block
+            return whole(transformer)
+        state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
+                             indent_tokens=list(located.indent))
+        new_anchor._codegen(state)
+        spans.append((locations.offset(located.outer_start), locations.offset(located.outer_end), "".join(state.tokens)))
+    return text, sorted(spans)
+
+
+def _anchor_depth(path: tuple[cst.CSTNode, ...]) -> int | None:
+    """Where on the path (the nodes around a replaced node) the innermost statement is that sits in a block or in
+    the module body: regenerated alone, it needs nothing from its parent but the indentation."""
+    for depth in range(len(path) - 1, 0, -1):
+        node, parent = path[depth], path[depth - 1]
         if isinstance(node, cst.BaseStatement) and isinstance(parent, (cst.IndentedBlock, cst.Module)):
-            anchor = node
-            break
-    located = locations.get(anchor) if anchor is not None else None
-    if located is None or located.outer_end > locations.end_of_text:  # also: the module's last newline is dropped
-        return module.visit(transformer).code
-    new_anchor = anchor.visit(transformer)
-    if new_anchor._is_removable() and not anchor._is_removable():  # emptied: libcst drops it from its block
-        return module.visit(ReplaceNodes(replacements, on_path)).code
-    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
-                         indent_tokens=list(located.indent))
-    new_anchor._codegen(state)
-    start, end = locations.offset(located.outer_start), locations.offset(located.outer_end)
-    return locations.text[:start] + "".join(state.tokens) + locations.text[end:]
+            return depth
+    return None
