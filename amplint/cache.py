@@ -180,15 +180,16 @@ class Cache:
         return digest.hexdigest()[:40]
 
     def lint(self, raw: bytes, text: str, rules: Sequence[object], filename: str,
-             compute: Callable[[], list[Diagnostic]]) -> list[Diagnostic]:
+             compute: Callable[[], list[Diagnostic]], words_decide: bool = True) -> list[Diagnostic]:
         """The diagnostics of a file, from the cache or from `compute()` (then stored).
 
-        A file without a word of any enabled rule (prefilter stage 1) is decided faster than an entry is read;
-        it is neither looked up nor stored.
+        With `words_decide`, a file without a word of any enabled rule (prefilter stage 1) is decided faster than
+        an entry is read: it is neither looked up nor stored. (A notebook is always looked up: a malformed one is
+        reported whatever its words.)
         """
         from amplint.prefilter import prefilter_for
 
-        if not prefilter_for(rules).has_words(text):
+        if words_decide and not prefilter_for(rules).has_words(text):
             return []
         key = self.key(raw, rules, "lint")
         cached = self.load(key, filename)

@@ -486,8 +486,8 @@ def process_notebook_bytes(raw: bytes, path: str, rules: list[Rule], mode: Mode)
     return process_notebook_text(text, path, rules, mode)
 
 
-def process_notebook(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
-    """Lint (or fix, writing atomically) the notebook at `path`."""
+def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOutcome:
+    """Lint (or fix, writing atomically) the notebook at `path`; lint results come from `cache` when given."""
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
@@ -496,6 +496,10 @@ def process_notebook(path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, f"cannot read: {error.strerror or error}")])
     except SourceError as error:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
+    if cache is not None and not (mode.fix or mode.diff):
+        found = cache.lint(raw, text, rules, path, lambda: process_notebook_text(text, path, rules, mode).diagnostics,
+                           words_decide=False)
+        return FileOutcome(path, found, internal_error=any(d.code == "AMP902" for d in found))
     outcome = process_notebook_text(text, path, rules, mode)
     if mode.fix and not mode.diff and outcome.fixed:
         data = outcome.fixed_text.encode("utf-8")

@@ -83,7 +83,7 @@ def process_file(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOu
     if path.endswith(".ipynb"):  # notebooks: code cells linted as one program (amplint/notebook.py)
         from amplint.notebook import process_notebook
 
-        return process_notebook(path, rules, mode)
+        return process_notebook(path, rules, mode, cache)
     try:
         source = read_source(path)
     except SourceError as error:

@@ -133,7 +133,9 @@ def main() -> None:
     total_bytes = sum(path.stat().st_size for path in files)
     extra = ["--select", args.select] if args.select else []
     ruff = find_ruff()
-    torchfix = args.torchfix or shutil.which("torchfix")
+    torchfix = shutil.which(args.torchfix or "torchfix")
+    if args.torchfix and torchfix is None:
+        parser.error(f"--torchfix: {args.torchfix!r} is not an executable")
     load_before = os.getloadavg()
     results: dict = {"tree": str(tree), "files": len(files), "bytes": total_bytes, "cores": os.cpu_count(),
                      "python": platform.python_version(), "select": args.select or "all rules"}

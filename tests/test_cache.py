@@ -289,3 +289,27 @@ def test_cache_is_picklable_for_workers(tmp_path):
     clone = pickle.loads(pickle.dumps(cache))
     assert clone.directory == cache.directory and clone.fingerprint == cache.fingerprint
     assert os.fspath(clone.entries) == os.fspath(cache.entries)
+
+
+def test_notebooks_are_cached_with_their_cells(tmp_path, monkeypatch):
+    import shutil
+
+    import amplint.notebook
+
+    calls = []
+    original = amplint.notebook.lint_text
+    monkeypatch.setattr(amplint.notebook, "lint_text", lambda *args: calls.append(args[1]) or original(*args))
+    source = Path(__file__).resolve().parents[1] / "fixtures" / "notebooks" / "flagged" / "scaler_per_batch.ipynb"
+    path = str(shutil.copy(source, tmp_path / "train.ipynb"))
+    cache = Cache.open(tmp_path / "cache")
+    first = process_file(path, _rules(), Mode(), cache=cache)
+    second = process_file(path, _rules(), Mode(), cache=cache)
+    assert len(calls) == 1 and first.diagnostics and second.diagnostics == first.diagnostics
+    assert all(d.cell is not None for d in second.diagnostics)
+
+
+def test_a_malformed_notebook_is_reported_from_the_cache_too(tmp_path):
+    path = _write(tmp_path / "broken.ipynb", '{"cells": [')
+    cache = Cache.open(tmp_path / "cache")
+    for _ in range(2):
+        assert [d.code for d in process_file(path, _rules(), Mode(), cache=cache).diagnostics] == ["AMP901"]
