@@ -129,24 +129,14 @@ def build_fixes(findings: list[Finding], facts: ModuleFacts, index: LineIndex) -
 
 
 def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: str, index: LineIndex,
-                  built: dict | None = None) -> Diagnostic:
-    """`built`: edits of the fix plans already built for this text (a plan shared by several findings, such as
-    a module-wide migration, is rewritten once)."""
+                  built: dict) -> Diagnostic:
+    """`built`: the edits of the file's fix plans (`build_fixes`)."""
     start, end = facts.position(finding.node)
     fix = None
     if finding.fix is not None and finding.fix.applicability is Applicability.DISPLAY_ONLY:
         fix = Fix(finding.fix.message, (), Applicability.DISPLAY_ONLY)
-    elif finding.fix is not None:
-        key = id(finding.fix)
-        if built is not None and key in built:
-            edits = built[key][1]
-        else:
-            result = finding.fix.rewrite()
-            edits = fix_edits(result, index) if result is not None else ()
-            if built is not None:
-                built[key] = (finding.fix, edits)  # the plan is kept alive so that its id stays its own
-        if edits:
-            fix = Fix(finding.fix.message, edits, finding.fix.applicability)
+    elif finding.fix is not None and built[id(finding.fix)][1]:
+        fix = Fix(finding.fix.message, built[id(finding.fix)][1], finding.fix.applicability)
     return Diagnostic(
         code=rule.code,
         name=rule.name,
@@ -211,18 +201,23 @@ def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     except RecursionError:
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, "cannot parse: nested too deeply")])
     try:
-        facts = ModuleFacts(module, text)
-        findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
-        built = build_fixes([finding for _, finding in findings], facts, index)
-        diagnostics = []
-        for rule, finding in findings:
-            diagnostic = to_diagnostic(rule, finding, facts, filename, index, built)
-            if not suppressed(diagnostic, index):
-                diagnostics.append(diagnostic)
+        diagnostics = [d for d in diagnose(module, text, filename, rules, index) if not suppressed(d, index)]
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
-        where = traceback.extract_tb(error.__traceback__)[-1]
-        message = (f"internal error while analysing this file: {type(error).__name__}: {error} "
-                   f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
-        return FileResult([error_diagnostic(INTERNAL_ERROR, filename, message)], internal_error=True)
+        return FileResult([internal_error(filename, error)], internal_error=True)
     diagnostics.sort(key=Diagnostic.sort_key)
     return FileResult(diagnostics)
+
+
+def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex) -> list[Diagnostic]:
+    """Every finding of `rules` on the parsed module as a diagnostic with its fix, before any `# noqa`."""
+    facts = ModuleFacts(module, text)
+    findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
+    built = build_fixes([finding for _, finding in findings], facts, index)
+    return [to_diagnostic(rule, finding, facts, filename, index, built) for rule, finding in findings]
+
+
+def internal_error(filename: str, error: Exception) -> Diagnostic:
+    where = traceback.extract_tb(error.__traceback__)[-1]
+    message = (f"internal error while analysing this file: {type(error).__name__}: {error} "
+               f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
+    return error_diagnostic(INTERNAL_ERROR, filename, message)

@@ -15,27 +15,25 @@ from amplint.lazy import libcst as cst
 from amplint import __version__
 from amplint import rules as registry
 from amplint.diagnostics import Diagnostic
-from amplint.engine import FILE_NOQA, INTERNAL_ERROR, LineIndex, error_diagnostic, parse, to_diagnostic
-from amplint.facts import ModuleFacts
+from amplint.engine import LineIndex, cyclic_gc_paused, diagnose, internal_error, parse
+from amplint.prefilter import prefilter_for
 
 
 def unsuppressed_diagnostics(text: str, filename: str) -> list[Diagnostic]:
-    """All rules' diagnostics for one source, before any line `# noqa` is applied (flake8 applies its own)."""
-    if FILE_NOQA.search(text):
+    """All rules' diagnostics for one source, before any line `# noqa` is applied (flake8 applies its own).
+    The prefilter spares libcst the files no rule can fire on (flake8 itself reports syntax errors)."""
+    verdict, candidates = prefilter_for(registry.ALL_RULES).select(text)
+    if verdict.skipped:
         return []
-    try:
-        module = parse(text)
-    except (cst.ParserSyntaxError, RecursionError):
-        return []
-    index = LineIndex(text)
-    try:
-        facts = ModuleFacts(module)
-        diagnostics = [to_diagnostic(rule, finding, facts, filename, index)
-                       for rule in (rule_class() for rule_class in registry.ALL_RULES)
-                       for finding in rule.check(facts)]
-    except Exception as error:  # noqa: BLE001 - one bad file must not stop flake8's run
-        message = f"internal error while analysing this file: {type(error).__name__}: {error}; please report it"
-        return [error_diagnostic(INTERNAL_ERROR, filename, message)]
+    with cyclic_gc_paused():
+        try:
+            module = parse(text)
+        except (cst.ParserSyntaxError, RecursionError):
+            return []
+        try:
+            diagnostics = diagnose(module, text, filename, [rule() for rule in candidates], LineIndex(text))
+        except Exception as error:  # noqa: BLE001 - one bad file must not stop flake8's run
+            return [internal_error(filename, error)]
     return sorted(diagnostics, key=Diagnostic.sort_key)
 
 

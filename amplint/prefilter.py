@@ -32,6 +32,7 @@ import warnings
 from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
+from amplint.facts.names import GRAD_SCALERS
 
 
 class Verdict(enum.Enum):
@@ -749,8 +750,6 @@ class Summary:
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
         something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`)."""
-        from amplint.facts.names import GRAD_SCALERS  # the facts layer's table (asked in exact mode only)
-
         return ((self.imports_module("torch") and (
                     self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
                 or self.calls_method("unscale_")
