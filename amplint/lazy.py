@@ -37,8 +37,19 @@ libcst = _lazy_module("libcst")
 def visitor_class(mixin: type) -> type:
     """`mixin` (a plain class with libcst's `visit_<Node>`/`leave_<Node>` methods) as a `libcst.CSTVisitor`."""
     namespace = {"__module__": mixin.__module__, "__doc__": mixin.__doc__,
-                 "_visits": {}, "_leaves": {}, "_visit_fields": {}, "_leave_fields": {}}
+                 "_visits": {}, "_leaves": {}, "_visit_fields": {}, "_leave_fields": {}, "_field_hooks": {}}
     return type(mixin.__name__, (mixin, _dispatching_visitor()), namespace)
+
+
+def field_hooks_of(visitor) -> object:
+    """The visitor's `field_hooks` (see below) when its field hooks are the dispatching ones; None otherwise
+    (then every `on_visit_attribute`/`on_leave_attribute` must be called)."""
+    base = _dispatching_visitor()
+    kind = type(visitor)
+    if isinstance(visitor, base) and kind.on_visit_attribute is base.on_visit_attribute \
+            and kind.on_leave_attribute is base.on_leave_attribute:
+        return kind.field_hooks
+    return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,6 +98,17 @@ def _dispatching_visitor() -> type:
                 method = self._leave_fields[key] = getattr(type(self), f"leave_{key[0].__name__}_{attribute}", None)
             if method is not None:
                 method(self, original_node)
+
+        @classmethod
+        def field_hooks(cls, kind: type, fields: tuple[str, ...]) -> tuple:
+            """(field, visit_<Node>_<field> or None, leave_<Node>_<field> or None) for each field of a node
+            type: `amplint.facts.walk` calls only the hooks that exist (most fields have none)."""
+            hooks = cls._field_hooks.get(kind)
+            if hooks is None:
+                hooks = cls._field_hooks[kind] = tuple(
+                    (field, getattr(cls, f"visit_{kind.__name__}_{field}", None),
+                     getattr(cls, f"leave_{kind.__name__}_{field}", None)) for field in fields)
+            return hooks
 
     return DispatchingVisitor
 

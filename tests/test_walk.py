@@ -72,3 +72,46 @@ def test_only_the_known_types_visit_fields_conditionally():
             if any(isinstance(node, (ast.If, ast.IfExp)) for node in ast.walk(tree)):
                 conditional.add(name)
     assert conditional - {"ImportFrom", "LazyImportFrom"} <= CONDITIONAL_TYPES
+
+
+class FieldHooks:
+    """Named field hooks only (the dispatching visitor's own attribute hooks): walk calls just these."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple] = []
+
+    def on_visit(self, node) -> bool:
+        self.log.append(("visit", id(node)))
+        return super().on_visit(node)
+
+    def on_leave(self, original_node) -> None:
+        super().on_leave(original_node)
+        self.log.append(("leave", id(original_node)))
+
+
+for _node, _field in (("FunctionDef", "body"), ("FunctionDef", "decorators"), ("With", "body"), ("If", "orelse"),
+                      ("Call", "args"), ("ClassDef", "body"), ("Lambda", "body"), ("For", "body"),
+                      ("While", "body"), ("Attribute", "value")):
+    for _when in ("visit", "leave"):
+        setattr(FieldHooks, f"{_when}_{_node}_{_field}",
+                lambda self, node, tag=f"{_when}_{_node}_{_field}": self.log.append((tag, id(node))))
+
+
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::7]] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::7]] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_walk_calls_named_field_hooks_as_visit_does(text):
+    module = cst.parse_module(text)
+    by_libcst, by_walk = visitor_class(FieldHooks)(), visitor_class(FieldHooks)()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log
+    assert len(by_walk.log) > 10
+
+
+def test_named_field_hooks_are_called():
+    visitor = visitor_class(FieldHooks)()
+    walk(cst.parse_module("def f(x):\n    with g():\n        return h(x.y)\n"), visitor)
+    tags = [entry[0] for entry in visitor.log]
+    assert tags.count("visit_FunctionDef_body") == 1 and tags.count("leave_With_body") == 1
+    assert "visit_Call_args" in tags and "visit_Attribute_value" in tags

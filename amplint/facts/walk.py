@@ -12,6 +12,9 @@ types that visit a field only when it is set are walked by libcst itself.
 
 from __future__ import annotations
 
+import functools
+
+from amplint.lazy import field_hooks_of
 from amplint.lazy import libcst as cst
 
 _FIELD_ORDER: dict[type, tuple[str, ...]] = {}
@@ -55,22 +58,43 @@ def walk(node: cst.CSTNode, visitor) -> None:
     node_type = cst.CSTNode
     on_visit, on_leave = visitor.on_visit, visitor.on_leave
     on_visit_attribute, on_leave_attribute = visitor.on_visit_attribute, visitor.on_leave_attribute
+    # A visitor made by amplint.lazy.visitor_class (attribute hooks not overridden) names its field hooks: the
+    # fields without one need no call at all.
+    field_hooks = field_hooks_of(visitor)
+    conditional = _conditional_types()
 
     def visit(node) -> None:
-        if type(node).__name__ in CONDITIONAL_TYPES:
+        kind = type(node)
+        if kind in conditional:
             node.visit(visitor)
             return
         if on_visit(node):
-            for field in _FIELD_ORDER.get(type(node)) or _field_order(node):
-                on_visit_attribute(node, field)
-                value = getattr(node, field)
-                if isinstance(value, node_type):
-                    visit(value)
-                elif type(value) in (list, tuple):
-                    for child in value:
-                        if isinstance(child, node_type):
-                            visit(child)
-                on_leave_attribute(node, field)
+            order = _FIELD_ORDER.get(kind) or _field_order(node)
+            if field_hooks is not None:
+                for field, before, after in field_hooks(kind, order):
+                    if before is not None:
+                        before(visitor, node)
+                    _children(getattr(node, field))
+                    if after is not None:
+                        after(visitor, node)
+            else:
+                for field in order:
+                    on_visit_attribute(node, field)
+                    _children(getattr(node, field))
+                    on_leave_attribute(node, field)
         on_leave(node)
 
+    def _children(value) -> None:
+        if isinstance(value, node_type):
+            visit(value)
+        elif type(value) in (list, tuple):
+            for child in value:
+                if isinstance(child, node_type):
+                    visit(child)
+
     visit(node)
+
+
+@functools.lru_cache(maxsize=None)
+def _conditional_types() -> frozenset[type]:
+    return frozenset(getattr(cst, name) for name in CONDITIONAL_TYPES if hasattr(cst, name))
