@@ -231,9 +231,10 @@ class Summary:
         self._openers: set[str] | None = None
         self.function_names: list[str] = []
         self._text_def_names: set[str] | None = None
-        # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there)]
-        # (and for a method call, its receiver's dotted name: "self.scaler" for self.scaler.step(...))
-        self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None]]] = {}
+        # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there;
+        # for a method call, its receiver's dotted name, "self.scaler" for self.scaler.step(...); in a loop's
+        # body; the call itself)]
+        self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, bool, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
         self._withs: list[ast.AST] = []
@@ -241,7 +242,6 @@ class Summary:
         self._all_decorators: dict[int, list[ast.AST]] = {}  # id(function) -> all its decorators
         self._false_calls: list[ast.Call] = []
         self.qualified_imports: dict[str, set[str]] = {}  # local name -> every qualified name an import binds it to
-        self._call_nodes: dict[str, list[ast.Call]] = {}  # callee's last name -> the calls
         self._bare_decorators: set[str] = set()  # dotted names used as decorators without a call
         self._device_parameters: set[str] = set()  # parameters annotated `<...>.device`
         self._reachable: set[str] | None = None
@@ -373,8 +373,7 @@ class Summary:
                 elif type(func) is name_type:
                     callee = func.id
                 if callee is not None:
-                    calls.setdefault(callee, []).append((function, withs, receiver, looped))
-                    self._call_nodes.setdefault(callee, []).append(node)
+                    calls.setdefault(callee, []).append((function, withs, receiver, looped, node))
                 if any(type(a) is constant_type and a.value is False for a in node.args) or any(
                         k.arg == "enabled" and type(k.value) is constant_type and k.value.value is False
                         for k in node.keywords):
@@ -506,7 +505,7 @@ class Summary:
             while changed:
                 changed = False
                 for name in defined - reachable:
-                    for function, withs, _, _ in self._calls.get(name, ()):
+                    for function, withs, _, _, _ in self._calls.get(name, ()):
                         if self._context_can_open(function, withs) or (
                                 type(function) in _FUNCTIONS and function.name in reachable):
                             reachable.add(name)
@@ -517,7 +516,7 @@ class Summary:
 
     def _in_region_possible(self, names: Iterable[str]) -> bool:
         for name in self._names_for(names):
-            for function, withs, _, _ in self._calls.get(name, ()):
+            for function, withs, _, _, _ in self._calls.get(name, ()):
                 if self._context_can_open(function, withs):
                     return True
                 if type(function) in _FUNCTIONS and function.name in self._reachable_functions():
@@ -554,7 +553,7 @@ class Summary:
         """(function, withs) of every call to one of the names (or an import alias); with `on_scaler`, only
         method calls whose receiver can hold a GradScaler; with `looped`, only calls in a loop's body."""
         for name in self._names_for(names):
-            for function, withs, receiver, in_loop in self._calls.get(name, ()):
+            for function, withs, receiver, in_loop, _ in self._calls.get(name, ()):
                 if on_scaler and not (receiver and receiver in self._scaler_names()):
                     continue
                 if looped and not in_loop:
@@ -566,7 +565,7 @@ class Summary:
         facts layer surely sees a backward there."""
         found = set()
         for name in ("backward", "manual_backward"):
-            for function, _, receiver, _ in self._calls.get(name, ()):
+            for function, _, receiver, _, _ in self._calls.get(name, ()):
                 if receiver is not None:
                     found.add(id(function) if function is not None else 0)
         return found
@@ -677,7 +676,7 @@ class Summary:
 
     def _api_calls(self, qualified: Collection[str]) -> Iterator[ast.Call]:
         for callee in self._names_for({name.rsplit(".", 1)[-1] for name in qualified}):  # import aliases too
-            for call in self._call_nodes.get(callee, ()):
+            for *_, call in self._calls.get(callee, ()):
                 if self._resolves(call.func, qualified):
                     yield call
 
