@@ -156,7 +156,6 @@ class Cache:
         self.directory = Path(directory)
         self.fingerprint = fingerprint if fingerprint is not None else code_fingerprint()
         self.entries = self.directory / ENTRIES
-        self._entries_text = os.fspath(self.entries)
 
     @classmethod
     def open(cls, directory: str | os.PathLike, fingerprint: str | None = None) -> Cache | None:
@@ -200,7 +199,7 @@ class Cache:
         return diagnostics
 
     def _path(self, key: str) -> str:
-        return os.path.join(self._entries_text, key[:2], f"{key[2:]}.json")
+        return os.path.join(self.entries, key[:2], f"{key[2:]}.json")
 
     def load(self, key: str, filename: str) -> list[Diagnostic] | None:
         """The cached diagnostics, reported for `filename`; None when absent or unreadable."""

@@ -37,13 +37,14 @@ libcst = _lazy_module("libcst")
 def visitor_class(mixin: type) -> type:
     """`mixin` (a plain class with libcst's `visit_<Node>`/`leave_<Node>` methods) as a `libcst.CSTVisitor`."""
     namespace = {"__module__": mixin.__module__, "__doc__": mixin.__doc__,
-                 "_visits": {}, "_leaves": {}, "_visit_fields": {}, "_leave_fields": {}, "_field_hooks": {}}
+                 "_visits": {}, "_leaves": {}, "_field_hooks": {}}
     return type(mixin.__name__, (mixin, _dispatching_visitor()), namespace)
 
 
 def field_hooks_of(visitor) -> object:
-    """The visitor's `field_hooks` (see below) when its field hooks are the dispatching ones; None otherwise
-    (then every `on_visit_attribute`/`on_leave_attribute` must be called)."""
+    """The visitor's `field_hooks` (see below) when it is a dispatching visitor whose attribute hooks are
+    CSTVisitor's (they only look the field hooks up); None otherwise: then every `on_visit_attribute` /
+    `on_leave_attribute` must be called."""
     base = _dispatching_visitor()
     kind = type(visitor)
     if isinstance(visitor, base) and kind.on_visit_attribute is base.on_visit_attribute \
@@ -54,15 +55,16 @@ def field_hooks_of(visitor) -> object:
 
 @functools.lru_cache(maxsize=None)
 def _dispatching_visitor() -> type:
-    """CSTVisitor with its dispatch (`visit_<Node>`, `leave_<Node>`, `visit_<Node>_<field>`, ...) looked up once per
-    visitor class and node type, instead of formatting and looking up a name at every node and field (the
-    larger part of a walk's time)."""
+    """CSTVisitor with its dispatch (`visit_<Node>`, `leave_<Node>`, and through `field_hooks` the
+    `visit_<Node>_<field>` hooks) looked up once per visitor class and node type, instead of formatting and
+    looking up a name at every node and field (the larger part of a walk's time). Its `on_visit_attribute` and
+    `on_leave_attribute` stay CSTVisitor's: `amplint.facts.walk` calls the field hooks directly, and only libcst's
+    own `visit` (the few node types walk leaves to it) goes through them."""
 
     class DispatchingVisitor(libcst.CSTVisitor):
         _visits: dict
         _leaves: dict
-        _visit_fields: dict
-        _leave_fields: dict
+        _field_hooks: dict
 
         def on_visit(self, node) -> bool:
             kind = type(node)
@@ -78,24 +80,6 @@ def _dispatching_visitor() -> type:
                 method = self._leaves[kind]
             except KeyError:
                 method = self._leaves[kind] = getattr(type(self), f"leave_{kind.__name__}", None)
-            if method is not None:
-                method(self, original_node)
-
-        def on_visit_attribute(self, node, attribute: str) -> None:
-            key = (type(node), attribute)
-            try:
-                method = self._visit_fields[key]
-            except KeyError:
-                method = self._visit_fields[key] = getattr(type(self), f"visit_{key[0].__name__}_{attribute}", None)
-            if method is not None:
-                method(self, node)
-
-        def on_leave_attribute(self, original_node, attribute: str) -> None:
-            key = (type(original_node), attribute)
-            try:
-                method = self._leave_fields[key]
-            except KeyError:
-                method = self._leave_fields[key] = getattr(type(self), f"leave_{key[0].__name__}_{attribute}", None)
             if method is not None:
                 method(self, original_node)
 

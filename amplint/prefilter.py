@@ -11,6 +11,7 @@ would spend its time. Each file goes through two stages, and only the files that
    where an autocast region can be open, step a scaler under `no_grad`... (see `Summary`). Each rule is asked
    twice: first with answers from the text alone (a name that is not in the text cannot be called), which
    costs no parse; then, for the rules that said yes, with answers from the stdlib `ast` tree, built once.
+   The rules that say yes in the end are the only ones the engine runs on the file (`Prefilter.select`).
 
 A file that would be analysed but holds `# amplint: noqa` on a line of its own is skipped too (the engine
 would report nothing for it).
@@ -205,6 +206,9 @@ class Summary:
       (positionally or as `enabled=False`) to something that can open a region, or to a `partial`.
     - `scaler_possible()` (an object can be known as a GradScaler), `backward_possible()` (a backward call can
       exist).
+    - `calls_api(*qualified, partial=, decorator=)`: a call (a bare decorator, a `functools.partial` of it) naming
+      one of these qualified names through the imports, as the facts layer's ImportMap resolves it.
+    - `autocast_device_suspect(autocast, cpu_legacy)`: an autocast call whose device can be wrong (AMP014).
 
     The prefilter asks each rule twice: first in text mode (`exact` False), where every question is answered
     from the text alone (True when the words it needs are there), which costs no parse; then, for the rules
