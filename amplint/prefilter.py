@@ -241,9 +241,10 @@ class Summary:
         self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, bool, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
-        self._withs: list[ast.AST] = []
+        self._withs: list[tuple[ast.AST, ast.AST | None, tuple]] = []  # (with, its function, withs around it)
         self._decorators: dict[int, list[ast.Call]] = {}  # id(function) -> its call decorators
         self._all_decorators: dict[int, list[ast.AST]] = {}  # id(function) -> all its decorators
+        self._function_names_by_id: dict[int, str] = {}
         self._false_calls: list[ast.Call] = []
         self.qualified_imports: dict[str, set[str]] = {}  # local name -> every qualified name an import binds it to
         self._bare_decorators: set[str] = set()  # dotted names used as decorators without a call
@@ -314,6 +315,7 @@ class Summary:
                 self.function_names.append(node.name)
                 identifiers.add(node.name)
                 self._decorators[id(node)] = [d for d in node.decorator_list if type(d) is call_type]
+                self._function_names_by_id[id(node)] = node.name
                 self._all_decorators[id(node)] = node.decorator_list
                 self._note_decorators(node)
                 arguments = node.args
@@ -331,7 +333,7 @@ class Summary:
                 push((node.args, function, withs, looped))
                 continue
             if kind in _WITHS:
-                self._withs.append(node)
+                self._withs.append((node, function, withs))
                 for item in node.items:
                     push((item, function, withs, looped))
                 inner = (*withs, node)
@@ -490,14 +492,15 @@ class Summary:
         name = _dotted(expr)
         return name is not None and name in self._opener_names()
 
+    def _with_can_open(self, with_node: ast.AST) -> bool:
+        key = id(with_node)
+        if key not in self._capable:
+            self._capable[key] = any(self._can_open(item.context_expr) for item in with_node.items)
+        return self._capable[key]
+
     def _context_can_open(self, function: ast.AST | None, withs: tuple) -> bool:
-        for with_node in withs:
-            key = id(with_node)
-            if key not in self._capable:
-                self._capable[key] = any(self._can_open(item.context_expr) for item in with_node.items)
-            if self._capable[key]:
-                return True
-        return function is not None and any(self._can_open(d) for d in self._decorators.get(id(function), ()))
+        return any(self._with_can_open(with_node) for with_node in withs) or (
+            function is not None and any(self._can_open(d) for d in self._decorators.get(id(function), ())))
 
     def _reachable_functions(self) -> set[str]:
         """Names of functions that can run in a region because a call to them can (the facts layer follows
@@ -735,7 +738,7 @@ class Summary:
         if not (self.mentions("autocast") and (self.imports_module("torch") or self.accelerator_named())):
             return False
         return self._ask(self.has_token("with") or "@" in self.text, lambda: any(
-            self._can_open(item.context_expr) for node in self._withs for item in node.items) or any(
+            self._with_can_open(node) for node, _, _ in self._withs) or any(
             self._can_open(d) for decorators in self._decorators.values() for d in decorators))
 
     def calls_in_region(self, *names: str) -> bool:
@@ -749,6 +752,25 @@ class Summary:
             or (type(call.func) is ast.Name and (call.func.id == "partial"
                                                  or "partial" in self.import_bound.get(call.func.id, ())))
             for call in self._false_calls))
+
+    def region_in_region_possible(self) -> bool:
+        """A region can open inside another in the same function: a with-statement that can open one inside a
+        with-statement (or a function decorated with a call) that can; or a function decorated with a call that
+        can open one, called (by its name) from code that runs in a region of its own function. The facts layer
+        nests a region only these ways (`region_of`, lexical; a decorated function's call sites)."""
+        def exact() -> bool:
+            if any(self._with_can_open(node) and self._context_can_open(function, withs)
+                   for node, function, withs in self._withs):
+                return True
+            for function_id, decorators in self._decorators.items():
+                if not any(self._can_open(decorator) for decorator in decorators):
+                    continue
+                name = self._function_names_by_id[function_id]
+                if any(self._context_can_open(caller, withs) for caller, withs, _, _, _ in self._calls.get(name, ())):
+                    return True
+            return False
+
+        return self._ask(self.has_token("with") or "@" in self.text, exact)
 
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or

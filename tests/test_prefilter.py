@@ -526,6 +526,38 @@ def test_disabled_regions():
     assert not _exact("import torch\nwith torch.autocast('cuda'):\n    print(x, False)\n").disabled_region_possible()
 
 
+@pytest.mark.parametrize("body, analysed, flagged", [
+    # a disabled block alone, or after an active one, is not nested: nothing for AMP006 to report
+    ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return model(x)\n", False, False),
+    ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
+     "    with torch.autocast('cuda', enabled=False):\n        return head(h)\n", False, False),
+    # nested in the same function: analysed, and reported
+    ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
+     "        with torch.autocast('cuda', enabled=False):\n            return head(h)\n", True, True),
+    # nested through a name bound to an opener
+    ("def f(model, x):\n    ctx = torch.autocast('cuda')\n    with ctx:\n        h = model(x)\n"
+     "        with torch.autocast('cuda', enabled=False):\n            return head(h)\n", True, True),
+    # inside a function decorated with an active autocast: analysed (the uses here are parameters)
+    ("@torch.autocast('cuda')\ndef f(model, x):\n    h = model(x)\n"
+     "    with torch.autocast('cuda', enabled=False):\n        return head(h)\n", True, True),
+    # a function decorated with a disabled autocast, called from an active region: analysed
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return head(h)\n"
+     "def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n        return head_fp32(h)\n",
+     True, True),
+    # the same function called outside every region: not analysed
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return head(h)\n"
+     "def f(model, x):\n    return head_fp32(model(x))\n", False, False),
+    # a region in a nested def does not nest in the enclosing function's block (the def runs elsewhere)
+    ("def f(model, x):\n    with torch.autocast('cuda'):\n        def g(h):\n"
+     "            with torch.autocast('cuda', enabled=False):\n                return head(h)\n", False, False),
+])
+def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
+    text = "import torch\n" + body
+    assert (_verdict(text, "AMP006") is Verdict.ANALYSE) is analysed
+    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP006"]).diagnostics
+    assert bool(found) is flagged
+
+
 def test_regex_questions_do_not_backtrack_on_comment_lines():
     text = "x = scale # " + "#" * 5000 + ")" * 5000 + "\n"
     assert not Summary(text).has_token("scale", kind="call")

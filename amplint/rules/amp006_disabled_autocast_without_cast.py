@@ -66,7 +66,10 @@ class DisabledAutocastWithoutCast(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.regions_possible() and summary.disabled_region_possible()
+        # A disabled region nested in an active one (lexically, in one function), or a function decorated with
+        # a disabled autocast called from an active region.
+        return (summary.regions_possible() and summary.disabled_region_possible()
+                and summary.region_in_region_possible())
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
