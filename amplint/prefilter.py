@@ -159,6 +159,17 @@ _LEAF_FIELDS = {"ctx", "type_comment"}
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def _names_in(target: ast.AST) -> set[str]:
+    """The plain names a for-loop target binds: `opt`, `(i, opt)`, `first, *rest`."""
+    if type(target) is ast.Name:
+        return {target.id}
+    if type(target) is ast.Starred:
+        return _names_in(target.value)
+    if type(target) in (ast.Tuple, ast.List):
+        return set().union(*(_names_in(element) for element in target.elts))
+    return set()
+
+
 def _child_fields(kind: type) -> tuple[str, ...]:
     """The fields of a node type that can hold nodes (`ctx` markers and plain values left out)."""
     if kind is ast.Constant:
@@ -195,6 +206,8 @@ class Summary:
       `on_scaler=True`, only method calls on a receiver that can hold a GradScaler (assigned from a
       `GradScaler(...)`, or used with `.unscale_()`/`.scale(...).backward()`).
     - `calls_in_loop(*names)`: in a loop's body, or in a function called in one.
+    - `calls_again(*names)`: a method call that can run twice with nothing between: in a loop's body (not only
+      `for x in ...` over its first argument), or next to another such call or a `step` in the same function.
     - `module_without_backward()`, `calls_in_function_without_backward(names, pattern, calling)`: no method call
       `.backward()`/`.manual_backward()` in the module, or in the function (a `def` named like `pattern`, or
       calling one of `calling`) holding a call to one of the names. Text mode cannot see an absence: they
@@ -236,9 +249,9 @@ class Summary:
         self.function_names: list[str] = []
         self._text_def_names: set[str] | None = None
         # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there;
-        # for a method call, its receiver's dotted name, "self.scaler" for self.scaler.step(...); in a loop's
-        # body; the call itself)]
-        self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, bool, ast.Call]]] = {}
+        # for a method call, its receiver's dotted name, "self.scaler" for self.scaler.step(...); the loops
+        # whose body holds it in there, outermost first; the call itself)]
+        self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, tuple, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
         self._withs: list[tuple[ast.AST, ast.AST | None, tuple]] = []  # (with, its function, withs around it)
@@ -297,8 +310,9 @@ class Summary:
         identifiers, methods, module_methods, calls = self.identifiers, self.methods, self.module_methods, self._calls
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
         child_fields, ast_type = _CHILD_FIELDS, ast.AST
-        # (node, innermost function or None, with-statements around it in that function, in a loop's body there)
-        stack: list[tuple[ast.AST, ast.AST | None, tuple, bool]] = [(tree, None, (), False)]
+        # (node, innermost function or None, with-statements around it in that function, loops whose body holds
+        # it in that function, outermost first)
+        stack: list[tuple[ast.AST, ast.AST | None, tuple, tuple]] = [(tree, None, (), ())]
         pop, push = stack.pop, stack.append
         loops = (ast.For, ast.AsyncFor, ast.While)
         while stack:
@@ -323,13 +337,13 @@ class Summary:
                     if argument.annotation is not None and _last(argument.annotation) == "device":
                         self._device_parameters.add(argument.arg)
                 for child in node.body:  # the body runs in the function; the rest where it is defined
-                    push((child, node, (), False))
+                    push((child, node, (), ()))
                 for child in (*node.decorator_list, node.args, node.returns, *getattr(node, "type_params", ())):
                     if child is not None:
                         push((child, function, withs, looped))
                 continue
             if kind is ast.Lambda:
-                push((node.body, node, (), False))
+                push((node.body, node, (), ()))
                 push((node.args, function, withs, looped))
                 continue
             if kind in _WITHS:
@@ -341,8 +355,9 @@ class Summary:
                     push((child, function, inner, looped))
                 continue
             if kind in loops:  # the body repeats; the header and the else-branch do not
+                inner = (*looped, node)
                 for child in node.body:
-                    push((child, function, withs, True))
+                    push((child, function, withs, inner))
                 for child in (*node.orelse, getattr(node, "test", None), getattr(node, "iter", None),
                               getattr(node, "target", None)):
                     if child is not None:
@@ -641,6 +656,25 @@ class Summary:
                        for function, _ in self._sites(names))
 
         return self._ask(self._written_call(names) and (self.has_token("for") or self.has_token("while")), exact)
+
+    def calls_again(self, *names: str) -> bool:
+        """A method call to one of the names that can run twice with nothing between (what AMP011 reports): in a
+        loop's body (in its function) other than only `for x in ...` loops over its first argument, or with
+        another method call to one of the names, or to `step`, in the same function."""
+        def exact() -> bool:
+            sites = [site for name in names for site in self._calls.get(name, ()) if site[2] is not None]
+            for function, _, _, loops, call in sites:
+                argument = call.args[0] if call.args else None
+                argument = argument.id if type(argument) is ast.Name else None
+                if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
+                            and argument in _names_in(loop.target)) for loop in loops):
+                    return True
+                others = sites + [site for site in self._calls.get("step", ()) if site[2] is not None]
+                if any(other[0] is function and other[4] is not call for other in others):
+                    return True
+            return False
+
+        return self._ask(self.has_token(*names, kind="method"), exact)
 
     def module_without_backward(self) -> bool:
         """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""

@@ -558,6 +558,31 @@ def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
     assert bool(found) is flagged
 
 
+SCALER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
+
+
+@pytest.mark.parametrize("body, analysed, flagged", [
+    # one unscale_ per optimizer, nothing else in the function: nothing can repeat it
+    ("def unscale_all(optimizers):\n    for opt in optimizers:\n        scaler.unscale_(opt)\n", False, False),
+    ("def unscale(opt):\n    scaler.unscale_(opt)\n", False, False),
+    # twice in one function: analysed, and reported
+    ("def f(opt):\n    scaler.unscale_(opt)\n    scaler.unscale_(opt)\n", True, True),
+    # with the step of the same function: analysed, silent (the documented order)
+    ("def f(opt):\n    scaler.unscale_(opt)\n    scaler.step(opt)\n    scaler.update()\n", True, False),
+    # in a loop over batches (accumulation without a step every iteration): analysed, reported
+    ("def f(opt, batches):\n    for i, batch in enumerate(batches):\n        scaler.unscale_(opt)\n"
+     "        if i % 4 == 3:\n            scaler.step(opt)\n            scaler.update()\n", True, True),
+    # a loop over optimizers inside a loop over batches: the outer loop repeats it
+    ("def f(optimizers, batches):\n    for batch in batches:\n        for opt in optimizers:\n"
+     "            scaler.unscale_(opt)\n", True, False),
+])
+def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
+    text = SCALER + body
+    assert (_verdict(text, "AMP011") is Verdict.ANALYSE) is analysed
+    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP011"]).diagnostics
+    assert bool(found) is flagged
+
+
 def test_regex_questions_do_not_backtrack_on_comment_lines():
     text = "x = scale # " + "#" * 5000 + ")" * 5000 + "\n"
     assert not Summary(text).has_token("scale", kind="call")

@@ -72,7 +72,8 @@ class UnscaleTwice(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.calls_method("unscale_")
+        # A second unscale_ (or a step) before it in the same function, or a loop that repeats it.
+        return summary.calls_method("unscale_") and summary.calls_again("unscale_")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for unscale in facts.events:
