@@ -33,7 +33,7 @@ import warnings
 from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
-from amplint.facts.names import GRAD_SCALERS
+from amplint.facts.names import GRAD_SCALERS, is_optimizer_class, is_optimizer_name
 
 
 class Verdict(enum.Enum):
@@ -254,6 +254,7 @@ class Summary:
         self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, tuple, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
+        self._optimizers: set[str] | None = None
         self._withs: list[tuple[ast.AST, ast.AST | None, tuple]] = []  # (with, its function, withs around it)
         self._decorators: dict[int, list[ast.Call]] = {}  # id(function) -> its call decorators
         self._all_decorators: dict[int, list[ast.AST]] = {}  # id(function) -> all its decorators
@@ -536,9 +537,11 @@ class Summary:
             self._reachable = reachable
         return self._reachable
 
-    def _in_region_possible(self, names: Iterable[str]) -> bool:
+    def _in_region_possible(self, names: Iterable[str], receivers=None) -> bool:
         for name in self._names_for(names):
-            for function, withs, _, _, _ in self._calls.get(name, ()):
+            for function, withs, receiver, _, _ in self._calls.get(name, ()):
+                if receivers is not None and not receivers(receiver):
+                    continue
                 if self._context_can_open(function, withs):
                     return True
                 if type(function) in _FUNCTIONS and function.name in self._reachable_functions():
@@ -562,6 +565,9 @@ class Summary:
         if self._scalers is None:
             wanted = self._names_for(("GradScaler", "ShardedGradScaler"))
             scalers = set(self._scaler_usages)
+            # `x.scale(...)`, `x.step(...)` and `x.update()` together: only a GradScaler has all three
+            scalers |= set.intersection(*({receiver for _, _, receiver, _, _ in self._calls.get(method, ()) if receiver}
+                                          for method in ("scale", "step", "update")))
             for targets, value in self._assignments:
                 for node in ast.walk(value):
                     if (type(node) is ast.Name and node.id in wanted) or (
@@ -570,6 +576,27 @@ class Summary:
                         break
             self._scalers = scalers
         return self._scalers
+
+    def _optimizer_names(self) -> set[str]:
+        """Dotted names the facts layer can take for an optimizer besides the conventional names: an argument
+        of `step`/`unscale_` on something that can hold a scaler, or a name assigned a call to something whose
+        last name is capitalised (a class: `torch.optim.AdamW`, `Lamb`) or names an optimizer factory."""
+        if self._optimizers is None:
+            optimizers: set[str] = set()
+            for method in ("step", "unscale_"):
+                for _, _, receiver, _, call in self._calls.get(method, ()):
+                    if receiver and receiver in self._scaler_names():
+                        for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
+                            name = _dotted(argument)
+                            if name:
+                                optimizers.add(name)
+            for targets, value in self._assignments:
+                if type(value) is ast.Call:
+                    lasts = self._last_names(value)  # with what an import alias stands for
+                    if any(last[:1].isupper() or is_optimizer_class(last) for last in lasts):
+                        optimizers |= targets
+            self._optimizers = optimizers
+        return self._optimizers
 
     def _sites(self, names: Iterable[str], on_scaler: bool = False, looped: bool = False):
         """(function, withs) of every call to one of the names (or an import alias); with `on_scaler`, only
@@ -775,10 +802,18 @@ class Summary:
             self._with_can_open(node) for node, _, _ in self._withs) or any(
             self._can_open(d) for decorators in self._decorators.values() for d in decorators))
 
-    def calls_in_region(self, *names: str) -> bool:
+    def calls_in_region(self, *names: str, on_scaler: bool = False, on_stepper: bool = False) -> bool:
+        """With `on_scaler`, only method calls on a receiver that can hold a GradScaler; with `on_stepper`, also
+        on one that can hold an optimizer (the facts layer's `is_optimizer`: a conventional name, an argument of
+        a scaler's step/unscale_, or a name bound to a call of a class or optimizer factory)."""
         written = self.has_token(*names, kind="call") or self.imports_name(*names)
+        receivers = None
+        if on_scaler or on_stepper:
+            def receivers(receiver: str | None) -> bool:
+                return bool(receiver) and (receiver in self._scaler_names() or (
+                    on_stepper and (is_optimizer_name(receiver) or receiver in self._optimizer_names())))
         return self._ask(written and (self.has_token("with") or "@" in self.text),
-                         lambda: self._in_region_possible(names))
+                         lambda: self._in_region_possible(names, receivers))
 
     def disabled_region_possible(self) -> bool:
         return self._ask(self.has_token("False"), lambda: any(
@@ -808,11 +843,13 @@ class Summary:
 
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
-        something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`)."""
+        something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`, or all of
+        `x.scale(...)`, `x.step(...)` and `x.update()`)."""
         return ((self.imports_module("torch") and (
                     self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
                 or self.calls_method("unscale_")
-                or (self.calls_method("scale") and self.calls_method("backward")))
+                or (self.calls_method("scale") and (self.calls_method("backward") or (
+                    self.calls_method("step") and self.calls_method("update")))))
 
     def backward_possible(self) -> bool:
         """A backward can run: `x.backward()`, or a call resolving to `torch.autograd.backward`/`grad`."""

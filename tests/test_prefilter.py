@@ -225,7 +225,7 @@ IMPORTS = [
     "from torch.cuda.amp import autocast as cac, GradScaler", "from torch.amp import GradScaler as GS",
     "import torch.cuda.amp as tca", "from torch.nn.utils import clip_grad_norm_ as cgn",
     "from torch.autograd import grad as agrad", "import functools", "from accelerate import Accelerator",
-    "from torch import no_grad", "import contextlib",
+    "from torch import no_grad", "import contextlib", "from torch.optim import AdamW as mk",
 ]
 SETUP = [
     "scaler = torch.amp.GradScaler('cuda')", "scaler = GradScaler()", "scaler = GS(enabled=False)",
@@ -233,7 +233,7 @@ SETUP = [
     "ctx = torch.autocast('cuda', dtype=torch.bfloat16)", "off = torch.autocast('cuda', enabled=False)",
     "amp_ctx = functools.partial(torch.autocast, 'cuda', dtype=torch.float16)",
     "Ctx = torch.autocast if use_amp else contextlib.nullcontext", "accelerator = Accelerator()",
-    "state = {}", "state.update(a=1)",
+    "state = {}", "state.update(a=1)", "o = mk(params)", "sched = torch.optim.lr_scheduler.StepLR(opt, 1)",
 ]
 OPENERS = [
     "with torch.autocast('cuda'):", "with T.autocast('cuda', dtype=T.float16):", "with ac('cuda'):",
@@ -251,6 +251,9 @@ STATEMENTS = [
     "scaler.scale(loss).backward(); torch.nn.utils.clip_grad_norm_(params, 1.0); scaler.step(opt); scaler.update()",
     "scaler = torch.amp.GradScaler('cuda'); scaler.scale(loss).backward(); scaler.step(opt); scaler.update()",
     "h = model(x); w = torch.mm(h, h).sum()",
+    # objects known only by their use: a scaler by scale/step/update together, an optimizer by a scaler stepping it
+    "o.step()", "sched.step()", "s.update()", "s.scale(loss); s.step(o)", "scaler.step(o)",
+    "for opt in opts: scaler.unscale_(opt)", "scaler.unscale_(opt); scaler.unscale_(opt)",
 ]
 DECORATORS = ["@torch.autocast('cuda')", "@ac('cuda', enabled=False)", "@torch.no_grad()", "@staticmethod"]
 FUNCTION_NAMES = ["train", "evaluate", "step_fn", "validate", "run"]
@@ -581,6 +584,29 @@ def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
     assert (_verdict(text, "AMP011") is Verdict.ANALYSE) is analysed
     found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP011"]).diagnostics
     assert bool(found) is flagged
+
+
+@pytest.mark.parametrize("body, analysed", [
+    # a scheduler's step and a dict's update under autocast: neither is an optimizer's nor a scaler's
+    ("def sample(self, latents):\n    with torch.autocast('cuda'):\n        latents = self.scheduler.step(latents)\n"
+     "        self.cache.update(latents=latents)\n", False),
+    ("def f(model, optimizer, x):\n    with torch.autocast('cuda'):\n        model(x).sum().backward()\n"
+     "        optimizer.step()\n", True),
+    # bound to an optimizer class through an import alias
+    ("from torch.optim import AdamW as make\nmodel = torch.nn.Linear(2, 2)\no = make(model.parameters())\n"
+     "with torch.autocast('cuda'):\n    o.step()\n", True),
+    # known as an optimizer because a scaler steps it
+    ("scaler = torch.amp.GradScaler('cuda')\ndef f(trainer_state):\n    with torch.autocast('cuda'):\n"
+     "        trainer_state.step()\n    scaler.step(trainer_state)\n", True),
+    # a scaler known only by being scaled, stepped and updated, updated in the region
+    ("def f(s, o, loss):\n    with torch.autocast('cuda'):\n        s.update()\n"
+     "    s.scale(loss)\n    s.step(o)\n", True),
+])
+def test_step_in_autocast_needs_an_optimizer_or_scaler(body, analysed):
+    text = "import torch\n" + body
+    assert (_verdict(text, "AMP002") is Verdict.ANALYSE) is analysed
+    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP002"]).diagnostics
+    assert bool(found) is analysed  # here the structure decides exactly
 
 
 def test_regex_questions_do_not_backtrack_on_comment_lines():

@@ -60,8 +60,10 @@ class StepInAutocast(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
+        # An optimizer's or a scaler's step, or a scaler's update, that can run in a region.
         return summary.regions_possible() and (
-            summary.calls_in_region("step") or (summary.calls_in_region("update") and summary.scaler_possible()))
+            summary.calls_in_region("step", on_stepper=True)
+            or (summary.scaler_possible() and summary.calls_in_region("update", on_scaler=True)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
