@@ -9,7 +9,8 @@ sample of the files (every Nth, about --torchfix-share of the bytes) under a tim
 same sample, and its time on the whole tree is extrapolated from its time per byte (the output says so).
 Peak memory is the largest resident set of any process of a run (getrusage of the children, in a wrapper
 process per run). Then the scaling runs: the tree copied 1, 2 and 4 times, and one generated file of 10,000
-and of 100,000 lines. Every measurement is wall-clock time on this machine as it is: say whether other work was
+and of 100,000 lines. It also times amplint's libcst parse of each file that holds a finding: the least a cold
+run needs whatever the prefilter does (the largest such file is parsed on one core). Every measurement is wall-clock time on this machine as it is: say whether other work was
 running when you quote the numbers.
 """
 
@@ -116,6 +117,43 @@ def human_bytes(kb: float) -> str:
     return f"{kb / 1024:.0f} MB"
 
 
+# Times amplint's own libcst parse (amplint.parsing, cyclic GC paused as the engine does) of each file given,
+# the best of two, and prints {path: seconds}.
+PARSE_TIMER = textwrap.dedent("""\
+    import json, sys, time
+    from amplint.engine import cyclic_gc_paused
+    from amplint.parsing import parse_module
+    seconds = {}
+    for path in sys.argv[1:]:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        best = None
+        for _ in range(2):
+            with cyclic_gc_paused():
+                start = time.perf_counter()
+                parse_module(text)
+                elapsed = time.perf_counter() - start
+            best = elapsed if best is None else min(best, elapsed)
+        seconds[path] = best
+    print(json.dumps(seconds))
+    """)
+
+
+def parse_floor(paths: list[str], cores: int) -> dict | None:
+    """The least time any analysis on libcst's tree needs for the files that hold findings (they must be
+    parsed, whatever the prefilter does): one file is parsed on one core, the others shared among the cores."""
+    if not paths:
+        return None
+    environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    output = subprocess.run([sys.executable, "-c", PARSE_TIMER, *paths], env=environment, capture_output=True,
+                            text=True, check=True).stdout
+    seconds = json.loads(output.strip().splitlines()[-1])
+    largest = max(seconds, key=seconds.get)
+    total = sum(seconds.values())
+    return {"files": len(seconds), "total": total, "largest_file": largest, "largest": seconds[largest],
+            "floor": max(seconds[largest], total / cores)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("tree", nargs="?", type=Path, help="folder to lint (default: the installed torch source)")
@@ -156,6 +194,10 @@ def main() -> None:
             counts[diagnostic["code"]] = counts.get(diagnostic["code"], 0) + 1
         results["diagnostics"] = counts
         print(f"amplint findings on the tree: {counts or 'none'}; internal errors (AMP902): {counts.get('AMP902', 0)}")
+        flagged = sorted({str((work / d["filename"]).resolve()) for d in diagnostics
+                          if d["code"] != "AMP902" and d.get("cell") is None and d["filename"].endswith(".py")})
+        floor = parse_floor(flagged, os.cpu_count() or 1)
+        results["parse_floor"] = floor
         measure(amplint_command([str(tree)], ["--cache-dir", str(cache), *extra]), work)  # fill the cache
 
         runs: dict[str, list[dict]] = {"ruff": [], "amplint cold": [], "amplint warm": []}
@@ -244,6 +286,12 @@ def main() -> None:
         print(f"one generated file: {small_lines:,} lines {small:.2f}s, {large_lines:,} lines {large:.2f}s "
               f"({large / small:.1f}x for 10x the lines)")
 
+    if floor:
+        print(f"\nlibcst parse of the {floor["files"]} file{"s" if floor["files"] != 1 else ""} with findings (they must be analysed): "
+              f"{floor['total']:.2f}s in all, the largest {floor['largest']:.2f}s "
+              f"({Path(floor['largest_file']).relative_to(tree) if floor['largest_file'].startswith(str(tree)) else floor['largest_file']}); "
+              f"no analysis on libcst's tree can run cold in less than {floor['floor']:.2f}s on "
+              f"{os.cpu_count()} cores, {floor['floor'] / ruff_median:.2f}x ruff")
     cold, warm = results["amplint cold"], results["amplint warm"]
     peak = max(cold["rss_kb"], warm["rss_kb"])
     print("\ntargets:")

@@ -50,6 +50,36 @@ def test_every_node_is_where_position_provider_puts_it(text):
             want.start.line, want.start.column, want.end.line, want.end.column), type(node).__name__
 
 
+def _subtree(node: cst.CSTNode) -> list[cst.CSTNode]:
+    nodes, stack = [], [node]
+    while stack:
+        current = stack.pop()
+        nodes.append(current)
+        stack.extend(current.children)
+    return nodes
+
+
+@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES[::2]), *LAYOUTS.values()],
+                         ids=[*source_ids()[::2], *LAYOUTS])
+def test_a_pass_stopped_early_finds_what_the_whole_pass_finds(text):
+    """With the source given, the pass stops after the module-body statement holding the last wanted node:
+    everything it found (ranges, the nodes around, the indentation) is what a whole pass finds."""
+    module = cst.parse_module(text)
+    for statement in module.body:
+        for with_ancestors in (False, True):
+            wanted = _subtree(statement)
+            whole = locate(module, wanted, with_ancestors=with_ancestors)
+            early = locate(module, wanted, with_ancestors=with_ancestors, source=text)
+            assert (early.text, whole.text) == (text, module.code)  # the same but for libcst 1.0's final lone CR
+            assert set(early.found) == set(whole.found)
+            for node in wanted:
+                assert early.span(node) == whole.span(node)
+                got, want = early.get(node), whole.get(node)
+                assert (got.outer_start, got.outer_end, got.ancestors, got.indent) == (
+                    want.outer_start, want.outer_end, want.ancestors, want.indent)
+                assert early.offset(got.outer_end) == whole.offset(want.outer_end)
+
+
 def test_facts_positions_asked_one_by_one_or_together_agree():
     text = (FIXTURES / "AMP001-backward-in-autocast" / "flagged").glob("*.py").__next__().read_text()
     module = cst.parse_module(text)

@@ -6,7 +6,8 @@ run needs the position of a few nodes (the reported ones) and, for each fix, the
 the replaced nodes. `locate` asks the code generator to note, for the wanted nodes only, which tokens they wrote
 (and which nodes were open around them); offsets and rows/columns come from the generated text afterwards.
 
-The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
+Given the source text, the pass stops once every wanted node is written and a statement of the module body
+follows (the rest cannot move them). The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
 without their leading lines, blocks from their first to their last statement), else everything it wrote.
 """
 
@@ -46,13 +47,21 @@ class Located:
     indent: tuple[str, ...] = ()
 
 
+class _AllFound(Exception):
+    """Every wanted node has been written, and a statement of the module body follows: stop there."""
+
+
 class _LocatingState(CodegenState):
     """The code generator's state, noting the wanted nodes on the way. Nodes are keyed by identity."""
 
-    def __init__(self, module: cst.Module, wanted: set[int], with_ancestors: bool) -> None:
+    def __init__(self, module: cst.Module, wanted: set[int], with_ancestors: bool, stop_early: bool) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
         self.wanted = wanted
         self.found: dict[int, Located] = {}
+        self.unfinished = len(wanted)  # wanted nodes not yet written to their end
+        # The module body's statements but the last: after one of them, with nothing unfinished, the rest of
+        # the text cannot move what was found (it is the source's own text, which the caller has).
+        self.stop_after = {id(statement) for statement in module.body[:-1]} if stop_early else set()
         # With ancestors: (node, where its tokens start, how deep the indentation was) of each open node.
         self.open_nodes: list[tuple[cst.CSTNode, int, int]] | None = [] if with_ancestors else None
         self.dropped = ""
@@ -77,7 +86,9 @@ class _LocatingState(CodegenState):
         for open, start, depth in self.open_nodes:
             if id(open) not in self.found:
                 self.found[id(open)] = Located(outer_start=start, indent=tuple(self.indent_tokens[:depth]))
-                self.wanted.add(id(open))
+                if id(open) not in self.wanted:
+                    self.wanted.add(id(open))
+                    self.unfinished += 1
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         if self.open_nodes is not None:
@@ -85,9 +96,13 @@ class _LocatingState(CodegenState):
         located = self.found.get(id(node)) if id(node) in self.wanted else None
         if located is not None:
             # The module ends after the newline it dropped (as PositionProvider counts); nothing else ends after it.
+            if located.outer_end < 0:
+                self.unfinished -= 1
             located.outer_end = len(self.tokens) + (1 if self.dropped and type(node) is cst.Module else 0)
             if located.start < 0:  # no syntactic range recorded inside: the whole output is the range
                 located.start, located.end = located.outer_start, located.outer_end
+        if not self.unfinished and id(node) in self.stop_after:
+            raise _AllFound
 
     def pop_trailing_newline(self) -> None:
         """The module drops its last newline when the file has none: keep it for the positions (libcst's
@@ -103,8 +118,9 @@ class _LocatingState(CodegenState):
             return
         # The range may be hoisted from children (a block spans its first to its last statement): note them too.
         for child in (start_node, end_node):
-            if child is not None:
+            if child is not None and id(child) not in self.wanted:
                 self.wanted.add(id(child))
+                self.unfinished += 1
         start = len(self.tokens)
         try:
             yield
@@ -121,8 +137,9 @@ class _LocatingState(CodegenState):
 class Locations:
     """The result of one pass: offsets and (line, column) points of the located nodes."""
 
-    def __init__(self, state: _LocatingState) -> None:
-        self.text = "".join(state.tokens)  # the module's code
+    def __init__(self, state: _LocatingState, source: str | None = None) -> None:
+        # The module's code: the source when given (after a pass stopped early, the tokens are a prefix of it)
+        self.text = source if source is not None else "".join(state.tokens)
         self.tokens = state.tokens + [state.dropped] if state.dropped else state.tokens
         self.end_of_text = len(state.tokens)  # token index: ranges ending past it end in the dropped newline
         self.found = state.found
@@ -159,9 +176,14 @@ class Locations:
         return self.point(self.offset(located.start)), self.point(self.offset(located.end))
 
 
-def locate(module: cst.Module, nodes: Iterable[cst.CSTNode], with_ancestors: bool = False) -> Locations:
+def locate(module: cst.Module, nodes: Iterable[cst.CSTNode], with_ancestors: bool = False,
+           source: str | None = None) -> Locations:
     """Run the code generator once over `module`, noting where each of `nodes` is (nodes not in the module
-    are simply not found)."""
-    state = _LocatingState(module, {id(node) for node in nodes}, with_ancestors)
-    module._codegen(state)
-    return Locations(state)
+    are simply not found). `source`: the text the module was parsed from (its code); given, the pass stops
+    after the module-body statement where the last wanted node ends, unless that statement is the last."""
+    state = _LocatingState(module, {id(node) for node in nodes}, with_ancestors, stop_early=source is not None)
+    try:
+        module._codegen(state)
+    except _AllFound:
+        pass
+    return Locations(state, source)

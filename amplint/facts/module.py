@@ -100,7 +100,7 @@ class ModuleFacts:
             return None
         from amplint.facts.locate import locate  # imports libcst's code generator state
 
-        locations = locate(self.module, missing + extra, with_ancestors=bool(extra))
+        locations = locate(self.module, missing + extra, with_ancestors=bool(extra), source=self._source)
         for node in missing:
             if node in locations:
                 self._spans[id(node)] = (node, locations.span(node))
