@@ -38,14 +38,14 @@ def visitor_class(mixin: type) -> type:
     """`mixin` (a plain class with libcst's `visit_<Node>`/`leave_<Node>` methods) as a `libcst.CSTVisitor`."""
     namespace = {"__module__": mixin.__module__, "__doc__": mixin.__doc__,
                  "_visits": {}, "_leaves": {}, "_field_hooks": {}}
-    return type(mixin.__name__, (mixin, _dispatching_visitor()), namespace)
+    return type(mixin.__name__, (mixin, dispatching_visitor()), namespace)
 
 
 def field_hooks_of(visitor) -> object:
     """The visitor's `field_hooks` (see below) when it is a dispatching visitor whose attribute hooks are
     CSTVisitor's (they only look the field hooks up); None otherwise: then every `on_visit_attribute` /
     `on_leave_attribute` must be called."""
-    base = _dispatching_visitor()
+    base = dispatching_visitor()
     kind = type(visitor)
     if isinstance(visitor, base) and kind.on_visit_attribute is base.on_visit_attribute \
             and kind.on_leave_attribute is base.on_leave_attribute:
@@ -54,7 +54,7 @@ def field_hooks_of(visitor) -> object:
 
 
 @functools.lru_cache(maxsize=None)
-def _dispatching_visitor() -> type:
+def dispatching_visitor() -> type:
     """CSTVisitor with its dispatch (`visit_<Node>`, `leave_<Node>`, and through `field_hooks` the
     `visit_<Node>_<field>` hooks) looked up once per visitor class and node type, instead of formatting and
     looking up a name at every node and field (the larger part of a walk's time). Its `on_visit_attribute` and
@@ -71,7 +71,7 @@ def _dispatching_visitor() -> type:
             try:
                 method = self._visits[kind]
             except KeyError:
-                method = self._visits[kind] = getattr(type(self), f"visit_{kind.__name__}", None)
+                method = self._visits[kind] = hook(type(self), f"visit_{kind.__name__}")
             return method is None or method(self, node) is not False
 
         def on_leave(self, original_node) -> None:
@@ -79,7 +79,7 @@ def _dispatching_visitor() -> type:
             try:
                 method = self._leaves[kind]
             except KeyError:
-                method = self._leaves[kind] = getattr(type(self), f"leave_{kind.__name__}", None)
+                method = self._leaves[kind] = hook(type(self), f"leave_{kind.__name__}")
             if method is not None:
                 method(self, original_node)
 
@@ -90,11 +90,18 @@ def _dispatching_visitor() -> type:
             hooks = cls._field_hooks.get(kind)
             if hooks is None:
                 hooks = cls._field_hooks[kind] = tuple(
-                    (field, getattr(cls, f"visit_{kind.__name__}_{field}", None),
-                     getattr(cls, f"leave_{kind.__name__}_{field}", None)) for field in fields)
+                    (field, hook(cls, f"visit_{kind.__name__}_{field}"), hook(cls, f"leave_{kind.__name__}_{field}"))
+                    for field in fields)
             return hooks
 
     return DispatchingVisitor
+
+
+def hook(visitor_type: type, name: str):
+    """The visitor's method of that name; None when it has none or only libcst's empty stub (marked `_is_no_op`,
+    as libcst's batched visitor skips them): nothing to call."""
+    method = getattr(visitor_type, name, None)
+    return None if method is None or getattr(method, "_is_no_op", False) else method
 
 
 @functools.lru_cache(maxsize=None)

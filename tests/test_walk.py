@@ -7,7 +7,7 @@ from pathlib import Path
 import libcst as cst
 import pytest
 
-from amplint.facts.walk import walk
+from amplint.facts.walk import _trivia_types, walk
 from amplint.lazy import visitor_class
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -115,3 +115,58 @@ def test_named_field_hooks_are_called():
     tags = [entry[0] for entry in visitor.log]
     assert tags.count("visit_FunctionDef_body") == 1 and tags.count("leave_With_body") == 1
     assert "visit_Call_args" in tags and "visit_Attribute_value" in tags
+
+
+class NamedHooks:
+    """A hook for every node type that is not trivia, and no on_visit/on_leave of its own: walk skips the trivia
+    (whitespace, comments, punctuation), and must make every other call libcst's visit makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple] = []
+
+
+for _kind in {kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, cst.CSTNode)}:
+    if _kind not in _trivia_types():
+        for _when in ("visit", "leave"):
+            setattr(NamedHooks, f"{_when}_{_kind.__name__}",
+                    lambda self, node, tag=f"{_when}_{_kind.__name__}": self.log.append((tag, id(node))))
+for _node, _field in (("FunctionDef", "body"), ("Call", "args"), ("With", "body"), ("Lambda", "body")):
+    for _when in ("visit", "leave"):
+        setattr(NamedHooks, f"{_when}_{_node}_{_field}",
+                lambda self, node, tag=f"{_when}_{_node}_{_field}": self.log.append((tag, id(node))))
+
+
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::3]] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::3]] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_walk_skipping_trivia_makes_every_other_call(text):
+    module = cst.parse_module(text)
+    by_libcst, by_walk = visitor_class(NamedHooks)(), visitor_class(NamedHooks)()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+    assert by_walk.log == by_libcst.log
+    assert len(by_walk.log) > 10
+
+
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_trivia_holds_only_trivia(text):
+    """What walk skips under a trivia node can only be trivia: no name, call or statement hides there."""
+    trivia = _trivia_types()
+    stack, seen = [cst.parse_module(text)], 0
+    while stack:
+        node = stack.pop()
+        if type(node) in trivia:
+            seen += 1
+            assert all(type(child) in trivia for child in node.children), type(node).__name__
+        stack.extend(node.children)
+    assert seen
+
+
+def test_the_real_visitors_skip_trivia():
+    from amplint.facts.collect import Collector
+    from amplint.facts.dtypes import UncastUses
+    from amplint.facts.walk import _ignores_trivia
+
+    assert _ignores_trivia(visitor_class(Collector)) and _ignores_trivia(visitor_class(UncastUses))
+    assert not _ignores_trivia(visitor_class(Recorder)) and not _ignores_trivia(visitor_class(FieldHooks))

@@ -49,6 +49,8 @@ class Collector:
     def visit_Module(self, node: cst.Module) -> None:
         self.module_frame = self._push(FrameKind.MODULE, node)
 
+    walks_trivia = False  # on_visit/on_leave below only note statements: walk may skip whitespace and tokens
+
     def on_visit(self, node: cst.CSTNode) -> bool:
         if type(node) in self.statement_types:
             self.statements.append(node)

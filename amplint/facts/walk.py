@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from amplint.lazy import field_hooks_of
+from amplint.lazy import dispatching_visitor, field_hooks_of, hook
 from amplint.lazy import libcst as cst
 
 _FIELD_ORDER: dict[type, tuple[str, ...]] = {}
@@ -62,9 +62,14 @@ def walk(node: cst.CSTNode, visitor) -> None:
     # fields without one need no call at all.
     field_hooks = field_hooks_of(visitor)
     conditional = _conditional_types()
+    # Whitespace, comments and punctuation: a dispatching visitor with no hook for them would only be called
+    # to do nothing there, on about half the nodes of a tree.
+    skipped = _trivia_types() if field_hooks is not None and _ignores_trivia(type(visitor)) else frozenset()
 
     def visit(node) -> None:
         kind = type(node)
+        if kind in skipped:
+            return
         if kind in conditional:
             node.visit(visitor)
             return
@@ -93,6 +98,34 @@ def walk(node: cst.CSTNode, visitor) -> None:
                     visit(child)
 
     visit(node)
+
+
+@functools.lru_cache(maxsize=None)
+def _trivia_types() -> frozenset[type]:
+    """Node types holding nothing but whitespace, comments and fixed tokens, and only such nodes below them
+    (tests/test_walk.py checks both on every fixture): the whitespace nodes, the operators and punctuation
+    (`,` `.` `:` `=` `+` `==` `not`...), and brackets."""
+    from libcst._nodes import op, whitespace
+
+    kinds = {kind for module in (op, whitespace) for kind in vars(module).values()
+             if isinstance(kind, type) and issubclass(kind, cst.CSTNode) and kind.__module__ == module.__name__}
+    kinds |= {cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket, cst.LeftCurlyBrace,
+              cst.RightCurlyBrace}
+    return frozenset(kinds)
+
+
+@functools.lru_cache(maxsize=None)
+def _ignores_trivia(visitor_type: type) -> bool:
+    """A dispatching visitor class that has no hook (visit_, leave_, or a field hook) for a trivia type, and
+    either keeps the dispatching `on_visit`/`on_leave` or says that its own ignore trivia (`walks_trivia =
+    False`): calling it on trivia would do nothing."""
+    names = {kind.__name__ for kind in _trivia_types()}
+    if any(attribute.startswith(("visit_", "leave_")) and attribute.split("_")[1] in names
+           and hook(visitor_type, attribute) is not None for attribute in dir(visitor_type)):
+        return False
+    base = dispatching_visitor()
+    return getattr(visitor_type, "walks_trivia", True) is False or (
+        visitor_type.on_visit is base.on_visit and visitor_type.on_leave is base.on_leave)
 
 
 @functools.lru_cache(maxsize=None)
