@@ -287,11 +287,12 @@ def main() -> None:
               f"({large / small:.1f}x for 10x the lines)")
 
     if floor:
-        print(f"\nlibcst parse of the {floor["files"]} file{"s" if floor["files"] != 1 else ""} with findings (they must be analysed): "
-              f"{floor['total']:.2f}s in all, the largest {floor['largest']:.2f}s "
-              f"({Path(floor['largest_file']).relative_to(tree) if floor['largest_file'].startswith(str(tree)) else floor['largest_file']}); "
-              f"no analysis on libcst's tree can run cold in less than {floor['floor']:.2f}s on "
-              f"{os.cpu_count()} cores, {floor['floor'] / ruff_median:.2f}x ruff")
+        largest = Path(floor["largest_file"])
+        largest = largest.relative_to(tree) if largest.is_relative_to(tree) else largest
+        files = f"{floor['files']} file{'s' if floor['files'] != 1 else ''}"
+        print(f"\nlibcst parse of the {files} with findings (they must be analysed): {floor['total']:.2f}s in all, "
+              f"the largest {floor['largest']:.2f}s ({largest}); no analysis on libcst's tree can run cold in less "
+              f"than {floor['floor']:.2f}s on {os.cpu_count()} cores, {floor['floor'] / ruff_median:.2f}x ruff")
     cold, warm = results["amplint cold"], results["amplint warm"]
     peak = max(cold["rss_kb"], warm["rss_kb"])
     print("\ntargets:")
