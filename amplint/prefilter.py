@@ -254,6 +254,7 @@ class Summary:
         self._calls: dict[str, list[tuple[ast.AST | None, tuple, str | None, tuple, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
+        self._value_names: list[tuple[set[str], set[str]]] | None = None
         self._optimizers: set[str] | None = None
         self._withs: list[tuple[ast.AST, ast.AST | None, tuple]] = []  # (with, its function, withs around it)
         self._decorators: dict[int, list[ast.Call]] = {}  # id(function) -> its call decorators
@@ -467,18 +468,7 @@ class Summary:
         `amp = partial(autocast, "cuda")`, `Ctx = ac if amp else nullcontext`, `self.ctx = ctx`."""
         if self._openers is None:
             aliases = {"autocast"} | {local for local, imported in self.import_bound.items() if "autocast" in imported}
-            uses = []
-            for targets, value in self._assignments:
-                names: set[str] = set()
-                for node in ast.walk(value):
-                    if type(node) is ast.Name:
-                        names.add(node.id)
-                    elif type(node) is ast.Attribute:
-                        names.add(node.attr)
-                        dotted = _dotted(node)
-                        if dotted:
-                            names.add(dotted)
-                uses.append((targets, names))
+            uses = self._assignment_names()
             openers: set[str] = set()
             changed = True
             while changed:
@@ -489,6 +479,38 @@ class Summary:
                         changed = True
             self._openers = openers
         return self._openers
+
+    def _assignment_names(self) -> list[tuple[set[str], set[str]]]:
+        """(targets, what the value uses) of every `=` statement: its names, its attributes' last names and the
+        dotted names of its attributes (`torch.autocast`, `torch`...), found once for every question."""
+        if self._value_names is None:
+            self._value_names = []
+            name_type, attribute_type, ast_type = ast.Name, ast.Attribute, ast.AST
+            for targets, value in self._assignments:
+                names: set[str] = set()
+                stack = [value]
+                while stack:
+                    node = stack.pop()
+                    kind = type(node)
+                    if kind is name_type:
+                        names.add(node.id)
+                        continue
+                    if kind is attribute_type:
+                        names.add(node.attr)
+                        dotted = _dotted(node)
+                        if dotted:
+                            names.add(dotted)
+                    fields = _CHILD_FIELDS.get(kind)
+                    if fields is None:
+                        fields = _CHILD_FIELDS[kind] = _child_fields(kind)
+                    for field in fields:
+                        child = getattr(node, field)
+                        if type(child) is list:
+                            stack.extend(item for item in child if isinstance(item, ast_type))
+                        elif isinstance(child, ast_type):
+                            stack.append(child)
+                self._value_names.append((targets, names))
+        return self._value_names
 
     def _callee_can_open(self, func: ast.AST) -> bool:
         """Calling this can open a region: it is named `autocast` (torch's, an accelerator's), is an import
@@ -568,12 +590,9 @@ class Summary:
             # `x.scale(...)`, `x.step(...)` and `x.update()` together: only a GradScaler has all three
             scalers |= set.intersection(*({receiver for _, _, receiver, _, _ in self._calls.get(method, ()) if receiver}
                                           for method in ("scale", "step", "update")))
-            for targets, value in self._assignments:
-                for node in ast.walk(value):
-                    if (type(node) is ast.Name and node.id in wanted) or (
-                            type(node) is ast.Attribute and node.attr in wanted):
-                        scalers |= targets
-                        break
+            for targets, names in self._assignment_names():
+                if names & wanted:  # a name or an attribute's last name (the dotted names never match a word)
+                    scalers |= targets
             self._scalers = scalers
         return self._scalers
 
