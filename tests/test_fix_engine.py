@@ -157,6 +157,19 @@ def test_crlf_is_kept(tmp_path: Path) -> None:
     assert b"\n" not in data.replace(b"\r\n", b"")
 
 
+def test_lone_cr_line_ends_are_kept_to_the_last_one(tmp_path: Path) -> None:
+    """libcst does not give back a lone CR that ends a file (its code for `x\r` is `x`): a fix keeps it, also
+    when it changes the last statement (which libcst regenerates without it)."""
+    path = write(tmp_path, SAMPLE.replace("\n", "\r").encode())
+    cli("--fix", path.name, cwd=tmp_path)
+    assert path.read_bytes() == SAMPLE_FIXED.replace("\n", "\r").encode()
+    last = "import torch\nfor x in data:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n        loss.backward()\n"
+    lf, cr = write(tmp_path, last.encode(), "lf.py"), write(tmp_path, last.replace("\n", "\r").encode(), "cr.py")
+    cli("--fix", lf.name, cr.name, cwd=tmp_path)
+    assert lf.read_bytes() != last.encode()  # the backward left the block
+    assert cr.read_bytes() == lf.read_bytes().replace(b"\n", b"\r")
+
+
 def test_utf8_bom_is_kept(tmp_path: Path) -> None:
     path = write(tmp_path, b"\xef\xbb\xbf" + SAMPLE.encode())
     cli("--fix", path.name, cwd=tmp_path)

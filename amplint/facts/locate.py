@@ -138,8 +138,10 @@ class Locations:
     """The result of one pass: offsets and (line, column) points of the located nodes."""
 
     def __init__(self, state: _LocatingState, source: str | None = None) -> None:
-        # The module's code: the source when given (after a pass stopped early, the tokens are a prefix of it)
-        self.text = source if source is not None else "".join(state.tokens)
+        # The module's code: the source when given and the tokens are a prefix of it (they are after a pass stopped
+        # early; libcst does not give back a lone CR that ends a file, so a whole pass can lack the source's end)
+        written = "".join(state.tokens)
+        self.text = source if source is not None and source.startswith(written) else written
         self.tokens = state.tokens + [state.dropped] if state.dropped else state.tokens
         self.end_of_text = len(state.tokens)  # token index: ranges ending past it end in the dropped newline
         self.found = state.found

@@ -78,7 +78,12 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
     text = locations.text
 
     def whole(transformer: ReplaceNodes) -> tuple[str, list[tuple[int, int, str]]]:
-        return text, [(0, len(text), module.visit(transformer).code)]
+        # The module's code is the text, or the text but for what libcst does not give back at its end (a lone CR
+        # that ends a file): that end is kept. Anything else: no fix.
+        code = module.code
+        if not text.startswith(code):
+            return text, []
+        return text, [(0, len(code), module.visit(transformer).code)]
 
     if not replacements:
         return text, []
