@@ -212,9 +212,14 @@ class Summary:
       `.backward()`/`.manual_backward()` in the module, or in the function (a `def` named like `pattern`, or
       calling one of `calling`) holding a call to one of the names. Text mode cannot see an absence: they
       answer from the names alone.
-    - `calls_in_region(*names)`: a call to one of the names (or to an import alias of one) can run in an
-      autocast region: inside a with-statement or a call-decorated function that can open one, or in a
-      function called (by its name, any number of calls deep) from such a place.
+    - `calls_in_region(*names, on_scaler=, on_stepper=)`: a call to one of the names (or to an import alias of
+      one) can run in an autocast region: inside a with-statement or a call-decorated function that can open
+      one, or in a function called (by its name, any number of calls deep) from such a place; with
+      `on_scaler`, only methods of something that can hold a GradScaler; with `on_stepper`, also of something
+      that can hold an optimizer.
+    - `region_in_region_possible()`: a region can open inside another in the same function (a with-statement
+      in a with-statement or in a call-decorated function), or a call-decorated function is called from a
+      region.
     - `disabled_region_possible()`: a call that can open a disabled region: one passing a literal `False`
       (positionally or as `enabled=False`) to something that can open a region, or to a `partial`.
     - `scaler_possible()` (an object can be known as a GradScaler), `backward_possible()` (a backward call can
