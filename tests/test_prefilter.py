@@ -328,6 +328,12 @@ def _verdict(text: str, *codes: str) -> Verdict:
     return Prefilter(rules).decide(text)
 
 
+def _analysed_and_flagged(text: str, code: str) -> tuple[bool, bool]:
+    """Does the prefilter send the text to the engine for this rule alone, and does the rule flag it there?"""
+    rules = [rule() for rule in ALL_RULES if rule.code == code]
+    return _verdict(text, code) is Verdict.ANALYSE, bool(lint_text(text, "t.py", rules).diagnostics)
+
+
 def test_plain_code_is_skipped_by_words():
     assert _verdict("import os\nprint(os.getcwd())\n") is Verdict.SKIP_WORDS
 
@@ -357,9 +363,7 @@ def test_words_only_in_comments_and_strings_are_skipped_by_structure():
 ])
 def test_deprecated_api_needs_a_call_decorator_or_partial(body, analysed):
     text = "import torch\n" + body
-    assert (_verdict(text, "AMP007") is Verdict.ANALYSE) is analysed
-    found = [d.code for d in lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP007"]).diagnostics]
-    assert bool(found) is analysed  # here the structure decides exactly
+    assert _analysed_and_flagged(text, "AMP007") == (analysed, analysed)  # the structure decides exactly
 
 
 @pytest.mark.parametrize("body, analysed", [
@@ -380,9 +384,7 @@ def test_deprecated_api_needs_a_call_decorator_or_partial(body, analysed):
 ])
 def test_autocast_device_needs_a_suspect_device(body, analysed):
     text = "import torch\n" + body
-    assert (_verdict(text, "AMP014") is Verdict.ANALYSE) is analysed
-    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP014"]).diagnostics
-    assert bool(found) is analysed  # here the structure decides exactly
+    assert _analysed_and_flagged(text, "AMP014") == (analysed, analysed)  # the structure decides exactly
 
 
 def test_syntax_error_goes_to_the_engine():
@@ -556,9 +558,7 @@ def test_disabled_regions():
 ])
 def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
     text = "import torch\n" + body
-    assert (_verdict(text, "AMP006") is Verdict.ANALYSE) is analysed
-    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP006"]).diagnostics
-    assert bool(found) is flagged
+    assert _analysed_and_flagged(text, "AMP006") == (analysed, flagged)
 
 
 SCALER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
@@ -581,9 +581,7 @@ SCALER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"
 ])
 def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
     text = SCALER + body
-    assert (_verdict(text, "AMP011") is Verdict.ANALYSE) is analysed
-    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP011"]).diagnostics
-    assert bool(found) is flagged
+    assert _analysed_and_flagged(text, "AMP011") == (analysed, flagged)
 
 
 @pytest.mark.parametrize("body, analysed", [
@@ -604,9 +602,7 @@ def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
 ])
 def test_step_in_autocast_needs_an_optimizer_or_scaler(body, analysed):
     text = "import torch\n" + body
-    assert (_verdict(text, "AMP002") is Verdict.ANALYSE) is analysed
-    found = lint_text(text, "t.py", [r() for r in ALL_RULES if r.code == "AMP002"]).diagnostics
-    assert bool(found) is analysed  # here the structure decides exactly
+    assert _analysed_and_flagged(text, "AMP002") == (analysed, analysed)  # the structure decides exactly
 
 
 def test_regex_questions_do_not_backtrack_on_comment_lines():

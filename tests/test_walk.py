@@ -90,19 +90,39 @@ class FieldHooks:
         self.log.append(("leave", id(original_node)))
 
 
-for _node, _field in (("FunctionDef", "body"), ("FunctionDef", "decorators"), ("With", "body"), ("If", "orelse"),
-                      ("Call", "args"), ("ClassDef", "body"), ("Lambda", "body"), ("For", "body"),
-                      ("While", "body"), ("Attribute", "value")):
-    for _when in ("visit", "leave"):
-        setattr(FieldHooks, f"{_when}_{_node}_{_field}",
-                lambda self, node, tag=f"{_when}_{_node}_{_field}": self.log.append((tag, id(node))))
+def add_logging_hooks(visitor: type, names: list[str]) -> None:
+    """Give the class `visit_<name>` and `leave_<name>` methods that log their calls."""
+    for name in names:
+        for when in ("visit", "leave"):
+            setattr(visitor, f"{when}_{name}", lambda self, node, tag=f"{when}_{name}": self.log.append((tag, id(node))))
 
 
-@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::7]] + EXTRA,
-                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::7]] + [f"extra-{i}" for i in range(len(EXTRA))])
-def test_walk_calls_named_field_hooks_as_visit_does(text):
+add_logging_hooks(FieldHooks, ["FunctionDef_body", "FunctionDef_decorators", "With_body", "If_orelse", "Call_args",
+                               "ClassDef_body", "Lambda_body", "For_body", "While_body", "Attribute_value"])
+
+
+class NamedHooks:
+    """A hook for every node type that is not trivia, and no on_visit/on_leave of its own: walk skips the trivia
+    (whitespace, comments, punctuation), and must make every other call libcst's visit makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.log: list[tuple] = []
+
+
+add_logging_hooks(NamedHooks, [kind.__name__ for kind in vars(cst).values() if isinstance(kind, type)
+                               and issubclass(kind, cst.CSTNode) and kind not in _trivia_types()]
+                  + ["FunctionDef_body", "Call_args", "With_body", "Lambda_body"])
+
+
+@pytest.mark.parametrize("hooks", [FieldHooks, NamedHooks], ids=["field-hooks", "named-hooks"])
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::3]] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::3]] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_walk_calls_the_named_hooks_visit_calls(text, hooks):
+    """Field hooks with the visitor's own on_visit/on_leave (nothing skipped); or a hook for every type but the
+    trivia and no on_visit/on_leave of its own (the trivia skipped): the same calls as libcst's visit."""
     module = cst.parse_module(text)
-    by_libcst, by_walk = visitor_class(FieldHooks)(), visitor_class(FieldHooks)()
+    by_libcst, by_walk = visitor_class(hooks)(), visitor_class(hooks)()
     module.visit(by_libcst)
     walk(module, by_walk)
     assert by_walk.log == by_libcst.log
@@ -115,37 +135,6 @@ def test_named_field_hooks_are_called():
     tags = [entry[0] for entry in visitor.log]
     assert tags.count("visit_FunctionDef_body") == 1 and tags.count("leave_With_body") == 1
     assert "visit_Call_args" in tags and "visit_Attribute_value" in tags
-
-
-class NamedHooks:
-    """A hook for every node type that is not trivia, and no on_visit/on_leave of its own: walk skips the trivia
-    (whitespace, comments, punctuation), and must make every other call libcst's visit makes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.log: list[tuple] = []
-
-
-for _kind in {kind for kind in vars(cst).values() if isinstance(kind, type) and issubclass(kind, cst.CSTNode)}:
-    if _kind not in _trivia_types():
-        for _when in ("visit", "leave"):
-            setattr(NamedHooks, f"{_when}_{_kind.__name__}",
-                    lambda self, node, tag=f"{_when}_{_kind.__name__}": self.log.append((tag, id(node))))
-for _node, _field in (("FunctionDef", "body"), ("Call", "args"), ("With", "body"), ("Lambda", "body")):
-    for _when in ("visit", "leave"):
-        setattr(NamedHooks, f"{_when}_{_node}_{_field}",
-                lambda self, node, tag=f"{_when}_{_node}_{_field}": self.log.append((tag, id(node))))
-
-
-@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::3]] + EXTRA,
-                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::3]] + [f"extra-{i}" for i in range(len(EXTRA))])
-def test_walk_skipping_trivia_makes_every_other_call(text):
-    module = cst.parse_module(text)
-    by_libcst, by_walk = visitor_class(NamedHooks)(), visitor_class(NamedHooks)()
-    module.visit(by_libcst)
-    walk(module, by_walk)
-    assert by_walk.log == by_libcst.log
-    assert len(by_walk.log) > 10
 
 
 @pytest.mark.parametrize("text", [p.read_text() for p in SOURCES] + EXTRA,
