@@ -10,8 +10,8 @@ same sample, and its time on the whole tree is extrapolated from its time per by
 Peak memory is the largest resident set of any process of a run (getrusage of the children, in a wrapper
 process per run). Then the scaling runs: the tree copied 1, 2 and 4 times, and one generated file of 10,000
 and of 100,000 lines. It also times amplint's libcst parse of each file that holds a finding: the least a cold
-run needs whatever the prefilter does (the largest such file is parsed on one core). Every measurement is wall-clock time on this machine as it is: say whether other work was
-running when you quote the numbers.
+run needs whatever the prefilter does (the largest such file is parsed on one core). Every measurement is
+wall-clock time on this machine as it is: say whether other work was running when you quote the numbers.
 """
 
 from __future__ import annotations

@@ -163,7 +163,8 @@ def test_lone_cr_line_ends_are_kept_to_the_last_one(tmp_path: Path) -> None:
     path = write(tmp_path, SAMPLE.replace("\n", "\r").encode())
     cli("--fix", path.name, cwd=tmp_path)
     assert path.read_bytes() == SAMPLE_FIXED.replace("\n", "\r").encode()
-    last = "import torch\nfor x in data:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n        loss.backward()\n"
+    last = ("import torch\nfor x in data:\n    with torch.autocast('cuda'):\n        loss = model(x).sum()\n"
+            "        loss.backward()\n")
     lf, cr = write(tmp_path, last.encode(), "lf.py"), write(tmp_path, last.replace("\n", "\r").encode(), "cr.py")
     cli("--fix", lf.name, cr.name, cwd=tmp_path)
     assert lf.read_bytes() != last.encode()  # the backward left the block

@@ -94,7 +94,8 @@ def add_logging_hooks(visitor: type, names: list[str]) -> None:
     """Give the class `visit_<name>` and `leave_<name>` methods that log their calls."""
     for name in names:
         for when in ("visit", "leave"):
-            setattr(visitor, f"{when}_{name}", lambda self, node, tag=f"{when}_{name}": self.log.append((tag, id(node))))
+            tag = f"{when}_{name}"
+            setattr(visitor, tag, lambda self, node, tag=tag: self.log.append((tag, id(node))))
 
 
 add_logging_hooks(FieldHooks, ["FunctionDef_body", "FunctionDef_decorators", "With_body", "If_orelse", "Call_args",

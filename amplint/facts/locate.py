@@ -7,7 +7,9 @@ the replaced nodes. `locate` asks the code generator to note, for the wanted nod
 (and which nodes were open around them); offsets and rows/columns come from the generated text afterwards.
 
 Given the source text, the pass stops once every wanted node is written and a statement of the module body
-follows (the rest cannot move them). The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
+follows (the rest cannot move them).
+
+The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
 without their leading lines, blocks from their first to their last statement), else everything it wrote.
 """
 

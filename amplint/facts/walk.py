@@ -117,8 +117,8 @@ def _trivia_types() -> frozenset[type]:
 @functools.lru_cache(maxsize=None)
 def _ignores_trivia(visitor_type: type) -> bool:
     """A dispatching visitor class that has no hook (visit_, leave_, or a field hook) for a trivia type, and
-    either keeps the dispatching `on_visit`/`on_leave` or says that its own ignore trivia (`walks_trivia =
-    False`): calling it on trivia would do nothing."""
+    either keeps the dispatching `on_visit`/`on_leave` or says that its own ignore trivia (`walks_trivia = False`):
+    calling it on trivia would do nothing."""
     names = {kind.__name__ for kind in _trivia_types()}
     if any(attribute.startswith(("visit_", "leave_")) and attribute.split("_")[1] in names
            and hook(visitor_type, attribute) is not None for attribute in dir(visitor_type)):
