@@ -69,12 +69,12 @@ def fix_edits(result, index: LineIndex) -> tuple[Edit, ...]:
     """The edits of a built fix: one per changed statement when the fix says which spans it changed (amplint/rules/
     rewrite.py), else one for the whole difference."""
     changes = getattr(result, "changes", None)
-    if changes is not None and changes[0] != index.text:
-        return ()  # the module's code is not the file's text (libcst drops a lone CR that ends a file): no fix
-    if changes is not None:
-        edits = (text_edit(index.text[start:end], new, index, start) for start, end, new in changes[1])
-    else:
+    if changes is None:
         edits = (text_edit(index.text, result.code, index),)
+    elif changes[0] != index.text:
+        return ()  # the module's code is not the file's text (libcst drops a lone CR that ends a file): no fix
+    else:
+        edits = (text_edit(index.text[start:end], new, index, start) for start, end, new in changes[1])
     return tuple(edit for edit in edits if edit is not None)
 
 

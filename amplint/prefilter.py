@@ -723,14 +723,16 @@ class Summary:
         another method call to one of the names, or to `step`, in the same function."""
         def exact() -> bool:
             sites = [site for name in names for site in self._calls.get(name, ()) if site[2] is not None]
+            calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
+            for site in sites + [site for site in self._calls.get("step", ()) if site[2] is not None]:
+                calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
             for function, _, _, loops, call in sites:
                 argument = call.args[0] if call.args else None
                 argument = argument.id if type(argument) is ast.Name else None
                 if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
                             and argument in _names_in(loop.target)) for loop in loops):
                     return True
-                others = sites + [site for site in self._calls.get("step", ()) if site[2] is not None]
-                if any(other[0] is function and other[4] is not call for other in others):
+                if len(calls_by_function[id(function)]) > 1:  # another call besides this one
                     return True
             return False
 
