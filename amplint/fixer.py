@@ -1,7 +1,23 @@
-"""Applying fixes: non-overlapping edits, re-lint, repeat until nothing changes; never a result that does not parse."""
+"""Applying fixes: non-overlapping edits, re-lint, repeat until nothing is left to fix; never a result that does not
+compile.
+
+Three guarantees, each enforced here for every rule (a rule's own care is not trusted):
+- **Valid code.** A file that compiled before is written only if it still compiles with CPython: libcst accepts
+  code `compile()` rejects (a keyword given twice, `global` after use, a statement above `from __future__`). A
+  file that did not compile before (a notebook fragment, code for a newer Python) is judged by libcst's parse.
+  A round whose result fails is retried fix by fix; a fix that fails alone is refused and reported.
+- **A real fixed point.** Rounds go on while they make progress: each round must take away at least one of the
+  findings whose fixes it applied (as fixable findings, by code, place and message); a round that does not, or
+  that brings back an earlier text (a cycle), is refused. A statement leaving 15 nested regions one per round
+  needs 15 rounds, so the safety bound grows with the findings and the file's block depth, not a fixed count.
+- **No overlap.** Edits that touch are never applied in one round.
+"""
 
 from __future__ import annotations
 
+import ast
+import re
+import warnings
 from dataclasses import dataclass, field
 
 from amplint.lazy import libcst as cst
@@ -10,7 +26,13 @@ from amplint.diagnostics import Diagnostic, Edit
 from amplint.engine import lint_text
 from amplint.rules.base import Rule
 
-MAX_ROUNDS = 10
+# The safety bound on rounds: MIN_ROUNDS plus, per fixable finding, two rounds per block level of the file. Only
+# a fix that moves its finding somewhere new every round (never a real fix) reaches it.
+MIN_ROUNDS = 10
+ROUNDS_PER_FINDING_LEVEL = 2
+_INDENT = re.compile(r"^[ \t]*(?=[^ \t\r\n#])", re.MULTILINE)
+# Top-level `await` is valid in a notebook's joined cells (IPython runs them in a loop), so it is allowed.
+_COMPILE_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 
 @dataclass
@@ -18,11 +40,17 @@ class FixOutcome:
     text: str  # the fixed source (the original when nothing applied)
     applied: list[Diagnostic] = field(default_factory=list)  # the diagnostics whose fixes were applied
     remaining: list[Diagnostic] = field(default_factory=list)  # what the fixed text still reports
-    error: str | None = None  # why fixing stopped early, if it did
+    error: str | None = None  # why fixing stopped early or refused a fix, if it did
+    found: list[Diagnostic] = field(default_factory=list)  # what the original text reported
 
     @property
     def changed(self) -> bool:
         return bool(self.applied)
+
+    @property
+    def removed(self) -> int:
+        """How many findings fixing took away: found before, minus those remaining (never below 0)."""
+        return max(0, len(self.found) - len(self.remaining))
 
 
 def apply_edits(text: str, edits: list[Edit]) -> str:
@@ -45,6 +73,78 @@ def _non_overlapping(diagnostics: list[Diagnostic]) -> list[Diagnostic]:
     return chosen
 
 
+def compile_error(text: str, filename: str) -> str | None:
+    """Why CPython would not compile `text` (None when it does). Compiled apart from this module's `__future__`
+    flags; warnings (invalid escapes and the like) are not errors and are not shown."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            compile(text, filename, "exec", flags=_COMPILE_FLAGS, dont_inherit=True)
+        except SyntaxError as error:
+            return f"{error.msg} (line {error.lineno})" if error.lineno else str(error.msg)
+        except (ValueError, OverflowError, RecursionError, MemoryError) as error:
+            return str(error) or type(error).__name__
+    return None
+
+
+def parse_error(text: str) -> str | None:
+    """Why libcst would not parse `text` (None when it does)."""
+    try:
+        cst.parse_module(text)
+    except cst.ParserSyntaxError as error:
+        return error.message
+    return None
+
+
+@dataclass(frozen=True)
+class _Judge:
+    """Whether a fixed text is acceptable: it compiles when the original compiled, else it parses."""
+
+    filename: str
+    compiles: bool
+
+    @classmethod
+    def of(cls, text: str, filename: str) -> _Judge:
+        return cls(filename, compile_error(text, filename) is None)
+
+    @property
+    def verb(self) -> str:
+        return "compile" if self.compiles else "parse"
+
+    def problem(self, text: str) -> str | None:
+        return compile_error(text, self.filename) if self.compiles else parse_error(text)
+
+
+def _key(diagnostic: Diagnostic) -> tuple:
+    """A finding's identity between rounds: what, where and what it says."""
+    return (diagnostic.code, diagnostic.location, diagnostic.end_location, diagnostic.message)
+
+
+def _refusal_key(diagnostic: Diagnostic) -> tuple:
+    """A refused fix's identity across rounds, where other fixes may have moved its offsets."""
+    return (diagnostic.code, diagnostic.message, tuple(edit.content for edit in diagnostic.fix.edits))
+
+
+def round_limit(text: str, fixable: int) -> int:
+    """The safety bound on rounds (see MIN_ROUNDS): block levels are the distinct indentations of code lines."""
+    levels = len(set(_INDENT.findall(text)))
+    return MIN_ROUNDS + ROUNDS_PER_FINDING_LEVEL * fixable * (levels + 1)
+
+
+def _try_round(text: str, chosen: list[Diagnostic], judge: _Judge, refused: dict[tuple, str]):
+    """(the fixed text, the fixes in it): all of `chosen` together, else the first that works alone. Each fix that
+    fails alone is added to `refused` with its reason. (None, []) when none works."""
+    attempts = [chosen] + ([[d] for d in chosen] if len(chosen) > 1 else [])
+    for attempt in attempts:
+        candidate = apply_edits(text, [edit for d in attempt for edit in d.fix.edits])
+        problem = judge.problem(candidate)
+        if problem is None:
+            return candidate, attempt
+        if len(attempt) == 1:
+            refused[_refusal_key(attempt[0])] = f"{attempt[0].code}: {problem}"
+    return None, []
+
+
 def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: bool = False) -> FixOutcome:
     """Fix `text` as far as the fixes allow. Idempotent: fixing the result again changes nothing."""
     if rules is None:
@@ -52,33 +152,40 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
 
         rules = [rule() for rule in ALL_RULES]
     outcome = FixOutcome(text)
+    judge = _Judge.of(text, filename)
     seen = {text}
-    for _ in range(MAX_ROUNDS):
-        result = lint_text(outcome.text, filename, rules)
-        fixable = [d for d in result.diagnostics if d.fixable(unsafe)]
-        outcome.remaining = result.diagnostics
+    refused: dict[tuple, str] = {}
+    diagnostics = outcome.found = outcome.remaining = lint_text(text, filename, rules).diagnostics
+    limit = None
+    rounds = 0
+    stopped = None
+    while True:
+        fixable = [d for d in diagnostics if d.fixable(unsafe) and _refusal_key(d) not in refused]
         if not fixable:
-            return outcome
-        chosen = _non_overlapping(fixable)
-        # Fixes that do not overlap in text can still clash (two of them emptying one block): when the
-        # round does not parse, fall back to its first fix alone, then re-lint.
-        for attempt in (chosen, chosen[:1]) if len(chosen) > 1 else (chosen,):
-            candidate = apply_edits(outcome.text, [edit for d in attempt for edit in d.fix.edits])
-            try:
-                cst.parse_module(candidate)
-            except cst.ParserSyntaxError as error:
-                problem = error.message
-                continue
-            chosen = attempt
             break
-        else:
-            outcome.error = f"a fix produced code that does not parse ({problem}); fixes not applied"
-            return outcome
+        limit = limit if limit is not None else round_limit(text, len(fixable))
+        if rounds >= limit:
+            stopped = f"fixes did not settle after {rounds} rounds; stopped"
+            break
+        rounds += 1
+        candidate, chosen = _try_round(outcome.text, _non_overlapping(fixable), judge, refused)
+        if candidate is None:
+            continue  # every fix tried is refused now: the next round tries the rest, or ends
         if candidate in seen:
-            outcome.error = "fixes keep changing the file in a cycle; stopped"
-            return outcome
+            stopped = "fixes keep changing the file in a cycle; stopped"
+            break
+        after = lint_text(candidate, filename, rules).diagnostics
+        left = {_key(d) for d in after if d.fixable(unsafe)}
+        if all(_key(d) in left for d in chosen):
+            stopped = f"fixes did not remove their findings ({', '.join(sorted({d.code for d in chosen}))}); stopped"
+            break
         seen.add(candidate)
         outcome.text = candidate
         outcome.applied.extend(chosen)
-    outcome.remaining = lint_text(outcome.text, filename, rules).diagnostics
+        diagnostics = outcome.remaining = after
+    problems = [stopped] if stopped else []
+    if refused:
+        reasons = "; ".join(sorted(set(refused.values())))
+        problems.insert(0, f"a fix produced code that does not {judge.verb} ({reasons}); fixes not applied")
+    outcome.error = "; ".join(problems) or None
     return outcome

@@ -264,7 +264,7 @@ def test_unparsable_fix_is_refused(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path, source.encode())
     result = cli("--fix", "--select", "AMP003", path.name, cwd=tmp_path)
     assert path.read_bytes() == source.encode()
-    assert "does not parse" in result.output
+    assert "does not compile" in result.output
     assert result.exit_code == 1
     outcome = fix_text(source, "train.py", rules=[ClipWithoutUnscale()])
     assert outcome.text == source and not outcome.applied and outcome.error
@@ -300,3 +300,111 @@ def test_json_output_carries_each_fix(tmp_path: Path) -> None:
         assert text != SAMPLE
     clip = next(d for d in diagnostics if d["code"] == "AMP003")
     assert "scaler.unscale_(optimizer)" in "".join(e["content"] for e in clip["fix"]["edits"])
+
+
+# --- fixer-wide guarantees: code that compiles, a real fixed point -----------------------------------------
+
+class LegacyCallRule:
+    """A stub rule for the fixer's own checks: every `legacy(...)` call is reported, and its safe fix renames it
+    `modern(...)` turning a first positional argument into `enabled=` (as a deprecated-API migration might).
+    On `legacy(True, enabled=flag)` that gives `enabled` twice: libcst parses it, CPython does not compile it."""
+
+    code, name, words = "AMP990", "legacy-call", None
+
+    def check(self, facts):
+        from amplint.diagnostics import Applicability
+        from amplint.lazy import libcst as cst
+        from amplint.rules.base import Finding, FixPlan, replace_nodes
+
+        calls = [node for node in _walk(facts.module) if isinstance(node, cst.Call)
+                 and isinstance(node.func, cst.Name) and node.func.value == "legacy"]
+        for call in calls:
+            args = list(call.args)
+            if args and args[0].keyword is None:
+                args[0] = args[0].with_changes(keyword=cst.Name("enabled"), equal=cst.AssignEqual(
+                    whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace("")))
+            new = call.with_changes(func=cst.Name("modern"), args=args)
+            yield Finding(call, "legacy() is deprecated",
+                          FixPlan("use modern()", lambda call=call, new=new: replace_nodes(facts.module, {call: new}),
+                                  Applicability.SAFE))
+
+
+class GrowingFixRule:
+    """A stub rule whose safe fix never removes its finding: `h` in `f(h...)` gets one more `.float()` per round
+    (the shape of a cast fix that keeps seeing a low-precision value)."""
+
+    code, name, words = "AMP991", "growing-fix", None
+
+    def check(self, facts):
+        from amplint.lazy import libcst as cst
+        from amplint.rules.base import Finding, FixPlan, replace_nodes
+
+        for node in _walk(facts.module):
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == "f":
+                arg = node.args[0]
+                cast = cst.Call(cst.Attribute(arg.value, cst.Name("float")))
+                new = node.with_changes(args=[arg.with_changes(value=cast)])
+                yield Finding(node.func, "f sees a low-precision h",
+                              FixPlan("cast", lambda node=node, new=new: replace_nodes(facts.module, {node: new})))
+
+
+def _walk(node):
+    yield node
+    for child in node.children:
+        yield from _walk(child)
+
+
+def test_fix_that_does_not_compile_is_refused_and_the_others_applied() -> None:
+    """libcst parses `modern(enabled=True, enabled=flag)`, CPython refuses it (the AMP007 case
+    `torch.cuda.amp.autocast(True, enabled=flag)`): the fixer refuses that fix, applies the other one and says why.
+    Before the compile check the fixer wrote the duplicate keyword."""
+    source = "flag = True\nlegacy(True, enabled=flag)\nlegacy(flag)\n"
+    outcome = fix_text(source, "train.py", rules=[LegacyCallRule()])
+    assert outcome.text == "flag = True\nlegacy(True, enabled=flag)\nmodern(enabled=flag)\n"
+    compile(outcome.text, "train.py", "exec")
+    assert [d.code for d in outcome.applied] == ["AMP990"]
+    assert "does not compile" in outcome.error and "keyword argument repeated" in outcome.error
+    assert [d.location.row for d in outcome.remaining] == [2]
+    assert fix_text(outcome.text, "train.py", rules=[LegacyCallRule()]).text == outcome.text
+
+
+def test_file_that_did_not_compile_is_judged_by_parse_and_top_level_await_compiles() -> None:
+    """A file CPython would not compile before fixing (here: `return` outside a function) can only be asked to
+    parse; top-level `await` (notebook cells) counts as compiling, so the compile check still applies there."""
+    outcome = fix_text("return legacy(True, enabled=flag)\n", "m.py", rules=[LegacyCallRule()])
+    assert outcome.text == "return modern(enabled=True, enabled=flag)\n" and outcome.error is None
+    notebook = "await start()\nlegacy(True, enabled=flag)\nlegacy(1)\n"
+    outcome = fix_text(notebook, "nb.ipynb", rules=[LegacyCallRule()])
+    assert outcome.text == "await start()\nlegacy(True, enabled=flag)\nmodern(enabled=1)\n"
+    assert "does not compile" in outcome.error
+
+
+def test_fix_that_never_removes_its_finding_stops() -> None:
+    """A round must take away a finding it fixed: a fix that only grows the code is refused, and fixing stops
+    (before: applied ten times, `h.float().float()...`, then the loop ended silently)."""
+    outcome = fix_text("f(h)\n", "m.py", rules=[GrowingFixRule()])
+    assert outcome.text == "f(h)\n" and not outcome.applied
+    assert "did not remove their findings" in outcome.error
+
+
+def nested_regions(depth: int) -> str:
+    lines = ["import torch", "", "", "def train(model, x, optimizer):"]
+    for level in range(1, depth + 1):
+        lines.append("    " * level + 'with torch.autocast("cuda"):')
+    body = "    " * (depth + 1)
+    lines += [body + "loss = model(x).sum()", body + "loss.backward()", body + "optimizer.step()"]
+    return "\n".join(lines) + "\n"
+
+
+def test_fixer_reaches_a_fixed_point_beyond_ten_rounds() -> None:
+    """15 nested regions: the backward and the step leave one region per round, so 15 rounds are needed (the old
+    fixed limit of 10 left them inside five regions, and fixing again changed the file)."""
+    rules = [RULES_BY_CODE["AMP001"](), RULES_BY_CODE["AMP002"]()]
+    source = nested_regions(15)
+    outcome = fix_text(source, "train.py", rules=rules)
+    assert outcome.error is None and outcome.remaining == []
+    assert "\n    loss.backward()\n    optimizer.step()\n" in outcome.text
+    compile(outcome.text, "train.py", "exec")
+    again = fix_text(outcome.text, "train.py", rules=rules)
+    assert again.text == outcome.text and not again.applied
+    assert outcome.found and outcome.removed == len(outcome.found)
