@@ -422,18 +422,48 @@ class ModuleFacts:
                     keys.add(key)
         return keys
 
+    @cached_property
+    def _optimizer_usage_keys(self) -> set[str]:
+        """Names used the way an optimizer is: `x.zero_grad()` (with a `.step()`, only an optimizer has both) or
+        `x.param_groups`."""
+        keys = {call.receiver for call in self.calls if call.method == "zero_grad" and call.receiver}
+        if "param_groups" in self.source:
+            class Groups:
+                walks_trivia = False
+
+                def __init__(self) -> None:
+                    self.owners: set[str] = set()
+
+                def visit_Attribute(self, node: cst.Attribute) -> None:
+                    if node.attr.value == "param_groups":
+                        owner = dotted_name(node.value)
+                        if owner:
+                            self.owners.add(owner)
+
+            groups = visitor_class(Groups)()
+            walk(self.module, groups)
+            keys |= groups.owners
+        return keys
+
+    def optimizer_constructed(self, key: str | None, frame: Frame | None) -> bool:
+        """Is every binding of `key` seen from `frame` a call of a known optimizer class (torch.optim...)?"""
+        bound = self.bindings(key, frame) if key else []
+        return bool(bound) and all(
+            isinstance(a.value, cst.Call) and len(a.targets) == 1
+            and api.is_known_optimizer_class(self.imports.qualify(a.value.func)) for a in bound)
+
+    def optimizer_known(self, key: str | None, frame: Frame | None) -> bool:
+        """Is `key` surely an optimizer: passed to a GradScaler's `step`/`unscale_`, or built from a known
+        optimizer class? What a safe fix that hands the object to `scaler.step` may rest on."""
+        return bool(key) and (key in self._optimizer_argument_keys or self.optimizer_constructed(key, frame))
+
     def is_optimizer(self, key: str | None, frame: Frame | None) -> bool:
+        """Is `key` an optimizer by what the code does with it (`optimizer_known`, `x.zero_grad()`,
+        `x.param_groups`)? Never by its spelling: `lr_scheduler`, unpacked from a factory named
+        `get_optimizer_and_scheduler`, is not one."""
         if not key:
             return False
-        if api.is_optimizer_name(key) or key in self._optimizer_argument_keys:
-            return True
-        for assignment in self.bindings(key, frame):
-            value = assignment.value
-            if isinstance(value, cst.Call):
-                name = self.imports.qualify(value.func) or dotted_name(value.func) or ""
-                if api.is_optimizer_class(name):
-                    return True
-        return False
+        return key in self._optimizer_usage_keys or self.optimizer_known(key, frame)
 
     # training-step events ---------------------------------------------------------------------------
     @cached_property

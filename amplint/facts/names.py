@@ -117,7 +117,8 @@ class ImportMap:
 
 
 def is_optimizer_name(key: str) -> bool:
-    """Names that by convention hold an optimizer: `optimizer`, `self.opt_g`, `d_optim`, `optimizers[i]`..."""
+    """Names that by convention hold an optimizer: `optimizer`, `self.opt_g`, `d_optim`, `optimizers[i]`...
+    A screen for the prefilter only: the facts layer knows an optimizer by what the code does with it."""
     last = key.rsplit(".", 1)[-1].lower()
     return (
         "optimizer" in last
@@ -127,7 +128,38 @@ def is_optimizer_name(key: str) -> bool:
     )
 
 
+# Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
+# optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers
+# and weight averaging live in the excluded submodules.
+OPTIMIZER_MODULES = ("torch.optim.", "torch.distributed.optim.", "apex.optimizers.", "bitsandbytes.optim.",
+                     "torch_optimizer.", "deepspeed.ops.adam.", "deepspeed.ops.lamb.", "timm.optim.")
+NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils", "timm.optim.optim_factory.param")
+OPTIMIZER_FUNCTIONS = frozenset({
+    "timm.optim.create_optimizer_v2", "timm.optim.create_optimizer", "timm.optim.optim_factory.create_optimizer_v2",
+    "transformers.AdamW", "transformers.Adafactor", "transformers.optimization.AdamW",
+    "transformers.optimization.Adafactor",
+})
+
+
+def is_known_optimizer_class(qualified: str | None) -> bool:
+    """Is `qualified` (a name resolved through the imports) a class or factory that builds an optimizer?
+
+    Identity comes from where the name is imported from, never from how it is spelled: a local class
+    `LambOptimizer` or a factory `get_optimizer_and_scheduler` is unknown (a factory may return a scheduler
+    too)."""
+    if not qualified:
+        return False
+    if qualified in OPTIMIZER_FUNCTIONS:
+        return True
+    if not qualified.startswith(OPTIMIZER_MODULES) or qualified.startswith(NOT_OPTIMIZER_MODULES):
+        return False
+    last = qualified.rsplit(".", 1)[-1]
+    return last[:1].isupper() and "Scheduler" not in last and "LR" not in last
+
+
 def is_optimizer_class(qualified_or_dotted: str) -> bool:
+    """A permissive screen by spelling (the prefilter's upper bound); the facts layer asks
+    `is_known_optimizer_class`."""
     last = qualified_or_dotted.rsplit(".", 1)[-1]
     if qualified_or_dotted.startswith("torch.optim.") and "lr_scheduler" not in qualified_or_dotted:
         return last[:1].isupper()  # torch.optim.SGD, torch.optim.AdamW, torch.optim.Optimizer subclasses...

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
@@ -80,7 +81,9 @@ class StepBypassesScaler(Rule):
             if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and e.optimizer == step.optimizer
                    for e in events):
                 continue  # this optimizer goes through the scaler elsewhere in the function: another code path
-            has_update = any(e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler for e in events)
+            updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler]
+            has_update = bool(updates)
+            per_step = not updates or any(_updates_every_step(facts, step, update) for update in updates)
             optimizer = step.optimizer
             message = (
                 f"`{snippet(facts, step.node)}` steps `{optimizer}` with the gradients `{scaler}` scaled at line "
@@ -90,8 +93,13 @@ class StepBypassesScaler(Rule):
                 + (f", and `{scaler}.update()` raises `AssertionError: No inf checks were recorded prior to update.`"
                    if has_update else "")
                 + f"; use `{scaler}.step({optimizer})`" + ("" if has_update else f" and `{scaler}.update()`")
+                + ("" if per_step else f", with `{scaler}.update()` after it in every iteration (an update only "
+                                       f"after the loop makes the second `{scaler}.step(...)` raise)")
             )
-            yield Finding(step.node, message, self._fix(facts, step, scaler, has_update))
+            fix = self._fix(facts, step, scaler, has_update) if per_step else None
+            if fix is not None and not facts.optimizer_known(step.optimizer, step.frame):
+                fix.applicability = Applicability.UNSAFE
+            yield Finding(step.node, message, fix)
 
     @staticmethod
     def _fix(facts: ModuleFacts, step: Event, scaler: str, has_update: bool) -> FixPlan | None:
@@ -112,6 +120,14 @@ class StepBypassesScaler(Rule):
             return replace_nodes(facts.module, {statement: cst.FlattenSentinel([stepped, update])})
 
         return FixPlan(f"Replace with `{scaler}.step({step.optimizer})` and add `{scaler}.update()`", rebuild)
+
+
+def _updates_every_step(facts: ModuleFacts, step: Event, update: Event) -> bool:
+    """Does `update` run after `step` in every pass of the loops around the step (the same loops, later in
+    the body)? An update only after the loop would leave two `scaler.step` calls without an update between
+    them: `RuntimeError: step() has already been called since the last update().`"""
+    return (update.index > step.index and step.frame.is_within(update.frame)
+            and update.frame.loops_up_to_function() == step.frame.loops_up_to_function())
 
 
 def _last_backward(facts: ModuleFacts, events: list[Event], step: Event) -> Event | None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint.lazy import visitor_class
 
-from amplint.facts import Event, EventKind, Frame, ModuleFacts
+from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import dotted_name
+from amplint.facts.walk import walk
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -76,15 +78,21 @@ class StepWithoutUpdate(Rule):
                 key = (event.scaler, id(event.frame.function()))
                 steps_by_scaler.setdefault(key, []).append(event)
         for (scaler, _), steps in steps_by_scaler.items():
-            if self._updated_somewhere(facts, scaler) or scaler_enabled(facts, scaler, steps[-1].frame) is False:
-                continue
             last = steps[-1]
             function = last.frame.function()
+            local_updates, updated_elsewhere = self._updates(facts, scaler, function)
+            if updated_elsewhere or scaler_enabled(facts, scaler, last.frame) is False:
+                continue
             if facts.no_grad_opener(last.frame) is not None:
                 continue  # AMP005's business
             if self._handed_over(facts, scaler, function):
                 continue
             iteration = self._iteration_loop(last)
+            if local_updates:
+                finding = self._update_after_loop(facts, scaler, steps, iteration, local_updates)
+                if finding is not None:
+                    yield finding
+                continue
             caller = None
             if iteration is None:
                 caller = facts.calling_loop(last.frame)
@@ -103,10 +111,46 @@ class StepWithoutUpdate(Rule):
             yield Finding(last.node, message, self._fix(facts, scaler, steps, iteration))
 
     @staticmethod
-    def _updated_somewhere(facts: ModuleFacts, scaler: str) -> bool:
+    def _updates(facts: ModuleFacts, scaler: str, function: Frame | None) -> tuple[list, bool]:
+        """(`.update()` calls on this scaler in the steps' own function, whether any other function of the
+        module calls `.update()` on a scaler of that name: a helper that may run every iteration)."""
         last = scaler.rsplit(".", 1)[-1]
-        return any(call.method == "update" and call.receiver and call.receiver.rsplit(".", 1)[-1] == last
-                   for call in facts.calls)
+        local, elsewhere = [], False
+        for call in facts.calls:
+            if call.method == "update" and call.receiver and call.receiver.rsplit(".", 1)[-1] == last:
+                if call.frame.function() is function and call.receiver == scaler:
+                    local.append(call)
+                else:
+                    elsewhere = True
+        return local, elsewhere
+
+    def _update_after_loop(self, facts: ModuleFacts, scaler: str, steps: list[Event], iteration: Frame | None,
+                           updates: list) -> Finding | None:
+        """A step every iteration of a loop whose only `update()` comes outside it (after the loop): the second
+        iteration's step raises. Only for a step on one plain optimizer name not rebound in the loop, in a loop
+        that no `break`/`return` can end after one pass."""
+        if iteration is None or any(update.frame.is_within(iteration) for update in updates):
+            return None
+        last = steps[-1]
+        if last.optimizer is None or any(last.optimizer in a.targets and a.frame.is_within(iteration)
+                                         for a in facts.assignments):
+            return None
+        if isinstance(iteration.node, cst.For) and last.optimizer in target_names(iteration.node.target):
+            return None
+        if self._unknown_methods(facts, scaler, iteration) or _can_leave_early(iteration.node):
+            return None
+        if not all(step.frame is last.frame for step in steps if step.frame.is_within(iteration)):
+            return None  # steps on several paths: each pass may step once
+        if last.frame.kind is not FrameKind.LOOP or last.frame is not iteration:
+            return None  # a conditional step (accumulation boundary) may run once per loop
+        update = updates[0]
+        message = (
+            f"`{snippet(facts, last.node)}` runs every iteration of the loop at line {facts.line_of(iteration.node)} "
+            f"but `{scaler}.update()` (line {facts.line_of(update.node)}) only runs outside it: the second "
+            f"iteration's step raises `RuntimeError: step() has already been called since the last update().`; "
+            f"call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration instead"
+        )
+        return Finding(last.node, message, None)
 
     @staticmethod
     def _handed_over(facts: ModuleFacts, scaler: str, function: Frame | None) -> bool:
@@ -171,3 +215,52 @@ class StepWithoutUpdate(Rule):
             return replace_nodes(facts.module, {anchor: lambda updated: cst.FlattenSentinel([updated, update])})
 
         return FixPlan(f"Add `{scaler}.update()` after the last `{scaler}.step(...)` of the iteration", rebuild)
+
+
+class _EarlyExits:  # a libcst visitor once made one with amplint.lazy.visitor_class
+    """Finds `break`/`return`/`raise`/`yield` that can end a loop's pass for good (not in nested loops or functions
+    for `break`; not in nested functions for the others)."""
+
+    walks_trivia = False
+
+    def __init__(self) -> None:
+        self.found = False
+        self.depth = 0
+
+    def visit_Break(self, node) -> None:
+        if self.depth == 0:
+            self.found = True
+
+    def visit_Return(self, node) -> None:
+        self.found = True
+
+    def visit_Raise(self, node) -> None:
+        self.found = True
+
+    def visit_Yield(self, node) -> None:
+        self.found = True
+
+    def visit_For(self, node) -> None:
+        self.depth += 1
+
+    def leave_For(self, node) -> None:
+        self.depth -= 1
+
+    def visit_While(self, node) -> None:
+        self.depth += 1
+
+    def leave_While(self, node) -> None:
+        self.depth -= 1
+
+    def visit_FunctionDef(self, node) -> bool:
+        return False
+
+    def visit_Lambda(self, node) -> bool:
+        return False
+
+
+def _can_leave_early(loop: cst.For | cst.While) -> bool:
+    """Can a pass through the loop's body end the loop (break, return, raise, yield)? Then it may run once."""
+    visitor = visitor_class(_EarlyExits)()
+    walk(loop.body, visitor)
+    return visitor.found
