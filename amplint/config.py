@@ -17,11 +17,6 @@ from amplint import rules as registry
 from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES
 
-KNOWN_KEYS = frozenset({
-    "select", "extend-select", "ignore", "exclude", "extend-exclude", "per-file-ignores", "output-format",
-    "target-torch-version", "force-exclude", "cache-dir", "jobs",
-})
-LIST_KEYS = ("select", "extend-select", "ignore", "exclude", "extend-exclude")
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache",
     "__pycache__", "build", "dist", "node_modules", "site-packages", ".eggs", "*.egg-info", ".amplint_cache",
@@ -48,6 +43,7 @@ class Settings:
     jobs: int | None = None
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
+    warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
 
     def excluded(self, path: str) -> bool:
         """Does an exclude pattern match this path (its name, or its path relative to the root)?"""
@@ -100,8 +96,13 @@ def _relative(path: str, root: Path) -> str:
     return relative.replace(os.sep, "/") if os.sep != "/" else relative
 
 
-def find_config(start: Path) -> Path | None:
-    """amplint.toml, or a pyproject.toml with a [tool.amplint] table, in `start` or the closest parent."""
+def find_config(start: Path, warnings: list[str] | None = None) -> Path | None:
+    """amplint.toml, or a pyproject.toml with a [tool.amplint] table, in `start` or the closest parent.
+
+    A pyproject.toml that cannot be read belongs to some other tool as much as to amplint: it is skipped with a
+    warning (appended to `warnings`), unless it has a `[tool.amplint]` header, which makes it amplint's file and
+    its problem an error. amplint.toml is always amplint's.
+    """
     for folder in (start, *start.parents):
         candidate = folder / "amplint.toml"
         if candidate.is_file():
@@ -109,11 +110,31 @@ def find_config(start: Path) -> Path | None:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                if "amplint" in _read_toml(candidate).get("tool", {}):
-                    return candidate
-            except ConfigError:
-                return candidate  # report the broken file rather than skip it
+                tool = _read_toml(candidate).get("tool", {})
+                if not isinstance(tool, dict):
+                    raise ConfigError(f"{candidate}: `tool` must be a table, not {_kind(tool)}")
+            except ConfigError as error:
+                if _names_amplint_table(candidate):
+                    return candidate  # amplint's own file: report it rather than skip it
+                if warnings is not None:
+                    warnings.append(f"{error}; skipped while looking for [tool.amplint]")
+                continue
+            if "amplint" in tool:
+                return candidate
     return None
+
+
+# A line that opens `[tool.amplint]` (or a table below it), even unclosed, or sets a dotted `tool.amplint.` key.
+AMPLINT_TABLE = re.compile(rb"^[ \t]*(?:\[[ \t]*)?tool[ \t]*\.[ \t]*[\"']?amplint(?![\w-])", re.MULTILINE)
+
+
+def _names_amplint_table(path: Path) -> bool:
+    """Does the file's text configure amplint (a broken file cannot be asked through its parsed table)?"""
+    try:
+        with open(path, "rb") as handle:
+            return AMPLINT_TABLE.search(handle.read()) is not None
+    except OSError:
+        return False
 
 
 def _read_toml(path: Path) -> dict:
@@ -122,21 +143,100 @@ def _read_toml(path: Path) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text (TOML files must be UTF-8)") from None
     except OSError as error:
         raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
 
 
 def load_settings(config: str | None = None, start: Path | None = None) -> Settings:
-    path = Path(config) if config else find_config((start or Path.cwd()).resolve())
+    """The settings of the named file, or of the closest one found; warnings about files skipped on the way are
+    in `Settings.warnings` for the caller to print."""
+    warnings: list[str] = []
+    path = Path(config) if config else find_config((start or Path.cwd()).resolve(), warnings)
     if path is None:
-        return Settings()
+        return Settings(warnings=warnings)
     if not path.is_file():
         raise ConfigError(f"{path}: no such configuration file")
     data = _read_toml(path)
-    table = data.get("tool", {}).get("amplint", {}) if path.name == "pyproject.toml" else data
-    if path.name != "pyproject.toml" and "tool" in table and "amplint" in table.get("tool", {}):
-        table = table["tool"]["amplint"]
-    return settings_from_table(table, path)
+    if path.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        if not isinstance(tool, dict):
+            raise ConfigError(f"{path}: `tool` must be a table, not {_kind(tool)}")
+        table = tool.get("amplint", {})
+    else:
+        tool = data.get("tool")
+        table = tool["amplint"] if isinstance(tool, dict) and "amplint" in tool else data
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: `tool.amplint` must be a table, not {_kind(table)}")
+    settings = settings_from_table(table, path)
+    settings.warnings = warnings + settings.warnings
+    return settings
+
+
+# Keys and their types ------------------------------------------------------------------------------------------
+# Each key names the conversion that checks its value's type; a wrong type is an error naming the key and the
+# file. A new key is one line here and a field of Settings (the field is the key with `-` as `_`).
+
+
+class _WrongType(Exception):
+    """The value has the wrong type; the argument says what was expected."""
+
+
+def _kind(value: object) -> str:
+    """A TOML value's type as a user would name it, with the value when it is short."""
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
+             dict: "a table"}
+    name = names.get(type(value), "a date or time")
+    shown = repr(value) if not isinstance(value, (list, dict)) else ""
+    return f"{name} {shown}" if shown and len(shown) <= 40 else name
+
+
+def _string(value: object) -> str:
+    if not isinstance(value, str):
+        raise _WrongType("a string")
+    return value
+
+
+def _strings(value: object) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise _WrongType("a list of strings")
+    return list(value)
+
+
+def _boolean(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise _WrongType("true or false")
+    return value
+
+
+def _positive_integer(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _WrongType("a positive integer")
+    return value
+
+
+def _codes_per_pattern(value: object) -> dict[str, list[str]]:
+    if not isinstance(value, dict) or not all(isinstance(codes, list) and all(isinstance(c, str) for c in codes)
+                                              for codes in value.values()):
+        raise _WrongType('a table of pattern = ["CODE", ...]')
+    return {pattern: list(codes) for pattern, codes in value.items()}
+
+
+KEYS = {
+    "select": _strings,
+    "extend-select": _strings,
+    "ignore": _strings,
+    "exclude": _strings,
+    "extend-exclude": _strings,
+    "per-file-ignores": _codes_per_pattern,
+    "output-format": _string,
+    "target-torch-version": _string,
+    "force-exclude": _boolean,
+    "cache-dir": _string,
+    "jobs": _positive_integer,
+}
+KNOWN_KEYS = frozenset(KEYS)
 
 
 def settings_from_table(table: dict, path: Path) -> Settings:
@@ -145,24 +245,13 @@ def settings_from_table(table: dict, path: Path) -> Settings:
         raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.amplint]: "
                           f"{', '.join(unknown)} (known: {', '.join(sorted(KNOWN_KEYS))})")
     settings = Settings(root=path.parent.resolve(), source=path)
-    for key in LIST_KEYS:
-        if key in table:
-            value = table[key]
-            if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-                raise ConfigError(f"{path}: `{key}` must be a list of strings")
-            if key == "exclude":
-                settings.exclude = value
-            else:
-                setattr(settings, key.replace("-", "_"), value)
-    pfi = table.get("per-file-ignores", {})
-    if not isinstance(pfi, dict) or not all(isinstance(v, list) for v in pfi.values()):
-        raise ConfigError(f"{path}: `per-file-ignores` must be a table of pattern = [codes]")
-    settings.per_file_ignores = pfi
-    for key in ("output-format", "target-torch-version", "cache-dir"):
-        if key in table:
-            if not isinstance(table[key], str):
-                raise ConfigError(f"{path}: `{key}` must be a string")
-            setattr(settings, key.replace("-", "_"), table[key])
+    for key, value in table.items():
+        try:
+            setattr(settings, key.replace("-", "_"), KEYS[key](value))
+        except _WrongType as expected:
+            raise ConfigError(f"{path}: `{key}` must be {expected}, not {_kind(value)}") from None
+    if settings.select == []:
+        raise ConfigError(f"{path}: `select` is empty, so no rule is selected (remove the key to select every rule)")
     if settings.output_format is not None and settings.output_format not in FORMAT_NAMES:
         raise ConfigError(f"{path}: unknown `output-format` {settings.output_format!r} "
                           f"(known: {', '.join(FORMAT_NAMES)})")
@@ -171,12 +260,6 @@ def settings_from_table(table: dict, path: Path) -> Settings:
             parse_version(settings.target_torch_version)
         except ValueError as error:
             raise ConfigError(f"{path}: `target-torch-version`: {error}") from None
-    if "force-exclude" in table:
-        settings.force_exclude = bool(table["force-exclude"])
-    if "jobs" in table:
-        if not isinstance(table["jobs"], int) or table["jobs"] < 1:
-            raise ConfigError(f"{path}: `jobs` must be a positive integer")
-        settings.jobs = table["jobs"]
     validate_selectors(settings, str(path))
     return settings
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Iterator
+from typing import Callable, Iterator
 
 from amplint.config import Settings
 
@@ -24,12 +24,19 @@ def _identity(path: str) -> object:
     return status.st_dev, status.st_ino
 
 
-def discover(paths: list[str], settings: Settings) -> Iterator[str]:
+def discover(paths: list[str], settings: Settings,
+             on_error: Callable[[str, OSError], None] | None = None) -> Iterator[str]:
     """Yield the files to lint, sorted within each argument, each once.
 
     Explicit file arguments are always linted unless `force_exclude` is set; missing paths are yielded too so
-    that the caller reports them. Symlinked folders are not followed (no loops).
+    that the caller reports them. Symlinked folders are not followed (no loops). A folder that cannot be listed
+    is given to `on_error` with the error (the caller reports it: it may hide any number of files), never
+    skipped silently.
     """
+    def unlisted(error: OSError) -> None:
+        if on_error is not None:
+            on_error(os.path.normpath(error.filename) if error.filename else path, error)
+
     seen: set[object] = set()
     for path in paths:
         if not os.path.isdir(path):
@@ -42,7 +49,7 @@ def discover(paths: list[str], settings: Settings) -> Iterator[str]:
             continue
         if settings.force_exclude and settings.excluded(path) and path not in (".", "./"):
             continue
-        for folder, subfolders, files in os.walk(path, followlinks=False):
+        for folder, subfolders, files in os.walk(path, onerror=unlisted, followlinks=False):
             subfolders[:] = sorted(
                 name for name in subfolders
                 if not settings.excluded(os.path.join(folder, name))

@@ -13,7 +13,7 @@ class Report:
     """Everything a format may show: the diagnostics (sorted) and the run's context."""
 
     diagnostics: list[Diagnostic]
-    fixed: int = 0  # fixes applied in this run
+    fixed: int = 0  # findings the fixes of this run took away (found before fixing minus remaining)
     unsafe_fixes: bool = False
     show_fixes: bool = False
     messages: list[str] = field(default_factory=list)  # notes about files, e.g. fixes refused

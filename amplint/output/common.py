@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +15,44 @@ FILE_ERRORS = {
     "AMP901": "The file cannot be read or decoded.",
     "AMP902": "amplint failed while analysing the file.",
 }
+
+
+# Characters that move the cursor, end a line or drive the terminal when printed: C0, DEL, C1, line separators.
+# Bidirectional overrides too: they reorder what follows them on screen.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def name_bytes(text: str) -> bytes:
+    """The bytes of a file name as the system gave them: Python keeps bytes that are not UTF-8 as lone
+    surrogates (U+DC80-U+DCFF), which become those bytes again. Any other lone surrogate is escaped."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace")
+
+
+def portable(text: str) -> str:
+    """Text every encoder accepts (JSON, XML, a UTF-8 file or terminal): the bytes of a file name that are not
+    UTF-8 become `\\xNN` escapes; everything else is unchanged."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return name_bytes(text).decode("utf-8", "backslashreplace")
+    return text
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`portable` text that also prints on one line: control characters become escapes (`\\n`, `\\x1b`), so a
+    file name with a newline cannot split a report line or forge another. `keep` names characters the caller
+    encodes itself."""
+    def escape(match: re.Match) -> str:
+        char = match.group()
+        if char in keep:
+            return char
+        return SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+    return CONTROL.sub(escape, portable(text))
 
 
 def relative_path(filename: str) -> str:
@@ -45,5 +84,5 @@ def fingerprints(diagnostics: list[Diagnostic]) -> list[str]:
         occurrence = seen[key]
         seen[key] += 1
         text = "\0".join((*key, str(occurrence)))
-        result.append(hashlib.sha256(text.encode("utf-8")).hexdigest()[:32])
+        result.append(hashlib.sha256(name_bytes(text)).hexdigest()[:32])
     return result

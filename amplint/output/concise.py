@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from amplint.diagnostics import Diagnostic
+from amplint.output.common import printable
 
 
 def location(diagnostic: Diagnostic) -> str:
     cell = f"cell {diagnostic.cell}:" if diagnostic.cell is not None else ""
-    return f"{diagnostic.filename}:{cell}{diagnostic.location.row}:{diagnostic.location.column}"
+    return f"{printable(diagnostic.filename)}:{cell}{diagnostic.location.row}:{diagnostic.location.column}"
 
 
 def line(diagnostic: Diagnostic, unsafe: bool) -> str:
@@ -16,12 +17,16 @@ def line(diagnostic: Diagnostic, unsafe: bool) -> str:
 
 
 def summary(report) -> str:
+    """After fixes, ruff's line: "Found 8 errors (6 fixed, 2 remaining).", where found is what the files reported
+    before fixing (the fixed ones plus those that remain); then how to fix what remains."""
     count = len(report.diagnostics)
     parts = []
     if report.fixed:
-        parts.append(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.")
-    if count:
+        found = report.fixed + count
+        parts.append(f"Found {found} error{'s' if found != 1 else ''} ({report.fixed} fixed, {count} remaining).")
+    elif count:
         parts.append(f"Found {count} error{'s' if count != 1 else ''}.")
+    if count:
         fixable = sum(d.fixable(report.unsafe_fixes) for d in report.diagnostics)
         hidden = sum(d.fixable(True) for d in report.diagnostics) - fixable
         if fixable:
@@ -35,6 +40,6 @@ def summary(report) -> str:
 
 def render(report) -> str:
     lines = [line(d, report.unsafe_fixes) for d in report.diagnostics]
-    lines.extend(report.messages)
+    lines.extend(printable(message) for message in report.messages)
     lines.append(summary(report))
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amplint.diagnostics import Diagnostic
 from amplint.output import concise
+from amplint.output.common import printable
 
 
 def frame(diagnostic: Diagnostic) -> list[str]:
@@ -32,6 +33,6 @@ def render(report) -> str:
         if report.show_fixes and diagnostic.fix is not None:
             lines.append(f"  = help: {diagnostic.fix.message} ({diagnostic.fix.applicability.value} fix)")
         lines.append("")
-    lines.extend(report.messages)
+    lines.extend(printable(message) for message in report.messages)
     lines.append(concise.summary(report))
     return "\n".join(lines) + "\n"

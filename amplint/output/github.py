@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from amplint.diagnostics import Diagnostic
-from amplint.output.common import relative_path
+from amplint.output.common import printable, relative_path
 
 
 def escape_data(text: str) -> str:
-    """The message part: GitHub decodes %25, %0D and %0A, so those three must be encoded (`%` first)."""
+    """The message part: GitHub decodes %25, %0D and %0A, so those three must be encoded (`%` first); other
+    control characters (which GitHub does not decode) and bytes that are not UTF-8 become escapes."""
+    text = printable(text, keep="\r\n")
     return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 

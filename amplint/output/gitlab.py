@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 
-from amplint.output.common import FILE_ERRORS, fingerprints, relative_path
+from amplint.output.common import FILE_ERRORS, fingerprints, portable, relative_path
 
 
 def issue(diagnostic, fingerprint: str) -> dict:
     cell = f" (cell {diagnostic.cell})" if diagnostic.cell is not None else ""
     return {
-        "description": f"{diagnostic.code}{cell} {diagnostic.message}",
+        "description": portable(f"{diagnostic.code}{cell} {diagnostic.message}"),
         "check_name": diagnostic.code,
         "fingerprint": fingerprint,
         # A file that could not be analysed may hide any number of findings: rank it above one finding.
         "severity": "critical" if diagnostic.code in FILE_ERRORS else "major",
         "location": {
-            "path": relative_path(diagnostic.filename),
+            "path": portable(relative_path(diagnostic.filename)),
             "lines": {"begin": diagnostic.location.row, "end": diagnostic.end_location.row},
         },
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amplint.diagnostics import Diagnostic
 from amplint.output import concise
+from amplint.output.common import printable
 
 
 def by_file(diagnostics: list[Diagnostic]) -> dict[str, list[Diagnostic]]:
@@ -24,9 +25,9 @@ def line(diagnostic: Diagnostic, unsafe: bool) -> str:
 def render(report) -> str:
     lines: list[str] = []
     for filename, diagnostics in by_file(report.diagnostics).items():
-        lines.append(f"{filename}:")
+        lines.append(f"{printable(filename)}:")
         lines.extend(line(d, report.unsafe_fixes) for d in diagnostics)
         lines.append("")
-    lines.extend(report.messages)
+    lines.extend(printable(message) for message in report.messages)
     lines.append(concise.summary(report))
     return "\n".join(lines) + "\n"

@@ -4,6 +4,17 @@ from __future__ import annotations
 
 import json
 
+from amplint.output.common import portable
+
+
+def record(diagnostic) -> dict:
+    """The diagnostic's object, its file name and message as text any JSON reader accepts (a name's bytes that
+    are not UTF-8 as `\\xNN` escapes, never a lone surrogate)."""
+    data = diagnostic.to_dict()
+    data["filename"] = portable(data["filename"])
+    data["message"] = portable(data["message"])
+    return data
+
 
 def render(report) -> str:
-    return json.dumps([d.to_dict() for d in report.diagnostics], indent=2) + "\n"
+    return json.dumps([record(d) for d in report.diagnostics], indent=2) + "\n"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from amplint.output.json_format import record
+
 
 def render(report) -> str:
-    return "".join(json.dumps(d.to_dict(), ensure_ascii=False) + "\n" for d in report.diagnostics)
+    return "".join(json.dumps(record(d), ensure_ascii=False) + "\n" for d in report.diagnostics)

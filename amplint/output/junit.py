@@ -9,14 +9,16 @@ import re
 import xml.etree.ElementTree as ET
 
 from amplint.output import concise, grouped
-from amplint.output.common import relative_path
+from amplint.output.common import portable, relative_path
 
 # Characters XML 1.0 cannot carry at all, even escaped; a message quoting odd source text must not break the file.
 NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def clean(text: str) -> str:
-    return NOT_XML.sub("\ufffd", text)
+    """Text XML can carry: bytes of a file name that are not UTF-8 as escapes, anything else XML cannot hold as
+    U+FFFD."""
+    return NOT_XML.sub("\ufffd", portable(text))
 
 
 def render(report) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 from amplint import __version__
 from amplint.diagnostics import DOCS_URL, Diagnostic, Edit, Location
-from amplint.output.common import FILE_ERRORS, fingerprints, relative_path
+from amplint.output.common import FILE_ERRORS, fingerprints, name_bytes, portable, relative_path
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
 INFORMATION_URI = "https://amplint.readthedocs.io/"
@@ -20,11 +20,12 @@ SRCROOT = "%SRCROOT%"
 
 
 def artifact_location(filename: str) -> dict:
-    """A relative URI against %SRCROOT% (the current folder) when possible, else an absolute file URI."""
+    """A relative URI against %SRCROOT% (the current folder) when possible, else an absolute file URI; either
+    percent-encodes the name's bytes, so a name that is not UTF-8 keeps its exact bytes."""
     path = relative_path(filename)
     if Path(path).is_absolute():
         return {"uri": Path(path).as_uri()}
-    return {"uri": quote(path, safe="/"), "uriBaseId": SRCROOT}
+    return {"uri": quote(name_bytes(path), safe="/"), "uriBaseId": SRCROOT}
 
 
 def region(start: Location, end: Location) -> dict:
@@ -78,7 +79,7 @@ def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
         "level": "error",
-        "message": {"text": diagnostic.message},
+        "message": {"text": portable(diagnostic.message)},
         "locations": [{"physicalLocation": {
             "artifactLocation": location,
             "region": region(diagnostic.location, diagnostic.end_location),
@@ -111,7 +112,7 @@ def sarif_log(report) -> dict:
     invocation: dict = {"executionSuccessful": not any(d.code == "AMP902" for d in report.diagnostics)}
     if report.messages:
         invocation["toolExecutionNotifications"] = [
-            {"level": "warning", "message": {"text": message}} for message in report.messages]
+            {"level": "warning", "message": {"text": portable(message)}} for message in report.messages]
     return {
         "$schema": SCHEMA_URI,
         "version": "2.1.0",
