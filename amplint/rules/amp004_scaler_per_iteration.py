@@ -7,10 +7,10 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.collect import target_names
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import Changes, snippet
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 HARM = ("every iteration starts again from a fresh scale (65536) with an empty growth tracker, so the scale never "
@@ -130,20 +130,28 @@ class ScalerPerIteration(Rule):
 
     @staticmethod
     def _hoist(facts: ModuleFacts, build: Event, loop: Frame) -> FixPlan | None:
+        """Move the construction before `loop`, when that cannot change what it builds (see Fix safety)."""
         statement = build.call.statement
-        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1 \
+                or not isinstance(statement.body[0], cst.Assign) or statement.body[0].value is not build.node:
             return None
-        assigned = set()
-        if isinstance(loop.node, cst.For):
-            assigned.update(target_names(loop.node.target))
-        for assignment in facts.assignments:
-            if assignment.frame.is_within(loop):
-                assigned.update(assignment.targets)
-        used = {n.value for n in _names(build.node)}
-        if used & {name.split(".")[0] for name in assigned}:
+        changes = Changes.of(loop.node, facts.imports.bindings, skip=statement)
+        assign = statement.body[0]
+        stored = {name for target in assign.targets for name in _names(target.target)}  # `scaler`, `self`
+        read = set(_names(build.node))
+        if (read | stored) & changes.bound or read & changes.mutated or build.bound_to in changes.stored:
             return None
+        # Between the loop and the statement only blocks that always run their body (`with`, `try`, inner loops:
+        # the construction ran at least once before any use); under an `if` it may never have run.
+        around = build.call.statements[build.call.statements.index(loop.node) + 1:-1]
+        conditional = any(not isinstance(node, (cst.With, cst.For, cst.While, cst.Try)) for node in around)
+        # A call among the arguments would run once instead of at every iteration.
+        calls = _has_call(build.node.args)
+        safe = not conditional and not calls
 
         def rebuild():
+            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+
             # Blank lines above the loop go above the hoisted statement; comments stay with their statements.
             loop_lines = list(loop.node.leading_lines)
             blank = 0
@@ -151,20 +159,22 @@ class ScalerPerIteration(Rule):
                 blank += 1
             hoisted = statement.with_changes(leading_lines=[*loop_lines[:blank], *statement.leading_lines])
             return replace_nodes(facts.module, {
-                statement: cst.RemoveFromParent(),
+                statement: MOVED,
                 loop.node: lambda updated: cst.FlattenSentinel(
                     [hoisted, updated.with_changes(leading_lines=loop_lines[blank:])]),
             })
 
-        return FixPlan("Construct the GradScaler once, before the loop", rebuild)
+        return FixPlan("Construct the GradScaler once, before the loop", rebuild,
+                       Applicability.SAFE if safe else Applicability.UNSAFE)
 
 
-def _names(node: cst.CSTNode) -> list[cst.Name]:
-    found: list[cst.Name] = []
+def _names(node: cst.CSTNode) -> list[str]:
+    """The names an expression reads (the base of each attribute chain, every name in calls and subscripts)."""
+    found: list[str] = []
 
     class Names(cst.CSTVisitor):
         def visit_Name(self, name: cst.Name) -> None:
-            found.append(name)
+            found.append(name.value)
 
         def visit_Attribute(self, attribute: cst.Attribute) -> bool:
             attribute.value.visit(self)
@@ -172,3 +182,15 @@ def _names(node: cst.CSTNode) -> list[cst.Name]:
 
     node.visit(Names())
     return found
+
+
+def _has_call(args) -> bool:
+    found: list[cst.Call] = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> None:
+            found.append(node)
+
+    for arg in args:
+        arg.visit(Calls())
+    return bool(found)

@@ -10,27 +10,94 @@ from amplint.facts.locate import Locations, locate
 from amplint.lazy import libcst as cst
 
 
+class Moved:
+    """The replacement for a statement that a fix moves elsewhere: it leaves its place together with its own
+    comments, which the fix puts back with the statement where it goes (see `MOVED`)."""
+
+    def __repr__(self) -> str:
+        return "MOVED"
+
+
+# Replace a statement with MOVED when the fix re-inserts it (with its leading comments) somewhere else;
+# `cst.RemoveFromParent()` deletes it and keeps its own-line comments in place.
+MOVED = Moved()
+
+
 class ReplaceNodes(cst.CSTTransformer):
     """Replace given nodes (by identity) with new nodes, several statements, or nothing.
 
     A replacement may be a callable taking the updated node, for nodes whose children change too. With
     `on_path` (ids of the replaced nodes and of every node around them), subtrees off those paths are kept
     as they are without being walked.
+
+    Comments survive deletion: a statement removed with `cst.RemoveFromParent()` leaves its own-line comments
+    (those above it and those inside a compound statement's body) to the next statement of its block, or to the
+    block's footer when it was the last. Only comments on the deleted code lines themselves go. A statement
+    replaced with `MOVED` takes its comments along.
     """
 
     def __init__(self, replacements: dict[cst.CSTNode, object], on_path: set[int] | None = None) -> None:
         super().__init__()
         self.replacements = replacements
         self.on_path = on_path
+        self.pending: list[list[cst.EmptyLine]] = []  # per open block: comments left by its removed statements
 
     def on_visit(self, node) -> bool:
+        if isinstance(node, (cst.IndentedBlock, cst.Module)):
+            self.pending.append([])
         return self.on_path is None or id(node) in self.on_path
 
     def on_leave(self, original_node, updated_node):
+        result = updated_node
         if original_node in self.replacements:
             replacement = self.replacements[original_node]
-            return replacement(updated_node) if callable(replacement) else replacement
-        return updated_node
+            result = replacement(updated_node) if callable(replacement) else replacement
+        if isinstance(original_node, cst.BaseStatement) and self.pending:
+            return self._statement_left(original_node, result)
+        if isinstance(original_node, (cst.IndentedBlock, cst.Module)):
+            left = self.pending.pop()
+            if left and isinstance(result, (cst.IndentedBlock, cst.Module)):
+                result = result.with_changes(footer=[*left, *result.footer])
+        return result
+
+    def _statement_left(self, original: cst.BaseStatement, result):
+        left = self.pending[-1]
+        if isinstance(result, Moved):
+            return cst.RemovalSentinel.REMOVE
+        if result is cst.RemovalSentinel.REMOVE:
+            left.extend(kept_comment_lines(original))
+            return result
+        if left:
+            if isinstance(result, cst.FlattenSentinel) and result.nodes:
+                first = result.nodes[0]
+                result = cst.FlattenSentinel([first.with_changes(leading_lines=[*left, *first.leading_lines]),
+                                              *result.nodes[1:]])
+            elif isinstance(result, cst.BaseStatement):
+                result = result.with_changes(leading_lines=[*left, *result.leading_lines])
+            else:
+                return result
+            left.clear()
+        return result
+
+
+def kept_comment_lines(statement: cst.CSTNode) -> list[cst.EmptyLine]:
+    """The own-line comments of a statement being deleted, as lines to keep at its block's indentation: the lines
+    above it down to its last comment (blank lines between them too), then the comment lines inside it."""
+    above = list(getattr(statement, "leading_lines", ()))
+    while above and above[-1].comment is None:
+        above.pop()
+    inside: list[cst.EmptyLine] = []
+
+    class Comments(cst.CSTVisitor):
+        def visit_EmptyLine(self, line: cst.EmptyLine) -> None:
+            if line.comment is not None:
+                inside.append(line)
+
+    own = {id(line) for line in getattr(statement, "leading_lines", ())}
+    for child in statement.children:
+        if id(child) not in own:
+            child.visit(Comments())
+    return [line.with_changes(indent=True) if line.comment is not None else line for line in [*above, *inside]]
 
 
 class Rewritten:

@@ -7,12 +7,12 @@ build the same rewrite for the same block, so their fixes agree.
 
 from __future__ import annotations
 
-from amplint.lazy import libcst as cst
+from amplint.lazy import libcst as cst, visitor_class
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.model import Call
-from amplint.facts.names import CLIP_FUNCTIONS
+from amplint.facts.names import CLIP_FUNCTIONS, dotted_name
 from amplint.rules.base import FixPlan, replace_nodes
 
 # The events that must not run under autocast; their presence marks the update phase of a step.
@@ -170,3 +170,165 @@ def region_fix(facts: ModuleFacts, region: Region, chain: list[Call]) -> FixPlan
     if chain or region.via != "with":
         return advice_for_region(facts, region, chain)
     return move_out_of_region(facts, region)
+
+
+# --- what a block of code may change ------------------------------------------------------------------------
+
+# Builtins that read their arguments without changing them (unless rebound, which counts as a binding).
+READ_ONLY_BUILTINS = frozenset({"print", "len", "isinstance", "float", "int", "str", "bool", "repr", "format"})
+
+
+def base_name(node: cst.CSTNode) -> str | None:
+    """The name an expression starts from: `cfg` for `cfg.opt.lr`, `x[0].y` or `cfg.get()`."""
+    while True:
+        if isinstance(node, cst.Name):
+            return node.value
+        if isinstance(node, (cst.Attribute, cst.Subscript)):
+            node = node.value
+        elif isinstance(node, cst.Call):
+            node = node.func
+        else:
+            return None
+
+
+class Changes:
+    """The names a piece of code may rebind (`bound`) or change in place (`mutated`), and the dotted targets it
+    assigns (`stored`, `self.scaler` for `self.scaler = ...`).
+
+    Over-approximates on purpose: every binding form counts (assignment, augmented, annotated, walrus, `import`,
+    `for`/`with`/`except` targets, `global`/`nonlocal`, `del`, nested `def`/`class` names, comprehension
+    variables), and an object may change when an attribute or item of it is assigned or deleted, when a method
+    is called on it, or when it is passed to a call. Calls into imported modules (`torch.autocast(...,
+    enabled=flag)`) and read-only builtins (`print`, `len`) are taken not to change their arguments, except
+    `torch` functions that work in place (a trailing `_`) or write to `out=`. `imports` maps names bound by
+    import statements to what they stand for; method calls on those names do not count as changing them.
+    """
+
+    def __init__(self, imports: dict[str, str]) -> None:
+        self.imports = imports
+        self.bound: set[str] = set()
+        self.mutated: set[str] = set()
+        self.stored: set[str] = set()
+
+    @classmethod
+    def of(cls, node: cst.CSTNode, imports: dict[str, str], skip: cst.CSTNode | None = None) -> Changes:
+        """What `node` may change, leaving out the statement `skip` inside it."""
+        changes = cls(imports)
+        node.visit(visitor_class(_ChangesVisitor)(changes, skip))
+        return changes
+
+    def target(self, target: cst.CSTNode) -> None:
+        """An assignment (or `del`) target."""
+        if isinstance(target, cst.Name):
+            self.bound.add(target.value)
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self.target(element.value)
+        elif isinstance(target, cst.StarredElement):
+            self.target(target.value)
+        else:
+            base = base_name(target)
+            if base is not None:
+                self.mutated.add(base)
+            dotted = dotted_name(target)
+            if dotted is not None:
+                self.stored.add(dotted)
+
+    def call(self, call: cst.Call) -> None:
+        func = call.func
+        callee = dotted_name(func) or ""
+        head = callee.split(".", 1)[0]
+        if isinstance(func, cst.Attribute):
+            receiver = base_name(func.value)
+            if receiver is not None and receiver not in self.imports:
+                self.mutated.add(receiver)
+        in_place = callee.endswith("_") or any(a.keyword is not None and a.keyword.value == "out" for a in call.args)
+        if not in_place and (head in self.imports or callee in READ_ONLY_BUILTINS):
+            return
+        for arg in call.args:
+            for name in _names_in(arg.value):
+                self.mutated.add(name)
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    found: set[str] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found.add(name.value)
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
+            attribute.value.visit(self)
+            return False
+
+    node.visit(Names())
+    return found
+
+
+class _ChangesVisitor:  # a libcst visitor once made one with amplint.lazy.visitor_class
+    def __init__(self, changes: Changes, skip: cst.CSTNode | None) -> None:
+        super().__init__()
+        self.changes = changes
+        self.skip = skip
+
+    def on_visit(self, node) -> bool:
+        if node is self.skip:
+            return False
+        return super().on_visit(node)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self.changes.target(target.target)
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        self.changes.target(node.target)
+        base = base_name(node.target)
+        if base is not None:
+            self.changes.mutated.add(base)  # `x *= 2` on a list or tensor changes it in place
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self.changes.target(node.target)
+
+    def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+        self.changes.target(node.target)
+
+    def visit_For(self, node: cst.For) -> None:
+        self.changes.target(node.target)
+
+    def visit_CompFor(self, node: cst.CompFor) -> None:
+        self.changes.target(node.target)
+
+    def visit_AsName(self, node: cst.AsName) -> None:  # with ... as x, except E as x, import a as x
+        self.changes.target(node.name)
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if alias.asname is None:
+                self.changes.bound.add((dotted_name(alias.name) or "").split(".", 1)[0])
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        if isinstance(node.names, cst.ImportStar):
+            self.changes.bound.add("*")
+            return
+        for alias in node.names:
+            if alias.asname is None:
+                self.changes.bound.add(dotted_name(alias.name) or "")
+
+    def visit_Global(self, node: cst.Global) -> None:
+        self.changes.bound.update(item.name.value for item in node.names)
+
+    def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+        self.changes.bound.update(item.name.value for item in node.names)
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.changes.target(node.target)
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.changes.bound.add(node.name.value)
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self.changes.bound.add(node.name.value)
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.changes.call(node)
