@@ -612,7 +612,8 @@ class Summary:
 
     def _optimizer_names(self) -> set[str]:
         """Dotted names the facts layer can take for an optimizer besides the conventional names: an argument
-        of `step`/`unscale_` on something that can hold a scaler, or a name assigned a call to something whose
+        of `step`/`unscale_` on something that can hold a scaler, a receiver of `zero_grad()` (with
+        `param_groups` anywhere: every receiver of `step()`), or a name assigned a call to something whose
         last name is capitalised (a class: `torch.optim.AdamW`, `Lamb`) or names an optimizer factory."""
         if self._optimizers is None:
             optimizers: set[str] = set()
@@ -623,6 +624,10 @@ class Summary:
                             name = _dotted(argument)
                             if name:
                                 optimizers.add(name)
+            # `x.zero_grad()` or `x.param_groups`: used the way an optimizer is (the facts layer's usage keys)
+            optimizers.update(receiver for _, _, receiver, _, _ in self._calls.get("zero_grad", ()) if receiver)
+            if "param_groups" in self.identifiers:
+                optimizers.update(receiver for _, _, receiver, _, _ in self._calls.get("step", ()) if receiver)
             for targets, value in self._assignments:
                 if type(value) is ast.Call:
                     lasts = self._last_names(value)  # with what an import alias stands for

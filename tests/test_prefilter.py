@@ -588,8 +588,8 @@ def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
     # a scheduler's step and a dict's update under autocast: neither is an optimizer's nor a scaler's
     ("def sample(self, latents):\n    with torch.autocast('cuda'):\n        latents = self.scheduler.step(latents)\n"
      "        self.cache.update(latents=latents)\n", False),
-    ("def f(model, optimizer, x):\n    with torch.autocast('cuda'):\n        model(x).sum().backward()\n"
-     "        optimizer.step()\n", True),
+    ("def f(model, optimizer, x):\n    optimizer.zero_grad()\n    with torch.autocast('cuda'):\n"
+     "        model(x).sum().backward()\n        optimizer.step()\n", True),
     # bound to an optimizer class through an import alias
     ("from torch.optim import AdamW as make\nmodel = torch.nn.Linear(2, 2)\no = make(model.parameters())\n"
      "with torch.autocast('cuda'):\n    o.step()\n", True),

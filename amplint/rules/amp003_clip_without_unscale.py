@@ -7,6 +7,8 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts.module import call_argument
+from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -80,15 +82,20 @@ class ClipWithoutUnscale(Rule):
             step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler), None)
             if step is None:
                 continue
+            candidates = _stepped_after(events, clip, scaler)
+            tied = tied_optimizer(facts, clip, candidates, events, scaler)
+            # The unscale_ that counts: of the tied optimizer; when none is tied, of any optimizer stepped after
+            # the clip (an undetermined tie stays silent rather than guess).
+            counted = {tied} if tied is not None else set(candidates) | {None}
 
             def unscales_stepped(event) -> bool:
                 return (event.kind is EventKind.SCALER_UNSCALE and event.scaler == scaler
-                        and (step.optimizer is None or event.optimizer in (None, step.optimizer)))
+                        and (event.optimizer is None or event.optimizer in counted or not candidates))
 
             if any(unscales_stepped(e) and e.index > backward.index for e in before):
                 continue
             late_unscale = next((e for e in after if unscales_stepped(e) and e.index < step.index), None)
-            optimizer = step.optimizer or "optimizer"
+            optimizer = tied or step.optimizer or "optimizer"
             clipped = snippet(facts, clip.node.func)
             if late_unscale is not None:
                 message = (
@@ -99,13 +106,18 @@ class ClipWithoutUnscale(Rule):
                 )
                 fix = self._move_unscale(facts, clip, late_unscale, step)
             else:
+                which = (f"`{scaler}.unscale_({tied})`" if tied is not None else
+                         f"`{scaler}.unscale_(...)` of the optimizer that owns these parameters")
                 message = (
                     f"`{clipped}(...)` clips gradients that `{scaler}` scaled by the loss scale (65536 by default) "
-                    f"with no `{scaler}.unscale_({optimizer})` before it: the clip measures a norm ~65536x too "
+                    f"with no {which} before it: the clip measures a norm ~65536x too "
                     f"large (measured: 55772.77 for a true 0.8510), so the update shrinks by that factor; "
-                    f"call `{scaler}.unscale_({optimizer})` first"
+                    f"call {which} first"
                 )
-                fix = self._insert_unscale(facts, clip, step, scaler, optimizer)
+                if tied is None and len(candidates) > 1:
+                    message += (f" (several optimizers are stepped after it: {', '.join(f'`{c}`' for c in candidates)};"
+                                f" which one owns the clipped parameters is not known, so no fix is offered)")
+                fix = self._insert_unscale(facts, clip, step, scaler, tied) if tied is not None else None
             yield Finding(clip.node, message, fix)
 
     @staticmethod
@@ -114,7 +126,7 @@ class ClipWithoutUnscale(Rule):
 
     def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str) -> FixPlan | None:
         statement = clip.call.statement
-        if step.optimizer is None or not self._step_follows_every_clip(clip, step):
+        if not self._step_follows_every_clip(clip, step):
             return None
         if not isinstance(statement, cst.SimpleStatementLine) and not isinstance(statement, cst.BaseCompoundStatement):
             return None
@@ -142,3 +154,100 @@ class ClipWithoutUnscale(Rule):
             })
 
         return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild)
+
+
+def _stepped_after(events: list[Event], clip: Event, scaler: str) -> list[str]:
+    """The optimizers `scaler.step(...)` steps after the clip and before the scaler's next `update()`, in order:
+    the only ones whose gradients the clip can still affect."""
+    found: list[str] = []
+    for event in events:
+        if event.index <= clip.index or event.scaler != scaler:
+            continue
+        if event.kind is EventKind.SCALER_UPDATE:
+            break
+        if event.kind is EventKind.SCALER_STEP and event.optimizer and event.optimizer not in found:
+            found.append(event.optimizer)
+    return found
+
+
+def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], events: list[Event],
+                   scaler: str) -> str | None:
+    """The optimizer whose parameters the clip clips, or None when that is not known.
+
+    Known when the clip's parameters (`gen.parameters()`, or a name bound to them) are among those one
+    optimizer was built with (`opt_g = torch.optim.Adam(gen.parameters())`), or when only one optimizer is
+    stepped after the clip and no other optimizer of the function is known to own the clipped parameters (its
+    construction, when seen, must cover them). Never a guess from the order of the steps."""
+    clipped = parameter_owners(facts, call_argument(clip.node, 0, "parameters"), clip.frame)
+    known = {e.optimizer for e in events if e.optimizer and e.scaler == scaler
+             and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)}
+    owners = {name: _optimizer_owners(facts, name, clip.frame) for name in known | set(candidates)}
+    covering = [name for name, built_on in owners.items()
+                if clipped is not None and built_on is not None and _covers(built_on, clipped)]
+    if len(covering) == 1:
+        return covering[0] if covering[0] in candidates else None
+    if len(candidates) != 1 or covering:
+        return None
+    only = candidates[0]
+    if owners.get(only) is not None and clipped is not None:
+        return None  # both sides known, and they do not match: the clip is of another optimizer's parameters
+    return only
+
+
+def _covers(built_on: set[str], clipped: set[str]) -> bool:
+    """Does an optimizer built on the parameters of `built_on` hold every parameter of `clipped`?"""
+    return all(any(c == o or c.startswith(o + ".") for o in built_on) for c in clipped)
+
+
+def _optimizer_owners(facts: ModuleFacts, name: str, frame) -> set[str] | None:
+    """The modules whose parameters optimizer `name` was built with, when its construction is seen."""
+    bound = facts.bindings(name, frame)
+    if len(bound) != 1 or not facts.optimizer_constructed(name, frame):
+        return None
+    value = bound[0].value
+    owners = parameter_owners(facts, call_argument(value, 0, "params"), bound[0].frame)
+    if owners is None:
+        return None
+    # `self.model = model` next to `self.opt = Adam(model.parameters())`: the same module under both names.
+    function = bound[0].frame.function()
+    for assignment in facts.assignments:
+        if assignment.frame.function() is function and dotted_name(assignment.value) in owners:
+            owners = owners | set(assignment.targets)
+    return owners
+
+
+def parameter_owners(facts: ModuleFacts, expr, frame, depth: int = 0) -> set[str] | None:
+    """The modules whose parameters `expr` yields: `gen.parameters()` -> {"gen"}; `list(...)`, `[*a, *b]`,
+    `itertools.chain(...)`, param-group dicts and local names bound to them are followed. None: unknown."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+            owner = dotted_name(func.value)
+            return {owner} if owner else None
+        callee = dotted_name(func) or ""
+        if callee in ("list", "tuple", "itertools.chain", "chain") and expr.args:
+            return _union(parameter_owners(facts, arg.value, frame, depth + 1) for arg in expr.args)
+        return None
+    if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
+        return _union(parameter_owners(facts, element.value, frame, depth + 1) for element in expr.elements)
+    if isinstance(expr, cst.Dict):
+        params = [e.value for e in expr.elements if isinstance(e, cst.DictElement)
+                  and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
+        return parameter_owners(facts, params[0], frame, depth + 1) if params else None
+    key = dotted_name(expr)
+    if key is not None:
+        bound = facts.bindings(key, frame)
+        if len(bound) == 1 and len(bound[0].targets) == 1:
+            return parameter_owners(facts, bound[0].value, bound[0].frame, depth + 1)
+    return None
+
+
+def _union(parts) -> set[str] | None:
+    owners: set[str] = set()
+    for part in parts:
+        if part is None:
+            return None
+        owners |= part
+    return owners
