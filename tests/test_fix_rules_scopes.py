@@ -67,3 +67,85 @@ def test_amp004_fixed_functions_compute_the_same() -> None:
     original = run_functions(text, BINDING_FORMS)
     assert not any(isinstance(result, str) for result in original.values()), original
     assert run_functions(fixed(text, "AMP004"), BINDING_FORMS) == original
+
+
+# --- AMP001/AMP002: moving the update phase out of the region -----------------------------------------------
+
+RUNTIME_CASES = [
+    ("AMP001", "forward_without_calls_after.py", ["train"]),
+    ("AMP001", "contextmanager_yield_step.py", ["train"]),
+    ("AMP001", "with_items_around_autocast.py", ["items_after_autocast", "later_item_uses_the_region"]),
+    ("AMP002", "closure_step.py", ["train"]),
+]
+
+
+@pytest.mark.parametrize(("code", "name", "functions"), RUNTIME_CASES, ids=[c[1] for c in RUNTIME_CASES])
+def test_moved_update_phase_computes_the_same(code: str, name: str, functions: list[str]) -> None:
+    text = fixture(code, name).read_text(encoding="utf-8")
+    original = run_functions(text, functions)
+    assert not any(isinstance(result, str) for result in original.values()), original
+    for unsafe in (False, True):
+        assert run_functions(fixed(text, code, unsafe), functions) == original
+
+
+def test_with_items_are_never_reordered_and_closure_steps_never_move() -> None:
+    for code, name in (("AMP001", "with_items_around_autocast.py"), ("AMP002", "closure_step.py")):
+        text = fixture(code, name).read_text(encoding="utf-8")
+        assert fixed(text, "AMP001") == fixed(text, "AMP002") == text
+
+
+MOVES = """import torch
+
+scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+with torch.autocast("cuda"):
+    loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.unscale_(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    if step % 10 == 0:
+        print(f"{loss.item():.3f}", scaler.get_scale())
+    total += loss.item()
+    {after}
+"""
+
+
+@pytest.mark.parametrize(("after", "stays"), [
+    ("y = x @ w", True),              # matmul: an autocast op, no call
+    ("y = 1 / x", True),              # __rtruediv__: an fp32 autocast op on CUDA
+    ("y = x ** 2", True),             # pow
+    ("probe = model(x)", True),       # a call into a model
+    ("lr_scheduler.step()", True),    # `step()` on an object of unknown kind
+    ("pass", True),                   # a notebook magic's placeholder, or nothing
+    ("ema_steps = total * 2 + 1", False),
+])
+def test_only_the_update_phase_leaves_the_region(after: str, stays: bool) -> None:
+    text = MOVES.replace("{after}", after)
+    result = fix_text(text, "m.py", rules=[RULES_BY_CODE["AMP001"](), RULES_BY_CODE["AMP002"]()])
+    assert result.text != text and "AMP001" in {d.code for d in result.applied}
+    compile(result.text, "m.py", "exec")
+    tail = result.text.split("total += loss.item()\n", 1)[1]
+    assert tail.startswith('with torch.autocast("cuda"):\n    ' + after) if stays else tail == after + "\n"
+    assert result.text.count("with torch.autocast") == 1 + stays
+
+
+def test_notebook_magic_after_backward_stays_in_the_region(tmp_path: Path) -> None:
+    from amplint.rules import ALL_RULES
+    from amplint.runner import Mode, process_file
+    import json
+
+    source = ('with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\n'
+              '    loss.backward()\n    %time val = model(x)\n')
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+              "source": "import torch\n"},
+             {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}]
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    process_file(str(path), [rule() for rule in ALL_RULES], Mode(fix=True))
+    written = "".join(json.loads(path.read_text())["cells"][1]["source"])
+    assert written in (source, 'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\n'
+                               'loss.backward()\nwith torch.autocast("cuda", dtype=torch.bfloat16):\n'
+                               '    %time val = model(x)\n'), written

@@ -78,4 +78,4 @@ class BackwardInAutocast(Rule):
                 f"`enabled=False` islands) runs in {dtype_words(region)} instead (measured gradient error "
                 f"2.4e-3 vs 3e-7); call it after the autocast block"
             )
-            yield Finding(event.node, message, region_fix(facts, region, chain))
+            yield Finding(event.node, message, region_fix(facts, region, chain, event))

@@ -79,4 +79,4 @@ class StepInAutocast(Rule):
                 f"(Shampoo, Newton-Schulz/Muon) computes in {dtype_words(region)} (measured: parameters off by "
                 f"7.4e-5 after one step); step after the autocast block"
             )
-            yield Finding(event.node, message, region_fix(facts, region, chain))
+            yield Finding(event.node, message, region_fix(facts, region, chain, event))

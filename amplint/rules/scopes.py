@@ -12,17 +12,26 @@ from amplint.lazy import libcst as cst, visitor_class
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.model import Call
-from amplint.facts.names import CLIP_FUNCTIONS, dotted_name
+from amplint.facts.names import AUTOCAST_LEGACY, AUTOCAST_NEW, dotted_name
 from amplint.rules.base import FixPlan, replace_nodes
 
 # The events that must not run under autocast; their presence marks the update phase of a step.
 UPDATE_EVENTS = (EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-# Calls that belong to the update phase too, or that compute nothing autocast would change.
-UPDATE_PHASE_METHODS = frozenset({
-    "backward", "scale", "step", "update", "zero_grad", "unscale_", "item", "detach", "cpu", "tolist", "append",
-    "print", "log", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description", "format",
-    "get_scale", "get_last_lr", "len", "float", "int", "str", "isinstance", "range", "sync",
+# Events of the update phase that compute nothing of the forward pass (given inert arguments).
+PHASE_EVENTS = (*UPDATE_EVENTS, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE, EventKind.CLIP)
+# Methods that read a value or record it, on any receiver: no autocast op, no call into a model.
+READING_METHODS = frozenset({
+    "zero_grad", "item", "tolist", "detach", "cpu", "float", "get_scale", "get_last_lr", "state_dict", "append",
+    "parameters", "named_parameters",
+    "format", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description",
 })
+# Methods that read or record only when called on an imported module (`wandb.log({...})`; `x.log()` is an op).
+MODULE_READING_METHODS = frozenset({"log"})
+READING_BUILTINS = frozenset({"print", "len", "float", "int", "str", "round", "isinstance"})
+# Binary operators no autocast op list holds (`/` is `__rtruediv__` for a number over a tensor, `**` is pow,
+# `@` is matmul: those are autocast ops on CUDA).
+INERT_OPERATORS = ("Add", "Subtract", "Multiply", "Modulo", "FloorDivide", "BitAnd", "BitOr", "BitXor",
+                   "LeftShift", "RightShift")
 MAX_SNIPPET = 60
 
 
@@ -64,30 +73,174 @@ def _contains(statement: cst.CSTNode, call: Call) -> bool:
     return any(s is statement for s in call.statements)
 
 
-def _only_update_phase(facts: ModuleFacts, statements: list[cst.CSTNode]) -> bool:
-    for call in facts.calls:
-        if any(_contains(s, call) for s in statements):
-            name = call.method or call.dotted or ""
-            if name not in UPDATE_PHASE_METHODS and call.qualified not in CLIP_FUNCTIONS:
-                return False
-    return True
+class UpdatePhase:
+    """Which statements provably do no forward computation, so that moving them out of an autocast region
+    cannot change what they compute.
+
+    An allow-list, not a deny-list: the update-phase events with inert arguments (`scaler.scale(loss)
+    .backward()`, `optimizer.step()` with no arguments, `scaler.step(optimizer)` with the optimizer only,
+    `scaler.update()`, `scaler.unscale_(opt)`, clipping), reading and logging (`.item()`, `.zero_grad()`,
+    `print(...)`, `writer.add_scalar(...)`) and plain assignments and `if`s built from those, names, attributes,
+    literals and the arithmetic no autocast op list holds. Anything else (a call into a model or a closure,
+    `x @ w`, `yield`, `pass` standing for a notebook magic, a loop) is not the update phase.
+    """
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.events = {id(event.node): event for event in facts.events if event.kind in PHASE_EVENTS}
+        self.calls = {id(call.node): call for call in facts.calls}
+
+    def statement(self, statement: cst.CSTNode) -> bool:
+        if isinstance(statement, cst.SimpleStatementLine):
+            return all(self._small(small) for small in statement.body)
+        if isinstance(statement, cst.If):
+            orelse = statement.orelse
+            return (self.inert(statement.test) and self._block(statement.body)
+                    and (orelse is None or (self.statement(orelse) if isinstance(orelse, cst.If)
+                                            else self._block(orelse.body))))
+        return False
+
+    def stays(self, statement: cst.CSTNode) -> bool:
+        """Statements no fix moves out of a region, not even an unsafe one: a `yield` or `await` (the code that
+        runs while it waits, a `@contextmanager`'s caller, would leave the region too), and a step that runs a
+        closure (`optimizer.step(closure)`: the closure is the forward pass)."""
+        found: list[cst.CSTNode] = []
+        events = self.events
+
+        class Stays(cst.CSTVisitor):
+            def visit_Yield(self, node: cst.Yield) -> None:
+                found.append(node)
+
+            def visit_Await(self, node: cst.Await) -> None:
+                found.append(node)
+
+            def visit_Call(self, node: cst.Call) -> None:
+                event = events.get(id(node))
+                if event is not None and event.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP) \
+                        and len(node.args) > (event.kind is EventKind.SCALER_STEP):
+                    found.append(node)
+
+        statement.visit(Stays())
+        return bool(found)
+
+    def _block(self, block: cst.BaseSuite) -> bool:
+        if isinstance(block, cst.IndentedBlock):
+            return all(self.statement(s) for s in block.body)
+        return all(self._small(small) for small in block.body)
+
+    def _small(self, small: cst.CSTNode) -> bool:
+        if isinstance(small, cst.Expr):
+            return self.inert(small.value)
+        if isinstance(small, cst.Assign):
+            return self.inert(small.value) and all(self.inert(t.target) for t in small.targets)
+        if isinstance(small, cst.AugAssign):
+            return (type(small.operator).__name__.replace("Assign", "") in INERT_OPERATORS
+                    and self.inert(small.target) and self.inert(small.value))
+        if isinstance(small, cst.AnnAssign):
+            return small.value is not None and self.inert(small.value) and self.inert(small.target)
+        return False
+
+    def inert(self, node: cst.CSTNode) -> bool:
+        """An expression that computes nothing autocast would change."""
+        if isinstance(node, (cst.Name, cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString, cst.Ellipsis)):
+            return True
+        if isinstance(node, cst.Attribute):
+            return self.inert(node.value)
+        if isinstance(node, cst.Call):
+            return self._call(node)
+        if isinstance(node, cst.Subscript):
+            return self.inert(node.value) and all(
+                self.inert(part) for element in node.slice for part in _slice_parts(element.slice))
+        if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+            return all(self.inert(element.value) for element in node.elements)
+        if isinstance(node, cst.Dict):
+            return all(self.inert(element.value) and (not isinstance(element, cst.DictElement)
+                                                      or self.inert(element.key)) for element in node.elements)
+        if isinstance(node, cst.ConcatenatedString):
+            return self.inert(node.left) and self.inert(node.right)
+        if isinstance(node, cst.FormattedString):
+            return all(self.inert(part.expression) for part in node.parts
+                       if isinstance(part, cst.FormattedStringExpression))
+        if isinstance(node, cst.Comparison):
+            return self.inert(node.left) and all(self.inert(c.comparator) for c in node.comparisons)
+        if isinstance(node, cst.BooleanOperation):
+            return self.inert(node.left) and self.inert(node.right)
+        if isinstance(node, cst.UnaryOperation):
+            return isinstance(node.operator, cst.Not) and self.inert(node.expression)
+        if isinstance(node, cst.BinaryOperation):
+            return (type(node.operator).__name__ in INERT_OPERATORS and self.inert(node.left)
+                    and self.inert(node.right))
+        return False
+
+    def _call(self, call: cst.Call) -> bool:
+        if not all(self.inert(arg.value) for arg in call.args):
+            return False
+        event = self.events.get(id(call))
+        func = call.func
+        if event is not None:
+            if event.kind is EventKind.OPTIMIZER_STEP:
+                return not call.args  # `step(closure)` runs the closure's forward
+            if event.kind is EventKind.SCALER_STEP:
+                return len(call.args) == 1 and call.args[0].keyword is None and not call.args[0].star
+            return not isinstance(func, cst.Attribute) or self.inert(func.value)
+        if isinstance(func, cst.Name):
+            return func.value in READING_BUILTINS and func.value not in self.facts.imports.bindings
+        if not isinstance(func, cst.Attribute) or not self.inert(func.value):
+            return False
+        method = func.attr.value
+        if method in READING_METHODS or (method == "step" and not call.args and self._scheduler(call)):
+            return True
+        return method in MODULE_READING_METHODS and isinstance(func.value, cst.Name) \
+            and func.value.value in self.facts.imports.bindings
 
 
-def split_into_groups(facts: ModuleFacts, body: list[cst.BaseStatement], events: list[Event]):
+    def _scheduler(self, call: cst.Call) -> bool:
+        """`receiver.step()` on an object every binding of which constructs a `torch.optim.lr_scheduler` class."""
+        recorded = self.calls.get(id(call))
+        if recorded is None or recorded.receiver is None:
+            return False
+        bindings = self.facts.bindings(recorded.receiver, recorded.frame)
+        return bool(bindings) and all(
+            isinstance(b.value, cst.Call) and (self.facts.imports.qualify(b.value.func) or "").startswith(
+                "torch.optim.lr_scheduler.") for b in bindings)
+
+    def reenterable(self, item: cst.BaseExpression, frame) -> bool:
+        """Can a `with` enter this item again and get the same region? A fresh call with inert arguments, or a
+        name every binding of which is a `torch.autocast` (or `nullcontext`) object: those can be entered again
+        after they exit. A context object of unknown kind may not (a generator-based context manager)."""
+        if isinstance(item, cst.Call):
+            return all(self.inert(arg.value) for arg in item.args)
+        key = dotted_name(item)
+        bindings = self.facts.bindings(key, frame) if key else []
+        return bool(bindings) and all(self._reusable_context(b.value) for b in bindings)
+
+    def _reusable_context(self, value: cst.BaseExpression) -> bool:
+        if isinstance(value, cst.IfExp):
+            return self._reusable_context(value.body) and self._reusable_context(value.orelse)
+        if not isinstance(value, cst.Call) or not all(self.inert(arg.value) for arg in value.args):
+            return False
+        qualified = self.facts.imports.qualify(value.func) or ""
+        return qualified in AUTOCAST_NEW or qualified in AUTOCAST_LEGACY or qualified == "contextlib.nullcontext"
+
+
+def _slice_parts(slice_: cst.CSTNode) -> list[cst.CSTNode]:
+    if isinstance(slice_, cst.Index):
+        return [slice_.value]
+    return [part for part in (slice_.lower, slice_.upper, slice_.step) if part is not None]
+
+
+def split_into_groups(phase: UpdatePhase, body: list[cst.BaseStatement], events: list[Event]):
     """Split a block's statements into runs that stay in the region ("in") and runs that leave it ("out").
 
-    A run leaving the region starts at a statement holding an update event and goes on through update-phase
-    statements (zero_grad, clipping, logging); forward code after it starts a new run that stays.
+    A run leaving the region starts at a statement holding an update event and goes on through the statements
+    that provably belong to the update phase (zero_grad, clipping, logging); anything else after it starts a new
+    run that stays.
     """
     groups: list[tuple[str, list[cst.BaseStatement]]] = []
     for statement in body:
-        has_event = any(_contains(statement, e.call) for e in events)
+        has_event = any(_contains(statement, e.call) for e in events) and not phase.stays(statement)
         leaving = groups and groups[-1][0] == "out"
-        if has_event or (leaving and isinstance(statement, cst.SimpleStatementLine)
-                         and _only_update_phase(facts, [statement])):
-            kind = "out"
-        else:
-            kind = "in"
+        kind = "out" if has_event or (leaving and phase.statement(statement)) else "in"
         if groups and groups[-1][0] == kind:
             groups[-1][1].append(statement)
         else:
@@ -95,27 +248,36 @@ def split_into_groups(facts: ModuleFacts, body: list[cst.BaseStatement], events:
     return groups
 
 
-def move_out_of_region(facts: ModuleFacts, region: Region) -> FixPlan | None:
+def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None = None) -> FixPlan | None:
     """Move the update phase out of the region's `with` block, reopening the block for forward code after.
 
-    None when the region is not a plain `with` block with an indented body, or when comments closing the
-    block would have no block left to stay in.
+    None when the region is not a plain `with` block with an indented body, when its autocast item is not the
+    last of several items (closing it alone would reorder how they are entered and exited, and a later item may
+    use its `as` name), when comments closing the block would have no block left to stay in, or when `event`'s
+    statement would not move.
     """
     if region.via != "with" or region.frame is None or region.with_item is None:
         return None
     with_node: cst.With = region.frame.node
     if with_node.asynchronous is not None or not isinstance(with_node.body, cst.IndentedBlock):
         return None
+    if with_node.items[-1] is not region.with_item:
+        return None
+    phase = UpdatePhase(facts)
     events = update_events_in_block(facts, region)
-    groups = split_into_groups(facts, list(with_node.body.body), events)
+    groups = split_into_groups(phase, list(with_node.body.body), events)
     moved = [statement for kind, statements in groups if kind == "out" for statement in statements]
-    if not moved:
+    if not moved or (event is not None and not any(_contains(s, event.call) for s in moved)):
         return None
     last_in = max((i for i, (kind, _) in enumerate(groups) if kind == "in"), default=None)
     footer = with_node.body.footer
     if last_in is None and any(line.comment for line in footer):
         return None
-    safe = _only_update_phase(facts, moved)
+    reopened = any(kind == "in" for kind, _ in groups[1:])
+    # Reopening evaluates the item again: a fresh `torch.autocast(...)` from inert arguments is the same region;
+    # a context object held in a name may not be enterable twice (a generator-based context manager).
+    reopen_safe = not reopened or phase.reenterable(region.with_item.item, region.frame)
+    safe = reopen_safe and all(phase.statement(statement) for statement in moved)
     item = region.with_item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     single = len(with_node.items) == 1
 
@@ -138,12 +300,12 @@ def move_out_of_region(facts: ModuleFacts, region: Region) -> FixPlan | None:
         if single:
             replacement: object = cst.FlattenSentinel(new)
         else:
-            others = [i for i in with_node.items if i is not region.with_item]
+            # The autocast item was the last one: `with a, b, ac:` is `with a, b:` around `with ac:`.
+            others = list(with_node.items[:-1])
             others[-1] = others[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             replacement = with_node.with_changes(items=others, body=with_node.body.with_changes(body=new))
         return replace_nodes(facts.module, {with_node: replacement})
 
-    reopened = any(kind == "in" for kind, _ in groups[1:])
     verb = "reopening it for the forward code after" if reopened else "closing it before them"
     return FixPlan(
         message=f"Move the backward/step statements out of the autocast block, {verb}",
@@ -165,11 +327,11 @@ def advice_for_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> 
     )
 
 
-def region_fix(facts: ModuleFacts, region: Region, chain: list[Call]) -> FixPlan | None:
-    """The fix for work found inside `region`: rewrite a plain `with` block, advise otherwise."""
+def region_fix(facts: ModuleFacts, region: Region, chain: list[Call], event: Event | None = None) -> FixPlan | None:
+    """The fix for `event`, found inside `region`: rewrite a plain `with` block, advise otherwise."""
     if chain or region.via != "with":
         return advice_for_region(facts, region, chain)
-    return move_out_of_region(facts, region)
+    return move_out_of_region(facts, region, event)
 
 
 # --- what a block of code may change ------------------------------------------------------------------------
