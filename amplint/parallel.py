@@ -1,23 +1,30 @@
 """Linting many files: a pool of worker processes, the results in the order of the files, and a progress bar.
 
 Below `SERIAL_BELOW` files, or with one job, files are processed in this process. Otherwise the files are cut
-into chunks of about equal weight, largest files first, that worker processes take as they become free (the
-rules are instantiated once per worker, and each worker keeps its prefilters); the outcomes are put back in
-the order of the files, exactly as a serial run gives them.
+into chunks of about equal weight, largest files first, that worker processes (at most one per core and one
+per file) take as they become free (the rules are instantiated once per worker, and each worker keeps its
+prefilters); the outcomes are put back in the order of the files, exactly as a serial run gives them.
+
+Workers never outlive the run: they die with this process (killed, interrupted, or ended by a CI timeout's
+SIGTERM), and a worker that crashes (a segfault in a native parser) costs one file, not the run: the files it
+had not finished are linted again, each chunk in a child process of its own, and the file a child dies on gets
+an AMP902 diagnostic.
 """
 
 from __future__ import annotations
 
+import collections
 import gc
 import multiprocessing
+import multiprocessing.connection
 import os
+import signal
 import sys
 import threading
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from amplint.engine import INTERNAL_ERROR, error_diagnostic
 from amplint.runner import FileOutcome, Mode, process_file, rules_for
@@ -27,6 +34,8 @@ MAX_CHUNK = 64  # files
 CHUNKS_PER_JOB = 16  # chunks of about equal weight per worker
 FILE_COST = 4096  # the weight of a file beyond its bytes (opening, reading, deciding)
 GC_THRESHOLD = 100_000  # allocations between two collections of the youngest generation
+PR_SET_PDEATHSIG = 1  # Linux prctl(2): the signal a process gets when its parent dies
+ORPHAN_POLL = 1.0  # seconds between two checks for a dead parent where prctl is not available
 
 
 def default_jobs() -> int:
@@ -38,6 +47,14 @@ def default_jobs() -> int:
         return len(os.sched_getaffinity(0)) or 1
     except (AttributeError, OSError):
         return os.cpu_count() or 1
+
+
+def worker_count(jobs: int | None, files: int) -> int:
+    """The workers a run of `files` files starts: what was asked (default: one per core), but never more than
+    the cores (more only compete for them, and each costs memory and open files) or the files."""
+    cores = default_jobs()
+    wanted = jobs if jobs is not None else cores
+    return max(1, min(wanted, cores, files))
 
 
 def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, cache=None) -> FileOutcome:
@@ -56,10 +73,39 @@ def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, ca
 _WORKER: tuple | None = None  # (rule classes, settings, mode, cache) in a worker process
 
 
-def _start_worker(rule_classes, settings, mode, cache) -> None:
+def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None) -> None:
     global _WORKER
+    if parent is not None:
+        _die_with_parent(parent)
+    # Ctrl-C reaches the whole process group: the parent stops the workers, which need not say anything.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _WORKER = (rule_classes, settings, mode, cache)
     tune_gc()
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this worker when the process that started it ends, however it ends (SIGKILL, a CI timeout): a
+    worker busy on a long file would otherwise go on at full CPU, its results read by no one. On Linux the
+    kernel sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere a thread checks the parent every second."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_POLL)
+    os._exit(1)
 
 
 def tune_gc() -> None:
@@ -112,34 +158,159 @@ def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mod
                cache=None, progress: Progress | None = None) -> list[FileOutcome]:
     """Every file's outcome, in the order of `paths`."""
     paths = list(paths)
-    jobs = max(1, jobs if jobs is not None else default_jobs())
-    jobs = min(jobs, max(1, len(paths)))
+    jobs = worker_count(jobs, len(paths))
     if jobs == 1 or len(paths) < SERIAL_BELOW:
         return _serial(paths, rule_classes, settings, mode, cache, progress)
     outcomes: list[FileOutcome | None] = [None] * len(paths)
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_worker,
-                               initargs=(tuple(rule_classes), settings, mode, cache))
-    try:
-        futures = {pool.submit(_run_chunk, [paths[i] for i in chunk]): chunk for chunk in plan_chunks(paths, jobs)}
-        for future in as_completed(futures):
-            for index, outcome in zip(futures[future], future.result(), strict=True):
-                outcomes[index] = outcome
-            if progress is not None:
-                progress.advance(len(futures[future]))
-        pool.shutdown()
-    except KeyboardInterrupt:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    except BrokenProcessPool:
-        pool.shutdown(wait=False, cancel_futures=True)
-        # A worker died (killed, out of memory): the files without an outcome are done here.
-        missing = [i for i, outcome in enumerate(outcomes) if outcome is None]
-        for index, outcome in zip(missing, _serial([paths[i] for i in missing], rule_classes, settings, mode,
-                                                   cache, progress), strict=True):
-            outcomes[index] = outcome
+    setup = (tuple(rule_classes), settings, mode, cache)
+    chunks = plan_chunks(paths, jobs)
+    with _Children() as children:
+        _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
+        lost = [chunk for chunk in chunks if outcomes[chunk[0]] is None]
+        if lost:  # a worker died (a native crash, killed, out of memory)
+            _contained(paths, lost, setup, jobs, outcomes, progress, children)
     if progress is not None:
         progress.close()
     return outcomes  # type: ignore[return-value]
+
+
+def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
+    """The chunks' outcomes from a pool of workers; a chunk whose worker died (or whose outcome could not
+    come back) is left without outcomes."""
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_worker,
+                               initargs=(*setup, os.getpid()))
+    children.add(lambda: list((getattr(pool, "_processes", None) or {}).values()))
+    try:
+        futures = {pool.submit(_run_chunk, [paths[i] for i in chunk]): chunk for chunk in chunks}
+        for future in as_completed(futures):
+            try:
+                results = future.result()
+            except Exception:  # noqa: BLE001 - a broken pool fails every chunk still out; they are redone
+                continue
+            for index, outcome in zip(futures[future], results, strict=True):
+                outcomes[index] = outcome
+            if progress is not None:
+                progress.advance(len(futures[future]))
+    except BaseException:
+        children.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _contained(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
+    """The outcomes of `chunks` (lists of indices into `paths`), each chunk linted in a child process of its
+    own that sends each file's outcome as soon as it has it, `jobs` children at a time. When a child dies,
+    the file it was on is the one that killed it: that file gets a diagnostic saying so, and the files after
+    it go to a new child. So a crash costs one file, never the run, and this process never parses a file."""
+    context = _context()
+    waiting = collections.deque(chunks)
+    running: dict = {}  # receiving end of a child's pipe -> [process, chunk, files done]
+    children.add(lambda: [entry[0] for entry in running.values()])
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            chunk = waiting.popleft()
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_run_contained, daemon=True,
+                                      args=(sender, [paths[i] for i in chunk], setup, os.getpid()))
+            process.start()
+            sender.close()  # only the child writes: its death is the end of the pipe
+            running[receiver] = [process, chunk, 0]
+        for receiver in multiprocessing.connection.wait(list(running)):
+            process, chunk, done = running[receiver]
+            try:
+                outcome = receiver.recv()
+            except (EOFError, OSError):
+                del running[receiver]
+                receiver.close()
+                process.join()
+                if done < len(chunk):
+                    culprit = chunk[done]
+                    outcomes[culprit] = _crashed(paths[culprit], process.exitcode)
+                    if progress is not None:
+                        progress.advance(1)
+                    if done + 1 < len(chunk):
+                        waiting.append(chunk[done + 1:])
+                continue
+            except Exception as error:  # noqa: BLE001 - an outcome that cannot be read is that file's error
+                outcome = FileOutcome(paths[chunk[done]], [error_diagnostic(
+                    INTERNAL_ERROR, paths[chunk[done]],
+                    f"internal error: this file's result could not be read back ({type(error).__name__}); "
+                    "please report it")], internal_error=True)
+            outcomes[chunk[done]] = outcome
+            running[receiver][2] = done + 1
+            if progress is not None:
+                progress.advance(1)
+
+
+def _run_contained(sender, paths: list[str], setup: tuple, parent: int) -> None:
+    """A child of `_contained`: each file's outcome, sent as soon as it is known."""
+    _start_worker(*setup, parent)
+    rule_classes, settings, mode, cache = setup
+    for path in paths:
+        outcome = check_path(path, rule_classes, settings, mode, cache)
+        try:
+            sender.send(outcome)
+        except Exception as error:  # noqa: BLE001 - an outcome that cannot be sent is that file's error
+            sender.send(FileOutcome(path, [error_diagnostic(
+                INTERNAL_ERROR, path, f"internal error: this file's result could not be sent back "
+                f"({type(error).__name__}: {error}); please report it")], internal_error=True))
+    sender.close()
+
+
+def _crashed(path: str, exitcode: int | None) -> FileOutcome:
+    """The outcome of a file whose analysis ended its process."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            name = f" {signal.Signals(-exitcode).name}"
+        except ValueError:
+            name = ""
+        how = f"crashed (signal {-exitcode}{name})"
+    else:
+        how = f"stopped (exit code {exitcode})"
+    message = f"the analyser {how} on this file; its findings are unknown; please report it"
+    return FileOutcome(path, [error_diagnostic(INTERNAL_ERROR, path, message)], internal_error=True)
+
+
+class _Children:
+    """The child processes of a run, killed as soon as the run is interrupted: by Ctrl-C, or by SIGTERM (a CI
+    timeout), after which the run exits 143. Without this, a worker busy on a long file goes on at full CPU
+    after the run is over, and the exit waits for it."""
+
+    def __init__(self) -> None:
+        self.sources: list[Callable[[], Iterable]] = []
+        self.previous = None
+
+    def add(self, source: Callable[[], Iterable]) -> None:
+        """`source` gives the processes alive now (a pool starts its workers as it goes)."""
+        self.sources.append(source)
+
+    def kill(self) -> None:
+        for source in self.sources:
+            try:
+                processes = list(source())
+            except RuntimeError:  # changed while read: a pool's bookkeeping thread at work
+                processes = []
+            for process in processes:
+                try:
+                    process.kill()
+                except (OSError, ValueError, AttributeError):
+                    pass  # already gone
+
+    def _terminated(self, signum, frame) -> None:
+        self.kill()
+        raise SystemExit(128 + signum)
+
+    def __enter__(self) -> _Children:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGTERM, self._terminated)
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        if kind is not None:
+            self.kill()
+        if self.previous is not None:
+            signal.signal(signal.SIGTERM, self.previous)
 
 
 def _serial(paths, rule_classes, settings, mode, cache, progress) -> list[FileOutcome]:

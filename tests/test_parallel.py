@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,133 @@ def test_short_runs_never_draw():
 def test_cli_prints_no_bar_when_stderr_is_captured():
     result = _amplint("check", "fixtures", "--no-cache", "--output-format", "concise", "--exit-zero")
     assert "\r" not in result.stderr and "files" not in result.stderr
+
+
+# Containment: workers are capped, die with the run, and a crash costs one file -----------------------------
+def _tree(folder: Path, count: int, crash: str | None = None) -> list[str]:
+    files = []
+    for index in range(count):
+        path = folder / (crash if crash and index == count // 2 else f"f{index:02}.py")
+        path.write_text("import torch\nwith torch.autocast('cuda'):\n    loss.backward()\n")
+        files.append(str(path))
+    return files
+
+
+def _needs_fork():
+    if parallel._context().get_start_method() != "fork":
+        pytest.skip("needs fork to inject the failure into the workers")
+
+
+def test_workers_are_capped_at_the_cores_and_the_files(tmp_path, monkeypatch):
+    started = []
+    real = parallel.ProcessPoolExecutor
+
+    def recording(*args, **kwargs):
+        started.append(kwargs["max_workers"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "ProcessPoolExecutor", recording)
+    monkeypatch.setattr(parallel, "default_jobs", lambda: 2)
+    files = _tree(tmp_path, 12)
+    outcomes = lint_paths(files, ALL_RULES, Settings(root=tmp_path), Mode(), jobs=1000)
+    assert started == [2] and [o.path for o in outcomes] == files
+    assert parallel.worker_count(1000, 12) == 2 and parallel.worker_count(None, 1) == 1
+    assert parallel.worker_count(1, 12) == 1
+
+
+def _crashing(path, *args, **kwargs):
+    """process_file, except that crash.py kills the process analysing it (never the test's own)."""
+    if path.endswith("crash.py") and os.getpid() != _PARENT:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return _crashing.__wrapped__(path, *args, **kwargs)
+
+
+def test_a_native_crash_costs_that_file_only(tmp_path, monkeypatch):
+    _needs_fork()
+    files = _tree(tmp_path, 20, crash="crash.py")
+    monkeypatch.setattr(_crashing, "__wrapped__", parallel.process_file, raising=False)
+    monkeypatch.setattr(parallel, "process_file", _crashing)
+    outcomes = lint_paths(files, ALL_RULES, Settings(root=tmp_path), Mode(), jobs=2)
+    assert [o.path for o in outcomes] == files
+    for outcome in outcomes:
+        if outcome.path.endswith("crash.py"):
+            [diagnostic] = outcome.diagnostics
+            assert outcome.internal_error and diagnostic.code == "AMP902"
+            assert f"crashed (signal {int(signal.SIGSEGV)} SIGSEGV) on this file" in diagnostic.message
+        else:
+            assert [d.code for d in outcome.diagnostics] == ["AMP001"] and not outcome.internal_error
+
+
+_SLOW_RUN = """
+import os, sys, time
+from amplint import parallel
+
+marks, tree = sys.argv[1], sys.argv[2]
+
+def busy(path, *args, **kwargs):
+    # a file that takes forever, at full CPU (bounded, in case the test itself dies)
+    open(os.path.join(marks, str(os.getpid())), "w").close()
+    started = time.monotonic()
+    while not os.path.exists(os.path.join(marks, "stop")) and time.monotonic() - started < 300:
+        pass
+    raise RuntimeError("stopped")
+
+parallel.process_file = busy
+sys.argv = ["amplint", "check", "--no-cache", "--jobs", "2", tree]
+from amplint.cli import entry
+entry()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process runs (a zombie, waiting for its new parent to reap it, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _wait_for(condition, what: str) -> None:
+    """Poll `condition` until it holds; the bound only keeps a broken run from hanging the suite."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("signum, exit_codes", [
+    # Ctrl-C: click says "Aborted!" and exits 1
+    (signal.SIGTERM, {143, -signal.SIGTERM}), (signal.SIGINT, {130, 1}), (signal.SIGKILL, {-signal.SIGKILL})])
+def test_workers_die_with_the_run(tmp_path, signum, exit_codes):
+    if "fork" not in __import__("multiprocessing").get_all_start_methods() or not Path("/proc").is_dir():
+        pytest.skip("needs fork (to inject the slow file) and /proc")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    _tree(tree, 12)
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    run = subprocess.Popen([sys.executable, "-c", _SLOW_RUN, str(marks), str(tree)], env=environment,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    workers: list[int] = []
+    try:
+        _wait_for(lambda: any(marks.iterdir()), "no worker started")
+        workers = [int(p.name) for p in marks.iterdir()]
+        assert run.pid not in workers
+        run.send_signal(signum)
+        _, stderr = run.communicate(timeout=60)
+        assert run.returncode in exit_codes, stderr
+        assert b"Traceback" not in stderr
+        _wait_for(lambda: not any(_alive(pid) for pid in workers), "a worker outlived the run")
+    finally:
+        (marks / "stop").touch()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
