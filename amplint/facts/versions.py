@@ -1,13 +1,16 @@
-"""torch versions: parsing `target-torch-version` and deciding which version-dependent rules apply.
+"""torch versions: parsing `target-torch-version`, deciding which version-dependent rules apply, and which
+spellings a fix may write.
 
-A rule that names `min_torch` (for example AMP007, whose replacement spellings appeared in torch 2.4) is turned
-off when the configured target is older. Only the release numbers count: "2.4", "2.4.1", "v2.4",
-"2.4.0+cu121" and "2.5.0a0+git1234" are all accepted.
+A rule that names `min_torch` (for example AMP008, about `torch.cuda.amp.GradScaler` which appeared in torch
+1.6) is turned off when the target is older. A fix writes only spellings that every supported release has
+(`TorchSupport.has`). Only the release numbers count: "2.4", "2.4.1", "v2.4", "2.4.0+cu121" and
+"2.5.0a0+git1234" are all accepted.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 _VERSION = re.compile(r"v?(?P<release>\d+(?:\.\d+){0,2})(?:[.+\-]?(?:a|b|rc|dev|post|\+)[0-9A-Za-z.+\-]*)?")
@@ -28,3 +31,42 @@ def rule_applies(min_torch: str | None, target: str | None) -> bool:
     if min_torch is None or target is None:
         return True
     return parse_version(target) >= parse_version(min_torch)
+
+
+# The spellings AMP fixes write, and the first torch release that has each (with the keyword arguments the
+# migration passes). `torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...)` arrived in 1.10;
+# `torch.amp.autocast` is the same class under `torch.amp` (present in 2.0; reported from 1.12/1.13 on, so 2.0
+# is the safe claim); `torch.amp.GradScaler(device, ...)` in 2.3; `torch.amp.custom_fwd`/`custom_bwd` with
+# `device_type=` in 2.4, the release whose `torch.cuda.amp`/`torch.cpu.amp` spellings start to warn.
+SPELLING_SINCE = {
+    "torch.autocast": "1.10",
+    "torch.amp.autocast": "2.0",
+    "torch.amp.GradScaler": "2.3",
+    "torch.amp.custom_fwd": "2.4",
+    "torch.amp.custom_bwd": "2.4",
+}
+AMP_DEPRECATED_SINCE = "2.4"  # the first release where the legacy AMP spellings emit a FutureWarning
+
+
+@dataclass(frozen=True)
+class TorchSupport:
+    """The torch releases the linted code must run on: `floor` the oldest (the target torch version, from the
+    settings or the project's requirements), `below` the first release it no longer supports (from the
+    requirements only). None: unknown, so unbounded; the default knows nothing and allows every spelling."""
+
+    floor: str | None = None
+    below: str | None = None
+
+    def has(self, spelling: str) -> bool:
+        """Does every supported release have this spelling (a key of SPELLING_SINCE)?"""
+        return self.floor is None or parse_version(self.floor) >= parse_version(SPELLING_SINCE[spelling])
+
+    def reaches(self, version: str) -> bool:
+        """Is some supported release at least this version?"""
+        return self.below is None or parse_version(self.below) > parse_version(version)
+
+    def __str__(self) -> str:
+        """A short tag for cache keys: empty when nothing is known."""
+        if self.floor is None and self.below is None:
+            return ""
+        return f"@{self.floor or ''}..{self.below or ''}"

@@ -12,10 +12,25 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
 from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, dotted_name
+from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
+# The legacy signatures (torch 1.10 to 2.13, measured): what a call may pass, by position and by keyword. A call
+# that passes anything else, or one parameter twice, raises TypeError already: it is reported, never rewritten.
 LEGACY_AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
+LEGACY_PARAMETERS = {
+    "autocast": LEGACY_AUTOCAST_POSITIONS,
+    "GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
+    "custom_fwd": ("fwd",),  # custom_fwd(fwd=None, *, cast_inputs=None)
+    "custom_bwd": ("bwd",),
+}
+LEGACY_KEYWORD_ONLY = {"custom_fwd": ("cast_inputs",)}
+# The dtype a legacy autocast passes when the call names none. `torch.amp.autocast(device)` without a dtype takes
+# the current autocast dtype instead, which an enclosing region sets: inside `torch.autocast("cuda",
+# dtype=torch.bfloat16)` a legacy `torch.cuda.amp.autocast()` computes in float16, the bare new spelling in
+# bfloat16. The migration writes the legacy default so the region computes as before.
+LEGACY_AUTOCAST_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
 # Tests of an `if` that make its branches a deliberate compatibility shim for old torch versions.
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
 # Handlers of a `try: <new spelling> except ...: <old spelling>` shim.
@@ -31,8 +46,9 @@ class DeprecatedAmpApi(Rule):
     import spelling (`import torch as th`, `import torch.cuda.amp as amp`, `from torch.cuda import amp`), and for
     the `from torch.cuda.amp import ...` / `from torch.cpu.amp import ...` lines that import them.
 
-    Applies to torch >= 2.4 (older versions have no `torch.amp.custom_fwd` and no warning); set
-    `target-torch-version` below 2.4 to turn it off.
+    Applies to torch >= 1.6 (where these spellings appeared), unless every torch the project supports predates
+    the warnings: a project whose requirements say `torch>=1.13,<2` is never warned, so it is not reported. A
+    project that supports both old and new torch (`torch>=1.13`) is reported: its code warns on torch >= 2.4.
 
     ## Why is this bad?
     Every call of a deprecated spelling emits a `FutureWarning` (measured with torch 2.13:
@@ -48,6 +64,7 @@ class DeprecatedAmpApi(Rule):
 
     ## Example
     ```python
+    import torch
     from torch.cuda.amp import GradScaler, autocast
 
     scaler = GradScaler(2.0**14)
@@ -57,21 +74,41 @@ class DeprecatedAmpApi(Rule):
 
     ## Use instead
     ```python
+    import torch
     from torch.amp import GradScaler, autocast
 
     scaler = GradScaler("cuda", 2.0**14)
-    with autocast("cuda", enabled=use_amp):
+    with autocast("cuda", enabled=use_amp, dtype=torch.float16):
         loss = model(x)
     ```
 
     ## Fix safety
-    Safe: the `torch.amp` spelling constructs the same object with the same arguments (the legacy classes are thin
-    subclasses that forward to it). One fix migrates the whole module: calls, decorators (`@custom_fwd` becomes
+    Safe: the new spelling builds an equal object from the same arguments (the legacy classes are thin subclasses
+    that forward to it; measured with torch 2.13: the same device, dtype, enabled and cache flags for autocast,
+    the same attributes and `state_dict()` for GradScaler, the same wrapped function for `custom_fwd`). Each
+    legacy argument goes where the legacy signature put it: positional `enabled, dtype, cache_enabled` of
+    autocast become keywords after the device; positional GradScaler arguments keep their order behind the
+    device; `custom_fwd`/`custom_bwd` get `device_type=`. A legacy autocast that relies on its default dtype gets
+    it written out (`dtype=torch.float16` for CUDA, `torch.bfloat16` for CPU): the bare new spelling would take
+    the dtype of an enclosing region instead (inside `torch.autocast("cuda", dtype=torch.bfloat16)`, the legacy
+    call computes in float16); a region with a literal `enabled=False` computes nothing, so it needs none.
+
+    The fix writes only spellings that every torch the project supports has, so it never raises the project's
+    oldest torch (from `target-torch-version`, or else the project's declared requirements: pyproject.toml,
+    requirements*.txt, setup.cfg, setup.py, environment.yml). `torch.amp.GradScaler` needs torch 2.3 and
+    `torch.amp.custom_fwd(device_type=...)` 2.4: below those, the finding stays (the code warns on torch 2.4 and
+    later, which the project also supports) but no fix is offered; autocast becomes `torch.autocast("cuda", ...)`
+    below torch 2.0 (it exists since 1.10), and gets no fix below 1.10.
+
+    One fix migrates the whole module: calls, decorators (`@custom_fwd` becomes
     `@custom_fwd(device_type="cuda")`), `functools.partial` wrappers, `isinstance`/annotation references to the
     legacy GradScaler, and the import lines (`from torch.cuda.amp import autocast` becomes
     `from torch.amp import autocast`; `import torch.cuda.amp as amp` becomes `import torch.amp as amp`), keeping
     `import torch as th` aliases. No fix where a name is used in a way the new signature would change (an
-    autocast passed around as a value, `*args`, a partial called with positional arguments).
+    autocast passed around as a value, `*args`, a partial called with positional arguments), where the call
+    already raises TypeError (`autocast(True, enabled=flag)` passes `enabled` twice; an unknown keyword), where the
+    default dtype cannot be written (no `import torch`; `**kwargs` that may hold a dtype), and for a name whose
+    import serves a use that cannot be migrated.
 
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
@@ -83,7 +120,7 @@ class DeprecatedAmpApi(Rule):
     code = "AMP007"
     name = "deprecated-amp-api"
     words = ("amp",)  # every path to torch.cuda.amp / torch.cpu.amp spells it
-    min_torch = "2.4"
+    min_torch = "1.6"  # the legacy spellings appeared in torch 1.6
     fix = "safe"
 
     @classmethod
@@ -93,11 +130,13 @@ class DeprecatedAmpApi(Rule):
         return summary.imports_module("torch") and summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        if not self.torch.reaches(AMP_DEPRECATED_SINCE):
+            return  # every supported torch predates the warnings (`torch>=1.13,<2`): nothing ever warns
         scan = visitor_class(_Scan)(facts)
         walk(facts.module, scan)
         if not scan.sites and not scan.import_sites:
             return
-        plan = _Plan(facts, scan)
+        plan = _Plan(facts, scan, self.torch)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
         findings: list[tuple[cst.CSTNode, str, FixPlan | None]] = []
@@ -106,12 +145,15 @@ class DeprecatedAmpApi(Rule):
                 continue  # references (isinstance, annotations, base classes) do not warn by themselves
             new_name, device = DEPRECATED_AMP[site.qualified]
             fixed = plan.fixed_sites.get(id(site))
-            use = f"`{plan.render(fixed)}`" if fixed is not None else _advice(new_name, device)
+            spelling = plan.spelling(new_name)
+            use = f"use `{plan.render(fixed)}`" if fixed is not None else (
+                f"use {_advice(spelling, device)}" if spelling is not None else "")
+            why_not = plan.why_not(site) if fixed is None else None
             warned = _public(site.qualified)
             message = (
                 f"`{snippet(facts, site.report)}` uses `{warned}`, deprecated since torch 2.4: {_when(site)} it warns "
                 f"\"FutureWarning: `{warned}(args...)` is deprecated. Please use `{_new_spelling(new_name, device)}` "
-                f"instead.\"; use {use}"
+                f"instead.\"; {'; '.join(part for part in (use, why_not) if part)}"
             )
             if new_name == "autocast" and site.kind == "call" and _positional(site.node):
                 message += " (the legacy first positional argument is `enabled`, not the device)"
@@ -124,18 +166,30 @@ class DeprecatedAmpApi(Rule):
             moved = [name for name in names if plan.moved_import(statement, name)]
             module = dotted_name(statement.module) or ""
             listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
-            spellings = []
+            by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
+            spellings: dict[str, list[str]] = {}  # module -> how to call its names
+            missing = []
             for name in names:
                 new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
+                target = plan.module_for(new_name)
+                if target is None:
+                    missing.append(f"`torch.amp.{new_name}` exists from torch "
+                                   f"{SPELLING_SINCE[f'torch.amp.{new_name}']} on")
+                    continue
+                by_module.setdefault(target, []).append(name)
                 spelling = (f'`{name}("{device}", ...)`' if new_name in ("autocast", "GradScaler")
                             else f'`{name}(..., device_type="{device}")`')
-                if spelling not in spellings:
-                    spellings.append(spelling)
+                if spelling not in spellings.setdefault(target, []):
+                    spellings[target].append(spelling)
+            advice = [f"import {'them' if len(by_module[target]) > 1 else 'it'} from `{target}` and pass the "
+                      f"device: {', '.join(calls)}" for target, calls in spellings.items()]
+            if missing:
+                advice.append(f"the project supports torch {self.torch.floor}: no replacement where "
+                              f"{', '.join(missing)}")
             message = (
                 f"`from {module} import ...` imports the deprecated {listed}: every call warns \"FutureWarning: "
                 f"`{module.split('.autocast_mode')[0].split('.grad_scaler')[0]}.<name>(args...)` is deprecated\" "
-                f"since torch 2.4; import {'them' if len(names) > 1 else 'it'} from `torch.amp` and pass the "
-                f"device: {', '.join(spellings)}"
+                f"since torch 2.4; {'; '.join(advice)}"
             )
             findings.append((statement, message, fix if moved else None))
         for node, message, fix_plan in findings:
@@ -148,10 +202,11 @@ def _public(qualified: str) -> str:
     return f"torch.{device}.amp.{new_name}"
 
 
-def _advice(new_name: str, device: str) -> str:
-    if new_name in ("autocast", "GradScaler"):
-        return f"`torch.amp.{new_name}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
-    return f"`torch.amp.{new_name}(..., device_type=\"{device}\")`"
+def _advice(spelling: str, device: str) -> str:
+    """How to call the replacement (`torch.amp.autocast`, or `torch.autocast` for an older oldest torch)."""
+    if spelling.endswith(("autocast", "GradScaler")):
+        return f"`{spelling}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
+    return f"`{spelling}(..., device_type=\"{device}\")`"
 
 
 def _when(site: "_Site") -> str:
@@ -388,9 +443,10 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 class _Plan:
     """The whole-module migration: which sites are rewritten, and how each import line changes."""
 
-    def __init__(self, facts: ModuleFacts, scan: _Scan) -> None:
+    def __init__(self, facts: ModuleFacts, scan: _Scan, support: TorchSupport = TorchSupport()) -> None:
         self.facts = facts
         self.scan = scan
+        self.support = support  # the torch releases the code supports: only spellings they all have are written
         self.quote = "'" if scan.quotes["'"] > scan.quotes['"'] else '"'
         self.replacements: dict[cst.CSTNode, object] = {}
         self.fixed_sites: dict[int, cst.CSTNode] = {}
@@ -399,6 +455,7 @@ class _Plan:
         # import statement -> (its line, [(alias, "torch.amp" to move it there, or None to drop it)])
         self.import_changes: dict[cst.CSTNode, tuple[cst.SimpleStatementLine | None, list]] = {}
         self._mark_ambiguous()
+        self.torch_name = self._torch_name()
         self._decide()
 
     # decisions --------------------------------------------------------------------------------------
@@ -429,38 +486,85 @@ class _Plan:
         for site in self.scan.sites:
             if not site.skip:
                 by_head.setdefault(site.head, []).append(site)
-        torch_name = self._torch_name()
+        torch_name = self.torch_name
         for head, sites in by_head.items():
             binding = self.scan.bindings[head][0] if self.scan.bindings.get(head) else None
             if binding is None:
                 continue
             if binding.qualified == "torch":
-                for site in sites:
-                    self._rewrite(site, f"{head}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+                self._rewrite_under(head, sites)
             elif binding.qualified in DEPRECATED_AMP:
                 # `from torch.cuda.amp import autocast [as ac]`: keep the local name, move the import.
-                if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites):
+                module = self.module_for(DEPRECATED_AMP[binding.qualified][0])
+                if module is not None and self._every_use_is_a_site(head, sites) and all(
+                        self._convertible(s) for s in sites):
                     for site in sites:
                         self._rewrite(site, None)
                     for each in self.scan.bindings[head]:  # every import of the name (one per function, say)
-                        self._move_import(each, "torch.amp")
+                        self._move_import(each, module)
             elif binding.qualified in DEPRECATED_AMP_MODULES:
                 # `import torch.cuda.amp as amp` / `from torch.cuda import amp`: rebind the alias to torch.amp.
                 if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites) and all(
-                        dotted_name(s.reference).count(".") == 1 for s in sites):
+                        dotted_name(s.reference).count(".") == 1 for s in sites) and all(
+                        self.module_for(DEPRECATED_AMP[s.qualified][0]) == "torch.amp" for s in sites):
                     for site in sites:
                         self._rewrite(site, None)
                     for each in self.scan.bindings[head]:
                         self._move_import(each, "torch.amp")
                 elif torch_name is not None:
-                    for site in sites:
-                        self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+                    self._rewrite_under(torch_name, sites)
             elif torch_name is not None:
-                for site in sites:
-                    self._rewrite(site, f"{torch_name}.amp.{DEPRECATED_AMP[site.qualified][0]}")
+                self._rewrite_under(torch_name, sites)
                 if self.scan.loads.get(head, 0) == len(sites) and all(id(s) in self.fixed_sites for s in sites):
                     for each in self.scan.bindings[head]:
                         self._drop_import(each)
+
+    def _rewrite_under(self, torch_name: str, sites: list[_Site]) -> None:
+        """Spell each site through the module's name for torch (`torch.amp.autocast`, `th.autocast`...)."""
+        for site in sites:
+            where = self.spelling(DEPRECATED_AMP[site.qualified][0])
+            if where is not None:
+                self._rewrite(site, f"{torch_name}.{where.removeprefix('torch.')}")
+
+    # spellings at the project's oldest torch --------------------------------------------------------------
+    def spelling(self, new_name: str) -> str | None:
+        """The replacement every supported torch has: `torch.amp.<name>`, `torch.autocast` where the project
+        supports torch older than `torch.amp.autocast`, or None (no replacement at the oldest torch)."""
+        if self.support.has(f"torch.amp.{new_name}"):
+            return f"torch.amp.{new_name}"
+        if new_name == "autocast" and self.support.has("torch.autocast"):
+            return "torch.autocast"
+        return None
+
+    def module_for(self, new_name: str) -> str | None:
+        """The module a from-imported name moves to (`torch.amp`, or `torch` for `autocast` before 2.0)."""
+        where = self.spelling(new_name)
+        return where.rsplit(".", 1)[0] if where is not None else None
+
+    def why_not(self, site: _Site) -> str | None:
+        """Why a site gets no fix, when the reason is worth telling (the floor, or a call that raises)."""
+        new_name, device = DEPRECATED_AMP[site.qualified]
+        if self.spelling(new_name) is None:
+            since = SPELLING_SINCE[f"torch.amp.{new_name}"]
+            return (f"`torch.amp.{new_name}` exists only from torch {since} on and the project supports torch "
+                    f"{self.support.floor}: no fix (keep the legacy spelling behind a version check, or raise the "
+                    f"oldest supported torch to {since})")
+        if site.kind in ("call", "partial"):
+            args = site.node.args[1:] if site.kind == "partial" else site.node.args
+            twice = _passed_twice(new_name, args)
+            if twice:
+                return (f"the call passes `{twice}` twice (by position and by keyword), so it raises TypeError "
+                        f"already: no fix")
+            if _legacy_call_error(new_name, args):
+                return "the call does not match the legacy signature (it raises TypeError already): no fix"
+            if new_name == "autocast" and _needs_dtype(args) and self.torch_name is None:
+                return (f"the migration must keep the legacy default `dtype=torch.{LEGACY_AUTOCAST_DTYPE[device]}` "
+                        f"(without it an enclosing region's dtype applies) and the module has no `import torch`: "
+                        f"no fix")
+        if self._convertible(site) and self.scan.bindings.get(site.head) and \
+                self.scan.bindings[site.head][0].qualified != "torch":
+            return f"not every use of `{site.head}` in this module can be migrated, and they share its import: no fix"
+        return None
 
     def _every_use_is_a_site(self, head: str, sites: list[_Site]) -> bool:
         return self.scan.loads.get(head, 0) == len(sites)
@@ -474,15 +578,17 @@ class _Plan:
         if site.kind == "decorator":
             return new_name in ("custom_fwd", "custom_bwd")
         args = site.node.args[1:] if site.kind == "partial" else site.node.args
-        keywords = {arg.keyword.value for arg in args if arg.keyword is not None}
+        if _legacy_call_error(new_name, args):
+            return False  # the call raises TypeError as written: report it, change nothing
         if new_name == "autocast":
-            positional = [arg for arg in args if arg.keyword is None]
-            if any(arg.star == "*" for arg in positional) or len(positional) > 3:
+            if any(arg.star == "*" for arg in args):
                 return False
+            if _needs_dtype(args) and (self.torch_name is None or any(arg.star == "**" for arg in args)):
+                return False  # the legacy default dtype cannot be written (no name for torch; `**` may hold one)
             return site.kind != "partial" or self._partial_called_with_keywords_only(site)
         if new_name == "GradScaler":
-            return "device" not in keywords
-        return "device_type" not in keywords and not any(arg.star == "**" for arg in args)
+            return True
+        return not any(arg.star == "**" for arg in args)
 
     def _partial_called_with_keywords_only(self, site: _Site) -> bool:
         bound = [a for a in self.facts.assignments if a.value is site.node and len(a.targets) == 1]
@@ -515,7 +621,11 @@ class _Plan:
 
         def convert(args: list[cst.Arg]) -> list[cst.Arg]:
             if new_name == "autocast":
-                return _autocast_args(args, self._string(device), self.indent)
+                dtype = None
+                if _needs_dtype(args):
+                    dtype = cst.Arg(cst.parse_expression(f"{self.torch_name}.{LEGACY_AUTOCAST_DTYPE[device]}"),
+                                    keyword=cst.Name("dtype"), equal=_equal())
+                return _autocast_args(args, self._string(device), self.indent, dtype)
             if new_name == "GradScaler":
                 return _insert_first(args, cst.Arg(self._string(device)), self.indent)
             return _append(args, self._keyword("device_type", device), self.indent)
@@ -574,8 +684,10 @@ def _equal() -> cst.AssignEqual:
     return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
 
 
-def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None) -> list[cst.Arg]:
-    """Legacy (enabled, dtype, cache_enabled) positionals become keywords after the device."""
+def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None,
+                   dtype: cst.Arg | None = None) -> list[cst.Arg]:
+    """Legacy (enabled, dtype, cache_enabled) positionals become keywords after the device; `dtype`, when
+    given, is the legacy default the call relied on, written out."""
     converted = []
     position = 0
     for arg in args:
@@ -583,7 +695,44 @@ def _autocast_args(args: list[cst.Arg], device: cst.SimpleString, indent=None) -
             arg = arg.with_changes(keyword=cst.Name(LEGACY_AUTOCAST_POSITIONS[position]), equal=_equal())
             position += 1
         converted.append(arg)
+    if dtype is not None:
+        converted = _append(converted, dtype, indent)
     return _insert_first(converted, cst.Arg(device), indent)
+
+
+def _positional_and_keywords(args) -> tuple[list[cst.Arg], list[str]]:
+    return ([arg for arg in args if arg.keyword is None and not arg.star],
+            [arg.keyword.value for arg in args if arg.keyword is not None])
+
+
+def _passed_twice(new_name: str, args) -> str | None:
+    """A parameter the call passes both by position and by keyword (`autocast(True, enabled=flag)`)."""
+    positional, keywords = _positional_and_keywords(args)
+    for name in LEGACY_PARAMETERS[new_name][:len(positional)]:
+        if name in keywords:
+            return name
+    return None
+
+
+def _legacy_call_error(new_name: str, args) -> bool:
+    """Does this call (or partial) raise TypeError against the legacy signature as written: too many
+    positional arguments, an unknown keyword, a parameter passed twice?"""
+    positional, keywords = _positional_and_keywords(args)
+    parameters = LEGACY_PARAMETERS[new_name]
+    known = set(parameters) | set(LEGACY_KEYWORD_ONLY.get(new_name, ()))
+    return (len(positional) > len(parameters) or len(keywords) != len(set(keywords))
+            or bool(set(keywords) - known) or _passed_twice(new_name, args) is not None)
+
+
+def _needs_dtype(args) -> bool:
+    """Does a legacy autocast call rely on its default dtype while possibly enabled? (then the migration
+    writes that dtype: see LEGACY_AUTOCAST_DTYPE). A literal `enabled=False` region computes nothing in it."""
+    positional, keywords = _positional_and_keywords(args)
+    if len(positional) >= 2 or "dtype" in keywords:
+        return False
+    enabled = positional[0].value if positional else next(
+        (arg.value for arg in args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
+    return not (isinstance(enabled, cst.Name) and enabled.value == "False")
 
 
 def _insert_first(args: list[cst.Arg], new: cst.Arg, indent=None) -> list[cst.Arg]:

@@ -10,6 +10,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import ModuleFacts
+from amplint.facts.versions import TorchSupport
 
 if TYPE_CHECKING:
     from amplint.rules.rewrite import Rewritten
@@ -43,6 +44,9 @@ class Rule:
     # Choose words that every spelling of what the rule looks for must contain, imports and aliases included.
     words: ClassVar[tuple[str, ...] | None] = None
     min_torch: ClassVar[str | None] = None
+    # The torch releases the linted code supports (set per run by amplint.runner): a fix writes only spellings
+    # every one of them has. The default knows nothing and allows every spelling.
+    torch: TorchSupport = TorchSupport()
     # What --fix can do for this rule's findings: "safe", "unsafe", "sometimes" (safe or unsafe depending on
     # the code), or "none". Shown in the README's rule table.
     fix: ClassVar[str] = "none"

@@ -1,0 +1,562 @@
+"""The torch versions a project declares it supports, read from its requirement files.
+
+When neither the configuration nor the command line gives `target-torch-version`, the project's own
+declarations say which torch its code must run on, and so which spellings a fix may write (a safe fix never
+uses an API newer than the oldest supported torch). Read, in the project root:
+
+- pyproject.toml: `[project] dependencies`, `[project.optional-dependencies]`, `[dependency-groups]`;
+- requirements*.txt (and requirements/*.txt), with the files they include (`-r`/`--requirement`, cycles guarded);
+- setup.cfg: `[options] install_requires` and `[options.extras_require]` (configparser);
+- setup.py: the literal `install_requires`/`extras_require` of a `setup(...)` call (stdlib `ast`; never run);
+- environment.yml / environment.yaml: conda's `dependencies` list and its `pip:` sub-list (a small hand parser:
+  amplint depends on libcst and click only, so no YAML library, and no `packaging` for the specifiers).
+
+Each torch requirement gives a range: the floor is the lowest version it allows (`>=`, `~=`, `==`, `===`; `>V`
+counts as V: a later patch release adds no API), the ceiling the first version it excludes (`<`, `<=`, `==`,
+`~=`, `==V.*`). `!=` and environment markers narrow nothing here: every line counts, whatever its marker, since
+the code must run wherever any of them installs it. Several requirements (several files, extras, alternatives)
+are a union: the lowest floor, the highest ceiling (none when one of them has none). A requirement without a
+floor (`torch`, `torch<3`, a URL) says nothing about the floor; no torch requirement at all gives no floor.
+Only release numbers count (as in `amplint.facts.versions`): `2.4.0rc1` and `2.4.0+cu121` are 2.4.0.
+"""
+
+from __future__ import annotations
+
+import ast
+import configparser
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+Version = tuple[int, int, int]
+
+PIP_NAMES = frozenset({"torch"})
+CONDA_NAMES = frozenset({"torch", "pytorch", "pytorch-cpu", "pytorch-gpu"})  # the last two pin pytorch's version
+PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+REQUIREMENT_GLOBS = ("requirements*.txt", "requirements/*.txt")
+MAX_INCLUDES = 64  # requirement files followed through -r, per project
+
+_NAME = re.compile(r"\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*")
+_EXTRAS = re.compile(r"\[[^\]]*\]\s*")
+_CLAUSE = re.compile(r"\s*(~=|===|==|!=|<=|>=|<|>)\s*([^\s,;()]+)\s*")
+_RELEASE = re.compile(r"(?:\d+!)?v?(\d+(?:\.\d+)*)(\.\*)?(?:[-_.]?(?:a|b|c|rc|alpha|beta|pre|preview|dev|post|r|rev)"
+                      r"[-_.]?\d*)*(?:\+[A-Za-z0-9.]*)?", re.IGNORECASE)
+_WHEEL = re.compile(r"(?:^|/)torch-(\d[^-/]*)-[^/]*\.whl$", re.IGNORECASE)
+_COMMENT = re.compile(r"(^|\s)#.*$")
+_INCLUDE = re.compile(r"(?:-r|--requirement)(?:\s*=\s*|\s+|(?=[^\s=-]))(\S+)")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The versions one requirement allows: floor (inclusive) and ceiling (exclusive), None when unbounded."""
+
+    floor: Version | None = None
+    below: Version | None = None
+
+
+@dataclass(frozen=True)
+class Declared:
+    """One torch requirement and where it is written."""
+
+    text: str  # the requirement as written
+    path: Path
+    line: int | None
+    range: Range
+
+    def where(self, relative_to: Path | None = None) -> str:
+        path = self.path
+        if relative_to is not None:
+            try:
+                path = self.path.relative_to(relative_to)
+            except ValueError:
+                pass
+        return f"{path}:{self.line}" if self.line is not None else str(path)
+
+
+@dataclass(frozen=True)
+class TorchRequirement:
+    """What a project's declarations say together: the union of every torch requirement found."""
+
+    declared: tuple[Declared, ...] = ()
+
+    @property
+    def floor(self) -> Declared | None:
+        """The requirement with the lowest floor (the first of those tied); None when none has a floor."""
+        with_floor = [d for d in self.declared if d.range.floor is not None]
+        return min(with_floor, key=lambda d: d.range.floor) if with_floor else None
+
+    @property
+    def below(self) -> Version | None:
+        """The first version no requirement allows; None when one of them has no ceiling (or there are none)."""
+        if not self.declared or any(d.range.below is None for d in self.declared):
+            return None
+        return max(d.range.below for d in self.declared)
+
+
+def version_text(version: Version) -> str:
+    """(2, 4, 0) -> "2.4"; (2, 4, 1) -> "2.4.1"."""
+    major, minor, patch = version
+    return f"{major}.{minor}" if patch == 0 else f"{major}.{minor}.{patch}"
+
+
+# Specifiers ---------------------------------------------------------------------------------------------------
+def _release(text: str) -> tuple[list[int], bool] | None:
+    """The release numbers of a version (and whether it ends in `.*`); None when it is not a version."""
+    match = _RELEASE.fullmatch(text.strip())
+    if match is None:
+        return None
+    return [int(part) for part in match.group(1).split(".")], match.group(2) is not None
+
+
+def _three(parts: list[int]) -> Version:
+    return tuple((parts + [0, 0, 0])[:3])  # type: ignore[return-value]
+
+
+def _after(parts: list[int]) -> Version:
+    """The first version after every version that starts with these release numbers (2.1 -> 2.2; 2 -> 3)."""
+    parts = parts[:3]
+    return _three(parts[:-1] + [parts[-1] + 1])
+
+
+def _just_after(version: Version) -> Version:
+    """The first release after exactly this one (2.1.0 -> 2.1.1)."""
+    return version[0], version[1], version[2] + 1
+
+
+def clause_range(operator: str, text: str) -> Range | None:
+    """The versions one PEP 440 clause allows, as a range; None when it gives no bound (or is malformed)."""
+    parsed = _release(text)
+    if parsed is None:
+        return None
+    parts, wildcard = parsed
+    if wildcard and operator not in ("==", "!="):
+        return None  # `>=2.*` is not a valid specifier
+    version = _three(parts)
+    if operator in (">=", ">"):
+        return Range(floor=version)
+    if operator == "<":
+        return Range(below=version)
+    if operator == "<=":
+        return Range(below=_just_after(version))
+    if operator in ("==", "==="):
+        return Range(floor=version, below=_after(parts) if wildcard else _just_after(version))
+    if operator == "~=":
+        if len(parts) < 2:
+            return None  # `~=2` is not a valid specifier
+        return Range(floor=version, below=_after(parts[:-1]))
+    return None  # `!=` excludes versions; it bounds nothing
+
+
+def intersect(ranges: Iterable[Range]) -> Range:
+    """The clauses of one requirement all hold: the highest floor, the lowest ceiling."""
+    ranges = list(ranges)
+    floors = [r.floor for r in ranges if r.floor is not None]
+    belows = [r.below for r in ranges if r.below is not None]
+    return Range(max(floors) if floors else None, min(belows) if belows else None)
+
+
+def _unite(ranges: list[Range]) -> Range:
+    """Alternatives (conda's `|`): the lowest floor, the highest ceiling."""
+    floors = [r.floor for r in ranges]
+    belows = [r.below for r in ranges]
+    return Range(None if None in floors else min(floors), None if None in belows else max(belows))  # type: ignore
+
+
+def _clauses(text: str) -> Iterator[Range]:
+    """The ranges of `>=1.13, <2` (also inside parentheses); stops at what is not a clause."""
+    position = 0
+    text = text.strip()
+    if text.startswith("("):
+        text = text[1:]
+    while True:
+        match = _CLAUSE.match(text, position)
+        if match is None:
+            return
+        found = clause_range(match.group(1), match.group(2))
+        if found is not None:
+            yield found
+        position = match.end()
+        if not text.startswith(",", position):
+            return
+        position += 1
+
+
+def pip_requirement(text: str) -> Range | None:
+    """The range of a PEP 508 requirement on torch; None when it is not one. Lenient: what follows the
+    specifiers (a marker, pip's `--hash` options) is ignored."""
+    name = _NAME.match(text)
+    if name is None or _normalized(name.group(1)) not in PIP_NAMES:
+        return None
+    rest = text[name.end():]
+    extras = _EXTRAS.match(rest)
+    if extras is not None:
+        rest = rest[extras.end():]
+    if rest.startswith("@"):
+        return _url_range(rest[1:].strip().split()[0] if rest[1:].strip() else "")
+    if rest and rest[0] not in "(<>=!~;":
+        return None  # `torch-geometric`-like names were cut by a character the name pattern stops at
+    return intersect(_clauses(rest.split(";", 1)[0]))
+
+
+def _url_range(url: str) -> Range:
+    """A direct reference to a torch wheel names its version (`torch-2.1.0%2Bcu118-cp310-...whl`)."""
+    match = _WHEEL.search(_unquoted(url.split("#", 1)[0].split("?", 1)[0]))
+    if match is not None:
+        parsed = _release(match.group(1))
+        if parsed is not None:
+            version = _three(parsed[0])
+            return Range(floor=version, below=_just_after(version))
+    return Range()
+
+
+def _unquoted(url: str) -> str:
+    return url.replace("%2B", "+").replace("%2b", "+")
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def conda_requirement(text: str) -> Range | None:
+    """The range of a conda match spec on pytorch (`pytorch=2.1`, `pytorch>=1.13,<2`, `pytorch 2.1.* cuda*`,
+    `conda-forge::pytorch==2.1.0=py3.10*`, `pytorch[version='>=2.1']`); None when it is not one."""
+    text = text.strip()
+    if "::" in text:
+        text = text.split("::", 1)[1]
+    name = _NAME.match(text)
+    if name is None or _normalized(name.group(1)) not in CONDA_NAMES:
+        return None
+    rest = text[name.end():].strip()
+    bracket = re.match(r"\[\s*version\s*=\s*['\"]?([^'\"\]]*)['\"]?\s*\]", rest)
+    if bracket is not None:
+        rest = bracket.group(1)
+    elif rest.startswith("["):
+        return Range()
+    if rest and rest[0] not in "<>=!~" and not rest[0].isdigit():
+        return None  # another package whose name starts like this one
+    alternatives = []
+    for alternative in rest.split("|"):
+        alternative = alternative.strip()
+        if not alternative:
+            alternatives.append(Range())
+            continue
+        if alternative[0].isdigit():  # `pytorch 2.1.*` / `pytorch 2.1.0 build`: an exact or wildcard version
+            alternative = "==" + alternative.split()[0]
+        elif alternative.startswith("==="):
+            alternative = "===" + alternative[3:].split("=", 1)[0]
+        elif alternative.startswith("=="):  # `==2.1.0=py3.10*`: the build string follows a second `=`
+            alternative = "==" + alternative[2:].split("=", 1)[0]
+        elif alternative.startswith("="):  # `=2.1` means 2.1.*, also in `=2.1=build`
+            version = alternative[1:].split("=", 1)[0].strip()
+            alternative = "==" + (version if version.endswith("*") else version + ".*")
+        alternatives.append(intersect(_clauses(alternative)))
+    return _unite(alternatives)
+
+
+# Sources ------------------------------------------------------------------------------------------------------
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8-sig", errors="replace")
+    except (OSError, ValueError):
+        return None
+
+
+def _line_of(text: str, needle: str) -> int | None:
+    """The first line (1-based) of `text` holding `needle`, for reporting where a requirement is written."""
+    for number, line in enumerate(text.splitlines(), start=1):
+        if needle in line:
+            return number
+    return None
+
+
+def _strings(value: object) -> list[str]:
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
+
+
+def from_pyproject(path: Path) -> Iterator[Declared]:
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return  # a broken pyproject.toml that is not amplint's configuration is not ours to report
+    project = data.get("project") if isinstance(data.get("project"), dict) else {}
+    requirements = _strings(project.get("dependencies"))
+    optional = project.get("optional-dependencies")
+    if isinstance(optional, dict):
+        for extra in optional.values():
+            requirements += _strings(extra)
+    groups = data.get("dependency-groups")
+    if isinstance(groups, dict):
+        for group in groups.values():
+            requirements += _strings(group)  # `{include-group = ...}` tables name other groups, read anyway
+    for requirement in requirements:
+        found = pip_requirement(requirement)
+        if found is not None:
+            yield Declared(requirement.strip(), path, _line_of(text, requirement), found)
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """pip's view of a requirements file: a line ending in `\\` joined with the next (a comment line never
+    continues), then comments removed; (number of the first line, text)."""
+    pending: list[str] = []
+    start = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        comment_line = line.lstrip().startswith("#")
+        if line.endswith("\\") and not comment_line:
+            if not pending:
+                start = number
+            pending.append(line[:-1])
+            continue
+        if pending:
+            pending.append(" " + line if comment_line else line)
+            yield start, _COMMENT.sub("", "".join(pending))
+            pending = []
+        else:
+            yield number, _COMMENT.sub("", line)
+    if pending:
+        yield start, _COMMENT.sub("", "".join(pending))
+
+
+def from_requirements_txt(path: Path, seen: set[Path] | None = None) -> Iterator[Declared]:
+    """A requirements file and, recursively, the files it includes with `-r`/`--requirement` (each once)."""
+    seen = set() if seen is None else seen
+    try:
+        key = path.resolve()
+    except (OSError, RuntimeError):
+        return
+    if key in seen or len(seen) >= MAX_INCLUDES:
+        return
+    seen.add(key)
+    text = _read(path)
+    if text is None:
+        return
+    for number, line in _logical_lines(text):
+        line = line.strip()
+        if not line:
+            continue
+        include = _INCLUDE.match(line)
+        if include is not None:
+            target = include.group(1)
+            if "://" not in target:
+                yield from from_requirements_txt(path.parent / target, seen)
+            continue
+        if line.startswith("-"):
+            continue  # -c constraints, -e editable, --index-url, -f ...: no requirement on torch's version
+        found = pip_requirement(line)
+        if found is None and _WHEEL.search(_unquoted(line.split()[0])):
+            found = _url_range(line.split()[0])  # a wheel named by URL or path: its version is in its name
+        if found is not None:
+            yield Declared(line, path, number, found)
+
+
+def from_setup_cfg(path: Path) -> Iterator[Declared]:
+    text = _read(path)
+    if text is None:
+        return
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        parser.read_string(text, source=str(path))
+    except configparser.Error:
+        return
+    values = []
+    if parser.has_option("options", "install_requires"):
+        values.append(parser.get("options", "install_requires"))
+    if parser.has_section("options.extras_require"):
+        values += [value for _, value in parser.items("options.extras_require")]
+    for value in values:
+        for line in value.splitlines():
+            line = _COMMENT.sub("", line).strip()
+            found = pip_requirement(line) if line else None
+            if found is not None:
+                yield Declared(line, path, _line_of(text, line), found)
+
+
+def from_setup_py(path: Path) -> Iterator[Declared]:
+    """The literal requirement lists of `setup(...)`: inline, or a module-level name bound to a literal."""
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        tree = ast.parse(text, filename=str(path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return
+    literals: dict[str, ast.expr] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(
+                statement.targets[0], ast.Name):
+            literals[statement.targets[0].id] = statement.value
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) and statement.value:
+            literals[statement.target.id] = statement.value
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _called_name(node.func) == "setup"):
+            continue
+        for keyword in node.keywords:
+            if keyword.arg not in ("install_requires", "extras_require"):
+                continue
+            value = literals.get(keyword.value.id, keyword.value) if isinstance(keyword.value, ast.Name) \
+                else keyword.value
+            lists = value.values if isinstance(value, ast.Dict) else [value]
+            for each in lists:
+                if isinstance(each, ast.Name):
+                    each = literals.get(each.id, each)
+                if not isinstance(each, (ast.List, ast.Tuple)):
+                    continue
+                for element in each.elts:
+                    if isinstance(element, ast.Constant) and isinstance(element.value, str):
+                        found = pip_requirement(element.value)
+                        if found is not None:
+                            yield Declared(element.value.strip(), path, element.lineno, found)
+
+
+def _called_name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _yaml_scalar(text: str) -> str:
+    text = _COMMENT.sub("", text).strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        text = text[1:-1]
+    return text.strip()
+
+
+def _flow_items(text: str) -> list[str]:
+    """`[a, b]` -> ["a", "b"] (no nesting: enough for a dependency list written inline)."""
+    text = _COMMENT.sub("", text).strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return []
+    return [_yaml_scalar(item) for item in text[1:-1].split(",") if item.strip()]
+
+
+def from_environment_yml(path: Path) -> Iterator[Declared]:
+    """conda's `dependencies:` list: match specs, and a `- pip:` item's sub-list of PEP 508 requirements."""
+    text = _read(path)
+    if text is None:
+        return
+    lines = text.splitlines()
+    inside = False
+    base: int | None = None  # the indentation of the dependency items
+    pip_indent: int | None = None  # inside a `- pip:` item: the indentation of that item
+    for number, raw in enumerate(lines, start=1):
+        stripped = raw.strip()
+        indent = len(raw) - len(raw.lstrip(" \t"))
+        if not inside:
+            match = re.match(r"dependencies\s*:(.*)$", raw)
+            if match is not None:
+                inside = True
+                for item in _flow_items(match.group(1)):
+                    yield from _declared_conda(item, path, number)
+            continue
+        if not stripped or stripped.startswith("#"):
+            continue
+        if indent == 0 and not stripped.startswith("-"):
+            break  # the next top-level key
+        if not stripped.startswith("-"):
+            continue
+        item = stripped[1:].strip()
+        if base is None:
+            base = indent
+        if pip_indent is not None and indent > pip_indent:
+            requirement = _yaml_scalar(item)
+            found = pip_requirement(requirement)
+            if found is not None:
+                yield Declared(requirement, path, number, found)
+            continue
+        pip_indent = None
+        pip = re.match(r"pip\s*:(.*)$", item)
+        if pip is not None:
+            pip_indent = indent
+            for requirement in _flow_items(pip.group(1)):
+                found = pip_requirement(requirement)
+                if found is not None:
+                    yield Declared(requirement, path, number, found)
+            continue
+        yield from _declared_conda(_yaml_scalar(item), path, number)
+
+
+def _declared_conda(spec: str, path: Path, line: int) -> Iterator[Declared]:
+    found = conda_requirement(spec)
+    if found is not None:
+        yield Declared(spec, path, line, found)
+
+
+def requirement_files(root: Path) -> list[Path]:
+    """The declaration files of a project root, in a fixed order."""
+    found = [root / name for name in PROJECT_FILES if (root / name).is_file()]
+    for pattern in REQUIREMENT_GLOBS:
+        try:
+            found += sorted(path for path in root.glob(pattern) if path.is_file())
+        except OSError:
+            continue
+    return found
+
+
+def declared_torch(root: Path) -> TorchRequirement:
+    """Every torch requirement declared in this project root."""
+    declared: list[Declared] = []
+    seen: set[Path] = set()
+    for path in requirement_files(root):
+        if path.name == "pyproject.toml":
+            declared += from_pyproject(path)
+        elif path.name == "setup.cfg":
+            declared += from_setup_cfg(path)
+        elif path.name == "setup.py":
+            declared += from_setup_py(path)
+        elif path.name.startswith("environment."):
+            declared += from_environment_yml(path)
+        else:
+            declared += from_requirements_txt(path, seen)
+    return TorchRequirement(tuple(declared))
+
+
+def has_declarations(folder: Path) -> bool:
+    return bool(requirement_files(folder))
+
+
+def project_root(start: Path) -> Path | None:
+    """The nearest folder at or above `start` with a declaration file; the search stops at a repository's root."""
+    try:
+        start = start.resolve()
+    except (OSError, RuntimeError):
+        return None
+    if not start.is_dir():
+        start = start.parent
+    for folder in (start, *start.parents):
+        if has_declarations(folder):
+            return folder
+        if (folder / ".git").exists() or (folder / ".hg").exists():
+            return None
+    return None
+
+
+def project_torch(roots: Iterable[Path]) -> TorchRequirement:
+    """The union of the torch requirements of these project roots (each read once)."""
+    declared: list[Declared] = []
+    seen: set[Path] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        declared += declared_torch(root).declared
+    return TorchRequirement(tuple(declared))
+
+
+def roots_for(paths: Iterable[str], configured: Path | None) -> list[Path]:
+    """The project roots to read: the configuration's folder when it declares anything, else the nearest folder
+    with a declaration file above each linted path (`-`, standard input: the current folder)."""
+    if configured is not None and has_declarations(configured):
+        return [configured]
+    roots: list[Path] = []
+    for path in paths:
+        root = project_root(Path.cwd() if path == "-" else Path(path))
+        if root is not None and root not in roots:
+            roots.append(root)
+    return roots
+
