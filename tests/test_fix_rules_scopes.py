@@ -149,3 +149,56 @@ def test_notebook_magic_after_backward_stays_in_the_region(tmp_path: Path) -> No
     assert written in (source, 'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\n'
                                'loss.backward()\nwith torch.autocast("cuda", dtype=torch.bfloat16):\n'
                                '    %time val = model(x)\n'), written
+
+
+# --- comments survive ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("code", "name", "deleted"), [
+    ("AMP013", "commented_alternatives.py", ["# expect: AMP013:14", "# called once per step"]),
+    ("AMP005", "commented_scale.py", ["# expect: AMP005:14", "# expect: AMP005:22"]),
+])
+def test_fix_keeps_every_comment_not_on_a_deleted_line(code: str, name: str, deleted: list[str]) -> None:
+    text = fixture(code, name).read_text(encoding="utf-8")
+    result = fixed(text, code)
+    assert result != text
+    assert comments(result) == [c for c in comments(text) if c not in deleted]
+
+
+REMOVALS = '''def f():
+    a = 1
+
+    # alternative one
+    # alternative two
+    scaler = GradScaler()  # on the deleted line
+    b = 2
+    if a:
+        c = 3
+        # inside, above the last statement
+        scaler.update()
+    # footer
+'''
+
+
+def test_removed_statements_leave_their_own_line_comments_and_moved_ones_take_them() -> None:
+    import libcst as cst
+
+    from amplint.rules.rewrite import MOVED, Rewritten
+
+    module = cst.parse_module(REMOVALS)
+    body = module.body[0].body.body
+    build, update = body[1], body[3].body.body[1]
+    removed = Rewritten(module, {build: cst.RemoveFromParent(), update: cst.RemoveFromParent()})
+    assert removed.code == removed.full_code() == REMOVALS.replace(
+        "    scaler = GradScaler()  # on the deleted line\n", "").replace("        scaler.update()\n", "")
+    moved = Rewritten(module, {build: MOVED})
+    assert moved.code == moved.full_code() == REMOVALS.replace(
+        "\n    # alternative one\n    # alternative two\n    scaler = GradScaler()  # on the deleted line\n", "")
+
+
+def test_amp004_hoisted_statement_takes_its_comments_once() -> None:
+    text = ("import torch\n\n\ndef train(model, loader, optimizer):\n    for x in loader:\n"
+            "        # one scaler per run\n        scaler = torch.amp.GradScaler('cuda')\n"
+            "        scaler.scale(model(x)).backward()\n        scaler.step(optimizer)\n        scaler.update()\n")
+    result = fixed(text, "AMP004", unsafe=False)
+    assert result.count("# one scaler per run") == 1
+    assert "    # one scaler per run\n    scaler = torch.amp.GradScaler('cuda')\n    for x in loader:\n" in result

@@ -139,7 +139,7 @@ class ScalerInInference(Rule):
     @staticmethod
     def _only_use_construction(facts: ModuleFacts, event: Event) -> cst.SimpleStatementLine | None:
         """`scaler = GradScaler(...)` in the same function when this `scaler.scale(...)` is the scaler's only
-        other mention there (its text appears exactly twice in the function)."""
+        other mention there (the name appears exactly twice in the function's code; comments do not count)."""
         function = event.frame.function()
         if function is None or event.scaler is None or "." in event.scaler:
             return None
@@ -147,8 +147,7 @@ class ScalerInInference(Rule):
             statement = build.call.statement
             if build.kind is EventKind.SCALER_BUILD and build.bound_to == event.scaler \
                     and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                mentions = re.findall(rf"\b{re.escape(event.scaler)}\b", facts.code(function.node))
-                return statement if len(mentions) == 2 else None
+                return statement if _mentions(function.node, event.scaler) == 2 else None
         return None
 
     @staticmethod
@@ -171,3 +170,16 @@ class ScalerInInference(Rule):
         if calls_eval or eval_like(function.name):
             return f"runs in evaluation code (`{function.name}()` runs no backward)"
         return None
+
+
+def _mentions(node: cst.CSTNode, name: str) -> int:
+    """How many times `name` appears as a name in the code of `node` (never in comments or strings)."""
+    found: list[cst.Name] = []
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name:
+                found.append(node)
+
+    node.visit(Names())
+    return len(found)
