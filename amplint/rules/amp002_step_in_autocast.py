@@ -45,9 +45,12 @@ class StepInAutocast(Rule):
     ```
 
     ## Fix safety
-    Same rewrite as AMP001: the update phase moves out of the `with` block, which is reopened for forward code
-    that follows. Safe when only update-phase statements move; unsafe otherwise. No fix for regions opened by a
-    decorator or a caller.
+    Same rewrite and the same reasoning as AMP001: only statements that provably do no forward computation leave
+    the region (an allow-list of update-phase calls, logging and plain arithmetic); forward code after them,
+    including code with no call such as `y = x @ w`, stays in a reopened block; with-items are never reordered.
+    A step that takes a closure (`optimizer.step(closure)`, L-BFGS, SAM) is reported without a fix: the closure
+    runs the forward pass, which belongs in the region; open autocast inside the closure instead. No fix for
+    regions opened by a decorator or a caller.
 
     ## Limits
     Optimizers held in containers (`optimizers[i].step()`) and objects of unknown type are not reported.
@@ -77,6 +80,12 @@ class StepInAutocast(Rule):
                 f"`{snippet(facts, event.node)}` runs inside {describe_region(facts, region, chain)}: "
                 f"{what} runs under autocast, so an optimizer that multiplies matrices in step() "
                 f"(Shampoo, Newton-Schulz/Muon) computes in {dtype_words(region)} (measured: parameters off by "
-                f"7.4e-5 after one step); step after the autocast block"
+                f"7.4e-5 after one step); {self._advice(event)}"
             )
             yield Finding(event.node, message, region_fix(facts, region, chain, event))
+
+    @staticmethod
+    def _advice(event) -> str:
+        if event.kind is EventKind.OPTIMIZER_STEP and event.node.args:
+            return "the closure it runs is the forward pass: open autocast inside the closure instead"
+        return "step after the autocast block"

@@ -71,10 +71,12 @@ class ScalerInInference(Rule):
     ```
 
     ## Fix safety
-    Unsafe: `scaler.scale(x)` becomes `x`, which changes the values the code produces (that is the point, but
-    code downstream may have compensated). A scaler constructed in the same function for that call alone is
-    removed with it. `step`, `update`, `unscale_` and constructions are reported without a
-    fix: removing them may change control flow.
+    Unsafe: a safe fix cannot change what a correct program computes, and `scaler.scale(x)` becoming `x` changes
+    the values the code produces (that is the point, but code downstream may have compensated). A scaler
+    constructed in the same function for that call alone (its name appears nowhere else in the function's code;
+    comments do not count) is removed with it. Own-line comments above the removed statements stay; only
+    comments on the removed lines go. `step`, `update`, `unscale_` and constructions are reported without a fix:
+    removing them may change control flow.
 
     ## Limits
     Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or

@@ -57,11 +57,13 @@ class ScalerWithBfloat16(Rule):
     ```
 
     ## Fix safety
-    Unsafe: the result is numerically the same, but checkpoints no longer carry the scaler's state and code that
-    later switches the dtype to float16 would need the scaler back. The fix removes the construction,
-    `scaler.update()` and `scaler.unscale_(...)`, and rewrites `scaler.scale(loss)` as `loss` and
-    `scaler.step(optimizer)` as `optimizer.step()`; no fix when the scaler is used any other way (saved,
-    passed to a function, `get_scale()`).
+    Unsafe: a safe fix cannot change what a correct program computes. Without overflow the result is bit-for-bit
+    the same, but a step whose gradients hold inf/NaN was skipped by the scaler and is now applied, checkpoints
+    no longer carry the scaler's state, and code that later switches the dtype to float16 would need the scaler
+    back. The fix removes the construction, `scaler.update()` and `scaler.unscale_(...)`, and rewrites
+    `scaler.scale(loss)` as `loss` and `scaler.step(optimizer)` as `optimizer.step()`; no fix when the scaler is
+    used any other way (saved, passed to a function, `get_scale()`). Own-line comments above the removed
+    statements (commented-out alternatives) stay; only comments on the removed lines go.
 
     ## Limits
     Silent when any autocast region of the module may be float16 (a dtype that is not a literal bfloat16 is
