@@ -54,6 +54,45 @@ NOT_TENSOR_METHODS = frozenset({
     "values", "append", "extend", "pop", "format", "join", "split", "replace", "startswith", "endswith",
 })
 UNCAST_SAFE_FUNCTIONS = frozenset({"isinstance", "len", "print", "type", "id", "hasattr", "getattr", "repr", "str"})
+# Ops whose result is an integer or bool tensor (or a Python number) whatever their input: never low precision.
+INTEGER_OPS = frozenset({
+    "long", "int", "bool", "short", "byte", "char", "argmax", "argmin", "argsort", "nonzero", "eq", "ne", "lt",
+    "le", "gt", "ge", "greater", "less", "equal", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "any", "all", "count_nonzero", "bincount",
+    "searchsorted", "bucketize", "numel", "size", "dim", "item", "tolist", "len", "multinomial",
+})
+# Tensor methods (and torch functions) whose result is a tensor of the input's floating dtype: a floating input
+# gives a floating tensor. Not here: methods that return tuples (`chunk`, `split`, `unbind`, `max(dim)`, `sort`,
+# `topk`) or a dtype of their own.
+FLOAT_PRESERVING = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "cuda", "cpu", "detach",
+    "clone", "narrow", "masked_fill", "relu", "sigmoid", "tanh", "gelu", "silu", "abs", "neg", "add", "sub",
+    "mul", "div", "clamp", "roll", "flip", "index_select", "select", "square", "sqrt", "pow", "exp", "log",
+    "sum", "mean", "norm", "softmax", "log_softmax", "half", "bfloat16", "float", "double", "mm", "matmul", "bmm",
+    "dropout", "layer_norm", "group_norm", "normalize", "cat", "stack", "where", "einsum", "baddbmm", "addmm",
+    "lerp", "rsqrt", "reciprocal", "tril", "triu", "diagonal", "type_as", "mish", "softplus", "elu",
+    "leaky_relu", "hardtanh", "logsumexp", "cumsum", "var", "std",
+})
+# Functional ops that only take floating inputs: their result is a floating tensor.
+FLOAT_ONLY_OPS = frozenset({
+    "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "scaled_dot_product_attention", "prelu", "layer_norm", "group_norm", "softmax",
+    "log_softmax", "gelu", "silu", "sigmoid", "tanh", "dropout",
+})
+# torch.nn modules whose forward returns one floating tensor (not LSTM/GRU/MultiheadAttention: tuples; not
+# MaxPool: `return_indices=True` gives a tuple). `Sequential` counts when each of its modules does.
+TENSOR_MODULES = frozenset({
+    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "Embedding", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "Dropout", "Dropout1d", "Dropout2d",
+    "Dropout3d", "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "LeakyReLU", "PReLU", "Sigmoid",
+    "Tanh", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Identity",
+    "Flatten", "Unflatten", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d", "Upsample", "PixelShuffle", "TransformerEncoderLayer", "TransformerEncoder",
+})
+_FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
+MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval", "requires_grad_"})
 
 
 def is_float32_cast(call: cst.Call) -> bool:
@@ -101,7 +140,8 @@ def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
     """Does evaluating `value` inside an autocast region yield a low-precision tensor?"""
     if isinstance(value, cst.Call):
         op = _op_name(value)
-        if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value):
+        if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value) \
+                or op in INTEGER_OPS:
             return False
         if op in LOW_OPS:
             return True
@@ -130,6 +170,88 @@ def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
     if isinstance(value, cst.Name):
         return value.value in low
     return False
+
+
+def is_floating_tensor(value: cst.BaseExpression, floats: set[str], facts=None, frame: Frame | None = None) -> bool:
+    """Is `value` surely a floating-point tensor (so that `.float()` on it works and keeps its meaning)?
+
+    True for the result of a torch op that only returns floating tensors, of a known torch.nn module that returns
+    one tensor (`facts` resolves the callee's construction), and of dtype-preserving ops and arithmetic on such
+    a value (`floats`: names known to hold one). False whenever that is not known: a user function or module
+    may return a dict, a tuple or a number."""
+    if isinstance(value, cst.Name):
+        return value.value in floats
+    if isinstance(value, cst.Subscript):
+        return is_floating_tensor(value.value, floats, facts, frame)  # indexing a tensor gives a tensor
+    if isinstance(value, cst.Attribute):
+        return value.attr.value in ("T", "mT", "H", "data") and is_floating_tensor(value.value, floats, facts, frame)
+    if isinstance(value, cst.UnaryOperation):
+        return isinstance(value.operator, (cst.Minus, cst.Plus)) and is_floating_tensor(
+            value.expression, floats, facts, frame)
+    if isinstance(value, cst.BinaryOperation):
+        # A floating tensor combined with anything that does not raise gives a floating tensor.
+        return is_floating_tensor(value.left, floats, facts, frame) or is_floating_tensor(
+            value.right, floats, facts, frame)
+    if not isinstance(value, cst.Call):
+        return False
+    op = _op_name(value)
+    if op in INTEGER_OPS:
+        return False
+    func = value.func
+    arguments = [arg.value for arg in value.args if not arg.star]
+    if isinstance(func, cst.Attribute):
+        dotted = dotted_name(func) or ""
+        if dotted.startswith(("torch.", "F.", "nn.functional.", "torch.nn.functional.")):
+            return op in FLOAT_ONLY_OPS or (op in _FLOAT_FROM_FLOAT and any(
+                is_floating_tensor(a, floats, facts, frame) for a in arguments))
+        if op in FLOAT_PRESERVING and is_floating_tensor(func.value, floats, facts, frame):
+            return True
+    return facts is not None and tensor_module(facts, func, frame)
+
+
+def tensor_module(facts, func: cst.BaseExpression, frame: Frame | None, depth: int = 0) -> bool:
+    """Is `func` (a callee) a torch.nn module known to return one floating tensor: every binding of its name is
+    a construction of one (`nn.Linear(...)`, `nn.Sequential(nn.Linear(...), nn.ReLU())`, also `.to(device)`)?"""
+    if depth > 3:
+        return False
+    if isinstance(func, cst.Call):
+        callee = func.func
+        if isinstance(callee, cst.Attribute) and callee.attr.value in MODULE_PLACEMENT and isinstance(
+                callee.value, cst.Call):
+            return tensor_module(facts, callee.value, frame, depth + 1)
+        qualified = facts.imports.qualify(callee) or ""
+        if not qualified.startswith("torch.nn.") or qualified.startswith("torch.nn.functional."):
+            return False
+        last = qualified.rsplit(".", 1)[-1]
+        if last == "Sequential":
+            return bool(func.args) and all(
+                arg.keyword is None and not arg.star and tensor_module(facts, arg.value, frame, depth + 1)
+                for arg in func.args)
+        return last in TENSOR_MODULES
+    key = dotted_name(func)
+    if key is None:
+        return False
+    bound = facts.bindings(key, frame)
+    return bool(bound) and all(len(a.targets) == 1 and tensor_module(facts, a.value, a.frame, depth + 1)
+                               for a in bound)
+
+
+def floating_names(assignments: list[Assignment], region_frame: Frame, before: int, function: Frame | None,
+                   facts=None) -> set[str]:
+    """Names whose latest assignment before index `before`, inside `region_frame`, is surely a floating tensor
+    (`is_floating_tensor`)."""
+    relevant = [a for a in assignments
+                if a.index < before and a.frame.function() is function and a.frame.is_within(region_frame)]
+    floats: set[str] = set()
+    for assignment in sorted(relevant, key=lambda a: a.index):
+        floating = len(assignment.targets) == 1 and is_floating_tensor(
+            assignment.value, floats, facts, assignment.frame)
+        for name in assignment.targets:
+            if floating and "." not in name:
+                floats.add(name)
+            else:
+                floats.discard(name)
+    return floats
 
 
 def low_precision_names(assignments: list[Assignment], region_frame: Frame, before: int,

@@ -9,7 +9,8 @@ from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
-from amplint.facts.dtypes import UncastUses, is_low_precision, low_precision_names
+from amplint.diagnostics import Applicability
+from amplint.facts.dtypes import UncastUses, floating_names, is_low_precision, low_precision_names
 from amplint.facts.model import Call
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import dtype_words, snippet
@@ -80,7 +81,8 @@ class DisabledAutocastWithoutCast(Rule):
             if outer is None or not outer.active or outer.frame is None:
                 continue
             low = low_precision_names(facts.assignments, outer.frame, frame.start_index, frame.function())
-            yield from self._report(facts, frame.node.body, low, outer, region, parameters=False)
+            floats = floating_names(facts.assignments, outer.frame, frame.start_index, frame.function(), facts)
+            yield from self._report(facts, frame.node.body, low, outer, region, parameters=False, floats=floats)
         for info in facts.functions:
             region = facts.region_of(info.frame)
             if region is None or region.state is not RegionState.OFF or region.via != "decorator":
@@ -103,7 +105,9 @@ class DisabledAutocastWithoutCast(Rule):
         return fed
 
     def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
-                region: Region, parameters: bool) -> Iterator[Finding]:
+                region: Region, parameters: bool, floats: set[str] = frozenset()) -> Iterator[Finding]:
+        """One finding per watched name used uncast in `body`; its `.float()` fix is safe only for a name in
+        `floats` (surely a floating tensor), unsafe otherwise (a dict, a tuple or a number would raise)."""
         visitor = visitor_class(UncastUses)(set(low))
         walk(body, visitor)
         visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
@@ -132,8 +136,9 @@ class DisabledAutocastWithoutCast(Rule):
                     u: cst.Call(func=cst.Attribute(value=u, attr=cst.Name("float"))) for u in uses
                 })
 
+            applicability = Applicability.SAFE if name in floats else Applicability.UNSAFE
             yield Finding(use, message, FixPlan(f"Cast `{name}` with `.float()` inside the disabled region",
-                                                rebuild))
+                                                rebuild, applicability))
 
 
 
