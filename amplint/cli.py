@@ -5,6 +5,7 @@ Exit codes: 0 no findings, 1 findings (or a diff with --diff), 2 usage, configur
 
 from __future__ import annotations
 
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,8 +17,11 @@ from amplint import rules as registry
 from amplint.cache import Cache, clean as clean_cache, default_directory
 from amplint.config import ConfigError, load_settings, validate_selectors
 from amplint.discovery import discover
+from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES, Report, render
+from amplint.output.common import FILE_ERRORS, printable
+from amplint.output.concise import line as concise_line
 from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
@@ -46,7 +50,7 @@ def main() -> None:
 
 
 @main.command()
-@click.argument("paths", nargs=-1, type=click.Path())
+@click.argument("paths", nargs=-1, type=click.Path(readable=False))  # unreadable: AMP901, the run goes on
 @click.option("--select", multiple=True, help="Rule codes, prefixes (AMP00) or names to enable (comma-separated).")
 @click.option("--extend-select", multiple=True, help="Rules to enable in addition to those selected.")
 @click.option("--ignore", multiple=True, help="Rule codes, prefixes or names to disable.")
@@ -77,8 +81,12 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
+        for warning in settings.warnings:
+            click.echo(f"amplint: warning: {printable(warning)}", err=True)
         if select:
             settings.select = _split(select)
+            if not settings.select:
+                raise ConfigError("--select names no rule, so no rule is selected (omit it to select every rule)")
         settings.extend_select += _split(extend_select)
         settings.ignore += _split(ignore)
         settings.force_exclude = settings.force_exclude or force_exclude
@@ -90,6 +98,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             settings.target_torch_version = target_torch_version
         validate_selectors(settings, "command line")
         rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
+        if not rule_classes:
+            raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     format_name = output_format or settings.output_format or "full"
@@ -106,7 +116,9 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             sys.stdout.write(outcome.fixed_text if outcome.fixed_text is not None else "")
             sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode))
     else:
-        files = list(discover(list(paths) or ["."], settings))
+        _require_existing(paths)
+        files = list(discover(list(paths) or ["."], settings,
+                              on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error))))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             cache = Cache.open(cache_dir or default_directory(settings))
@@ -120,23 +132,25 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             if outcome.diff:
                 click.echo(outcome.diff, nl=False)
         changed = sum(1 for o in outcomes if o.diff)
+        _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"{changed} file{'s' if changed != 1 else ''} would be changed.", err=True)
-        sys.exit(EXIT_ERROR if any(o.internal_error for o in outcomes) else (EXIT_FINDINGS if changed else EXIT_CLEAN))
+        sys.exit(_fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
 
     diagnostics = sorted((d for o in outcomes for d in o.diagnostics), key=lambda d: d.sort_key())
     report = Report(
         diagnostics=diagnostics,
-        fixed=sum(o.fixed for o in outcomes),
+        fixed=sum(o.removed for o in outcomes),
         unsafe_fixes=unsafe_fixes,
         show_fixes=show_fixes,
         messages=[o.message for o in outcomes if o.message],
         rules=rule_classes,
     )
     if fix_only:
+        _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.")
-        sys.exit(_exit_code(outcomes, True, mode))
+        sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
         _emit(_statistics(report), output_file)
     else:
@@ -171,8 +185,53 @@ def _statistics(report: Report) -> str:
     return "".join(lines)
 
 
+def _require_existing(paths: tuple[str, ...]) -> None:
+    """A path named on the command line that does not exist is a usage error (a typo, a stale pre-commit
+    list), said in one line per path before any work; one that exists but cannot be read is linted (AMP901)."""
+    missing = [path for path in paths if not os.path.lexists(path)]
+    for path in missing:
+        click.echo(f"amplint: path not found: {printable(path)}", err=True)
+    if missing:
+        sys.exit(EXIT_ERROR)
+
+
+def _unlisted_folder(path: str, error: OSError) -> FileOutcome:
+    """A folder the walk could not list: reported like an unreadable file, since it may hide any number."""
+    message = f"cannot list this folder: {error.strerror or error}; the files in it are not linted"
+    return FileOutcome(path, [error_diagnostic(IO_ERROR, path, message)])
+
+
+def _file_errors(outcomes: list[FileOutcome]) -> list:
+    return sorted((d for o in outcomes for d in o.diagnostics if d.code in FILE_ERRORS), key=lambda d: d.sort_key())
+
+
+def _say_file_errors(outcomes: list[FileOutcome]) -> None:
+    """--diff and --fix-only print no report, yet a file they could not analyse (AMP900-902) or could not write
+    must not pass unseen: such files, and the notes about files, go to stderr (stdout stays a patch)."""
+    for diagnostic in _file_errors(outcomes):
+        click.echo(concise_line(diagnostic, False), err=True)
+    for outcome in outcomes:
+        if outcome.message:
+            click.echo(printable(outcome.message), err=True)
+
+
+def _internal_error(outcomes: list[FileOutcome]) -> bool:
+    return any(o.internal_error or any(d.code == "AMP902" for d in o.diagnostics) for o in outcomes)
+
+
+def _fix_exit_code(outcomes: list[FileOutcome], changed: bool, exit_zero: bool) -> int:
+    """--diff and --fix-only: 2 when a file met an internal error (AMP902); 1 when a file could not be analysed
+    (AMP900, AMP901: the fixes it may need are unknown) or, with --diff, when there is a diff; else 0.
+    Remaining findings do not count (fixing is what was asked); --exit-zero turns 1 into 0 for --fix-only."""
+    if _internal_error(outcomes):
+        return EXIT_ERROR
+    if changed or (_file_errors(outcomes) and not exit_zero):
+        return EXIT_FINDINGS
+    return EXIT_CLEAN
+
+
 def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode) -> int:
-    if any(o.internal_error for o in outcomes):
+    if _internal_error(outcomes):
         return EXIT_ERROR
     if exit_zero:
         return EXIT_CLEAN

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fnmatch
 import functools
+import json
 import os
 import re
 import tomllib
@@ -188,8 +189,10 @@ def _kind(value: object) -> str:
     names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
              dict: "a table"}
     name = names.get(type(value), "a date or time")
-    shown = repr(value) if not isinstance(value, (list, dict)) else ""
-    return f"{name} {shown}" if shown and len(shown) <= 40 else name
+    if not isinstance(value, (bool, int, float, str)):
+        return name
+    shown = json.dumps(value, ensure_ascii=False)  # TOML spells these as JSON does: true, 5, "false"
+    return f"{name} {shown}" if len(shown) <= 40 else name
 
 
 def _string(value: object) -> str:

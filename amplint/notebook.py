@@ -466,7 +466,8 @@ def process_notebook_text(text: str, path: str, rules: list[Rule], mode: Mode) -
         diagnostics = [map_diagnostic(d, fixed) for d in outcome.remaining]
     else:
         diagnostics = lint_notebook(fixed, path, rules)
-    return FileOutcome(path, diagnostics, fixed=len(outcome.applied), fixed_text=written, message=message,
+    return FileOutcome(path, diagnostics, fixed=len(outcome.applied), removed=outcome.removed, fixed_text=written,
+                       message=message,
                        internal_error=any(d.code == "AMP902" for d in diagnostics))
 
 

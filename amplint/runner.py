@@ -28,7 +28,8 @@ class Mode:
 class FileOutcome:
     path: str
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    fixed: int = 0
+    fixed: int = 0  # fixes applied (the file is written when there are any)
+    removed: int = 0  # findings the fixes took away: found before minus remaining (what `Fixed N` counts)
     diff: str = ""
     fixed_text: str | None = None  # the fixed source (stdin prints it)
     message: str | None = None
@@ -69,13 +70,14 @@ def process_text(text: str, path: str, rules: list[Rule], mode: Mode, prefilter:
         result = lint_text(text, path, rules)
         return FileOutcome(path, result.diagnostics, internal_error=any(d.code == "AMP902" for d in result.diagnostics))
     outcome = fix_text(text, path, rules, unsafe=mode.unsafe)
-    file_outcome = FileOutcome(path, outcome.remaining, fixed=len(outcome.applied), fixed_text=outcome.text,
+    file_outcome = FileOutcome(path, outcome.remaining, fixed=len(outcome.applied), removed=outcome.removed,
+                               fixed_text=outcome.text,
                                message=f"{path}: {outcome.error}" if outcome.error else None,
                                internal_error=any(d.code == "AMP902" for d in outcome.remaining))
     if mode.diff and outcome.changed:
         file_outcome.diff = unified_diff(path, text, outcome.text)
         file_outcome.diagnostics = outcome.remaining if not outcome.applied else lint_text(text, path, rules).diagnostics
-        file_outcome.fixed = 0
+        file_outcome.fixed = file_outcome.removed = 0
     return file_outcome
 
 

@@ -1,0 +1,376 @@
+"""Bad input at the command line: odd file names, unreadable and missing paths, empty selections, wrong config
+types, file errors under --diff/--fix-only, and what `--fix` says it fixed. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import amplint.source
+from amplint.cli import main
+from amplint.config import KEYS, ConfigError, load_settings, settings_from_table
+from amplint.output import FORMAT_NAMES, Report, render
+
+FLAGGED = textwrap.dedent("""\
+    import torch
+
+    def train(model, x, optimizer):
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+            loss.backward()
+        optimizer.step()
+""")
+# One safe fix (moving backward and step out of the region) takes away two findings, AMP001 and AMP002.
+TWO_IN_ONE = textwrap.dedent("""\
+    import torch
+
+    def train(model, x):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
+""")
+# AMP012 (a half model trained with a GradScaler) has no fix: it remains after --fix.
+HALF = textwrap.dedent("""\
+    import torch
+
+    def train(model, loader):
+        model.half()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            with torch.autocast("cuda"):
+                loss = torch.nn.functional.mse_loss(model(x), y)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+""")
+UNDECODABLE = b"import torch  # autocast\nx = '\xff\xfe'\n"
+NOT_PYTHON = "import torch  # autocast\ndef f(:\n    pass\n"
+
+
+def run(args, cwd: Path):
+    old = os.getcwd()
+    os.chdir(cwd)
+    try:
+        return CliRunner().invoke(main, ["check", "--no-cache", *args], catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "flagged.py").write_text(FLAGGED)
+    return tmp_path
+
+
+def non_utf8_name(folder: Path) -> Path:
+    """A file whose name is the latin-1 bytes `café.py`, where the file system allows such a name."""
+    try:
+        path = Path(os.fsdecode(os.path.join(os.fsencode(folder), b"caf\xe9.py")))
+        path.write_text(FLAGGED)
+    except (OSError, UnicodeError) as error:
+        pytest.skip(f"this file system refuses names that are not UTF-8: {error}")
+    return path
+
+
+# --- item 10: names that are not UTF-8, in every format -------------------------------------------------------
+
+
+def assert_valid(format_name: str, text: str) -> None:
+    """The report is valid for its format, and encodable as UTF-8 (a lone surrogate is not)."""
+    text.encode("utf-8")
+    if format_name in ("json", "gitlab", "sarif"):
+        log = json.loads(text)
+        if format_name == "sarif":
+            from tests.test_output_formats import validate_sarif
+
+            validate_sarif(log)
+    elif format_name == "json-lines":
+        for line in text.splitlines():
+            json.loads(line)
+    elif format_name == "junit":
+        ET.fromstring(text.encode("utf-8"))
+
+
+@pytest.mark.parametrize("format_name", FORMAT_NAMES)
+def test_every_format_carries_a_file_name_that_is_not_utf8(project, format_name):
+    non_utf8_name(project)
+    result = run(["--output-format", format_name, "--output-file", "report.out", "."], project)
+    assert result.exit_code == 1, result.output
+    text = (project / "report.out").read_text(encoding="utf-8")
+    assert_valid(format_name, text)
+    if format_name == "sarif":
+        uris = [r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+                for r in json.loads(text)["runs"][0]["results"]]
+        assert "caf%E9.py" in uris  # the name's exact bytes, percent-encoded
+    elif format_name in ("json", "json-lines", "gitlab"):
+        assert "caf\\\\xe9.py" in text  # the JSON string `caf\xe9.py`: the byte as an escape
+    else:
+        assert "caf\\xe9.py" in text
+    assert "flagged.py" in text  # and the other file's finding is there too
+
+
+def test_fingerprints_and_messages_with_names_that_are_not_utf8():
+    from amplint.engine import IO_ERROR, error_diagnostic
+
+    name = os.fsdecode(b"caf\xe9.py")
+    diagnostic = error_diagnostic(IO_ERROR, name, "cannot read: Permission denied")
+    report = Report([diagnostic], messages=[f"{name}: fixes not written: read-only"])
+    for format_name in FORMAT_NAMES:
+        assert_valid(format_name, render(format_name, report))
+
+
+# --- item 18 (names): control characters in file names never print raw ----------------------------------------
+
+
+@pytest.mark.parametrize("format_name", ["full", "concise", "grouped", "github"])
+def test_control_characters_in_file_names_are_escaped(project, format_name):
+    try:
+        (project / "a\nb.py").write_text(FLAGGED)
+        (project / "c\x1b[31md.py").write_text(FLAGGED)
+    except OSError as error:
+        pytest.skip(f"this file system refuses such names: {error}")
+    (project / "flagged.py").unlink()
+    result = run(["--output-format", format_name, "."], project)
+    assert result.exit_code == 1
+    assert "\x1b" not in result.stdout
+    if format_name == "github":
+        lines = result.stdout.splitlines()
+        assert len(lines) == 2 and all(line.startswith("::error file=") for line in lines)
+        assert "file=a%0Ab.py," in result.stdout  # GitHub decodes %0A back into the real name
+        assert "file=c\\x1b[31md.py," in result.stdout
+    else:
+        assert "a\\nb.py" in result.stdout and "c\\x1b[31md.py" in result.stdout
+        assert not any(line in ("a", "b.py:") or line.startswith("b.py") for line in result.stdout.splitlines())
+
+
+# --- item 14: --diff and --fix-only report the files they could not analyse -----------------------------------
+
+
+@pytest.fixture
+def broken(project: Path) -> Path:
+    (project / "undecodable.py").write_bytes(UNDECODABLE)
+    (project / "syntax.py").write_text(NOT_PYTHON)
+    return project
+
+
+def test_diff_reports_files_it_could_not_analyse_on_stderr_and_exits_1(broken):
+    (broken / "flagged.py").unlink()  # nothing to fix: only the two files that cannot be analysed
+    result = run(["--diff", "."], broken)
+    assert result.exit_code == 1
+    assert result.stdout == ""  # stdout stays a patch
+    assert "undecodable.py:1:1: AMP901" in result.stderr
+    assert "syntax.py:2:7: AMP900" in result.stderr
+
+
+def test_diff_with_a_diff_still_names_the_broken_files(broken):
+    result = run(["--diff", "."], broken)
+    assert result.exit_code == 1
+    assert result.stdout.startswith("--- a/flagged.py")
+    assert "AMP901" not in result.stdout and "undecodable.py:1:1: AMP901" in result.stderr
+
+
+def test_fix_only_reports_files_it_could_not_analyse_and_exits_1(broken):
+    result = run(["--fix-only", "."], broken)
+    assert result.exit_code == 1
+    assert "undecodable.py:1:1: AMP901" in result.stderr and "syntax.py:2:7: AMP900" in result.stderr
+    assert "Fixed 1 error." in result.stdout  # flagged.py's AMP001
+    assert (broken / "undecodable.py").read_bytes() == UNDECODABLE
+
+
+def test_fix_only_exits_0_when_every_file_was_analysed(project):
+    (project / "half.py").write_text(HALF)  # a finding with no fix remains: --fix-only does not count it
+    result = run(["--fix-only", "."], project)
+    assert result.exit_code == 0 and result.stderr == ""
+
+
+@pytest.mark.parametrize("flag", ["--diff", "--fix-only"])
+def test_internal_error_under_diff_and_fix_only_is_exit_2(project, monkeypatch, flag):
+    def explode(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("amplint.runner.fix_text", explode)
+    result = run([flag, "flagged.py"], project)
+    assert result.exit_code == 2
+    assert "flagged.py:1:1: AMP902" in result.stderr and "boom" in result.stderr
+
+
+# --- item 15: unreadable folders and files are AMP901, a missing path is a usage error ------------------------
+
+
+def test_a_folder_that_cannot_be_listed_is_reported_and_the_run_goes_on(project, monkeypatch):
+    (project / "locked").mkdir()
+    (project / "locked" / "hidden.py").write_text(FLAGGED)
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if os.path.basename(os.path.normpath(path)) == "locked":
+            raise PermissionError(13, "Permission denied", path)
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    result = run(["--output-format", "concise", "."], project)
+    assert result.exit_code == 1
+    assert "locked:1:1: AMP901 cannot list this folder: Permission denied" in result.stdout
+    assert "flagged.py:6:9: AMP001" in result.stdout
+    assert "hidden.py" not in result.stdout
+
+
+def test_an_unreadable_file_named_on_the_command_line_is_amp901_and_the_run_goes_on(project, monkeypatch):
+    (project / "locked.py").write_text(FLAGGED)
+    real_open = builtins.open
+    # What the permissions of a non-root user would do (the tests may run as root): click's check, then the read.
+    monkeypatch.setattr(os, "access", lambda path, mode, **kwargs: not str(path).endswith("locked.py"))
+
+    def fake_open(path, *args, **kwargs):
+        if str(path).endswith("locked.py"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(amplint.source, "open", fake_open, raising=False)
+    result = run(["--output-format", "concise", "locked.py", "flagged.py"], project)
+    assert result.exit_code == 1, result.output
+    assert "locked.py:1:1: AMP901 cannot read: Permission denied" in result.stdout
+    assert "flagged.py:6:9: AMP001" in result.stdout
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
+                    reason="root reads every file and folder: the monkeypatched tests above stand in for it")
+def test_real_permissions(project):
+    (project / "locked").mkdir()
+    (project / "locked" / "hidden.py").write_text(FLAGGED)
+    (project / "locked.py").write_text(FLAGGED)
+    os.chmod(project / "locked", 0)
+    os.chmod(project / "locked.py", 0)
+    try:
+        walked = run(["--output-format", "concise", "."], project)
+        named = run(["--output-format", "concise", "locked.py", "flagged.py"], project)
+    finally:
+        os.chmod(project / "locked", 0o755)
+        os.chmod(project / "locked.py", 0o644)
+    assert walked.exit_code == 1 and "locked:1:1: AMP901" in walked.stdout and "locked.py:1:1: AMP901" in walked.stdout
+    assert named.exit_code == 1 and "locked.py:1:1: AMP901" in named.stdout and "flagged.py:6:9" in named.stdout
+
+
+def test_a_missing_path_is_a_usage_error_in_one_line(project):
+    result = run(["nope.py", "flagged.py", "gone/"], project)
+    assert result.exit_code == 2
+    assert result.stderr == "amplint: path not found: nope.py\namplint: path not found: gone/\n"
+    assert result.stdout == ""
+
+
+# --- item 16: an empty selection is an error ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["--select", ""], ["--select", ","], ["--select", " , "],
+                                  ["--ignore", "AMP"], ["--select", "AMP001", "--ignore", "AMP001"]])
+def test_a_command_line_that_selects_no_rule_is_a_usage_error(project, args):
+    result = run([*args, "flagged.py"], project)
+    assert result.exit_code == 2
+    assert "no rule is selected" in result.stderr
+
+
+def test_a_configuration_that_selects_no_rule_is_an_error(project):
+    (project / "pyproject.toml").write_text("[tool.amplint]\nselect = []\n")
+    result = run(["flagged.py"], project)
+    assert result.exit_code == 2
+    assert "pyproject.toml" in result.stderr and "`select` is empty" in result.stderr
+
+
+# --- item 17: every key's type, broken files -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("config, needle", [
+    ('force-exclude = "false"', '`force-exclude` must be true or false, not a string "false"'),
+    ("jobs = true", "`jobs` must be a positive integer, not a boolean true"),
+    ("jobs = 0", "`jobs` must be a positive integer"),
+    ('per-file-ignores = {"*.py" = [5]}', "`per-file-ignores` must be a table of pattern"),
+    ('per-file-ignores = {"*.py" = "AMP001"}', "`per-file-ignores` must be a table of pattern"),
+    ("output-format = 5", "`output-format` must be a string, not an integer 5"),
+    ('select = "AMP001"', "`select` must be a list of strings"),
+    ("exclude = [1]", "`exclude` must be a list of strings, not an array"),
+    ("cache-dir = []", "`cache-dir` must be a string"),
+])
+def test_a_key_of_the_wrong_type_is_an_error_naming_key_and_file(project, config, needle):
+    (project / "pyproject.toml").write_text(f"[tool.amplint]\n{config}\n")
+    result = run(["flagged.py"], project)
+    assert result.exit_code == 2
+    assert needle in result.stderr and "pyproject.toml" in result.stderr
+    assert "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_every_known_key_checks_its_type(tmp_path, key):
+    with pytest.raises(ConfigError, match=f"amplint.toml: `{key}` must be "):
+        settings_from_table({key: 1.5}, tmp_path / "amplint.toml")
+
+
+@pytest.mark.parametrize("text", [b"tool = 5\n", b"[tool]\namplint = 5\n",
+                                  b"[tool.amplint]\nselect = ['AMP001']  # caf\xe9\n"])
+def test_a_named_config_file_that_is_broken_is_a_configuration_error(project, text):
+    (project / "pyproject.toml").write_bytes(text)
+    result = run(["--config", "pyproject.toml", "flagged.py"], project)
+    assert result.exit_code == 2
+    assert "pyproject.toml" in result.stderr and "internal error" not in result.stderr
+
+
+def test_a_found_pyproject_toml_with_an_amplint_table_that_is_broken_is_an_error(project):
+    (project / "pyproject.toml").write_bytes(b"[tool.amplint]\nselect = ['AMP001']  # caf\xe9\n")
+    result = run(["flagged.py"], project)
+    assert result.exit_code == 2
+    assert "not UTF-8" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("text", [b"[project\nname = 'x'\n", b"tool = 5\n", b"name = 'caf\xe9'\n"])
+def test_a_broken_pyproject_toml_that_is_not_amplints_is_skipped_with_a_warning(project, text):
+    (project / "sub").mkdir()
+    (project / "sub" / "pyproject.toml").write_bytes(text)
+    (project / "sub" / "flagged.py").write_text(TWO_IN_ONE)
+    (project / "amplint.toml").write_text('select = ["AMP002"]\n')  # the next file up still configures amplint
+    result = run(["--output-format", "concise", "flagged.py"], project / "sub")
+    assert result.exit_code == 1, result.output
+    assert "amplint: warning:" in result.stderr and "pyproject.toml" in result.stderr
+    assert "AMP002" in result.stdout and "AMP001" not in result.stdout
+    assert load_settings(start=project / "sub").warnings
+
+
+def test_a_good_configuration_has_no_warnings(project):
+    (project / "pyproject.toml").write_text('[tool.amplint]\nforce-exclude = true\njobs = 2\n')
+    settings = load_settings(start=project)
+    assert settings.force_exclude is True and settings.jobs == 2 and settings.warnings == []
+
+
+# --- issue 15 item 4: counts that add up ----------------------------------------------------------------------
+
+
+def test_fix_counts_the_findings_removed_and_reports_what_remains(project):
+    (project / "flagged.py").write_text(TWO_IN_ONE)  # one fix, two findings gone
+    (project / "half.py").write_text(HALF)  # no fix: remains
+    before = run(["--output-format", "concise", "."], project)
+    assert "Found 3 errors." in before.stdout
+    result = run(["--fix", "--output-format", "concise", "."], project)
+    assert result.exit_code == 1
+    assert "Found 3 errors (2 fixed, 1 remaining)." in result.stdout
+    assert "half.py:4:5: AMP012" in result.stdout
+
+
+def test_fix_only_counts_the_findings_removed(project):
+    (project / "flagged.py").write_text(TWO_IN_ONE)
+    result = run(["--fix-only", "."], project)
+    assert result.exit_code == 0 and result.stdout == "Fixed 2 errors.\n"
+
+
+def test_fix_that_removes_everything_says_so(project):
+    (project / "flagged.py").write_text(TWO_IN_ONE)
+    result = run(["--fix", "--output-format", "full", "flagged.py"], project)
+    assert result.exit_code == 0
+    assert result.stdout.strip() == "Found 2 errors (2 fixed, 0 remaining)."
