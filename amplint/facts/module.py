@@ -82,6 +82,8 @@ class ModuleFacts:
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
+        self._asked_one = False  # has `position` run a pass of its own yet
+        self._everything = None  # a pass that located every node, once positions are asked for one by one
 
     @property
     def source(self) -> str:
@@ -108,10 +110,23 @@ class ModuleFacts:
 
     def position(self, node: cst.CSTNode) -> tuple[Point, Point]:
         """(start, end) of a node's syntactic range: 1-based lines, 0-based columns (libcst's PositionProvider
-        meaning). KeyError for a node that is not in the module."""
-        if id(node) not in self._spans:
+        meaning). KeyError for a node that is not in the module.
+
+        The first question is answered by a pass that stops early (most files ask one); from the second on, one
+        pass locates every node of the module, so that a file with many findings costs two passes, not one per
+        finding."""
+        if id(node) in self._spans:
+            return self._spans[id(node)][1]
+        if self._everything is not None:
+            return self._everything.span(node)
+        if not self._asked_one:
+            self._asked_one = True
             self.locate([node])
-        return self._spans[id(node)][1]
+            return self._spans[id(node)][1]
+        from amplint.facts.locate import locate_all
+
+        self._everything = locate_all(self.module)
+        return self._everything.span(node)
 
     def line_of(self, node: cst.CSTNode) -> int:
         return self.position(node)[0].line
