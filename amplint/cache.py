@@ -172,7 +172,9 @@ class Cache:
         return cls(path, fingerprint)
 
     def key(self, raw: bytes, rules: Sequence[object], mode: object = None) -> str:
-        codes = ",".join(sorted(getattr(rule, "code", type(rule).__name__) for rule in rules))
+        # a rule's code, with the torch range its fixes and messages were written for (empty when unknown)
+        codes = ",".join(sorted(f"{getattr(rule, 'code', type(rule).__name__)}{getattr(rule, 'torch', '')}"
+                                for rule in rules))
         digest = hashlib.sha256()  # the fastest of hashlib's on CPUs with SHA instructions (2x blake2b)
         digest.update(f"{self.fingerprint}\0{codes}\0{mode!r}\0".encode())
         digest.update(raw)

@@ -15,7 +15,7 @@ import click
 from amplint import __version__
 from amplint import rules as registry
 from amplint.cache import Cache, clean as clean_cache, default_directory
-from amplint.config import ConfigError, load_settings, validate_selectors
+from amplint.config import ConfigError, infer_target_torch, load_settings, validate_selectors
 from amplint.discovery import discover
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.facts.versions import parse_version
@@ -96,6 +96,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             except ValueError as error:
                 raise ConfigError(f"--target-torch-version: {error}") from None
             settings.target_torch_version = target_torch_version
+            settings.target_torch_source = "--target-torch-version"
+        infer_target_torch(settings, [stdin_filename or "-"] if list(paths) == ["-"] else list(paths) or ["."])
         validate_selectors(settings, "command line")
         rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
         if not rule_classes:

@@ -39,6 +39,10 @@ class Settings:
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
     output_format: str | None = None
     target_torch_version: str | None = None
+    # Where target_torch_version comes from: the configuration file, "--target-torch-version", or the project's
+    # requirement that gives the lowest torch ("torch>=1.13,<2 (pyproject.toml:7)", see infer_target_torch).
+    target_torch_source: str | None = None
+    torch_below: str | None = None  # the first torch release the project's requirements exclude (inferred only)
     force_exclude: bool = False
     cache_dir: str | None = None
     jobs: int | None = None
@@ -263,8 +267,27 @@ def settings_from_table(table: dict, path: Path) -> Settings:
             parse_version(settings.target_torch_version)
         except ValueError as error:
             raise ConfigError(f"{path}: `target-torch-version`: {error}") from None
+        settings.target_torch_source = str(path)
     validate_selectors(settings, str(path))
     return settings
+
+
+def infer_target_torch(settings: Settings, paths: list[str]) -> None:
+    """Without a `target-torch-version` from the configuration or the command line, take the lowest torch the
+    project declares (amplint/requirements.py) and the first release it excludes. The project root is the
+    configuration's folder, else the nearest folder above the linted paths with a requirement file. No torch
+    requirement with a lower bound: nothing is set, every spelling is allowed (as before)."""
+    if settings.target_torch_version is not None:
+        return
+    from amplint.requirements import project_torch, roots_for, version_text
+
+    requirement = project_torch(roots_for(paths or ["."], settings.root if settings.source is not None else None))
+    below = requirement.below
+    settings.torch_below = version_text(below) if below is not None else None
+    lowest = requirement.floor
+    if lowest is not None:
+        settings.target_torch_version = version_text(lowest.range.floor)
+        settings.target_torch_source = f"{lowest.text} ({lowest.where(Path.cwd())})"
 
 
 def validate_selectors(settings: Settings, where: str) -> None:

@@ -10,7 +10,7 @@ from amplint import rules as registry
 from amplint.config import Settings
 from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
-from amplint.facts.versions import rule_applies
+from amplint.facts.versions import TorchSupport, rule_applies
 from amplint.fixer import fix_text
 from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
@@ -36,22 +36,31 @@ class FileOutcome:
     internal_error: bool = False
 
 
-_INSTANCES: dict[type[Rule], Rule] = {}  # rules keep no state: one instance per rule per process
+_INSTANCES: dict[tuple[type[Rule], TorchSupport], Rule] = {}  # rules keep no state: one per rule and torch range
 
 
 def rules_for(path: str, rule_classes: list[type[Rule]], settings: Settings) -> list[Rule]:
-    return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), settings.target_torch_version))
+    return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), settings.target_torch_version,
+                       getattr(settings, "torch_below", None)))
 
 
 @functools.lru_cache(maxsize=256)
-def _rules(rule_classes: tuple[type[Rule], ...], ignored_selectors: tuple[str, ...], target: str | None) -> list[Rule]:
+def _rules(rule_classes: tuple[type[Rule], ...], ignored_selectors: tuple[str, ...], target: str | None,
+           below: str | None = None) -> list[Rule]:
     """The enabled rules minus per-file ignores and rules needing a newer torch than the target (asked for every
     file: computed once per distinct answer)."""
     ignored: set[type[Rule]] = set()
     for selector in ignored_selectors:
         ignored.update(registry.matching(selector))
-    return [_INSTANCES.get(rule) or _INSTANCES.setdefault(rule, rule()) for rule in rule_classes
-            if rule not in ignored and rule_applies(rule.min_torch, target)]
+    support = TorchSupport(target, below)  # which spellings the fixes may write (amplint/facts/versions.py)
+    return [_INSTANCES.get((rule, support)) or _INSTANCES.setdefault((rule, support), _instance(rule, support))
+            for rule in rule_classes if rule not in ignored and rule_applies(rule.min_torch, target)]
+
+
+def _instance(rule: type[Rule], support: TorchSupport) -> Rule:
+    instance = rule()
+    instance.torch = support
+    return instance
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
