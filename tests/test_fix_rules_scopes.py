@@ -69,6 +69,15 @@ def test_amp004_fixed_functions_compute_the_same() -> None:
     assert run_functions(fixed(text, "AMP004"), BINDING_FORMS) == original
 
 
+
+def test_amp004_hoist_is_unsafe_under_an_if_or_with_calls_in_the_arguments() -> None:
+    text = fixture("AMP004", "hoist_unsafe_cases.py").read_text(encoding="utf-8")
+    assert fixed(text, "AMP004", unsafe=False) == text
+    assert fixed(text, "AMP004", unsafe=True) != text
+    # A flag read by the loop's autocast too (torch's functions do not change their arguments): safe.
+    flag = fixture("AMP004", "module_alias_enabled_flag.py").read_text(encoding="utf-8")
+    assert fixed(flag, "AMP004", unsafe=False) != flag
+
 # --- AMP001/AMP002: moving the update phase out of the region -----------------------------------------------
 
 RUNTIME_CASES = [

@@ -156,6 +156,8 @@ class ScalerPerIteration(Rule):
         # Between the loop and the statement only blocks that always run their body (`with`, `try`, inner loops:
         # the construction ran at least once before any use); under an `if` it may never have run.
         around = build.call.statements[build.call.statements.index(loop.node) + 1:-1]
+        if around and _alone_in_block(around[-1], statement):
+            return None  # the block would be left empty
         conditional = any(not isinstance(node, (cst.With, cst.For, cst.While, cst.Try)) for node in around)
         # A call among the arguments would run once instead of at every iteration.
         calls = _has_call(build.node.args)
@@ -194,6 +196,14 @@ def _names(node: cst.CSTNode) -> list[str]:
 
     node.visit(Names())
     return found
+
+
+def _alone_in_block(compound: cst.CSTNode, statement: cst.CSTNode) -> bool:
+    """Is `statement` the only statement of one of `compound`'s blocks (a body, an else, a handler)?"""
+    blocks = [getattr(compound, "body", None), getattr(getattr(compound, "orelse", None), "body", None),
+              *(getattr(h, "body", None) for h in getattr(compound, "handlers", ())),
+              getattr(getattr(compound, "finalbody", None), "body", None)]
+    return any(isinstance(b, cst.IndentedBlock) and len(b.body) == 1 and b.body[0] is statement for b in blocks)
 
 
 def _has_call(args) -> bool:
