@@ -12,6 +12,7 @@ from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
 from amplint.facts.versions import TorchSupport, rule_applies
 from amplint.fixer import fix_text
+from amplint.output.common import diff_path
 from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
 from amplint.source import SourceError, decode_source, read_source, write_atomically
@@ -65,7 +66,8 @@ def _instance(rule: type[Rule], support: TorchSupport) -> Rule:
 
 def unified_diff(path: str, old: str, new: str) -> str:
     return "".join(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile=f"a/{path.lstrip('/')}", tofile=f"b/{path.lstrip('/')}"))
+        old.splitlines(keepends=True), new.splitlines(keepends=True),
+        fromfile=diff_path(f"a/{path.lstrip('/')}"), tofile=diff_path(f"b/{path.lstrip('/')}")))
 
 
 def process_text(text: str, path: str, rules: list[Rule], mode: Mode, prefilter: bool = True) -> FileOutcome:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -374,3 +376,25 @@ def test_fix_that_removes_everything_says_so(project):
     result = run(["--fix", "--output-format", "full", "flagged.py"], project)
     assert result.exit_code == 0
     assert result.stdout.strip() == "Found 2 errors (2 fixed, 0 remaining)."
+
+
+def test_diff_headers_quote_odd_names_as_git_does(project):
+    non_utf8_name(project)
+    (project / "a\nb.py").write_text(FLAGGED)
+    (project / "flagged.py").unlink()
+    # A strict UTF-8 stdout, as under a UTF-8 locale: a lone surrogate in a header would end the run.
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+    result = subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--diff", "."], cwd=project,
+                            capture_output=True, env=env)
+    assert result.returncode == 1, result.stderr
+    assert b'--- "a/caf\\351.py"\n+++ "b/caf\\351.py"\n' in result.stdout
+    assert b'--- "a/a\\nb.py"\n+++ "b/a\\nb.py"\n' in result.stdout
+
+
+def test_diff_path_leaves_ordinary_names_alone():
+    from amplint.output.common import diff_path
+
+    assert diff_path("a/src/train.py") == "a/src/train.py"
+    assert diff_path("a/caf\u00e9.py") == "a/caf\u00e9.py"  # UTF-8 is fine unquoted
+    assert diff_path('a/say "hi".py') == '"a/say \\"hi\\".py"'
+    assert diff_path("a/x\u202e.py") == '"a/x\\342\\200\\256.py"'  # a bidi override, as its UTF-8 bytes

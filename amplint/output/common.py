@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -53,6 +54,31 @@ def printable(text: str, keep: str = "") -> str:
         return SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
 
     return CONTROL.sub(escape, portable(text))
+
+
+GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 0x0C: "\\f", 0x0D: "\\r",
+               0x22: '\\"', 0x5C: "\\\\"}
+
+
+def diff_path(text: str) -> str:
+    """A name for a diff header (`a/x.py`), quoted the way git quotes it when it must be, so that `git apply`
+    and GNU patch read it back: a name with a control character, a quote, a backslash or bytes that are not
+    UTF-8 goes in double quotes with those as escapes (octal for a byte). Other names are left as they are."""
+    special = '"\\' if os.sep == "/" else '"'  # a backslash is a separator on Windows, part of a name elsewhere
+    if portable(text) == text and not CONTROL.search(text) and not any(char in text for char in special):
+        return text
+    out = []
+    for char in name_bytes(text).decode("utf-8", "surrogateescape"):
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte that is not UTF-8
+            out.append(f"\\{code - 0xDC00:03o}")
+        elif code in GIT_ESCAPES and (code != 0x5C or os.sep == "/"):
+            out.append(GIT_ESCAPES[code])
+        elif CONTROL.match(char):
+            out.extend(f"\\{byte:03o}" for byte in char.encode("utf-8"))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
 
 
 def relative_path(filename: str) -> str:
