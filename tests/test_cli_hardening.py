@@ -19,6 +19,7 @@ import amplint.source
 from amplint.cli import main
 from amplint.config import KEYS, ConfigError, load_settings, settings_from_table
 from amplint.output import FORMAT_NAMES, Report, render
+from test_output_formats import validate_sarif
 
 FLAGGED = textwrap.dedent("""\
     import torch
@@ -93,8 +94,6 @@ def assert_valid(format_name: str, text: str) -> None:
     if format_name in ("json", "gitlab", "sarif"):
         log = json.loads(text)
         if format_name == "sarif":
-            from tests.test_output_formats import validate_sarif
-
             validate_sarif(log)
     elif format_name == "json-lines":
         for line in text.splitlines():
