@@ -44,11 +44,18 @@ class ClipWithoutUnscale(Rule):
     ```
 
     ## Fix safety
-    Safe. The fix inserts `scaler.unscale_(optimizer)` just before the clip, with the scaler and the optimizer
-    of the `scaler.step(...)` that follows; when `unscale_` already comes after the clip, it moves it before.
-    No fix is offered when the step does not run every time the clip does (for example the clip runs every
-    micro-batch but the step only at the accumulation boundary), because unscaling twice before `update()`
-    raises.
+    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
+    a fix that rests on a guess is unsafe or not offered. The fix inserts `scaler.unscale_(optimizer)` just
+    before the clip, for the optimizer that owns the clipped parameters: the one built on them
+    (`opt_g = torch.optim.Adam(gen.parameters())` for a clip of `gen.parameters()`, also through `list(...)`,
+    param-group dicts and local names), or the only optimizer the scaler steps after the clip when no other one
+    is known to own them. `scaler.step` then finds the gradients unscaled and does not unscale again, so the
+    only change is that the clip sees true gradients. When several optimizers are stepped after the clip and
+    none is known to own its parameters, no fix is offered: the first step's optimizer is a guess, and a wrong
+    one silences the finding while the clip still sees scaled gradients. When `unscale_` already comes after
+    the clip, the fix moves it before. No fix is offered when the step does not run every time the clip does
+    (for example the clip runs every micro-batch but the step only at the accumulation boundary), because
+    unscaling twice before `update()` raises.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate

@@ -49,8 +49,16 @@ class DisabledAutocastWithoutCast(Rule):
     ```
 
     ## Fix safety
-    Safe. The fix casts each uncast use inside the disabled block with `.float()`, leaving the outer name's
-    dtype unchanged after the block.
+    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
+    a fix that rests on a guess is unsafe or not offered. The fix casts each uncast use inside the disabled
+    block with `.float()`, leaving the outer name's dtype unchanged after the block. It is safe only on a value
+    known to be a floating-point tensor: the result of a torch op that returns one (`F.linear`, `torch.mm` of a
+    floating tensor, dtype-preserving ops and arithmetic on one) or of a torch.nn module known to return one
+    tensor (`nn.Linear`, `nn.Sequential` of such modules), where `.float()` only does the cast the disabled
+    region was written for. On anything else (a user module or function, which may return a dict, a tuple or
+    a number, or a parameter of a decorated function, whose callers are not all known) it is unsafe:
+    `.float()` on a dict or an int raises `AttributeError`. Values known to be integer or bool (`.long()`,
+    `.bool()`, comparisons, `argmax`, sizes, their indexing) are not low precision and are not reported.
 
     ## Limits
     Only names are followed, not attributes or containers. Values that are float32 anyway (casts, tensor
@@ -60,7 +68,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     code = "AMP006"
     name = "disabled-autocast-without-cast"
-    fix = "safe"
+    fix = "sometimes"
     # A disabled region is `autocast(..., enabled=False)` or `False` passed positionally (legacy
     # `autocast(False)`, `torch.autocast("cuda", None, False)`), also through `partial`.
     words = ("autocast",)

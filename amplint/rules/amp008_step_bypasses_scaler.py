@@ -43,9 +43,19 @@ class StepBypassesScaler(Rule):
     ```
 
     ## Fix safety
-    Safe. The fix replaces `optimizer.step()` with `scaler.step(optimizer)` and, when the function never calls
-    `scaler.update()`, adds it on the next line. No fix for `optimizer.step(closure)` (GradScaler does not
-    support closures).
+    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
+    a fix that rests on a guess is unsafe or not offered. The fix replaces `optimizer.step()` with
+    `scaler.step(optimizer)` and, when the function never calls `scaler.update()`, adds it on the next line.
+    `scaler.step(x)` reads `x.param_groups`, so handing it anything but an optimizer raises (a scheduler:
+    `AttributeError: 'StepLR' object has no attribute 'param_groups'`). The fix is therefore safe only when the
+    stepped object is known to be an optimizer: passed to `scaler.step`/`scaler.unscale_` elsewhere in the
+    module, or built from a known optimizer class (`torch.optim.SGD(...)`). An object known only by its other
+    uses (`x.zero_grad()`, `x.param_groups`) gets the fix as unsafe; a name alone (`lr_scheduler`, unpacked
+    from `get_optimizer_and_scheduler(...)`) is not an optimizer at all, so nothing is reported. Then the step
+    is unscaled and skipped on overflow, which is what the scaled backward asked for. When `scaler.update()`
+    runs, but not after the step in every pass of its loop (only after the loop), no fix is offered: two
+    `scaler.step` calls without an update between them raise `RuntimeError: step() has already been called
+    since the last update().` No fix for `optimizer.step(closure)` (GradScaler does not support closures).
 
     ## Limits
     Silent when the backward and the step sit on different code paths (`if use_amp: scaler.scale(loss).backward()
@@ -59,7 +69,7 @@ class StepBypassesScaler(Rule):
     name = "step-bypasses-scaler"
     words = ("scale",)
     min_torch = "1.6"
-    fix = "safe"
+    fix = "sometimes"
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
