@@ -231,19 +231,23 @@ def test_scaler_known_by_usage_and_self_attributes():
 
 
 @pytest.mark.parametrize("line, is_step", [
-    ("optimizer.step()", True),
-    ("self.optimizer.step()", True),
-    ("opt_g.step()", True),
-    ("d_optim.step()", True),
+    # known by what the code does with them, never by their names
+    ("optimizer.step()", False),
+    ("optimizer.zero_grad(); optimizer.step()", True),
+    ("self.optimizer.zero_grad(); self.optimizer.step()", True),
+    ("opt_g.step(); scaler.step(opt_g)", True),
+    ("d_optim.step(); d_optim.param_groups[0]['lr'] = 0.1", True),
     ("sgd.step()", True),  # bound to torch.optim.SGD below
     ("env.step(action)", False),
     ("scheduler.step()", False),
     ("lr_scheduler.step()", False),
+    ("o, lr_scheduler = get_optimizer_and_scheduler(m); lr_scheduler.step()", False),
 ])
 def test_optimizer_identity(line, is_step):
     facts = facts_of(f"""
         import torch
         sgd = torch.optim.SGD(params, lr=0.1)
+        scaler = torch.amp.GradScaler("cuda")
         {line}
     """)
     assert any(e.kind is EventKind.OPTIMIZER_STEP for e in facts.events) is is_step
