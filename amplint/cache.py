@@ -12,8 +12,20 @@ Layout of the folder (default `.amplint_cache` in the project root):
     entries/ab/cdef...    one JSON file per key
 
 Only lint results are cached, never fix runs, and never a result with an internal error (AMP902). Entries
-are written to a temporary file and renamed into place, so concurrent runs never see half an entry; an entry
-that cannot be read or decoded is ignored (and rewritten by the run).
+are written to a temporary file and renamed into place, so concurrent runs never see half an entry.
+
+An entry is trusted only when it is a regular file (a FIFO is never opened blocking), holds the key it is
+stored under, has exactly the shape and types `encode` writes, and carries a checksum of its key and its
+diagnostics: the key is a digest of the file's bytes (with the settings), so the checksum ties the result to
+the content, and a hand-edited or truncated result (`"diagnostics": []` for a file with findings) is detected.
+Anything else is ignored and the file analysed again. (Someone who recomputes the checksum can still forge an
+entry: telling that apart needs the analysis the cache exists to avoid. The `.gitignore` keeps entries out of
+repositories, so a clone brings none.)
+
+The folder is made only where nothing else lives: a new or empty folder, or one that already holds only
+amplint's files, and never the project root, the current folder, the home folder, `/` or a folder above any
+of them (`refusal`). `clean` removes only the files amplint writes there, and the folder only when nothing
+else is left in it.
 """
 
 from __future__ import annotations
@@ -24,14 +36,15 @@ import hashlib
 import json
 import os
 import platform
-import shutil
+import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
 from amplint import __version__
 from amplint import diagnostics as diagnostics_module
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 
 DEFAULT_DIRECTORY = ".amplint_cache"
 ENTRIES = "entries"
@@ -40,7 +53,17 @@ TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
        "# This file is a cache directory tag created by amplint.\n"
        "# For information about cache directory tags see https://bford.info/cachedir/\n")
 GITIGNORE = "# Created by amplint.\n*\n"
-FORMAT = 2  # the layout of an entry; bump it when `encode`/`decode` change
+FORMAT = 3  # the layout of an entry; bump it when `encode`/`decode` change
+TEMPORARY_PREFIX = ".amplint-tmp-"  # amplint's temporary files (`.tmp-`: the name earlier versions used)
+OWN_NAMES = frozenset({ENTRIES, TAG_NAME, ".gitignore"})
+ENTRY_FOLDER = re.compile(r"[0-9a-f]{2}")
+ENTRY_FILE = re.compile(r"[0-9a-f]{38}\.json")
+TEMPORARY = re.compile(r"\.(?:amplint-)?tmp-[a-z0-9_]{8}")  # mkstemp's names, with this or the older prefix
+MAX_ENTRY_BYTES = 64 * 1024 * 1024  # far above any real entry; a bigger file is not read
+
+
+class CacheRefused(Exception):
+    """A cache folder amplint will not use (it holds other files, or is the project root, home, `/`...)."""
 
 
 class _Uncacheable(Exception):
@@ -91,6 +114,93 @@ def decode(data: object) -> object:
     return data
 
 
+def _is_location(value: object) -> bool:
+    return (type(value) is Location and type(value.row) is int and type(value.column) is int
+            and value.row >= 0 and value.column >= 0)
+
+
+def _is_edit(value: object) -> bool:
+    return (type(value) is Edit and type(value.start) is int and type(value.end) is int
+            and 0 <= value.start <= value.end and type(value.content) is str
+            and _is_location(value.location) and _is_location(value.end_location))
+
+
+def _is_fix(value: object) -> bool:
+    return (type(value) is Fix and type(value.message) is str and type(value.edits) is tuple
+            and all(_is_edit(edit) for edit in value.edits) and type(value.applicability) is Applicability)
+
+
+def is_valid_diagnostic(value: object) -> bool:
+    """Exactly the types a rule produces: a decoded entry is made of the right classes, but JSON can put any
+    value in any field (`"fix": "oops"`, a location of None), and such a value would break the report."""
+    return (type(value) is Diagnostic
+            and all(type(getattr(value, name)) is str for name in ("code", "name", "message", "filename",
+                                                                   "source_line"))
+            and _is_location(value.location) and _is_location(value.end_location)
+            and (value.fix is None or _is_fix(value.fix))
+            and (value.cell is None or (type(value.cell) is int and value.cell >= 1)))
+
+
+def _checksum(key: str, body: bytes) -> str:
+    """Ties an entry's diagnostics to its key (itself a digest of the file's bytes and the settings)."""
+    return hashlib.sha256(key.encode() + b"\0" + body).hexdigest()
+
+
+def _entry_head(key: str) -> bytes:
+    return b'{"key":"' + key.encode() + b'","check":"'
+
+
+ENTRY_MIDDLE = b'","diagnostics":'
+CHECKSUM_LENGTH = 64
+
+
+def entry_bytes(key: str, diagnostics: Sequence[Diagnostic]) -> bytes:
+    """An entry: a JSON object whose first fields, in this order, are the key and the checksum of the rest."""
+    body = json.dumps(encode([dataclasses.replace(d, filename="") for d in diagnostics]),
+                      ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _entry_head(key) + _checksum(key, body).encode() + ENTRY_MIDDLE + body + b"}"
+
+
+def entry_diagnostics(key: str, raw: bytes) -> list[Diagnostic] | None:
+    """The diagnostics of an entry's bytes, or None unless the entry is exactly what `entry_bytes` writes for
+    this key (key, checksum, shape and types)."""
+    head = _entry_head(key)
+    start = len(head) + CHECKSUM_LENGTH + len(ENTRY_MIDDLE)
+    if not (raw.startswith(head) and raw[start - len(ENTRY_MIDDLE):start] == ENTRY_MIDDLE and raw.endswith(b"}")):
+        return None
+    body = raw[start:-1]
+    if raw[len(head):len(head) + CHECKSUM_LENGTH] != _checksum(key, body).encode():
+        return None
+    try:
+        diagnostics = decode(json.loads(body))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if type(diagnostics) is not list or not all(is_valid_diagnostic(d) for d in diagnostics):
+        return None
+    return diagnostics
+
+
+def read_regular_file(path: str | os.PathLike, limit: int) -> bytes | None:
+    """The bytes of a regular file of at most `limit` bytes; None for anything else (missing, a folder, a FIFO,
+    a device, a symlink, too big). A FIFO is opened without blocking and never read."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        descriptor = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        with os.fdopen(descriptor, "rb", closefd=False) as handle:
+            data = handle.read(limit + 1)
+        return data if len(data) <= limit else None
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+
+
 def _schema() -> str:
     """The shape of the diagnostic classes: a change to it (a new field...) invalidates every entry."""
     parts = []
@@ -128,7 +238,7 @@ def code_fingerprint() -> str:
     return digest.hexdigest()
 
 
-# The cache ----------------------------------------------------------------------------------------------------
+# The folder and the cache ---------------------------------------------------------------------------------
 def default_directory(settings) -> Path:
     """`--cache-dir`, else `cache-dir` from the configuration (relative to its folder), else
     `.amplint_cache` in the project root (the configuration's folder, or the current folder)."""
@@ -140,13 +250,67 @@ def default_directory(settings) -> Path:
     return root / DEFAULT_DIRECTORY
 
 
-def is_cache_directory(path: Path) -> bool:
-    """Does the folder hold the CACHEDIR.TAG that amplint writes?"""
+def _is_own_name(name: str) -> bool:
+    return name in OWN_NAMES or TEMPORARY.fullmatch(name) is not None
+
+
+def _guarded_folders(root: Path | None) -> list[tuple[Path, str]]:
+    folders: list[tuple[Path, str]] = []
+    for label, find in (("the project root", lambda: root), ("the current folder", Path.cwd),
+                        ("the home folder", Path.home)):
+        try:
+            folder = find()
+            if folder is not None:
+                folders.append((Path(folder).resolve(), label))
+        except (OSError, RuntimeError, KeyError):  # no home folder, a deleted current folder
+            continue
+    return folders
+
+
+def refusal(directory: str | os.PathLike, root: Path | None = None) -> str | None:
+    """Why `directory` must not hold amplint's cache, or None when it may.
+
+    The cache writes a `.gitignore` of `*` (git then ignores everything there) and `clean` empties it, so it
+    lives only in a folder that does not exist yet, is empty, or holds nothing but amplint's own files; and
+    never in `/`, the project root, the current folder, the home folder or a folder above one of them, even
+    when an amplint tag is already there.
+    """
+    path = Path(directory).expanduser()
     try:
-        content = (path / TAG_NAME).read_text(encoding="utf-8", errors="replace")
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as error:
+        return f"cannot use {path} as the cache folder: {error}"
+    if resolved.parent == resolved:
+        return f"will not use {path} as the cache folder: it is the root of the file system"
+    for folder, label in _guarded_folders(root):
+        if resolved == folder:
+            return f"will not use {path} as the cache folder: it is {label}"
+        if resolved in folder.parents:
+            return f"will not use {path} as the cache folder: it is a folder above {label}"
+    try:
+        info = os.stat(resolved)
     except OSError:
+        return None  # absent (created by `Cache.open`), or cannot be created: no cache, no harm
+    if not stat.S_ISDIR(info.st_mode):
+        return f"will not use {path} as the cache folder: it is not a folder"
+    try:
+        others = sorted(name for name in os.listdir(resolved) if not _is_own_name(name))
+    except OSError:
+        return None
+    if others:
+        shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+        return (f"will not use {path} as the cache folder: it holds files that are not amplint's ({shown}); "
+                f"name a new or empty folder")
+    return None
+
+
+def is_cache_directory(path: Path) -> bool:
+    """Does the folder hold the CACHEDIR.TAG that amplint writes (a regular file)?"""
+    content = read_regular_file(Path(path) / TAG_NAME, 4096)
+    if content is None:
         return False
-    return content.startswith(TAG.splitlines()[0]) and "amplint" in content
+    text = content.decode("utf-8", errors="replace")
+    return text.startswith(TAG.splitlines()[0]) and "amplint" in text
 
 
 class Cache:
@@ -158,14 +322,19 @@ class Cache:
         self.entries = self.directory / ENTRIES
 
     @classmethod
-    def open(cls, directory: str | os.PathLike, fingerprint: str | None = None) -> Cache | None:
+    def open(cls, directory: str | os.PathLike, fingerprint: str | None = None,
+             root: Path | None = None) -> Cache | None:
         """The cache in `directory`, created (with CACHEDIR.TAG and .gitignore) if needed; None when it cannot
-        be created (a read-only tree is linted without a cache)."""
-        path = Path(directory)
+        be created (a read-only tree is linted without a cache). CacheRefused when the folder must not hold
+        a cache (`refusal`)."""
+        reason = refusal(directory, root)
+        if reason is not None:
+            raise CacheRefused(reason)
+        path = Path(directory).expanduser()
         try:
             (path / ENTRIES).mkdir(parents=True, exist_ok=True)
             for name, content in ((TAG_NAME, TAG), (".gitignore", GITIGNORE)):
-                if not (path / name).exists():
+                if not os.path.lexists(path / name):
                     _write_atomically(path / name, content.encode())
         except OSError:
             return None
@@ -204,38 +373,48 @@ class Cache:
         return os.path.join(self.entries, key[:2], f"{key[2:]}.json")
 
     def load(self, key: str, filename: str) -> list[Diagnostic] | None:
-        """The cached diagnostics, reported for `filename`; None when absent or unreadable."""
-        try:
-            with open(self._path(key), "rb") as handle:
-                data = json.loads(handle.read())
-            if data.get("key") != key:
-                return None
-            diagnostics = decode(data["diagnostics"])
-            if not isinstance(diagnostics, list) or not all(isinstance(d, Diagnostic) for d in diagnostics):
-                return None
-            return [dataclasses.replace(d, filename=filename) for d in diagnostics]
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        """The cached diagnostics, reported for `filename`; None when absent or not a valid entry."""
+        raw = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
+        diagnostics = entry_diagnostics(key, raw) if raw is not None else None
+        if diagnostics is None:
             return None
+        return [dataclasses.replace(d, filename=filename) for d in diagnostics]
 
     def store(self, key: str, diagnostics: Sequence[Diagnostic]) -> None:
         if any(d.code == "AMP902" for d in diagnostics):
             return  # internal errors may come from the environment (memory, recursion): analyse again
         try:
-            payload = json.dumps({"key": key, "diagnostics": encode([dataclasses.replace(d, filename="")
-                                                                     for d in diagnostics])},
-                                 ensure_ascii=False, separators=(",", ":"))
+            payload = entry_bytes(key, diagnostics)
         except (_Uncacheable, TypeError, ValueError):
             return
         path = Path(self._path(key))
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(path, payload.encode("utf-8"))
+            _write_atomically(path, payload)
         except OSError:
             pass  # a full disk or a read-only cache costs speed, never results
 
 
+def open_for_run(explicit: str | None, settings, warn: Callable[[str], None]) -> Cache | None:
+    """The run's cache: in `explicit` (`--cache-dir`), else `default_directory(settings)`.
+
+    A folder named on the command line that must not hold a cache is the user's mistake: CacheRefused (the
+    command line makes it a usage error, exit 2). One from the configuration, or the default, is skipped with a
+    warning and the run goes on without a cache: a cloned repository's `cache-dir = "~"` must neither touch the
+    home folder nor stop the run.
+    """
+    root = getattr(settings, "root", None)
+    if explicit:
+        return Cache.open(explicit, root=root)
+    try:
+        return Cache.open(default_directory(settings), root=root)
+    except CacheRefused as error:
+        warn(f"{error}; linting without a cache")
+        return None
+
+
 def _write_atomically(path: Path, data: bytes) -> None:
-    descriptor, temporary = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+    descriptor, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=path.parent)
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(data)
@@ -249,13 +428,69 @@ def _write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def clean(directory: str | os.PathLike) -> bool:
-    """Remove the cache folder. False when there is none; ValueError when the folder is not amplint's cache
-    (no CACHEDIR.TAG written by amplint), which is never removed."""
-    path = Path(directory)
-    if not path.exists():
+def _unlink_file(path: str) -> None:
+    """Remove a regular file (never a folder, and a symlink only as itself)."""
+    try:
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def _remove_entries(folder: str) -> None:
+    """Remove amplint's entries (`xx/<38 hex>.json`) and temporary files, and the folders they leave empty."""
+    try:
+        subfolders = list(os.scandir(folder))
+    except OSError:
+        return
+    for sub in subfolders:
+        if TEMPORARY.fullmatch(sub.name):
+            _unlink_file(sub.path)
+        elif ENTRY_FOLDER.fullmatch(sub.name) and sub.is_dir(follow_symlinks=False):
+            try:
+                files = list(os.scandir(sub.path))
+            except OSError:
+                continue
+            for entry in files:
+                if ENTRY_FILE.fullmatch(entry.name) or TEMPORARY.fullmatch(entry.name):
+                    _unlink_file(entry.path)
+            _remove_if_empty(sub.path)
+    _remove_if_empty(folder)
+
+
+def _remove_if_empty(folder: str | os.PathLike) -> bool:
+    try:
+        os.rmdir(folder)
+        return True
+    except OSError:
         return False
+
+
+def clean(directory: str | os.PathLike) -> list[str] | None:
+    """Remove the files amplint wrote in the cache folder, then the folder if nothing else is left in it.
+
+    None when there is no folder; otherwise the names left in it (not amplint's; empty when the folder was
+    removed). ValueError when the folder is not amplint's cache (no CACHEDIR.TAG from amplint): nothing is
+    removed. Nothing but amplint's own names is ever removed (entries, CACHEDIR.TAG, a `.gitignore` with
+    exactly amplint's content, temporary files), and symlinks are not followed.
+    """
+    path = Path(directory).expanduser()
+    if not os.path.lexists(path):
+        return None
     if not path.is_dir() or not is_cache_directory(path):
         raise ValueError(f"{path} is not an amplint cache folder (no CACHEDIR.TAG from amplint); not removed")
-    shutil.rmtree(path)
-    return True
+    entries = path / ENTRIES
+    if os.path.isdir(entries) and not os.path.islink(entries):
+        _remove_entries(str(entries))
+    for name in os.listdir(path):
+        if TEMPORARY.fullmatch(name):
+            _unlink_file(str(path / name))
+    if read_regular_file(path / ".gitignore", 4096) == GITIGNORE.encode():
+        _unlink_file(str(path / ".gitignore"))
+    _unlink_file(str(path / TAG_NAME))
+    if _remove_if_empty(path):
+        return []
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []

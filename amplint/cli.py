@@ -14,7 +14,7 @@ import click
 
 from amplint import __version__
 from amplint import rules as registry
-from amplint.cache import Cache, clean as clean_cache, default_directory
+from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import ConfigError, infer_target_torch, load_settings, validate_selectors
 from amplint.discovery import discover
 from amplint.engine import IO_ERROR, error_diagnostic
@@ -114,8 +114,12 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         name = stdin_filename or "-"
         outcome = process_stdin(sys.stdin.buffer.read(), name, rules_for(name, rule_classes, settings), mode)
         outcomes.append(outcome)
-        if mode.fix and not mode.diff:
-            sys.stdout.write(outcome.fixed_text if outcome.fixed_text is not None else "")
+        if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came
+            sys.stdout.flush()
+            sys.stdout.buffer.write(outcome.output if outcome.output is not None else b"")
+            sys.stdout.buffer.flush()
+            if outcome.message:
+                click.echo(f"amplint: {outcome.message}", err=True)
             sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode))
     else:
         _require_existing(paths)
@@ -123,7 +127,10 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                               on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error))))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
-            cache = Cache.open(cache_dir or default_directory(settings))
+            try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
+                cache = open_for_run(cache_dir, settings, lambda text: click.echo(f"amplint: {text}", err=True))
+            except CacheRefused as error:
+                raise click.UsageError(str(error)) from None
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
@@ -265,17 +272,25 @@ def rule(code: str | None, show_all: bool) -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None, help="The cache folder to remove.")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
 def clean(cache_dir, config_path) -> None:
-    """Remove the result cache (.amplint_cache in the project root, or the configured cache-dir)."""
+    """Remove the result cache (.amplint_cache in the project root, or the configured cache-dir).
+
+    Only the files amplint wrote are removed, and the folder only when nothing else is left in it."""
     try:
         directory = Path(cache_dir) if cache_dir else default_directory(load_settings(config_path))
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
     try:
-        removed = clean_cache(directory)
+        kept = clean_cache(directory)
     except (ValueError, OSError) as error:
         click.echo(f"amplint: {error}", err=True)
         sys.exit(EXIT_ERROR)
-    click.echo(f"Removed {directory}" if removed else f"No cache at {directory}")
+    if kept is None:
+        click.echo(f"No cache at {directory}")
+    elif kept:
+        shown = ", ".join(kept[:5]) + (", ..." if len(kept) > 5 else "")
+        click.echo(f"Removed amplint's files from {directory}; kept the folder and what else it holds ({shown})")
+    else:
+        click.echo(f"Removed {directory}")
 
 
 @main.command()

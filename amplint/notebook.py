@@ -395,13 +395,141 @@ def _parses(text: str) -> bool:
     return True
 
 
-def with_sources(notebook: Notebook, sources: dict[int, str]) -> dict:
-    """A copy of the notebook's data with the given cells' sources replaced (list form kept)."""
-    data = copy.deepcopy(notebook.data)
-    for position, text in sources.items():
-        cell = data["cells"][position]
-        cell["source"] = split_source(text, isinstance(cell.get("source"), list))
-    return data
+# The JSON text is edited where the edited cells' `source` values lie; every other byte stays as it was (a
+# duplicate key, `1e5`, `image\/png`, key order, layout), which a load-and-dump cannot promise.
+_STRUCTURE = re.compile(r'["{}\[\]]')
+_SCALAR = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null|NaN|-?Infinity")
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _space(text: str, index: int) -> int:
+    return _SPACE.match(text, index).end()
+
+
+def _value_end(text: str, index: int) -> int:
+    """The index just past the JSON value starting at `index` (the text is valid JSON: it was loaded).
+    Iterative, and strings are skipped by json's own scanner, so it is linear and has no depth limit."""
+    char = text[index]
+    if char == '"':
+        return json.decoder.scanstring(text, index + 1)[1]
+    if char not in "{[":
+        return _SCALAR.match(text, index).end()
+    depth = 0
+    position = index
+    while True:
+        match = _STRUCTURE.search(text, position)
+        if match.group() == '"':
+            position = json.decoder.scanstring(text, match.end())[1]
+            continue
+        depth += 1 if match.group() in "{[" else -1
+        position = match.end()
+        if depth == 0:
+            return position
+
+
+def _members(text: str, index: int):
+    """(key, value start, value end) of each member of the object whose `{` is at `index`, in text order."""
+    position = _space(text, index + 1)
+    if text[position] == "}":
+        return
+    while True:
+        key, position = json.decoder.scanstring(text, position + 1)
+        start = _space(text, _space(text, position) + 1)  # past the `:`
+        end = _value_end(text, start)
+        yield key, start, end
+        position = _space(text, end)
+        if text[position] == "}":
+            return
+        position = _space(text, position + 1)  # past the `,`
+
+
+def _items(text: str, index: int) -> list[tuple[int, int]]:
+    """(start, end) of each item of the array whose `[` is at `index`."""
+    spans = []
+    position = _space(text, index + 1)
+    if text[position] == "]":
+        return spans
+    while True:
+        end = _value_end(text, position)
+        spans.append((position, end))
+        position = _space(text, end)
+        if text[position] == "]":
+            return spans
+        position = _space(text, position + 1)
+
+
+def _last_member(text: str, index: int, key: str) -> tuple[int, int] | None:
+    """The span of the value of `key` in the object at `index`: the last one, as json.loads keeps."""
+    found = None
+    for name, start, end in _members(text, index):
+        if name == key:
+            found = (start, end)
+    return found
+
+
+def _source_spans(text: str, positions: set[int]) -> dict[int, tuple[int, int]]:
+    """The span of the `source` value of each cell at `positions`, in the notebook's JSON text."""
+    cells = _last_member(text, _space(text, 0), "cells")
+    if cells is None:
+        raise NotebookError("cannot find the `cells` list in the notebook's text")
+    spans = {}
+    for position, (start, _) in enumerate(_items(text, cells[0])):
+        if position in positions:
+            source = _last_member(text, start, "source")
+            if source is None:
+                raise NotebookError(f"cell {position + 1} has no `source` to edit")
+            spans[position] = source
+    return spans
+
+
+def _list_layout(text: str, start: int, end: int, items: list[tuple[int, int]], style: JsonStyle):
+    """(after `[`, between items, before `]`) as the array at text[start:end] writes them, or as the style
+    would for an empty one."""
+    if items:
+        opener = text[start + 1:items[0][0]]
+        separator = text[items[0][1]:items[1][0]] if len(items) > 1 else "," + opener
+        return opener, separator, text[items[-1][1]:end - 1]
+    if style.indent is None:
+        return "", style.separators[0], ""
+    line = text[text.rfind("\n", 0, start) + 1:start]  # the key's line, up to the value
+    indentation = line[:len(line) - len(line.lstrip(" \t"))]
+    unit = " " * style.indent if isinstance(style.indent, int) else style.indent
+    newline = style.newline
+    return newline + indentation + unit, "," + newline + indentation + unit, newline + indentation
+
+
+def _source_value(text: str, span: tuple[int, int], source: str, style: JsonStyle) -> str:
+    """The JSON text of a cell's new source, in the form (string or list of lines) and layout the old one had;
+    a line that is unchanged keeps its old text (escapes included)."""
+    start, end = span
+    if text[start] != "[":
+        return json.dumps(source, ensure_ascii=style.ensure_ascii)
+    items = _items(text, start)
+    old = {}
+    for item_start, item_end in items:
+        old.setdefault(json.loads(text[item_start:item_end]), text[item_start:item_end])
+    lines = split_source(source, True)
+    if not lines:
+        return "[]"
+    opener, separator, closer = _list_layout(text, start, end, items, style)
+    encoded = [old.get(line) or json.dumps(line, ensure_ascii=style.ensure_ascii) for line in lines]
+    return "[" + opener + separator.join(encoded) + closer + "]"
+
+
+def splice_sources(text: str, notebook: Notebook, sources: dict[int, str]) -> str:
+    """The notebook's JSON text with the given cells' sources replaced, every other byte as it was."""
+    try:
+        spans = _source_spans(text, set(sources))
+    except (ValueError, IndexError, AttributeError) as error:
+        raise NotebookError(f"cannot locate the cells in the notebook's text: {error}") from None
+    if set(spans) != set(sources):
+        raise NotebookError("cannot locate every edited cell in the notebook's text")
+    pieces = []
+    position = 0
+    for cell, (start, end) in sorted(spans.items(), key=lambda item: item[1]):
+        pieces += [text[position:start], _source_value(text, (start, end), sources[cell], notebook.style)]
+        position = end
+    return "".join(pieces) + text[position:]
 
 
 def check_only_sources_changed(original: dict, written: str, positions: set[int]) -> None:
@@ -449,8 +577,7 @@ def process_notebook_text(text: str, path: str, rules: list[Rule], mode: Mode) -
                            internal_error=any(d.code == "AMP902" for d in diagnostics))
     try:
         sources = split_fixed_text(notebook, outcome.text)
-        data = with_sources(notebook, sources)
-        written = notebook.style.dump(data)
+        written = splice_sources(text, notebook, sources)
         check_only_sources_changed(notebook.data, written, set(sources))
     except (CrossCellEdit, NotebookError) as error:
         diagnostics = lint_notebook(notebook, path, rules)

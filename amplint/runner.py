@@ -32,7 +32,8 @@ class FileOutcome:
     fixed: int = 0  # fixes applied (the file is written when there are any)
     removed: int = 0  # findings the fixes took away: found before minus remaining (what `Fixed N` counts)
     diff: str = ""
-    fixed_text: str | None = None  # the fixed source (stdin prints it)
+    fixed_text: str | None = None  # the fixed source
+    output: bytes | None = None  # what `check - --fix` prints: the fixed source's bytes, else the input unchanged
     message: str | None = None
     internal_error: bool = False
 
@@ -110,18 +111,37 @@ def process_file(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOu
             write_atomically(path, source.encode(outcome.fixed_text), source.raw)
         except (SourceError, OSError, UnicodeEncodeError) as error:
             original = process_text(source.text, path, rules, Mode())
-            original.message = f"{path}: fixes not written: {error}"
+            original.message = f"{path}: fixes not written: {getattr(error, 'strerror', None) or error}"
             return original
     return outcome
 
 
 def process_stdin(raw: bytes, filename: str, rules: list[Rule], mode: Mode) -> FileOutcome:
+    """Source read from stdin. With fixes, `output` is what an editor replaces its buffer with: the fixed source
+    in the input's own encoding and BOM, and the input's bytes unchanged whenever nothing was fixed (it could
+    not be decoded, does not parse, has nothing to fix, or the fix cannot be encoded)."""
     if filename.endswith(".ipynb"):
         from amplint.notebook import process_notebook_bytes
 
-        return process_notebook_bytes(raw, filename, rules, mode)
+        outcome = process_notebook_bytes(raw, filename, rules, mode)
+        if outcome.fixed and outcome.fixed_text is not None:
+            bom = b"\xef\xbb\xbf" if raw.startswith(b"\xef\xbb\xbf") else b""
+            outcome.output = bom + outcome.fixed_text.encode("utf-8")
+        else:
+            outcome.output = raw
+        return outcome
     try:
         source = decode_source(raw)
     except SourceError as error:
-        return FileOutcome(filename, [error_diagnostic(IO_ERROR, filename, str(error))])
-    return process_text(source.text, filename, rules, mode)
+        return FileOutcome(filename, [error_diagnostic(IO_ERROR, filename, str(error))], output=raw)
+    outcome = process_text(source.text, filename, rules, mode)
+    outcome.output = raw
+    if outcome.fixed and outcome.fixed_text is not None and outcome.fixed_text != source.text:
+        try:
+            outcome.output = source.encode(outcome.fixed_text)
+        except UnicodeEncodeError as error:
+            original = process_text(source.text, filename, rules, Mode())
+            original.message = f"{filename}: fixes not applied: cannot encode as {source.encoding}: {error.reason}"
+            original.output = raw
+            return original
+    return outcome

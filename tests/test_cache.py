@@ -245,7 +245,7 @@ def test_concurrent_writers_never_leave_a_half_entry(tmp_path):
     for worker in workers:
         worker.join(timeout=120)
     assert results == [0, 0, 0]
-    leftovers = [p for p in (tmp_path / "cache").rglob("*") if p.name.startswith(".tmp-")]
+    leftovers = [p for p in (tmp_path / "cache").rglob("*") if cache_module.TEMPORARY.fullmatch(p.name)]
     assert leftovers == []
 
 
