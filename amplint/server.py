@@ -5,6 +5,12 @@ change while typing) and offers each diagnostic's fix as a code action, plus a "
 project's configuration (select, ignore, per-file-ignores) is read from the document's folder upwards, as
 the command line does.
 
+The server stays responsive and alive whatever it is sent: linting runs on a thread, not on the event loop
+(a long document never delays the next request), one run per document at a time, and a run whose document
+changed meanwhile is not published: the latest version is linted instead. Every request is answered, with a
+JSON-RPC error for one that cannot be served (see `FrameReader`), and an error inside amplint is a message to
+the user, not a traceback.
+
 pygls is imported only when the server starts, so the rest of amplint never needs it:
 `pip install "amplint[server]"`. Both pygls 1.x and 2.x are supported (their module layouts differ).
 """
@@ -13,9 +19,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import json
 import os
 import re
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -32,6 +40,8 @@ NAME = "amplint"
 FIX_ALL_KIND = "source.fixAll.amplint"
 ERROR_CODES = frozenset({"AMP900", "AMP901", "AMP902"})
 PYTHON_SUFFIXES = (".py", ".pyi")
+INVALID_MESSAGE = "amplint/invalidMessage"  # the request `FrameReader` puts in place of one that cannot be served
+MAX_CONTENT_LENGTH = 1 << 28  # bytes: a longer declared message is taken as a broken header
 
 
 class PyglsMissing(Exception):
@@ -111,12 +121,210 @@ def kind_wanted(kind: str, only: list[str] | None) -> bool:
     return not only or any(kind == wanted or kind.startswith(wanted + ".") for wanted in only)
 
 
+# --- framing (no pygls needed) --------------------------------------------------------------------------------
+
+
+class FrameReader:
+    """The client's byte stream as pygls reads it (`readline`, `read`), in well-formed frames only.
+
+    pygls takes exactly `Content-Length: N` and, on anything else, loses its place in the stream and reads
+    nothing more, silently; a request whose params do not fit the protocol is dropped without an answer.
+    Here, headers are read leniently (any case and spacing), a message whose length is missing or not a
+    number is recovered by reading one JSON value, a body shorter or longer than its declared length is
+    resynchronised at the next header, and a request that cannot be served (a broken header, not JSON-RPC
+    2.0, params that `check` refuses) is replaced by an `INVALID_MESSAGE` request with the same id, which the
+    server answers with a JSON-RPC error. What cannot be answered (no id) is reported on stderr and skipped.
+    """
+
+    def __init__(self, stream, check=None, log=None) -> None:
+        self.stream = stream
+        self.read_some = getattr(stream, "read1", None) or stream.read
+        self.check = check  # raises for a request pygls cannot read
+        self.log = log if log is not None else sys.stderr
+        self.buffer = bytearray()  # read from the stream, not yet taken
+        self.frames = bytearray()  # well-formed frames, not yet read by pygls
+
+    @property
+    def closed(self) -> bool:
+        return self.stream.closed
+
+    def readline(self) -> bytes:
+        if not self.frames:
+            self._produce()
+        end = self.frames.find(b"\n") + 1 or len(self.frames)
+        line = bytes(self.frames[:end])
+        del self.frames[:end]
+        return line
+
+    def read(self, size: int = -1) -> bytes:
+        if not self.frames:
+            self._produce()
+        size = len(self.frames) if size is None or size < 0 else size
+        data = bytes(self.frames[:size])
+        del self.frames[:size]
+        return data
+
+    # reading the stream
+    def _fill(self) -> bool:
+        data = self.read_some(65536)
+        if not data:
+            return False
+        self.buffer += data
+        return True
+
+    def _line(self) -> bytes | None:
+        while (end := self.buffer.find(b"\n")) < 0:
+            if not self._fill():
+                if not self.buffer:
+                    return None
+                end = len(self.buffer) - 1
+                break
+        line = bytes(self.buffer[:end + 1])
+        del self.buffer[:end + 1]
+        return line
+
+    def _exactly(self, size: int) -> bytes | None:
+        while len(self.buffer) < size:
+            if not self._fill():
+                return None
+        data = bytes(self.buffer[:size])
+        del self.buffer[:size]
+        return data
+
+    def _json_value(self) -> bytes | None:
+        """One JSON object or array from the stream, read by its brackets (its length is not known); b"" when
+        the stream does not go on with one."""
+        index = 0
+        while True:
+            while index >= len(self.buffer):
+                if not self._fill():
+                    return None
+            if self.buffer[index] not in b" \t\r\n":
+                break
+            index += 1
+        if self.buffer[index] not in b"{[":
+            return b""
+        depth, in_string, escaped = 0, False, False
+        while True:
+            while index >= len(self.buffer):
+                if not self._fill():
+                    return None
+            char = self.buffer[index]
+            index += 1
+            if in_string:
+                if escaped:
+                    escaped = False
+                elif char == 0x5C:  # backslash
+                    escaped = True
+                elif char == 0x22:
+                    in_string = False
+            elif char == 0x22:
+                in_string = True
+            elif char in b"{[":
+                depth += 1
+            elif char in b"}]":
+                depth -= 1
+                if depth == 0:
+                    value = bytes(self.buffer[:index])
+                    del self.buffer[:index]
+                    return value
+
+    # frames
+    def _produce(self) -> None:
+        while not self.frames:
+            read = self._next_body()
+            if read is None:
+                return  # end of the stream
+            body = self._message(*read)
+            if body is not None:
+                self.frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def _next_body(self) -> tuple[bytes, str | None] | None:
+        """The next message's body and what was wrong with its header (None if nothing)."""
+        length, problem, started = None, None, False
+        while True:
+            line = self._line()
+            if line is None:
+                return None
+            if not line.strip():
+                if started:
+                    break
+                continue
+            started = True
+            at = line.lower().rfind(b"content-length")
+            if at < 0:
+                continue  # another header (Content-Type), or what is left of a broken message
+            value = line[at + len(b"content-length"):].strip()
+            value = value[1:].strip() if value.startswith(b":") else b"?" + value
+            if value.isdigit() and int(value) <= MAX_CONTENT_LENGTH:
+                length, problem = int(value), None
+            else:
+                length, problem = None, f"invalid Content-Length header {value.decode('ascii', 'replace')!r}"
+        if length is not None:
+            body = self._exactly(length)
+            return None if body is None else (body, None)
+        body = self._json_value()
+        return None if body is None else (body, problem or "no Content-Length header")
+
+    def _message(self, body: bytes, problem: str | None) -> bytes | None:
+        """The body to hand to pygls: this one, an INVALID_MESSAGE request in its place, or None (skipped)."""
+        try:
+            message = json.loads(body)
+        except ValueError:  # UnicodeDecodeError included
+            message = self._first_value(body)
+            if message is None:
+                self._say(f"skipped a message that is not JSON ({len(body)} bytes)")
+                return None
+            problem = problem or "the Content-Length header does not match the message"
+        if not (isinstance(message, dict) and "method" in message and "id" in message):
+            if problem is not None:
+                self._say(f"skipped a message without a request id: {problem}")
+                return None
+            return body
+        if problem is None and message.get("jsonrpc") != "2.0":
+            problem = "not a JSON-RPC 2.0 message"
+        if problem is None and self.check is not None:
+            try:
+                self.check(message)
+            except Exception:  # noqa: BLE001 - whatever pygls would refuse to read is answered here
+                problem = "invalid params"
+        if problem is None:
+            return body
+        request_id = message["id"]
+        if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
+            self._say(f"skipped a request with an invalid id: {problem}")
+            return None
+        reason = f"{message['method']}: {problem}" if isinstance(message["method"], str) else problem
+        return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": INVALID_MESSAGE,
+                           "params": {"reason": reason}}).encode("utf-8")
+
+    def _first_value(self, body: bytes):
+        """The JSON value a body starts with, when a wrong declared length made it run into the next message
+        (which is put back to be read); None when the body does not start with one."""
+        text = body.decode("utf-8", "surrogateescape")
+        start = len(text) - len(text.lstrip())
+        try:
+            value, end = json.JSONDecoder().raw_decode(text, start)
+        except ValueError:
+            return None
+        rest = text[end:].encode("utf-8", "surrogateescape")
+        self.buffer[:0] = rest
+        return value
+
+    def _say(self, text: str) -> None:
+        try:
+            print(f"amplint server: {text}", file=self.log, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
 # --- the server (pygls) ----------------------------------------------------------------------------------------
 
 
 def _load_pygls():
     try:
         from lsprotocol import types
+        from pygls.exceptions import JsonRpcInvalidRequest
 
         try:
             from pygls.lsp.server import LanguageServer  # pygls 2.x
@@ -124,15 +332,38 @@ def _load_pygls():
             from pygls.server import LanguageServer  # pygls 1.x
     except ImportError as error:
         raise PyglsMissing(str(error)) from None
-    return types, LanguageServer
+    return types, LanguageServer, JsonRpcInvalidRequest
+
+
+def lint_safely(text: str, path: str | None, root: str | None) -> tuple[list[Diagnostic], str | None]:
+    """`lint_document`, never raising: the diagnostics, and a message for the user when there are none to
+    give (a broken configuration, an error inside amplint)."""
+    try:
+        return lint_document(text, path, root), None
+    except ConfigError as error:
+        return [], f"amplint: {error}"
+    except Exception as error:  # noqa: BLE001 - the server must outlive any one document
+        return [], f"amplint: internal error: {type(error).__name__}: {error} (please report it)"
+
+
+def fix_safely(text: str, path: str | None, root: str | None) -> str:
+    """`fix_all`, or the text unchanged when it cannot be fixed."""
+    try:
+        return fix_all(text, path, root)
+    except Exception:  # noqa: BLE001 - no fix rather than a broken one
+        return text
 
 
 def create_server():
     """The configured pygls LanguageServer (not started)."""
-    types, LanguageServer = _load_pygls()
+    types, LanguageServer, InvalidRequest = _load_pygls()
     server = LanguageServer(NAME, __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
     pending: dict[str, asyncio.TimerHandle] = {}
     reported_errors: set[str] = set()
+    linter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
+    running: set[str] = set()  # documents being linted
+    again: set[str] = set()  # documents to lint again once their run ends
+    results: dict[str, tuple] = {}  # uri -> (version, text, diagnostics) of the last run published
 
     def encoding() -> str:
         return getattr(server.workspace, "position_encoding", None) or "utf-16"
@@ -140,6 +371,11 @@ def create_server():
     def lsp_range(start: tuple[int, int], end: tuple[int, int]):
         return types.Range(start=types.Position(line=start[0], character=start[1]),
                            end=types.Position(line=end[0], character=end[1]))
+
+    def opened(uri: str):
+        """The open document at `uri`, or None (pygls keys its documents by the unquoted URI)."""
+        documents = server.workspace.text_documents
+        return documents.get(uri) or documents.get(unquote(uri))
 
     def wanted(document) -> bool:
         if document.uri.startswith("vscode-notebook-cell:"):
@@ -150,17 +386,13 @@ def create_server():
     def root() -> str | None:
         return getattr(server.workspace, "root_path", None)
 
-    def lint(document) -> list[Diagnostic]:
-        try:
-            diagnostics = lint_document(document.source, uri_to_path(document.uri), root())
-        except ConfigError as error:
-            message = f"amplint: {error}"
-            if message not in reported_errors:  # tell once, not on every keystroke
-                reported_errors.add(message)
-                show_message(message)
-            return []
-        reported_errors.clear()
-        return diagnostics
+    def tell(message: str | None) -> None:
+        """Show a run's message once, not on every keystroke; a clean run forgets the messages shown."""
+        if message is None:
+            reported_errors.clear()
+        elif message not in reported_errors:
+            reported_errors.add(message)
+            show_message(message)
 
     def to_lsp(diagnostic: Diagnostic, positions: Positions):
         return types.Diagnostic(
@@ -188,14 +420,46 @@ def create_server():
             server.publish_diagnostics(uri, diagnostics, version)
 
     def publish(uri: str) -> None:
+        """Lint the document on the linting thread and publish the result, unless the document changed
+        meanwhile: then its latest version is linted instead. One run per document at a time."""
         pending.pop(uri, None)
-        if uri not in server.workspace.text_documents:
+        document = opened(uri)
+        if document is None or not wanted(document):
             return  # closed meanwhile
-        document = server.workspace.get_text_document(uri)
-        if not wanted(document):
+        if uri in running:
+            again.add(uri)
             return
-        positions = Positions(document.source, encoding())
-        send(uri, [to_lsp(d, positions) for d in lint(document)], document.version)
+        running.add(uri)
+        version, text = document.version, document.source
+        run = asyncio.get_running_loop().run_in_executor(linter, lint_safely, text, uri_to_path(uri), root())
+        run.add_done_callback(lambda done: finished(uri, version, text, done))
+
+    def finished(uri: str, version, text: str, done) -> None:
+        running.discard(uri)
+        document = opened(uri)
+        if document is None or done.cancelled():
+            return  # closed meanwhile (its diagnostics were cleared), or the server is stopping
+        if uri in again or document.version != version or document.source != text:
+            again.discard(uri)
+            if uri not in pending:  # else the debounce timer lints it
+                publish(uri)
+            return
+        diagnostics, message = done.result()
+        tell(message)
+        results[uri] = (version, text, diagnostics)
+        positions = Positions(text, encoding())
+        send(uri, [to_lsp(d, positions) for d in diagnostics], version)
+
+    async def current_diagnostics(document) -> list[Diagnostic]:
+        """The diagnostics of the document as it is now: the last run's, else a run of its own."""
+        version, text = document.version, document.source
+        known = results.get(document.uri)
+        if known is not None and known[0] == version and known[1] == text:
+            return known[2]
+        diagnostics, message = await asyncio.get_running_loop().run_in_executor(
+            linter, lint_safely, text, uri_to_path(document.uri), root())
+        tell(message)
+        return diagnostics
 
     def cancel(uri: str) -> None:
         handle = pending.pop(uri, None)
@@ -204,11 +468,7 @@ def create_server():
 
     def schedule(uri: str) -> None:
         cancel(uri)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = getattr(server, "loop", None) or asyncio.get_event_loop()
-        pending[uri] = loop.call_later(DEBOUNCE_SECONDS, publish, uri)
+        pending[uri] = asyncio.get_running_loop().call_later(DEBOUNCE_SECONDS, publish, uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls, params) -> None:
@@ -227,22 +487,28 @@ def create_server():
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls, params) -> None:
         cancel(params.text_document.uri)
+        results.pop(params.text_document.uri, None)
         send(params.text_document.uri, [], None)
+
+    @server.feature(INVALID_MESSAGE)
+    def invalid_message(ls, params) -> None:
+        reason = params.get("reason") if isinstance(params, dict) else getattr(params, "reason", None)
+        raise InvalidRequest(message=f"Invalid Request: {reason or 'unreadable request'}")
 
     @server.feature(types.TEXT_DOCUMENT_CODE_ACTION, types.CodeActionOptions(
         code_action_kinds=[types.CodeActionKind.QuickFix, FIX_ALL_KIND], resolve_provider=False))
-    def code_action(ls, params):
+    async def code_action(ls, params):
         uri = params.text_document.uri
-        document = server.workspace.get_text_document(uri)
-        if not wanted(document):
-            return None
+        document = opened(uri)
+        if document is None or not wanted(document):
+            return None  # not an open Python document: nothing to offer
         only = [str(getattr(kind, "value", kind)) for kind in (params.context.only or [])]
         text = document.source
         positions = Positions(text, encoding())
         requested = (params.range.start.line, params.range.start.character), \
                     (params.range.end.line, params.range.end.character)
         actions = []
-        diagnostics = lint(document)
+        diagnostics = await current_diagnostics(document)
         for diagnostic in diagnostics:
             fix = diagnostic.fix
             if fix is None or fix.applicability is Applicability.DISPLAY_ONLY:
@@ -265,7 +531,8 @@ def create_server():
                 edit=types.WorkspaceEdit(changes={uri: edits}),
             ))
         if kind_wanted(FIX_ALL_KIND, only) and any(d.fixable() for d in diagnostics):
-            fixed = fix_all(text, uri_to_path(uri), root())
+            fixed = await asyncio.get_running_loop().run_in_executor(
+                linter, fix_safely, text, uri_to_path(uri), root())
             if fixed != text:
                 edit = types.TextEdit(range=lsp_range((0, 0), positions.end()), new_text=fixed)
                 actions.append(types.CodeAction(title="Fix all safe amplint fixes", kind=FIX_ALL_KIND,
@@ -273,6 +540,12 @@ def create_server():
         return actions
 
     return server
+
+
+def _request_check(server):
+    """What pygls does to read a request, as a check for `FrameReader` (None where it is not known)."""
+    protocol = getattr(server, "protocol", None) or getattr(server, "lsp", None)
+    return getattr(protocol, "structure_message", None)
 
 
 def serve() -> int:
@@ -283,5 +556,5 @@ def serve() -> int:
         print(f"amplint server needs pygls, which is not installed ({error}); "
               f"install it with: pip install \"amplint[server]\"", file=sys.stderr)
         return 2
-    server.start_io()
+    server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
     return 0

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -12,12 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amplint.diagnostics import Location
 from amplint.engine import lint_text
 from amplint.fixer import apply_edits, fix_text
 from amplint.rules import ALL_RULES
-from amplint.server import Positions, kind_wanted, uri_to_path
+from amplint.server import INVALID_MESSAGE, FrameReader, Positions, kind_wanted, uri_to_path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = (ROOT / "examples" / "train_amp.py").read_text(encoding="utf-8")
@@ -37,9 +41,10 @@ TIMEOUT = 20  # seconds for any one answer; the whole session takes about 2 s
 class Client:
     """Just enough of an LSP client: Content-Length framing, requests, notifications, a reader thread."""
 
-    def __init__(self, cwd: Path, stderr) -> None:
+    def __init__(self, cwd: Path, stderr, command: list[str] | None = None) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.process = subprocess.Popen([sys.executable, "-m", "amplint", "server"], cwd=cwd, env=env,
+        command = command or [sys.executable, "-m", "amplint", "server"]
+        self.process = subprocess.Popen(command, cwd=cwd, env=env,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)
         self.inbox: queue.Queue = queue.Queue()
         self.notifications: list[dict] = []
@@ -65,8 +70,19 @@ class Client:
 
     def send(self, message: dict) -> None:
         body = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
-        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        self.send_raw(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def send_raw(self, data: bytes) -> None:
+        self.process.stdin.write(data)
         self.process.stdin.flush()
+
+    def answer(self, request_id, deadline: float | None = None) -> dict:
+        """The response (result or error) to the request with this id."""
+        deadline = deadline or time.monotonic() + TIMEOUT
+        while True:
+            message = self._next(deadline)
+            if message.get("id") == request_id and "method" not in message:
+                return message
 
     def notify(self, method: str, params: dict) -> None:
         self.send({"method": method, "params": params})
@@ -85,14 +101,27 @@ class Client:
         return message
 
     def request(self, method: str, params: dict | None) -> object:
+        message = self.call(method, params)
+        assert "error" not in message, message
+        return message["result"]
+
+    def call(self, method: str, params: dict | None) -> dict:
+        """Send a request; its response, an error or not."""
         self.next_id += 1
         self.send({"id": self.next_id, "method": method, "params": params})
-        deadline = time.monotonic() + TIMEOUT
-        while True:
-            message = self._next(deadline)
-            if message.get("id") == self.next_id and "method" not in message:
-                assert "error" not in message, message
-                return message["result"]
+        return self.answer(self.next_id)
+
+    def initialize(self, workspace: Path) -> dict:
+        result = self.request("initialize", {
+            "processId": os.getpid(), "rootUri": workspace.as_uri(), "capabilities": {},
+            "clientInfo": {"name": "amplint-tests"}})
+        self.notify("initialized", {})
+        return result
+
+    def stop(self) -> None:
+        assert self.request("shutdown", None) is None
+        self.notify("exit", None)
+        assert self.process.wait(timeout=TIMEOUT) == 0
 
     def wait_diagnostics(self, uri: str, version: int | None = None) -> dict:
         """The next publishDiagnostics for `uri` (with that version, if given) not yet consumed."""
@@ -149,18 +178,23 @@ def codes(params: dict) -> list[str]:
     return sorted(d["code"] for d in params["diagnostics"])
 
 
-def test_lsp_session_over_stdio(workspace):
-    started = time.monotonic()
+def _session(workspace: Path, body, command: list[str] | None = None) -> None:
+    """Run `body(client)` against a server started in `workspace`; the server's log is shown if it fails."""
     with open(workspace / "server.log", "wb") as log:
-        client = Client(workspace, log)
+        client = Client(workspace, log, command)
         try:
-            run_session(client, workspace)
+            body(client)
         except BaseException:
             client.process.kill()
             client.process.wait(timeout=TIMEOUT)
             log.flush()
             print((workspace / "server.log").read_text(errors="replace"), file=sys.stderr)
             raise
+
+
+def test_lsp_session_over_stdio(workspace):
+    started = time.monotonic()
+    _session(workspace, lambda client: run_session(client, workspace))
     assert time.monotonic() - started < 60
 
 
@@ -285,3 +319,166 @@ def test_helpers():
     assert kind_wanted("source.fixAll.amplint", ["source.fixAll"]) and kind_wanted("quickfix", None)
     assert not kind_wanted("quickfix", ["source"])
     assert uri_to_path("file:///tmp/a%20b.py") == "/tmp/a b.py" and uri_to_path("untitled:1") is None
+
+
+# Robustness: every request answered, bad input survived, linting off the event loop --------------------------
+def _frame(message: dict, wrong_by: int = 0, header: bytes = b"Content-Length: %d") -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", **message}).encode("utf-8")
+    if b"%d" in header:
+        header = header % (len(body) + wrong_by)
+    return header + b"\r\n\r\n" + body
+
+
+def test_bad_frames_and_bad_requests_are_answered_and_survived(workspace):
+    unknown = {"textDocument": {"uri": (workspace / "nowhere.py").as_uri()},
+               "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+               "context": {"diagnostics": []}}
+
+    def body(client: Client) -> None:
+        client.initialize(workspace)
+
+        def rejected(request_id: int, frame: bytes, reason: str) -> None:
+            client.send_raw(frame)
+            error = client.answer(request_id)["error"]
+            assert error["code"] == -32600 and reason in error["message"], error
+
+        def answered() -> None:  # the next request is read and served: the stream is in step again
+            assert client.request("textDocument/codeAction", unknown) is None  # not an open document
+
+        action = {"method": "textDocument/codeAction", "params": unknown}
+        rejected(101, _frame({"id": 101, **action}, header=b"Content-Length: abc"), "invalid Content-Length")
+        answered()
+        rejected(102, _frame({"id": 102, **action}, header=b"Content-Type: application/json"),
+                 "no Content-Length")
+        answered()
+        rejected(103, _frame({"id": 103, **action}, wrong_by=30) + _frame({"id": 104, **action}),
+                 "does not match")  # a declared length that runs into the next message, which is kept
+        assert client.answer(104)["result"] is None
+        client.send_raw(_frame({"id": 105, **action}, wrong_by=-30))  # too short: unreadable, skipped
+        answered()
+        client.send_raw(b"Content-Length: 7\r\n\r\nnot json")
+        answered()
+        client.send_raw(_frame({"id": 106, **action}, header=b"content-length:%d"))  # lenient spelling
+        assert client.answer(106)["result"] is None
+        rejected(107, _frame({"id": 107, "method": "textDocument/codeAction", "params": {"textDocument": 5}}),
+                 "invalid params")
+        rejected(108, _frame({"jsonrpc": "1.0", "id": 108, **action}), "not a JSON-RPC 2.0 message")
+        client.stop()
+
+    _session(workspace, body)
+
+
+_SLOW_SERVER = """
+import os, sys, time
+from amplint import server
+
+marks = sys.argv[1]
+real = server.lint_document
+
+def lint_document(text, path, root=None):
+    if "explode" in text:
+        raise TypeError("boom")
+    with open(os.path.join(marks, "linted"), "a") as log:
+        log.write(text.split("\\n", 1)[0] + "\\n")
+    if "slow" in text:  # wait for the test to let it finish (bounded, in case the test dies)
+        started = time.monotonic()
+        while not os.path.exists(os.path.join(marks, "release")) and time.monotonic() - started < 120:
+            time.sleep(0.01)
+    return real(text, path, root)
+
+server.lint_document = lint_document
+sys.argv = ["amplint", "server"]
+from amplint.cli import entry
+entry()
+"""
+
+
+def test_linting_is_off_the_event_loop_and_only_the_latest_version_is_published(workspace):
+    marks = workspace / "marks"
+    marks.mkdir()
+    linted = marks / "linted"
+    uri = (workspace / "plain" / "train.py").as_uri()
+    nowhere = {"textDocument": {"uri": (workspace / "nowhere.py").as_uri()},
+               "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+               "context": {"diagnostics": []}}
+
+    def body(client: Client) -> None:
+        client.initialize(workspace)
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": "# v1 slow\n" + EXAMPLE}})
+        deadline = time.monotonic() + TIMEOUT
+        while not (linted.exists() and "# v1 slow" in linted.read_text()):
+            assert time.monotonic() < deadline, "the first run did not start"
+            time.sleep(0.01)
+        # the run is stuck: requests are still served
+        assert client.request("textDocument/codeAction", nowhere) is None
+        for version in (2, 3):
+            client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version},
+                                                     "contentChanges": [{"text": f"# v{version}\n" + EXAMPLE}]})
+        assert client.request("textDocument/codeAction", nowhere) is None  # both changes are in
+        (marks / "release").touch()
+        assert codes(client.wait_diagnostics(uri, 3)) == ["AMP001", "AMP003", "AMP004"]
+        assert client.published_versions(uri) == [3]  # the stale first run was not published
+        assert linted.read_text().splitlines() == ["# v1 slow", "# v3"]  # v2 was never linted
+
+        # an error inside amplint is a message, the document gets no diagnostics, the server goes on
+        broken = (workspace / "plain" / "broken.py").as_uri()
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": broken, "languageId": "python", "version": 1, "text": "# explode\n"}})
+        assert client.wait_diagnostics(broken, 1)["diagnostics"] == []
+        shown = [n["params"]["message"] for n in client.notifications if n["method"] == "window/showMessage"]
+        assert any("internal error: TypeError: boom" in message for message in shown), shown
+        assert not any("Error in server" in message for message in shown)
+        actions = client.request("textDocument/codeAction", {**nowhere, "textDocument": {"uri": broken}})
+        assert actions == []
+        client.stop()
+
+    _session(workspace, body, [sys.executable, "-c", _SLOW_SERVER, str(marks)])
+
+
+GOOD = _frame({"id": 7, "method": "shutdown", "params": None})
+
+
+def _read_frames(data: bytes, check=None) -> list[dict]:
+    """Every message a FrameReader hands on, read as pygls reads them (header lines, then the body)."""
+    reader = FrameReader(io.BytesIO(data), check, log=io.StringIO())
+    messages = []
+    while True:
+        header = reader.readline()
+        if not header:
+            return messages
+        assert re.fullmatch(rb"Content-Length: (\d+)\r\n", header) and reader.readline() == b"\r\n"
+        messages.append(json.loads(reader.read(int(header.split(b":")[1]))))
+
+
+@pytest.mark.parametrize("junk", [
+    b"Content-Length: -5\r\n\r\n{\"a\": [1, \"}\"]}", b"garbage\r\n\r\n", b"\r\n\r\n",
+    b"Content-Length: 99999999999999\r\n\r\n{}", b"Content-Length: 3\r\n\r\n{\"x\": [1, 2]}",
+    b"Content-Length: 2\r\n\r\nno", b"Content-Length: 4\r\n\r\n\xff\xfe{}",
+])
+def test_frame_reader_finds_the_next_message_after_junk(junk):
+    assert _read_frames(junk + GOOD)[-1] == {"jsonrpc": "2.0", "id": 7, "method": "shutdown", "params": None}
+
+
+def test_frame_reader_answers_what_pygls_would_drop():
+    def check(message):
+        if message["method"] == "refused":
+            raise ValueError("no")
+
+    requests = [_read_frames(_frame({"id": 1, "method": "refused", "params": {}}), check),
+                _read_frames(_frame({"jsonrpc": "1.0", "id": "a", "method": "m"})),
+                _read_frames(b"Content-Length: x\r\n\r\n" + json.dumps({"id": 2, "method": "m"}).encode())]
+    assert [[(m["id"], m["method"], m["params"]["reason"]) for m in r] for r in requests] == [
+        [(1, INVALID_MESSAGE, "refused: invalid params")],
+        [("a", INVALID_MESSAGE, "m: not a JSON-RPC 2.0 message")],
+        [(2, INVALID_MESSAGE, "m: invalid Content-Length header 'x'")]]
+    notification = _frame({"method": "textDocument/didOpen", "params": {}}, header=b"Content-Length: x")
+    assert _read_frames(notification + GOOD) == [json.loads(GOOD.split(b"\r\n\r\n")[1])]  # no id: skipped
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.binary(max_size=300), st.booleans())
+def test_frame_reader_never_fails_on_random_bytes(data, with_header):
+    prefix = b"Content-Length: 5\r\n\r\n" if with_header else b""
+    for message in _read_frames(prefix + data):  # ends, without an exception
+        assert isinstance(message, (dict, list))
