@@ -77,8 +77,10 @@ def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None
     global _WORKER
     if parent is not None:
         _die_with_parent(parent)
-    # Ctrl-C reaches the whole process group: the parent stops the workers, which need not say anything.
+    # Ctrl-C reaches the whole process group: the parent stops the workers, which need not say anything; and a
+    # forked worker must not run the parent's SIGTERM handler (it would kill its siblings).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _WORKER = (rule_classes, settings, mode, cache)
     tune_gc()
 
