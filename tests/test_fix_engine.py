@@ -392,7 +392,9 @@ def nested_regions(depth: int) -> str:
     for level in range(1, depth + 1):
         lines.append("    " * level + 'with torch.autocast("cuda"):')
     body = "    " * (depth + 1)
-    lines += [body + "loss = model(x).sum()", body + "loss.backward()", body + "optimizer.step()"]
+    # zero_grad with step: an optimizer by what the code does with it, so its step() is of the update phase
+    lines += [body + "loss = model(x).sum()", body + "loss.backward()", body + "optimizer.step()",
+              body + "optimizer.zero_grad()"]
     return "\n".join(lines) + "\n"
 
 

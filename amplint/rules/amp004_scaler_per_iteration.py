@@ -194,6 +194,10 @@ def _names(node: cst.CSTNode) -> list[str]:
             attribute.value.visit(self)
             return False
 
+        def visit_Arg(self, arg: cst.Arg) -> bool:
+            arg.value.visit(self)  # not the keyword's name
+            return False
+
     node.visit(Names())
     return found
 

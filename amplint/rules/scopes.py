@@ -358,8 +358,8 @@ class Changes:
     assigns (`stored`, `self.scaler` for `self.scaler = ...`).
 
     Over-approximates on purpose: every binding form counts (assignment, augmented, annotated, walrus, `import`,
-    `for`/`with`/`except` targets, `global`/`nonlocal`, `del`, nested `def`/`class` names, comprehension
-    variables), and an object may change when an attribute or item of it is assigned or deleted, when a method
+    `for`/`with`/`except` targets, `match` captures, `global`/`nonlocal`, `del`, nested `def`/`class` names,
+    comprehension variables), and an object may change when an attribute or item of it is assigned or deleted, when a method
     is called on it, or when it is passed to a call. Calls into imported modules (`torch.autocast(...,
     enabled=flag)`) and read-only builtins (`print`, `len`) are taken not to change their arguments, except
     `torch` functions that work in place (a trailing `_`) or write to `out=`. `imports` maps names bound by
@@ -482,6 +482,18 @@ class _ChangesVisitor:  # a libcst visitor once made one with amplint.lazy.visit
 
     def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
         self.changes.bound.update(item.name.value for item in node.names)
+
+    def visit_MatchAs(self, node: cst.MatchAs) -> None:
+        if node.name is not None:
+            self.changes.target(node.name)
+
+    def visit_MatchStar(self, node: cst.MatchStar) -> None:
+        if node.name is not None:
+            self.changes.target(node.name)
+
+    def visit_MatchMapping(self, node: cst.MatchMapping) -> None:
+        if node.rest is not None:
+            self.changes.target(node.rest)
 
     def visit_Del(self, node: cst.Del) -> None:
         self.changes.target(node.target)
