@@ -185,6 +185,26 @@ def test_amp003_single_optimizer_built_on_other_parameters_gets_no_fix() -> None
     assert findings(text, "AMP003") == [(9, None)]
 
 
+def test_amp003_tied_optimizer_stepped_less_often_than_the_clip_gets_no_fix() -> None:
+    """The owner's step must follow every clip: a second unscale_ before update() would raise."""
+    text = textwrap.dedent("""
+        import torch
+        def train(gen, disc, loader, scaler):
+            opt_g = torch.optim.Adam(gen.parameters())
+            opt_d = torch.optim.Adam(disc.parameters())
+            for i, x in enumerate(loader):
+                with torch.autocast("cuda"):
+                    loss = disc(gen(x)).mean()
+                scaler.scale(loss).backward()
+                torch.nn.utils.clip_grad_norm_(gen.parameters(), 1.0)
+                scaler.step(opt_d)
+                if i % 2:
+                    scaler.step(opt_g)
+                scaler.update()
+    """)
+    assert findings(text, "AMP003") == [(10, None)]
+
+
 # --- AMP006: integer/bool values are not low precision; .float() safe only on floating tensors -------------------
 def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)

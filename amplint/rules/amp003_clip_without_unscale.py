@@ -124,7 +124,9 @@ class ClipWithoutUnscale(Rule):
                 if tied is None and len(candidates) > 1:
                     message += (f" (several optimizers are stepped after it: {', '.join(f'`{c}`' for c in candidates)};"
                                 f" which one owns the clipped parameters is not known, so no fix is offered)")
-                fix = self._insert_unscale(facts, clip, step, scaler, tied) if tied is not None else None
+                tied_step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler
+                                  and e.optimizer == tied), None)
+                fix = self._insert_unscale(facts, clip, tied_step, scaler, tied) if tied_step is not None else None
             yield Finding(clip.node, message, fix)
 
     @staticmethod
