@@ -192,8 +192,7 @@ def read_regular_file(path: str | os.PathLike, limit: int) -> bytes | None:
         info = os.fstat(descriptor)
         if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
             return None
-        with os.fdopen(descriptor, "rb", closefd=False) as handle:
-            data = handle.read(limit + 1)
+        data = os.read(descriptor, info.st_size + 1)  # one read; a file that grows meanwhile fails its checks
         return data if len(data) <= limit else None
     except OSError:
         return None
