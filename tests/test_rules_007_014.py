@@ -251,6 +251,7 @@ SPELLINGS = {
         second()
     """,
     "split import": """
+        import torch
         from torch.cuda.amp import amp_definitely_not_available, autocast
         amp_definitely_not_available()
         with autocast(enabled=False):
@@ -325,7 +326,7 @@ def test_amp007_fixed_fixtures_define_without_future_warnings() -> None:
 def test_amp007_messages_name_the_replacement() -> None:
     text = "import torch\nwith torch.cuda.amp.autocast(False):\n    pass\n"
     (diagnostic,) = lint_text(text, "x.py", [RULES_BY_CODE["AMP007"]()]).diagnostics
-    assert 'torch.amp.autocast("cuda", enabled=False)' in diagnostic.message
+    assert 'torch.amp.autocast("cuda", enabled=False, dtype=torch.float16)' in diagnostic.message
     assert "FutureWarning" in diagnostic.message and "first positional argument is `enabled`" in diagnostic.message
 
 

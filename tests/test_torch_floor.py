@@ -383,18 +383,31 @@ AUTOCAST_CALLS = [
 ]
 
 
+NESTED = """
+import torch
+flag = True
+with torch.autocast({device!r}, dtype=torch.{other}):
+    region = {call}
+    with region:
+        made = (torch.get_autocast_dtype({device!r}), torch.autocast({device!r}).fast_dtype)
+"""
+
+
 @pytest.mark.parametrize("call", AUTOCAST_CALLS)
 @pytest.mark.parametrize("support", [TorchSupport(), TorchSupport("1.13")], ids=["torch.amp", "torch.autocast"])
 def test_migrated_autocast_builds_the_same_region(call: str, support: TorchSupport) -> None:
-    """Inside an enclosing region with another dtype too: the legacy default dtype is written out, so the bare
-    new spelling's "current dtype" does not take over (cpu: float16 outside, the legacy default is bfloat16)."""
+    """Also inside an enclosing region of the other dtype: the legacy default dtype is written out, so the bare
+    new spelling's "current dtype" does not take over, neither in the region nor (a disabled one too) in a region
+    opened inside it without a dtype. Measured on CPU; the CUDA dtype state is kept without a GPU as well."""
     legacy = f"import torch\nflag = True\nmade = {call}\n"
     fixed = migrate(legacy, support)
     assert "cuda.amp" not in fixed and "cpu.amp" not in fixed
     assert autocast_state(build(fixed)) == autocast_state(build(legacy))
-    outer = "import torch\nflag = True\nwith torch.autocast('cpu', dtype=torch.float16):\n    made = {}\n"
-    assert autocast_state(build(outer.format(fixed.splitlines()[-1].split("= ", 1)[1]))) == \
-        autocast_state(build(outer.format(call)))
+    device = "cuda" if "cuda.amp" in call else "cpu"
+    other = "bfloat16" if device == "cuda" else "float16"  # not the legacy default
+    migrated_call = fixed.splitlines()[-1].split("= ", 1)[1]
+    assert build(NESTED.format(device=device, other=other, call=migrated_call)) == \
+        build(NESTED.format(device=device, other=other, call=call))
 
 
 @pytest.mark.parametrize("call", [

@@ -91,7 +91,7 @@ class DeprecatedAmpApi(Rule):
     device; `custom_fwd`/`custom_bwd` get `device_type=`. A legacy autocast that relies on its default dtype gets
     it written out (`dtype=torch.float16` for CUDA, `torch.bfloat16` for CPU): the bare new spelling would take
     the dtype of an enclosing region instead (inside `torch.autocast("cuda", dtype=torch.bfloat16)`, the legacy
-    call computes in float16); a region with a literal `enabled=False` computes nothing, so it needs none.
+    call computes in float16). A disabled region gets it too: regions opened inside it without a dtype take it.
 
     The fix writes only spellings that every torch the project supports has, so it never raises the project's
     oldest torch (from `target-torch-version`, or else the project's declared requirements: pyproject.toml,
@@ -725,14 +725,12 @@ def _legacy_call_error(new_name: str, args) -> bool:
 
 
 def _needs_dtype(args) -> bool:
-    """Does a legacy autocast call rely on its default dtype while possibly enabled? (then the migration
-    writes that dtype: see LEGACY_AUTOCAST_DTYPE). A literal `enabled=False` region computes nothing in it."""
+    """Does a legacy autocast call rely on its default dtype? Then the migration writes that dtype (see
+    LEGACY_AUTOCAST_DTYPE). Even a disabled region needs it: it sets the dtype that a region opened inside it
+    without one computes in (measured: inside `torch.cpu.amp.autocast(enabled=False)` within a float16 region,
+    `torch.autocast("cpu")` computes in bfloat16; inside `torch.amp.autocast("cpu", enabled=False)`, float16)."""
     positional, keywords = _positional_and_keywords(args)
-    if len(positional) >= 2 or "dtype" in keywords:
-        return False
-    enabled = positional[0].value if positional else next(
-        (arg.value for arg in args if arg.keyword is not None and arg.keyword.value == "enabled"), None)
-    return not (isinstance(enabled, cst.Name) and enabled.value == "False")
+    return len(positional) < 2 and "dtype" not in keywords
 
 
 def _insert_first(args: list[cst.Arg], new: cst.Arg, indent=None) -> list[cst.Arg]:
