@@ -438,27 +438,18 @@ class ModuleFacts:
         return keys
 
     @cached_property
-    def _optimizer_usage_keys(self) -> set[str]:
-        """Names used the way an optimizer is: `x.zero_grad()` (with a `.step()`, only an optimizer has both) or
-        `x.param_groups`."""
-        keys = {call.receiver for call in self.calls if call.method == "zero_grad" and call.receiver}
-        if "param_groups" in self.source:
-            class Groups:
-                walks_trivia = False
+    def _zero_grad_keys(self) -> set[str]:
+        """Names whose `.zero_grad()` is called: with a `.step()`, only an optimizer has both."""
+        return {call.receiver for call in self.calls if call.method == "zero_grad" and call.receiver}
 
-                def __init__(self) -> None:
-                    self.owners: set[str] = set()
-
-                def visit_Attribute(self, node: cst.Attribute) -> None:
-                    if node.attr.value == "param_groups":
-                        owner = dotted_name(node.value)
-                        if owner:
-                            self.owners.add(owner)
-
-            groups = visitor_class(Groups)()
-            walk(self.module, groups)
-            keys |= groups.owners
-        return keys
+    @cached_property
+    def _param_groups_keys(self) -> set[str]:
+        """Names whose `.param_groups` is read (one walk, only for a module that spells the word)."""
+        if "param_groups" not in self.source:
+            return set()
+        groups = visitor_class(_ParamGroups)()
+        walk(self.module, groups)
+        return groups.owners
 
     def optimizer_constructed(self, key: str | None, frame: Frame | None) -> bool:
         """Is every binding of `key` seen from `frame` a call of a known optimizer class (torch.optim...)?"""
@@ -478,7 +469,7 @@ class ModuleFacts:
         `get_optimizer_and_scheduler`, is not one."""
         if not key:
             return False
-        return key in self._optimizer_usage_keys or self.optimizer_known(key, frame)
+        return key in self._zero_grad_keys or self.optimizer_known(key, frame) or key in self._param_groups_keys
 
     # training-step events ---------------------------------------------------------------------------
     @cached_property
@@ -596,6 +587,21 @@ class ModuleFacts:
         return any(
             c.method in ("manual_backward", "backward") and c.frame.function() is function for c in self.calls
         )
+
+
+class _ParamGroups:  # a libcst visitor once made one with amplint.lazy.visitor_class
+    """The dotted owners of every `x.param_groups` in a module."""
+
+    walks_trivia = False
+
+    def __init__(self) -> None:
+        self.owners: set[str] = set()
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == "param_groups":
+            owner = dotted_name(node.value)
+            if owner:
+                self.owners.add(owner)
 
 
 # control flow between two pieces of code of one function ------------------------------------------------------
