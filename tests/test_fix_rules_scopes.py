@@ -211,3 +211,22 @@ def test_amp004_hoisted_statement_takes_its_comments_once() -> None:
     result = fixed(text, "AMP004", unsafe=False)
     assert result.count("# one scaler per run") == 1
     assert "    # one scaler per run\n    scaler = torch.amp.GradScaler('cuda')\n    for x in loader:\n" in result
+
+
+def test_changes_sees_every_binding_form_and_what_calls_are_handed() -> None:
+    import libcst as cst
+
+    from amplint.rules.scopes import Changes
+
+    loop = cst.parse_module(
+        "for x in loader:\n    import math\n    from os import path as p\n    with ctx() as (a, b):\n        pass\n"
+        "    try:\n        pass\n    except E as err:\n        pass\n    match v:\n        case [m, *rest]:\n"
+        "            pass\n    if (w := 1): pass\n    global g\n    del d\n    n *= 2\n    cfg.bump()\n"
+        "    f(h.sub, [k], *s)\n    skipped = all(torch.equal(q, r) for q, r in zip(model.parameters(), q0))\n"
+        "    torch.autocast('cuda', enabled=flag)\n    torch.nn.init.zeros_(weight)\n    print(shown)\n"
+    ).body[0]
+    changes = Changes.of(loop, {"torch": "torch"})
+    assert changes.bound >= {"x", "math", "p", "a", "b", "err", "m", "rest", "w", "g", "d", "n", "q", "r",
+                             "skipped"}
+    assert changes.mutated >= {"n", "cfg", "h", "k", "s", "weight", "model", "q0"}  # zip may advance an iterator
+    assert not changes.mutated & {"torch", "flag", "shown", "zip", "q", "r"}

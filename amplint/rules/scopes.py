@@ -413,18 +413,27 @@ class Changes:
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
-    found: set[str] = set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            found.add(name.value)
-
-        def visit_Attribute(self, attribute: cst.Attribute) -> bool:
-            attribute.value.visit(self)
-            return False
-
-    node.visit(Names())
-    return found
+    """The names whose objects an argument hands over: `x`, `cfg` for `cfg.sub` or `cfg[0]`, the elements of a
+    tuple/list/dict, either side of `or`/`if-else`. Not those inside a call, an operation or a generator: a new
+    object is passed (their own calls are looked at one by one)."""
+    if isinstance(node, cst.Name):
+        return {node.value}
+    if isinstance(node, (cst.Attribute, cst.Subscript)):
+        base = base_name(node)
+        return {base} if base is not None and not isinstance(node.value, cst.Call) else set()
+    if isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+        return {name for element in node.elements for name in _names_in(element.value)}
+    if isinstance(node, cst.Dict):
+        return {name for element in node.elements for name in _names_in(element.value)}
+    if isinstance(node, (cst.StarredElement, cst.Arg)):
+        return _names_in(node.value)
+    if isinstance(node, cst.BooleanOperation):
+        return _names_in(node.left) | _names_in(node.right)
+    if isinstance(node, cst.IfExp):
+        return _names_in(node.body) | _names_in(node.orelse)
+    if isinstance(node, cst.NamedExpr):
+        return _names_in(node.value)
+    return set()
 
 
 class _ChangesVisitor:  # a libcst visitor once made one with amplint.lazy.visitor_class
