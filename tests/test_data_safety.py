@@ -252,6 +252,68 @@ def test_read_only_files_are_not_rewritten_and_findings_are_reported(tmp_path, m
         os.chmod(path, 0o644)
 
 
+def _fix_as_nobody(paths: list[Path]) -> list[tuple[int, str | None, list[str]]]:
+    """(fixes applied, message, codes found) for each file, fixed by a forked child that became `nobody` (the
+    interpreter and every module it needs are already loaded: another user may not be able to reach them)."""
+    process_file(str(paths[0]), _rules(), Mode(diff=True))  # load every lazily imported module first
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            results = []
+            for path in paths:
+                outcome = process_file(str(path), _rules(), Mode(fix=True))
+                results.append((outcome.fixed, outcome.message, [d.code for d in outcome.diagnostics]))
+            os.write(write_end, json.dumps(results).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        data = handle.read()
+    assert os.waitpid(child, 0)[1] == 0
+    return [tuple(result) for result in json.loads(data)]
+
+
+@pytest.mark.skipif(not IS_ROOT or not hasattr(os, "fork"), reason="becoming another user needs root and fork")
+def test_fix_as_a_non_root_user(tmp_path):
+    """As a user who may not chown, may not write a read-only file and may not create files in a folder."""
+    import shutil
+
+    parent = Path(tempfile.mkdtemp(prefix="amplint-nonroot-"))  # under /tmp: reachable by another user
+    try:
+        os.chmod(parent, 0o755)
+        own, locked = parent / "own", parent / "locked"
+        own.mkdir()
+        locked.mkdir()
+        read_only, theirs, mine = own / "ro.py", own / "theirs.py", locked / "mine.py"
+        for path in (read_only, theirs, mine):
+            path.write_text(FLAGGED)
+        for path in (own, read_only, mine):
+            os.chown(path, 65534, 65534)
+        os.chmod(theirs, 0o666)  # root's file, writable by all: the user cannot give a new file its owner
+        os.chmod(read_only, 0o444)
+        os.chmod(locked, 0o555)  # no new files in this folder
+        before = {path: (path.stat().st_uid, path.stat().st_gid, path.stat().st_ino)
+                  for path in (read_only, theirs, mine)}
+        (ro_result, theirs_result, mine_result) = _fix_as_nobody([read_only, theirs, mine])
+        assert ro_result[0] == 0 and "read-only" in ro_result[1] and ro_result[2] == ["AMP007"]
+        assert read_only.read_text() == FLAGGED
+        assert theirs_result[:2] == (1, None) and theirs.read_text() == FIXED
+        assert mine_result[:2] == (1, None) and mine.read_text() == FIXED
+        for path, identity in before.items():
+            assert (path.stat().st_uid, path.stat().st_gid, path.stat().st_ino) == identity, path
+        assert sorted(p.name for p in own.iterdir()) == ["ro.py", "theirs.py"]
+    finally:
+        os.chmod(parent / "locked", 0o755)
+        shutil.rmtree(parent)
+
+
 # 3. An edit made while fixing ---------------------------------------------------------------------------------
 @pytest.mark.parametrize("links", [1, 2])
 def test_an_append_between_the_compare_and_the_rename_is_kept(tmp_path, monkeypatch, links):
