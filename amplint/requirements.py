@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import ast
 import configparser
+import fnmatch
+import os
 import re
 import tomllib
 from dataclasses import dataclass
@@ -517,11 +519,24 @@ def declared_torch(root: Path) -> TorchRequirement:
 
 
 def has_declarations(folder: Path) -> bool:
-    return bool(requirement_files(folder))
+    """Does this folder hold a declaration file? One listing of the folder (asked for every folder above every
+    linted path)."""
+    try:
+        with os.scandir(folder) as entries:
+            names = {entry.name for entry in entries}
+    except OSError:
+        return False
+    if any(name in names for name in PROJECT_FILES):
+        return True
+    if any(fnmatch.fnmatchcase(name, REQUIREMENT_GLOBS[0]) for name in names):
+        return True
+    return "requirements" in names and bool(requirement_files(folder))
 
 
-def project_root(start: Path) -> Path | None:
-    """The nearest folder at or above `start` with a declaration file; the search stops at a repository's root."""
+def project_root(start: Path, memo: dict[Path, bool] | None = None) -> Path | None:
+    """The nearest folder at or above `start` with a declaration file; the search stops at a repository's root.
+    `memo`: answers of `has_declarations` already known (many paths share their folders)."""
+    memo = {} if memo is None else memo
     try:
         start = start.resolve()
     except (OSError, RuntimeError):
@@ -529,7 +544,9 @@ def project_root(start: Path) -> Path | None:
     if not start.is_dir():
         start = start.parent
     for folder in (start, *start.parents):
-        if has_declarations(folder):
+        if folder not in memo:
+            memo[folder] = has_declarations(folder)
+        if memo[folder]:
             return folder
         if (folder / ".git").exists() or (folder / ".hg").exists():
             return None
@@ -554,8 +571,14 @@ def roots_for(paths: Iterable[str], configured: Path | None) -> list[Path]:
     if configured is not None and has_declarations(configured):
         return [configured]
     roots: list[Path] = []
+    memo: dict[Path, bool] = {}
+    folders: set[str] = set()
     for path in paths:
-        root = project_root(Path.cwd() if path == "-" else Path(path))
+        start = os.getcwd() if path == "-" else path if os.path.isdir(path) else os.path.dirname(path) or "."
+        if start in folders:
+            continue  # files of one folder share its root
+        folders.add(start)
+        root = project_root(Path(start), memo)
         if root is not None and root not in roots:
             roots.append(root)
     return roots

@@ -292,6 +292,24 @@ def test_infer_target_torch(tmp_path, monkeypatch) -> None:
     assert (nothing.target_torch_version, nothing.torch_below, nothing.target_torch_source) == (None, None, None)
 
 
+def test_cache_keys_follow_the_torch_range(tmp_path) -> None:
+    """A result computed for one torch range (its fixes and messages) is never served for another."""
+    from amplint.cache import Cache
+
+    cache = Cache(tmp_path / "cache", fingerprint="f")
+    classes = [RULES_BY_CODE["AMP007"], RULES_BY_CODE["AMP001"]]
+    keys = {cache.key(b"x", rules_for("t.py", classes, Settings(target_torch_version=floor, torch_below=below)))
+            for floor, below in ((None, None), ("2.1", None), ("2.1", "3.0"), ("2.3", None))}
+    assert len(keys) == 4
+
+
+def test_many_paths_share_their_folders_root(tmp_path, monkeypatch) -> None:
+    write(tmp_path, "requirements.txt", "torch>=2.2\n")
+    paths = [str(write(tmp_path, f"a/b/c/f{index}.py", "")) for index in range(50)] + ["-", "a/missing.py"]
+    monkeypatch.chdir(tmp_path)  # `-` (standard input) and relative paths start from here
+    assert roots_for(paths, None) == [tmp_path.resolve()]
+
+
 def run(args: list[str], cwd: Path, monkeypatch):
     monkeypatch.chdir(cwd)
     return CliRunner().invoke(main, args, catch_exceptions=False)
