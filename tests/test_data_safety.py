@@ -110,7 +110,7 @@ def test_cache_dir_in_a_cloned_configuration_is_refused_and_the_run_goes_on(proj
 def test_an_empty_project_root_is_refused_too(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result = _invoke(["check", "--cache-dir", "."])
-    assert result.exit_code == 2 and "project root" in result.stderr or "current folder" in result.stderr
+    assert result.exit_code == 2 and ("project root" in result.stderr or "current folder" in result.stderr)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -438,6 +438,39 @@ def test_notebook_fix_in_a_string_source(tmp_path):
     assert path.read_text(encoding="utf-8") == text.replace(
         'torch.cuda.amp.GradScaler()\\n"', 'torch.amp.GradScaler(\\"cuda\\")\\n"').replace(
         '"scaler = torch.cuda.amp.GradScaler()"', '"scaler = torch.amp.GradScaler(\\"cuda\\")"')
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=4), children, max_size=3),
+    max_leaves=8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(metadata=st.dictionaries(st.text(max_size=6), JSON_VALUES, max_size=3), before=st.integers(0, 2),
+       indent=st.sampled_from([None, 1, 2, "\t"]), ensure_ascii=st.booleans(), as_list=st.booleans(),
+       crlf=st.booleans())
+def test_random_notebooks_change_only_the_edited_source(metadata, before, indent, ensure_ascii, as_list, crlf):
+    from amplint.notebook import _source_spans, process_notebook_text
+
+    source = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
+    flagged = {"cell_type": "code", "execution_count": None, "metadata": metadata, "outputs": [],
+               "source": source.splitlines(keepends=True) if as_list else source}
+    cells = [{"cell_type": "markdown", "metadata": metadata, "source": "é"}] * before + [flagged]
+    data = {"cells": cells, "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
+    text = json.dumps(data, indent=indent, ensure_ascii=ensure_ascii)
+    if crlf:
+        text = text.replace("\n", "\r\n")
+    outcome = process_notebook_text(text, "n.ipynb", _rules(), Mode(fix=True))
+    assert outcome.fixed >= 1, outcome.message
+    start, end = _source_spans(text, {before})[before]
+    written = outcome.fixed_text
+    assert written.startswith(text[:start]) and written.endswith(text[end:])
+    expected = json.loads(text)
+    expected["cells"][before]["source"] = json.loads(written)["cells"][before]["source"]
+    assert json.loads(written) == expected
+    assert "".join(expected["cells"][before]["source"]) == source.replace(
+        "torch.cuda.amp.GradScaler()", 'torch.amp.GradScaler("cuda")')
 
 
 # 9. Cache entries ---------------------------------------------------------------------------------------------
