@@ -491,13 +491,21 @@ def _declared_conda(spec: str, path: Path, line: int) -> Iterator[Declared]:
 
 def requirement_files(root: Path) -> list[Path]:
     """The declaration files of a project root, in a fixed order."""
-    found = [root / name for name in PROJECT_FILES if (root / name).is_file()]
+    found = [root / name for name in PROJECT_FILES if _is(root / name, os.path.isfile)]
     for pattern in REQUIREMENT_GLOBS:
         try:
-            found += sorted(path for path in root.glob(pattern) if path.is_file())
+            found += sorted(path for path in root.glob(pattern) if _is(path, os.path.isfile))
         except OSError:
             continue
     return found
+
+
+def _is(path: Path, question) -> bool:
+    """os.path's answer (a file? there at all?), False where the question itself fails (no permission)."""
+    try:
+        return question(path)
+    except (OSError, ValueError):
+        return False
 
 
 def declared_torch(root: Path) -> TorchRequirement:
@@ -541,14 +549,14 @@ def project_root(start: Path, memo: dict[Path, bool] | None = None) -> Path | No
         start = start.resolve()
     except (OSError, RuntimeError):
         return None
-    if not start.is_dir():
+    if not _is(start, os.path.isdir):
         start = start.parent
     for folder in (start, *start.parents):
         if folder not in memo:
             memo[folder] = has_declarations(folder)
         if memo[folder]:
             return folder
-        if (folder / ".git").exists() or (folder / ".hg").exists():
+        if _is(folder / ".git", os.path.exists) or _is(folder / ".hg", os.path.exists):
             return None
     return None
 
@@ -574,7 +582,7 @@ def roots_for(paths: Iterable[str], configured: Path | None) -> list[Path]:
     memo: dict[Path, bool] = {}
     folders: set[str] = set()
     for path in paths:
-        start = os.getcwd() if path == "-" else path if os.path.isdir(path) else os.path.dirname(path) or "."
+        start = "." if path == "-" else path if _is(Path(path), os.path.isdir) else os.path.dirname(path) or "."
         if start in folders:
             continue  # files of one folder share its root
         folders.add(start)
