@@ -359,8 +359,8 @@ class Changes:
 
     Over-approximates on purpose: every binding form counts (assignment, augmented, annotated, walrus, `import`,
     `for`/`with`/`except` targets, `match` captures, `global`/`nonlocal`, `del`, nested `def`/`class` names,
-    comprehension variables), and an object may change when an attribute or item of it is assigned or deleted, when a method
-    is called on it, or when it is passed to a call. Calls into imported modules (`torch.autocast(...,
+    comprehension variables), and an object may change when an attribute or item of it is assigned or deleted,
+    when a method is called on it, or when it is passed to a call. Calls into imported modules (`torch.autocast(...,
     enabled=flag)`) and read-only builtins (`print`, `len`) are taken not to change their arguments, except
     `torch` functions that work in place (a trailing `_`) or write to `out=`. `imports` maps names bound by
     import statements to what they stand for; method calls on those names do not count as changing them.
