@@ -69,7 +69,8 @@ def main() -> None:
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
 @click.option("--target-torch-version", default=None,
-              help="The oldest torch the code must run on: rules for newer torch versions are turned off.")
+              help="The oldest torch the code must run on (default: the lowest the project's requirement files "
+                   "declare): fixes write only what it has; rules for newer torch versions are turned off.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Worker processes (default: the number of cores; small runs use one).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
