@@ -179,6 +179,15 @@ def test_clean_removes_an_untouched_cache_folder(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
+def test_a_fifo_named_like_the_tag_is_never_read(tmp_path):
+    (tmp_path / "cache").mkdir()
+    os.mkfifo(tmp_path / "cache" / "CACHEDIR.TAG")
+    assert not cache_module.is_cache_directory(tmp_path / "cache")
+    result = _invoke(["clean", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 2 and (tmp_path / "cache" / "CACHEDIR.TAG").exists()
+
+
 # 2. Links, owner, group, mode, read-only files ---------------------------------------------------------------
 def test_fix_through_a_symlink_fixes_the_target_and_keeps_the_link(tmp_path):
     real = tmp_path / "real.py"
