@@ -61,7 +61,8 @@ def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, ca
     """One file's outcome; an unexpected error becomes an internal-error diagnostic for that file, never the
     end of the run."""
     try:
-        return process_file(path, rules_for(path, list(rule_classes), settings), mode, cache=cache)
+        return process_file(path, rules_for(path, list(rule_classes), settings), mode, cache=cache,
+                            max_size=settings.max_file_size)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         where = traceback.extract_tb(error.__traceback__)[-1]
         message = (f"internal error while processing this file: {type(error).__name__}: {error} "
@@ -76,7 +77,7 @@ _WORKER: tuple | None = None  # (rule classes, settings, mode, cache) in a worke
 def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None) -> None:
     global _WORKER
     if parent is not None:
-        _die_with_parent(parent)
+        die_with_parent(parent)
     # Ctrl-C reaches the whole process group: the parent stops the workers, which need not say anything; and a
     # forked worker must not run the parent's SIGTERM handler (it would kill its siblings).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -85,7 +86,7 @@ def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None
     tune_gc()
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """End this worker when the process that started it ends, however it ends (SIGKILL, a CI timeout): a
     worker busy on a long file would otherwise go on at full CPU, its results read by no one. On Linux the
     kernel sends SIGKILL (prctl PR_SET_PDEATHSIG); elsewhere a thread checks the parent every second."""

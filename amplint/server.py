@@ -5,8 +5,9 @@ change while typing) and offers each diagnostic's fix as a code action, plus a "
 project's configuration (select, ignore, per-file-ignores) is read from the document's folder upwards, as
 the command line does.
 
-The server stays responsive and alive whatever it is sent: linting runs on a thread, not on the event loop
-(a long document never delays the next request), one run per document at a time, and a run whose document
+The server stays responsive and alive whatever it is sent: linting runs in a worker process (`Linter`), not
+on the event loop (a long document never delays the next request, and a crash in a native parser costs that
+document an AMP902 diagnostic, not the server), one run per document at a time, and a run whose document
 changed meanwhile is not published: the latest version is linted instead. Every request is answered, with a
 JSON-RPC error for one that cannot be served (see `FrameReader`), and an error inside amplint is a message to
 the user, not a traceback.
@@ -20,10 +21,13 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import multiprocessing
 import os
 import re
+import signal
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -31,8 +35,9 @@ from amplint import __version__
 from amplint import rules as registry
 from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import Applicability, Diagnostic, Location
-from amplint.engine import lint_text
+from amplint.engine import INTERNAL_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
+from amplint.parallel import die_with_parent
 from amplint.runner import rules_for
 
 DEBOUNCE_SECONDS = 0.3
@@ -318,6 +323,72 @@ class FrameReader:
             pass
 
 
+# --- the linting process (no pygls needed) ---------------------------------------------------------------------
+
+
+class Crashed(Exception):
+    """The worker process died while linting (a native crash, killed, out of memory)."""
+
+
+def _start_lint_worker() -> None:
+    die_with_parent(os.getppid())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the editor's Ctrl-C is for the server, which stops this
+
+
+class Linter:
+    """Runs amplint's work for the server in one worker process, off the event loop and outside the server:
+    a long document holds no lock the server needs (libcst's parser keeps the GIL for seconds at a time), and a
+    crash kills the worker, not the server; the next run starts a new one. Workers start from a fork server
+    (or are spawned), never forked from the server's threads."""
+
+    def __init__(self) -> None:
+        self.pool: ProcessPoolExecutor | None = None
+
+    def _submit(self, function, *args) -> tuple[ProcessPoolExecutor, Future]:
+        for _ in range(2):  # a pool that broke since its last run is replaced once
+            if self.pool is None:
+                methods = multiprocessing.get_all_start_methods()
+                context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+                self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_lint_worker)
+            pool = self.pool
+            try:
+                return pool, pool.submit(function, *args)
+            except (BrokenProcessPool, RuntimeError):
+                self._discard(pool)
+        raise Crashed("the linting process cannot be started")
+
+    async def run(self, function, *args):
+        """`function(*args)` in the worker; Crashed when the worker died on it."""
+        pool, future = self._submit(function, *args)
+        try:
+            return await asyncio.wrap_future(future)
+        except BrokenProcessPool:
+            self._discard(pool)
+            raise Crashed() from None
+
+    def _discard(self, pool: ProcessPoolExecutor) -> None:
+        if self.pool is pool:
+            self.pool = None
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Stop the worker at once, even in the middle of a long document."""
+        pool, self.pool = self.pool, None
+        if pool is None:
+            return
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            try:
+                process.kill()
+            except (OSError, ValueError, AttributeError):
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def crashed_diagnostic(path: str | None) -> Diagnostic:
+    return error_diagnostic(INTERNAL_ERROR, path or "untitled.py",
+                            "the analyser crashed on this document; its findings are unknown; please report it")
+
+
 # --- the server (pygls) ----------------------------------------------------------------------------------------
 
 
@@ -360,7 +431,9 @@ def create_server():
     server = LanguageServer(NAME, __version__, text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
     pending: dict[str, asyncio.TimerHandle] = {}
     reported_errors: set[str] = set()
-    linter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="amplint-lint")
+    linter = Linter()
+    server.amplint_linter = linter  # stopped by `serve` when the client goes
+    tasks: set[asyncio.Task] = set()  # runs in flight (the loop keeps only weak references)
     running: set[str] = set()  # documents being linted
     again: set[str] = set()  # documents to lint again once their run ends
     results: dict[str, tuple] = {}  # uri -> (version, text, diagnostics) of the last run published
@@ -419,9 +492,15 @@ def create_server():
         else:
             server.publish_diagnostics(uri, diagnostics, version)
 
+    async def lint(text: str, path: str | None) -> tuple[list[Diagnostic], str | None]:
+        try:
+            return await linter.run(lint_safely, text, path, root())
+        except Crashed:
+            return [crashed_diagnostic(path)], None
+
     def publish(uri: str) -> None:
-        """Lint the document on the linting thread and publish the result, unless the document changed
-        meanwhile: then its latest version is linted instead. One run per document at a time."""
+        """Lint the document in the worker and publish the result, unless the document changed meanwhile:
+        then its latest version is linted instead. One run per document at a time."""
         pending.pop(uri, None)
         document = opened(uri)
         if document is None or not wanted(document):
@@ -431,7 +510,9 @@ def create_server():
             return
         running.add(uri)
         version, text = document.version, document.source
-        run = asyncio.get_running_loop().run_in_executor(linter, lint_safely, text, uri_to_path(uri), root())
+        run = asyncio.get_running_loop().create_task(lint(text, uri_to_path(uri)))
+        tasks.add(run)
+        run.add_done_callback(tasks.discard)
         run.add_done_callback(lambda done: finished(uri, version, text, done))
 
     def finished(uri: str, version, text: str, done) -> None:
@@ -456,8 +537,7 @@ def create_server():
         known = results.get(document.uri)
         if known is not None and known[0] == version and known[1] == text:
             return known[2]
-        diagnostics, message = await asyncio.get_running_loop().run_in_executor(
-            linter, lint_safely, text, uri_to_path(document.uri), root())
+        diagnostics, message = await lint(text, uri_to_path(document.uri))
         tell(message)
         return diagnostics
 
@@ -531,8 +611,10 @@ def create_server():
                 edit=types.WorkspaceEdit(changes={uri: edits}),
             ))
         if kind_wanted(FIX_ALL_KIND, only) and any(d.fixable() for d in diagnostics):
-            fixed = await asyncio.get_running_loop().run_in_executor(
-                linter, fix_safely, text, uri_to_path(uri), root())
+            try:
+                fixed = await linter.run(fix_safely, text, uri_to_path(uri), root())
+            except Crashed:
+                fixed = text
             if fixed != text:
                 edit = types.TextEdit(range=lsp_range((0, 0), positions.end()), new_text=fixed)
                 actions.append(types.CodeAction(title="Fix all safe amplint fixes", kind=FIX_ALL_KIND,
@@ -556,5 +638,8 @@ def serve() -> int:
         print(f"amplint server needs pygls, which is not installed ({error}); "
               f"install it with: pip install \"amplint[server]\"", file=sys.stderr)
         return 2
-    server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
+    try:
+        server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
+    finally:
+        server.amplint_linter.close()
     return 0

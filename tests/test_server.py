@@ -369,15 +369,19 @@ def test_bad_frames_and_bad_requests_are_answered_and_survived(workspace):
 
 
 _SLOW_SERVER = """
-import os, sys, time
+import faulthandler, multiprocessing, os, signal, sys, time
 from amplint import server
 
-marks = sys.argv[1]
+# Module level: the linting worker imports this file too (as __mp_main__), and so lints with this hook.
+marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
 real = server.lint_document
 
 def lint_document(text, path, root=None):
     if "explode" in text:
         raise TypeError("boom")
+    if "segfault" in text and multiprocessing.parent_process() is not None:  # never the server itself
+        faulthandler.disable()
+        os.kill(os.getpid(), signal.SIGSEGV)
     with open(os.path.join(marks, "linted"), "a") as log:
         log.write(text.split("\\n", 1)[0] + "\\n")
     if "slow" in text:  # wait for the test to let it finish (bounded, in case the test dies)
@@ -387,9 +391,11 @@ def lint_document(text, path, root=None):
     return real(text, path, root)
 
 server.lint_document = lint_document
-sys.argv = ["amplint", "server"]
-from amplint.cli import entry
-entry()
+
+if __name__ == "__main__":
+    sys.argv = ["amplint", "server"]
+    from amplint.cli import entry
+    entry()
 """
 
 
@@ -431,9 +437,22 @@ def test_linting_is_off_the_event_loop_and_only_the_latest_version_is_published(
         assert not any("Error in server" in message for message in shown)
         actions = client.request("textDocument/codeAction", {**nowhere, "textDocument": {"uri": broken}})
         assert actions == []
+
+        # a native crash while linting a document is that document's AMP902; the server and the next run live
+        crashing = (workspace / "plain" / "crashing.py").as_uri()
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": crashing, "languageId": "python", "version": 1, "text": "# segfault\n"}})
+        [crash] = client.wait_diagnostics(crashing, 1)["diagnostics"]
+        assert crash["code"] == "AMP902" and "crashed" in crash["message"] and crash["severity"] == 1
+        client.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": 4},
+                                                 "contentChanges": [{"text": "# v4\n" + EXAMPLE}]})
+        client.notify("textDocument/didSave", {"textDocument": {"uri": uri}})
+        assert codes(client.wait_diagnostics(uri, 4)) == ["AMP001", "AMP003", "AMP004"]
         client.stop()
 
-    _session(workspace, body, [sys.executable, "-c", _SLOW_SERVER, str(marks)])
+    script = workspace / "slow_server.py"
+    script.write_text(_SLOW_SERVER)
+    _session(workspace, body, [sys.executable, str(script)])
 
 
 GOOD = _frame({"id": 7, "method": "shutdown", "params": None})
