@@ -8,9 +8,9 @@ the command line does.
 The server stays responsive and alive whatever it is sent: linting runs in a worker process (`Linter`), not
 on the event loop (a long document never delays the next request, and a crash in a native parser costs that
 document an AMP902 diagnostic, not the server), one run per document at a time, and a run whose document
-changed meanwhile is not published: the latest version is linted instead. Every request is answered, with a
-JSON-RPC error for one that cannot be served (see `FrameReader`), and an error inside amplint is a message to
-the user, not a traceback.
+changed meanwhile is stopped, never published: the latest version is linted instead. Every request is
+answered, with a JSON-RPC error for one that cannot be served (see `FrameReader`), and an error inside
+amplint is a message to the user, not a traceback.
 
 pygls is imported only when the server starts, so the rest of amplint never needs it:
 `pip install "amplint[server]"`. Both pygls 1.x and 2.x are supported (their module layouts differ).
@@ -330,19 +330,27 @@ class Crashed(Exception):
     """The worker process died while linting (a native crash, killed, out of memory)."""
 
 
+class Cancelled(Exception):
+    """The run was stopped because its document changed: its result would have been stale."""
+
+
 def _start_lint_worker() -> None:
     die_with_parent(os.getppid())
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the editor's Ctrl-C is for the server, which stops this
 
 
 class Linter:
-    """Runs amplint's work for the server in one worker process, off the event loop and outside the server:
-    a long document holds no lock the server needs (libcst's parser keeps the GIL for seconds at a time), and a
-    crash kills the worker, not the server; the next run starts a new one. Workers start from a fork server
-    (or are spawned), never forked from the server's threads."""
+    """Runs amplint's work for the server in one worker process, one run at a time, off the event loop and
+    outside the server: a long document holds no lock the server needs (libcst's parser keeps the GIL for
+    seconds at a time), and a crash kills the worker, not the server; the next run starts a new one. A run
+    whose document changed is stopped (`cancel`): the worker is killed and the next run gets a new one, at
+    once. Workers start from a fork server (or are spawned), never forked from the server's threads."""
 
     def __init__(self) -> None:
         self.pool: ProcessPoolExecutor | None = None
+        self.turn = asyncio.Lock()  # one run at a time: the run in the worker is known, and can be stopped
+        self.current: object = None  # the key of the run in the worker
+        self.stopped: set[int] = set()  # ids of the pools killed by `cancel`
 
     def _submit(self, function, *args) -> tuple[ProcessPoolExecutor, Future]:
         for _ in range(2):  # a pool that broke since its last run is replaced once
@@ -357,14 +365,28 @@ class Linter:
                 self._discard(pool)
         raise Crashed("the linting process cannot be started")
 
-    async def run(self, function, *args):
-        """`function(*args)` in the worker; Crashed when the worker died on it."""
-        pool, future = self._submit(function, *args)
-        try:
-            return await asyncio.wrap_future(future)
-        except BrokenProcessPool:
-            self._discard(pool)
-            raise Crashed() from None
+    async def run(self, key, function, *args):
+        """`function(*args)` in the worker; Crashed when the worker died on it, Cancelled when `cancel(key)`
+        stopped it."""
+        async with self.turn:
+            pool, future = self._submit(function, *args)
+            self.current = key
+            try:
+                return await asyncio.wrap_future(future)
+            except BrokenProcessPool:
+                self._discard(pool)
+                if id(pool) in self.stopped:
+                    self.stopped.discard(id(pool))
+                    raise Cancelled() from None
+                raise Crashed() from None
+            finally:
+                self.current = None
+
+    def cancel(self, key) -> None:
+        """Stop the run for `key` if it is the one in the worker."""
+        if key is not None and self.current == key and self.pool is not None:
+            self.stopped.add(id(self.pool))
+            self._kill(self.pool)
 
     def _discard(self, pool: ProcessPoolExecutor) -> None:
         if self.pool is pool:
@@ -374,14 +396,17 @@ class Linter:
     def close(self) -> None:
         """Stop the worker at once, even in the middle of a long document."""
         pool, self.pool = self.pool, None
-        if pool is None:
-            return
+        if pool is not None:
+            self._kill(pool)
+            pool.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    def _kill(pool: ProcessPoolExecutor) -> None:
         for process in list((getattr(pool, "_processes", None) or {}).values()):
             try:
                 process.kill()
             except (OSError, ValueError, AttributeError):
-                pass
-        pool.shutdown(wait=False, cancel_futures=True)
+                pass  # already gone
 
 
 def crashed_diagnostic(path: str | None) -> Diagnostic:
@@ -434,7 +459,7 @@ def create_server():
     linter = Linter()
     server.amplint_linter = linter  # stopped by `serve` when the client goes
     tasks: set[asyncio.Task] = set()  # runs in flight (the loop keeps only weak references)
-    running: set[str] = set()  # documents being linted
+    running: dict[str, tuple] = {}  # uri -> (version, text) of the document's run in flight
     again: set[str] = set()  # documents to lint again once their run ends
     results: dict[str, tuple] = {}  # uri -> (version, text, diagnostics) of the last run published
 
@@ -492,11 +517,14 @@ def create_server():
         else:
             server.publish_diagnostics(uri, diagnostics, version)
 
-    async def lint(text: str, path: str | None) -> tuple[list[Diagnostic], str | None]:
+    async def lint(key, text: str, path: str | None) -> tuple[list[Diagnostic], str | None] | None:
+        """The diagnostics and a message for the user; None when the run was stopped as stale."""
         try:
-            return await linter.run(lint_safely, text, path, root())
+            return await linter.run(key, lint_safely, text, path, root())
         except Crashed:
             return [crashed_diagnostic(path)], None
+        except Cancelled:
+            return None
 
     def publish(uri: str) -> None:
         """Lint the document in the worker and publish the result, unless the document changed meanwhile:
@@ -505,27 +533,30 @@ def create_server():
         document = opened(uri)
         if document is None or not wanted(document):
             return  # closed meanwhile
+        version, text = document.version, document.source
         if uri in running:
             again.add(uri)
+            if running[uri] != (version, text):
+                linter.cancel(uri)  # its result would be stale
             return
-        running.add(uri)
-        version, text = document.version, document.source
-        run = asyncio.get_running_loop().create_task(lint(text, uri_to_path(uri)))
+        running[uri] = (version, text)
+        run = asyncio.get_running_loop().create_task(lint(uri, text, uri_to_path(uri)))
         tasks.add(run)
         run.add_done_callback(tasks.discard)
         run.add_done_callback(lambda done: finished(uri, version, text, done))
 
     def finished(uri: str, version, text: str, done) -> None:
-        running.discard(uri)
+        running.pop(uri, None)
         document = opened(uri)
         if document is None or done.cancelled():
             return  # closed meanwhile (its diagnostics were cleared), or the server is stopping
-        if uri in again or document.version != version or document.source != text:
+        result = done.result()
+        if result is None or uri in again or document.version != version or document.source != text:
             again.discard(uri)
             if uri not in pending:  # else the debounce timer lints it
                 publish(uri)
             return
-        diagnostics, message = done.result()
+        diagnostics, message = result
         tell(message)
         results[uri] = (version, text, diagnostics)
         positions = Positions(text, encoding())
@@ -537,7 +568,8 @@ def create_server():
         known = results.get(document.uri)
         if known is not None and known[0] == version and known[1] == text:
             return known[2]
-        diagnostics, message = await lint(text, uri_to_path(document.uri))
+        result = await lint(None, text, uri_to_path(document.uri))
+        diagnostics, message = result if result is not None else ([], None)
         tell(message)
         return diagnostics
 
@@ -612,8 +644,8 @@ def create_server():
             ))
         if kind_wanted(FIX_ALL_KIND, only) and any(d.fixable() for d in diagnostics):
             try:
-                fixed = await linter.run(fix_safely, text, uri_to_path(uri), root())
-            except Crashed:
+                fixed = await linter.run(None, fix_safely, text, uri_to_path(uri), root())
+            except (Crashed, Cancelled):
                 fixed = text
             if fixed != text:
                 edit = types.TextEdit(range=lsp_range((0, 0), positions.end()), new_text=fixed)
