@@ -72,7 +72,7 @@ def main() -> None:
               help="The oldest torch the code must run on (default: the lowest the project's requirement files "
                    "declare): fixes write only what it has; rules for newer torch versions are turned off.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
-              help="Worker processes (default: the number of cores; small runs use one).")
+              help="Worker processes (default and most: the number of cores; small runs use one).")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="The result cache's folder (default: .amplint_cache in the project root).")
