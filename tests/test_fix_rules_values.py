@@ -205,6 +205,26 @@ def test_amp003_tied_optimizer_stepped_less_often_than_the_clip_gets_no_fix() ->
     assert findings(text, "AMP003") == [(10, None)]
 
 
+def test_amp003_no_second_unscale_before_update() -> None:
+    """An unscale_ of the optimizer already ran since the last update(): inserting another would raise."""
+    text = textwrap.dedent("""
+        import torch
+        def train(model, loader, scaler):
+            opt = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x).mean()
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.scale(loss * 0.5).backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                scaler.step(opt)
+                scaler.update()
+    """)
+    assert findings(text, "AMP003") == [(12, None)]
+
+
 # --- AMP006: integer/bool values are not low precision; .float() safe only on floating tensors -------------------
 def expr(text: str) -> cst.BaseExpression:
     return cst.parse_expression(text)

@@ -126,7 +126,9 @@ class ClipWithoutUnscale(Rule):
                                 f" which one owns the clipped parameters is not known, so no fix is offered)")
                 tied_step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler
                                   and e.optimizer == tied), None)
-                fix = self._insert_unscale(facts, clip, tied_step, scaler, tied) if tied_step is not None else None
+                fix = None
+                if tied_step is not None and not _unscaled_before(before, scaler, tied):
+                    fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix)
 
     @staticmethod
@@ -163,6 +165,18 @@ class ClipWithoutUnscale(Rule):
             })
 
         return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild)
+
+
+def _unscaled_before(before: list[Event], scaler: str, optimizer: str) -> bool:
+    """Is there an `unscale_` of this optimizer earlier in the function with no `update()` between it and the
+    clip? A second `unscale_` would raise `unscale_() has already been called on this optimizer since the last
+    update().`"""
+    for event in before:
+        if event.kind is EventKind.SCALER_UNSCALE and event.scaler == scaler and event.optimizer in (optimizer, None):
+            if not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler and e.index > event.index
+                       for e in before):
+                return True
+    return False
 
 
 def _stepped_after(events: list[Event], clip: Event, scaler: str) -> list[str]:
