@@ -137,8 +137,10 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
 
     A code generation pass (or the one given) finds the replaced nodes and the nodes around them; only those
     paths are transformed. Each replaced node lies in a statement of a block (or of the module body), its
-    anchor; the outermost anchors are regenerated alone, with the indentation they had: each is one span. When a
-    replaced node has no such statement around it, the whole module is regenerated (one span, all of it).
+    anchor; the outermost anchors are regenerated alone, with the indentation they had: each is one span. A
+    statement of a block replaced by statements is its own anchor (`_own_anchor`): a fix's cost does not grow
+    with the function around it. When a replaced node has no such statement around it, the whole module is
+    regenerated (one span, all of it).
     """
     if locations is None or any(node not in locations or not locations.get(node).ancestors for node in replacements):
         locations = locate(module, replacements, with_ancestors=True)
@@ -160,7 +162,10 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
     on_path = {id(node) for path in paths for node in path} | {id(node) for node in replacements}
     transformer = ReplaceNodes(replacements, on_path)
     anchors: dict[int, tuple[cst.BaseStatement, tuple[cst.CSTNode, ...]]] = {}  # id -> (anchor, nodes around it)
-    for path in paths:
+    for node, path in zip(replacements, paths):
+        if _own_anchor(node, replacements[node], path):
+            anchors[id(node)] = (node, path)
+            continue
         depth = _anchor_depth(path)
         if depth is None:
             return whole(transformer)
@@ -173,11 +178,15 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
         if located.outer_end > locations.end_of_text:  # the module's dropped last newline is in it
             return whole(transformer)
         new_anchor = anchor.visit(transformer)
-        if new_anchor._is_removable() and not anchor._is_removable():  # emptied: libcst drops it from its block
-            return whole(transformer)
+        new_nodes = list(new_anchor.nodes) if isinstance(new_anchor, cst.FlattenSentinel) else [new_anchor]
+        if not new_nodes or not all(isinstance(new, cst.BaseStatement) for new in new_nodes):
+            return whole(transformer)  # an own anchor whose replacement, computed, is no statement
+        if any(new._is_removable() for new in new_nodes) and not anchor._is_removable():  # emptied: libcst drops
+            return whole(transformer)                                                     # it from its block
         state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline,
                              indent_tokens=list(located.indent))
-        new_anchor._codegen(state)
+        for new in new_nodes:  # the statements a block would write in its place, at its indentation
+            new._codegen(state)
         spans.append((locations.offset(located.outer_start), locations.offset(located.outer_end), "".join(state.tokens)))
     return text, sorted(spans)
 
@@ -190,3 +199,15 @@ def _anchor_depth(path: tuple[cst.CSTNode, ...]) -> int | None:
         if isinstance(node, cst.BaseStatement) and isinstance(parent, (cst.IndentedBlock, cst.Module)):
             return depth
     return None
+
+
+def _own_anchor(node: cst.CSTNode, replacement: object, path: tuple[cst.CSTNode, ...]) -> bool:
+    """Can a replaced node be regenerated alone, as its own anchor? When it is a statement of a block (or of the
+    module body) that stays one or more statements (a callable's result is checked once computed): its block
+    writes each of them at the same indentation. Not a removal (nor MOVED): the comments a removed statement
+    leaves go to the next statement, which only its block reaches."""
+    if not (isinstance(node, cst.BaseStatement) and path and isinstance(path[-1], (cst.IndentedBlock, cst.Module))):
+        return False
+    if isinstance(replacement, cst.FlattenSentinel):
+        return bool(replacement.nodes) and all(isinstance(new, cst.BaseStatement) for new in replacement.nodes)
+    return isinstance(replacement, cst.BaseStatement) or callable(replacement)
