@@ -133,6 +133,25 @@ def test_amp008_fix_on_a_name_known_only_by_zero_grad_is_unsafe() -> None:
     assert "scaler.step(opt)" in fixed(text, "AMP008", unsafe=True)
 
 
+def test_amp008_adds_no_update_where_another_function_updates_the_scaler() -> None:
+    """A second update() per iteration raises `No inf checks were recorded prior to update.`"""
+    text = textwrap.dedent("""
+        import torch
+        class Trainer:
+            def __init__(self, model):
+                self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+                self.scaler = torch.amp.GradScaler("cuda")
+
+            def backward_and_step(self, loss):
+                self.scaler.scale(loss).backward()
+                self.optimizer.step()
+
+            def end_iteration(self):
+                self.scaler.update()
+    """)
+    assert findings(text, "AMP008") == [(10, None)]
+
+
 # --- AMP003: the unscale_ of the optimizer that owns the clipped parameters ----------------------------------------
 GAN_STEPS = """
     import torch

@@ -10,6 +10,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
+from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -55,7 +56,10 @@ class StepBypassesScaler(Rule):
     is unscaled and skipped on overflow, which is what the scaled backward asked for. When `scaler.update()`
     runs, but not after the step in every pass of its loop (only after the loop), no fix is offered: two
     `scaler.step` calls without an update between them raise `RuntimeError: step() has already been called
-    since the last update().` No fix for `optimizer.step(closure)` (GradScaler does not support closures).
+    since the last update().` Nor is `scaler.update()` added when the scaler may be updated elsewhere (an
+    `.update()` on a scaler of that name in another function, or the scaler handed to a call): a second update
+    per iteration raises `No inf checks were recorded prior to update.` No fix for `optimizer.step(closure)`
+    (GradScaler does not support closures).
 
     ## Limits
     Silent when the backward and the step sit on different code paths (`if use_amp: scaler.scale(loss).backward()
@@ -106,7 +110,9 @@ class StepBypassesScaler(Rule):
                 + ("" if per_step else f", with `{scaler}.update()` after it in every iteration (an update only "
                                        f"after the loop makes the second `{scaler}.step(...)` raise)")
             )
-            fix = self._fix(facts, step, scaler, has_update) if per_step else None
+            fix = None
+            if per_step and (has_update or not _may_update_elsewhere(facts, scaler, step)):
+                fix = self._fix(facts, step, scaler, has_update)
             if fix is not None and not facts.optimizer_known(step.optimizer, step.frame):
                 fix.applicability = Applicability.UNSAFE
             yield Finding(step.node, message, fix)
@@ -130,6 +136,24 @@ class StepBypassesScaler(Rule):
             return replace_nodes(facts.module, {statement: cst.FlattenSentinel([stepped, update])})
 
         return FixPlan(f"Replace with `{scaler}.step({step.optimizer})` and add `{scaler}.update()`", rebuild)
+
+
+def _may_update_elsewhere(facts: ModuleFacts, scaler: str, step: Event) -> bool:
+    """Can the scaler be updated outside the step's function: an `.update()` on a scaler of that name anywhere in
+    the module, or the scaler (or its owner) passed to a call of the function? Then an added `update()` may be
+    a second one per iteration, which raises `No inf checks were recorded prior to update.`"""
+    last = scaler.rsplit(".", 1)[-1]
+    owner = scaler.split(".", 1)[0] if "." in scaler else None
+    function = step.frame.function()
+    for call in facts.calls:
+        if call.method == "update" and call.receiver and call.receiver.rsplit(".", 1)[-1] == last:
+            return True
+        if call.frame.function() is function and call.method not in ("step", "scale", "unscale_"):
+            for arg in call.node.args:
+                name = dotted_name(arg.value)
+                if name is not None and name in (scaler, owner):
+                    return True
+    return False
 
 
 def _updates_every_step(facts: ModuleFacts, step: Event, update: Event) -> bool:
