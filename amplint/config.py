@@ -17,6 +17,7 @@ from pathlib import Path
 from amplint import rules as registry
 from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES
+from amplint.source import DEFAULT_MAX_FILE_SIZE
 
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".pytest_cache",
@@ -46,6 +47,7 @@ class Settings:
     force_exclude: bool = False
     cache_dir: str | None = None
     jobs: int | None = None
+    max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes: a larger file is not read (AMP901)
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
@@ -242,6 +244,7 @@ KEYS = {
     "force-exclude": _boolean,
     "cache-dir": _string,
     "jobs": _positive_integer,
+    "max-file-size": _positive_integer,
 }
 KNOWN_KEYS = frozenset(KEYS)
 

@@ -24,7 +24,7 @@ from amplint.engine import IO_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.rules.base import Rule
 from amplint.runner import FileOutcome, Mode
-from amplint.source import SourceError, write_atomically
+from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write_atomically
 
 SUFFIX = ".ipynb"
 PLACEHOLDER = "pass  # amplint: magic"
@@ -614,11 +614,11 @@ def process_notebook_bytes(raw: bytes, path: str, rules: list[Rule], mode: Mode)
     return process_notebook_text(text, path, rules, mode)
 
 
-def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOutcome:
+def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None,
+                     max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileOutcome:
     """Lint (or fix, writing atomically) the notebook at `path`; lint results come from `cache` when given."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        raw = read_bytes(path, max_size)  # a regular file, not too large (amplint/source.py)
         text = decode_notebook(raw)
     except OSError as error:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, f"cannot read: {error.strerror or error}")])

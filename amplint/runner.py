@@ -15,7 +15,7 @@ from amplint.fixer import fix_text
 from amplint.output.common import diff_path
 from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
-from amplint.source import SourceError, decode_source, read_source, write_atomically
+from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, decode_source, read_source, write_atomically
 
 
 @dataclass(frozen=True)
@@ -93,13 +93,15 @@ def process_text(text: str, path: str, rules: list[Rule], mode: Mode, prefilter:
     return file_outcome
 
 
-def process_file(path: str, rules: list[Rule], mode: Mode, cache=None) -> FileOutcome:
+def process_file(path: str, rules: list[Rule], mode: Mode, cache=None,
+                 max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileOutcome:
+    """`max_size`: a larger file is not read (AMP901; `max-file-size` in the configuration)."""
     if path.endswith(".ipynb"):  # notebooks: code cells linted as one program (amplint/notebook.py)
         from amplint.notebook import process_notebook
 
-        return process_notebook(path, rules, mode, cache)
+        return process_notebook(path, rules, mode, cache, max_size)
     try:
-        source = read_source(path)
+        source = read_source(path, max_size)
     except SourceError as error:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
     if cache is not None and not (mode.fix or mode.diff):  # amplint/cache.py: lint results only

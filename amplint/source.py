@@ -38,13 +38,50 @@ def decode_source(raw: bytes) -> SourceText:
     return SourceText(text, encoding, raw)
 
 
-def read_source(path: str) -> SourceText:
+DEFAULT_MAX_FILE_SIZE = 10 * 1024 * 1024  # bytes; `max-file-size` in the configuration
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+               | getattr(os, "O_BINARY", 0))
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def read_source(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> SourceText:
+    """The decoded text of the regular file at `path` (see `read_bytes`)."""
+    return decode_source(read_bytes(path, max_size))
+
+
+def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_size` of them; SourceError for anything else.
+
+    Only a regular file has an end: a FIFO named `x.py` would block the run until something writes to it, a
+    link to `/dev/zero` would be read until memory runs out. The path is checked before it is opened (opening a
+    device can do something), opened without blocking (a FIFO does not wait for a writer) and checked again on
+    the open descriptor (the path may have been replaced in between). At most `max_size + 1` bytes are read: a
+    file that grows past the limit while it is read is refused too.
+    """
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        _check_regular(os.stat(path), max_size)
+        descriptor = os.open(path, _OPEN_FLAGS)
+        with os.fdopen(descriptor, "rb") as handle:
+            _check_regular(os.fstat(descriptor), max_size)
+            raw = handle.read(max_size + 1)
     except OSError as error:
         raise SourceError(f"cannot read: {error.strerror or error}") from None
-    return decode_source(raw)
+    if len(raw) > max_size:
+        raise SourceError(_too_large(max_size))
+    return raw
+
+
+def _check_regular(info: os.stat_result, max_size: int) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _SPECIAL_KINDS if test(info.st_mode)), "a special file")
+        raise SourceError(f"not a regular file ({kind}); not read")
+    if info.st_size > max_size:
+        raise SourceError(_too_large(max_size))
+
+
+def _too_large(max_size: int) -> str:
+    return f"larger than `max-file-size` ({max_size:,} bytes); not read (raise `max-file-size` to lint it)"
 
 
 CHANGED = "changed on disk while fixing; not overwritten"

@@ -66,38 +66,56 @@ def walk(node: cst.CSTNode, visitor) -> None:
     # to do nothing there, on about half the nodes of a tree.
     skipped = _trivia_types() if field_hooks is not None and _ignores_trivia(type(visitor)) else frozenset()
 
-    def visit(node) -> None:
-        kind = type(node)
-        if kind in skipped:
-            return
-        if kind in conditional:
-            node.visit(visitor)
-            return
-        if on_visit(node):
-            order = _FIELD_ORDER.get(kind) or _field_order(node)
-            if field_hooks is not None:
-                for field, before, after in field_hooks(kind, order):
-                    if before is not None:
-                        before(visitor, node)
-                    _children(getattr(node, field))
-                    if after is not None:
-                        after(visitor, node)
+    # Iterative, so that no depth of nesting reaches Python's recursion limit (a 2,000-term `a + a + ...` is
+    # 2,000 levels deep): `stack` holds what is left to do, last first: nodes to visit, and the hook calls due
+    # after their children, as (hook, argument) or (hook, argument, argument).
+    stack: list = [node]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        if type(item) is tuple:
+            if len(item) == 2:
+                item[0](item[1])
             else:
-                for field in order:
-                    on_visit_attribute(node, field)
-                    _children(getattr(node, field))
-                    on_leave_attribute(node, field)
-        on_leave(node)
+                item[0](item[1], item[2])
+            continue
+        kind = type(item)
+        if kind in skipped:
+            continue
+        if kind in conditional:
+            item.visit(visitor)
+            continue
+        push((on_leave, item))
+        if not on_visit(item):
+            continue
+        order = _FIELD_ORDER.get(kind) or _field_order(item)
+        todo: list = []  # in the order of the calls; reversed onto the stack
+        add = todo.append
+        if field_hooks is not None:
+            for field, before, after in field_hooks(kind, order):
+                if before is not None:
+                    add((before, visitor, item))
+                _children(getattr(item, field), add, node_type)
+                if after is not None:
+                    add((after, visitor, item))
+        else:
+            for field in order:
+                add((on_visit_attribute, item, field))
+                _children(getattr(item, field), add, node_type)
+                add((on_leave_attribute, item, field))
+        if todo:
+            todo.reverse()
+            extend(todo)
 
-    def _children(value) -> None:
-        if isinstance(value, node_type):
-            visit(value)
-        elif type(value) in (list, tuple):
-            for child in value:
-                if isinstance(child, node_type):
-                    visit(child)
 
-    visit(node)
+def _children(value, add, node_type) -> None:
+    """The nodes of one field's value, in order."""
+    if isinstance(value, node_type):
+        add(value)
+    elif type(value) in (list, tuple):
+        for child in value:
+            if isinstance(child, node_type):
+                add(child)
 
 
 @functools.lru_cache(maxsize=None)
