@@ -268,6 +268,21 @@ def test_floating_tensor_is_known_or_not_assumed(value: str, floating: bool) -> 
     assert is_floating_tensor(expr(value), {"h"}) is floating
 
 
+def test_amp006_integer_results_inside_the_disabled_region_are_not_uses() -> None:
+    text = textwrap.dedent("""
+        import torch
+        def f(model, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = model(x)
+                with torch.autocast("cpu", enabled=False):
+                    ids = h.long()
+                    top = torch.argmax(h, -1)
+                    mask = h.gt(0)
+            return ids, top, mask
+    """)
+    assert findings(text, "AMP006") == []
+
+
 def test_amp006_dict_and_int_values_get_no_safe_fix() -> None:
     name = "AMP006-disabled-autocast-without-cast/flagged/unknown_values_unsafe_fix.py"
     text = (FIXTURES / name).read_text(encoding="utf-8")

@@ -291,6 +291,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         op = _op_name(node)
         if has_float32_dtype_keyword(node):
             return
+        if op in INTEGER_OPS:
+            return  # `h.long()`, `torch.argmax(h)`, `h.gt(0)`: an integer or bool result, no float32 math lost
         if isinstance(node.func, cst.Attribute):
             if not is_float32_cast(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
                 self._use(node.func.value)
