@@ -844,8 +844,9 @@ class Summary:
 
     def calls_in_region(self, *names: str, on_scaler: bool = False, on_stepper: bool = False) -> bool:
         """With `on_scaler`, only method calls on a receiver that can hold a GradScaler; with `on_stepper`, also
-        on one that can hold an optimizer (the facts layer's `is_optimizer`: a conventional name, an argument of
-        a scaler's step/unscale_, or a name bound to a call of a class or optimizer factory)."""
+        on one that can hold an optimizer (a superset of the facts layer's `is_optimizer`: a conventional name,
+        an argument of a scaler's step/unscale_, a receiver of `zero_grad()` or of `step()` where
+        `param_groups` is read, or a name bound to a call of a class or optimizer factory)."""
         written = self.has_token(*names, kind="call") or self.imports_name(*names)
         receivers = None
         if on_scaler or on_stepper:
