@@ -111,6 +111,39 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
+def die_with(owner: int) -> None:
+    """End this process when process `owner` ends, whether or not it is this process's parent (a fork
+    server's child is not its user's): the kernel's signal for a parent, else a thread that checks `owner`
+    every second."""
+    if owner == os.getppid():
+        die_with_parent(owner)
+        return
+    if not process_runs(owner):
+        os._exit(1)
+    threading.Thread(target=_watch_owner, args=(owner,), daemon=True).start()
+
+
+def _watch_owner(owner: int) -> None:
+    while process_runs(owner):
+        time.sleep(ORPHAN_POLL)
+    os._exit(1)
+
+
+def process_runs(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie (dead, waiting for its parent to collect it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # another user's process: it exists
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True  # no /proc: it exists
+
+
 def tune_gc() -> None:
     """Collect cycles less often: a module's syntax tree is hundreds of thousands of objects, few of them in
     cycles, and the default thresholds walk them again and again (15-20% of the time on a long module)."""

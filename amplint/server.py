@@ -37,7 +37,7 @@ from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import Applicability, Diagnostic, Location
 from amplint.engine import INTERNAL_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
-from amplint.parallel import die_with_parent
+from amplint.parallel import die_with
 from amplint.runner import rules_for
 
 DEBOUNCE_SECONDS = 0.3
@@ -334,8 +334,8 @@ class Cancelled(Exception):
     """The run was stopped because its document changed: its result would have been stale."""
 
 
-def _start_lint_worker() -> None:
-    die_with_parent(os.getppid())
+def _start_lint_worker(server: int) -> None:
+    die_with(server)  # a fork server's child: the server is not its parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the editor's Ctrl-C is for the server, which stops this
 
 
@@ -357,7 +357,8 @@ class Linter:
             if self.pool is None:
                 methods = multiprocessing.get_all_start_methods()
                 context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-                self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_lint_worker)
+                self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_lint_worker,
+                                                initargs=(os.getpid(),))
             pool = self.pool
             try:
                 return pool, pool.submit(function, *args)

@@ -237,21 +237,6 @@ entry()
 """
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process runs (a zombie, waiting for its new parent to reap it, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
-
-
 def _wait_for(condition, what: str) -> None:
     """Poll `condition` until it holds; the bound only keeps a broken run from hanging the suite."""
     deadline = time.monotonic() + 60
@@ -260,12 +245,13 @@ def _wait_for(condition, what: str) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("signum, exit_codes", [
+@pytest.mark.parametrize("name, exit_codes", [
     # Ctrl-C: click says "Aborted!" and exits 1
-    (signal.SIGTERM, {143, -signal.SIGTERM}), (signal.SIGINT, {130, 1}), (signal.SIGKILL, {-signal.SIGKILL})])
-def test_workers_die_with_the_run(tmp_path, signum, exit_codes):
+    ("SIGTERM", {143, -15}), ("SIGINT", {130, 1}), ("SIGKILL", {-9})])
+def test_workers_die_with_the_run(tmp_path, name, exit_codes):
     if "fork" not in __import__("multiprocessing").get_all_start_methods() or not Path("/proc").is_dir():
         pytest.skip("needs fork (to inject the slow file) and /proc")
+    signum = getattr(signal, name)
     marks = tmp_path / "marks"
     marks.mkdir()
     tree = tmp_path / "tree"
@@ -283,7 +269,7 @@ def test_workers_die_with_the_run(tmp_path, signum, exit_codes):
         _, stderr = run.communicate(timeout=60)
         assert run.returncode in exit_codes, stderr
         assert b"Traceback" not in stderr
-        _wait_for(lambda: not any(_alive(pid) for pid in workers), "a worker outlived the run")
+        _wait_for(lambda: not any(parallel.process_runs(pid) for pid in workers), "a worker outlived the run")
     finally:
         (marks / "stop").touch()
         if run.poll() is None:

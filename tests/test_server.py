@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from amplint.diagnostics import Location
 from amplint.engine import lint_text
 from amplint.fixer import apply_edits, fix_text
+from amplint.parallel import process_runs
 from amplint.rules import ALL_RULES
 from amplint.server import INVALID_MESSAGE, FrameReader, Positions, kind_wanted, uri_to_path
 
@@ -385,6 +386,7 @@ def lint_document(text, path, root=None):
     with open(os.path.join(marks, "linted"), "a") as log:
         log.write(text.split("\\n", 1)[0] + "\\n")
     if "slow" in text:  # wait for the test to let it finish (bounded, in case the test dies)
+        open(os.path.join(marks, "worker-%d" % os.getpid()), "w").close()
         started = time.monotonic()
         while not os.path.exists(os.path.join(marks, "release")) and time.monotonic() - started < 120:
             time.sleep(0.01)
@@ -500,3 +502,34 @@ def test_frame_reader_never_fails_on_random_bytes(data, with_header):
     prefix = b"Content-Length: 5\r\n\r\n" if with_header else b""
     for message in _read_frames(prefix + data):  # ends, without an exception
         assert isinstance(message, (dict, list))
+
+
+def test_the_linting_worker_dies_with_the_server(workspace):
+    if not Path("/proc").is_dir():
+        pytest.skip("needs /proc to see the worker")
+    marks = workspace / "marks"
+    marks.mkdir()
+    script = workspace / "slow_server.py"
+    script.write_text(_SLOW_SERVER)
+    uri = (workspace / "plain" / "train.py").as_uri()
+
+    def body(client: Client) -> None:
+        client.initialize(workspace)
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": "# slow\n" + EXAMPLE}})
+        deadline = time.monotonic() + TIMEOUT
+        while not list(marks.glob("worker-*")):
+            assert time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.01)
+        [worker] = [int(path.name.split("-")[1]) for path in marks.glob("worker-*")]
+        client.process.kill()  # the editor goes, without a word
+        client.process.wait(timeout=TIMEOUT)
+        deadline = time.monotonic() + 60
+        while process_runs(worker):
+            assert time.monotonic() < deadline, "the linting worker outlived the server"
+            time.sleep(0.05)
+
+    try:
+        _session(workspace, body, [sys.executable, str(script)])
+    finally:
+        (marks / "release").touch()
