@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 import warnings
@@ -156,7 +157,8 @@ def test_requirements_txt_comments_continuations_and_includes(tmp_path) -> None:
         -r requirements.txt
         torch ~= 2.1.0
     """)  # includes the first file again: a cycle, read once
-    write(tmp_path, "extra/gpu.txt", "-r ../base.txt\nhttps://download.pytorch.org/whl/torch-2.0.1%2Bcu118-cp311-linux_x86_64.whl\n")
+    wheel = "https://download.pytorch.org/whl/torch-2.0.1%2Bcu118-cp311-linux_x86_64.whl"
+    write(tmp_path, "extra/gpu.txt", f"-r ../base.txt\n{wheel}\n")
     write(tmp_path, "constraints.txt", "torch==1.8.0\n")  # constraints narrow what is required; they require nothing
     found = [(d.path.name, d.line, bounds(d.range)) for d in from_requirements_txt(tmp_path / "requirements.txt")]
     assert found == [("base.txt", 2, ((2, 1, 0), (2, 2, 0))), ("gpu.txt", 2, ((2, 0, 1), (2, 0, 2))),
@@ -341,8 +343,6 @@ def test_project_fixture(fixture: Path, tmp_path, monkeypatch) -> None:
                 for path in project_files(project)
                 for code, row, column in expected_marks(path.read_text(encoding="utf-8"))}
     result = run(["check", "--no-cache", "--select", "AMP007", "--output-format", "json", "."], project, monkeypatch)
-    import json
-
     reported = {(str(Path(d["filename"]).resolve().relative_to(project.resolve())), d["code"],
                  d["location"]["row"], d["location"]["column"]) for d in json.loads(result.output)}
     assert reported == expected
