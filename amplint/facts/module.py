@@ -81,6 +81,7 @@ class ModuleFacts:
         self._region_cache: dict[int, Region | None] = {}
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
+        self._scaled_cache: dict[tuple[str, int], str | None] = {}  # (name, id of its function) -> `_scaled_by`
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
         self._asked_one = False  # has `position` run a pass of its own yet
         self._everything = None  # a pass that located every node, once positions are asked for one by one
@@ -471,6 +472,20 @@ class ModuleFacts:
             return False
         return key in self._zero_grad_keys or self.optimizer_known(key, frame) or key in self._param_groups_keys
 
+    def with_as_names(self, function: Frame | None) -> set[str]:
+        """The names `with ... as name` binds in the code of `function` (None: module level)."""
+        return self._with_as_names.get(id(function), set())
+
+    @cached_property
+    def _with_as_names(self) -> dict[int, set[str]]:
+        names: dict[int, set[str]] = {}
+        for with_node, frame in self.with_frames.items():
+            for item in with_node.items:
+                name = dotted_name(item.asname.name) if item.asname is not None else None
+                if name is not None:
+                    names.setdefault(id(frame.function()), set()).add(name)
+        return names
+
     # training-step events ---------------------------------------------------------------------------
     @cached_property
     def events(self) -> list[Event]:
@@ -487,12 +502,20 @@ class ModuleFacts:
             receiver = dotted_name(expr.func.value)
             return receiver if self.is_scaler(receiver, frame) else None
         key = dotted_name(expr)
-        for assignment in self.bindings(key, frame) if key is not None else ():
-            if isinstance(assignment.value, cst.Call):
-                scaler = self._scaled_by(assignment.value, assignment.frame)
-                if scaler:
-                    return scaler
-        return None
+        if key is None:
+            return None
+        # A name's bindings depend on its function only: asked once per name and function, not once per use (a
+        # function computing and backpropagating `loss` N times would cost N x N).
+        cache_key = (key, id(frame.function() if frame is not None else None))
+        if cache_key not in self._scaled_cache:
+            self._scaled_cache[cache_key] = None
+            for assignment in self.bindings(key, frame):
+                if isinstance(assignment.value, cst.Call):
+                    scaler = self._scaled_by(assignment.value, assignment.frame)
+                    if scaler:
+                        self._scaled_cache[cache_key] = scaler
+                        break
+        return self._scaled_cache[cache_key]
 
     def _event(self, call: Call) -> Event | None:
         node, method, receiver, frame = call.node, call.method, call.receiver, call.frame

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Iterator
 
@@ -74,17 +75,23 @@ class UnscaledBackward(Rule):
         return summary.scaler_possible() and summary.calls_method("backward") and summary.calls_method("step")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        functions: dict[int, _FunctionEvents] = {}  # each function's events, indexed once for all its backwards
+        scaling_names: dict[tuple[str, int], bool] = {}  # (name, id of function) -> bound to something that scales
         for backward in facts.events:
-            if backward.kind is not EventKind.BACKWARD or backward.scaled or not self._plain(facts, backward):
+            if backward.kind is not EventKind.BACKWARD or backward.scaled \
+                    or not self._plain(facts, backward, scaling_names):
                 continue
             if facts.no_grad_opener(backward.frame) is not None:
                 continue  # no backward can run under no_grad/inference_mode: AMP005's business
-            events = facts.events_in(backward.frame.function())
-            step = self._step_after(facts, events, backward)
+            function = backward.frame.function()
+            if id(function) not in functions:
+                functions[id(function)] = _FunctionEvents(facts, facts.events_in(function))
+            indexed = functions[id(function)]
+            step = self._step_after(facts, indexed, backward)
             if step is None:
                 continue
             scaler = step.scaler
-            if any(self._separate_scaled_backward(facts, e, backward, scaler) for e in events) \
+            if any(self._separate_scaled_backward(facts, e, backward, scaler) for e in indexed.scaled(scaler)) \
                     or guarded_by_amp_test(facts, backward, step, scaler):
                 continue
             receiver = backward.node.func.value
@@ -108,14 +115,13 @@ class UnscaledBackward(Rule):
             return False
         if exclusive(facts, other.frame, backward.frame):
             return True
-        keeps_graph = any(arg.keyword is not None and arg.keyword.value == "retain_graph"
-                          and facts.code(arg.value) == "True" for arg in other.node.args)
-        return not (keeps_graph and other.index < backward.index)
+        return not (_keeps_graph(facts, other) and other.index < backward.index)
 
     @staticmethod
-    def _plain(facts: ModuleFacts, backward: Event) -> bool:
+    def _plain(facts: ModuleFacts, backward: Event, scaling_names: dict[tuple[str, int], bool]) -> bool:
         """A tensor's own `.backward()`: no positional argument, a receiver that is not a framework object, not
-        a loss bound by `with ... as loss` (apex) or computed by something that scales."""
+        a loss bound by `with ... as loss` (apex) or computed by something that scales. `scaling_names`: the
+        answers so far for a name in a function (a name bound N times and backpropagated N times is read once)."""
         node = backward.node
         if not isinstance(node.func, cst.Attribute) or any(a.keyword is None for a in node.args):
             return False
@@ -128,20 +134,21 @@ class UnscaledBackward(Rule):
             if FRAMEWORK_RECEIVERS.search(name.rsplit(".", 1)[-1].lower()):
                 return False
             function = backward.frame.function()
-            for assignment in facts.bindings(name, backward.frame):
-                if "scale" in facts.code(assignment.value).lower():
-                    return False
-            for with_node, frame in facts.with_frames.items():
-                if frame.function() is function and any(
-                        item.asname is not None and dotted_name(item.asname.name) == name for item in with_node.items):
-                    return False
+            if name in facts.with_as_names(function):
+                return False
+            key = (name, id(function))  # a name's bindings depend on its function only (`ModuleFacts.bindings`)
+            if key not in scaling_names:
+                scaling_names[key] = any("scale" in facts.code(assignment.value).lower()
+                                         for assignment in facts.bindings(name, backward.frame))
+            if scaling_names[key]:
+                return False
         return True
 
     @staticmethod
-    def _step_after(facts: ModuleFacts, events: list[Event], backward: Event) -> Event | None:
+    def _step_after(facts: ModuleFacts, indexed: _FunctionEvents, backward: Event) -> Event | None:
         """The first `scaler.step(...)` this backward's gradients reach, unless a plain step consumes them first."""
-        for event in events:
-            if event.index <= backward.index or not may_follow(facts, backward.frame, event.frame):
+        for event in indexed.steps_after(backward.index):
+            if not may_follow(facts, backward.frame, event.frame):
                 continue
             if event.kind is EventKind.OPTIMIZER_STEP:
                 return None
@@ -160,3 +167,36 @@ class UnscaledBackward(Rule):
         new = backward.node.with_changes(func=backward.node.func.with_changes(value=scale))
         return FixPlan(f"Scale the loss: `{scaler}.scale(...).backward()`",
                        lambda: replace_nodes(facts.module, {backward.node: new}))
+
+
+class _FunctionEvents:
+    """One function's events as AMP009 asks about them for each of its backwards: the steps after a place, the
+    scaled backwards of a scaler. Built once per function, so that N backwards cost N lookups, not N scans."""
+
+    def __init__(self, facts: ModuleFacts, events: list[Event]) -> None:
+        self.steps = [e for e in events if e.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP)]
+        self.step_indexes = [e.index for e in self.steps]  # source order
+        self._scaled: dict[str | None, list[Event]] = {}
+        for event in events:
+            if event.kind is EventKind.BACKWARD and event.scaled:
+                self._scaled.setdefault(event.scaler, []).append(event)
+        for key, scaled in self._scaled.items():
+            # The order `_separate_scaled_backward` settles soonest in: a backward that keeps no graph answers for
+            # every other (one is enough), then the latest first (a later one answers at once).
+            keeping = [e for e in scaled if _keeps_graph(facts, e)]
+            dropping = [e for e in scaled if not _keeps_graph(facts, e)]
+            self._scaled[key] = dropping[:1] + sorted(keeping, key=lambda e: e.index, reverse=True)
+
+    def steps_after(self, index: int) -> Iterator[Event]:
+        """The steps after `index`, in order (found by bisection, read lazily: most searches end at the first)."""
+        for position in range(bisect.bisect_right(self.step_indexes, index), len(self.steps)):
+            yield self.steps[position]
+
+    def scaled(self, scaler: str) -> list[Event]:
+        return self._scaled.get(scaler, [])
+
+
+def _keeps_graph(facts: ModuleFacts, backward: Event) -> bool:
+    """Does the backward pass `retain_graph=True` (its graph kept for another backward)?"""
+    return any(arg.keyword is not None and arg.keyword.value == "retain_graph"
+               and facts.code(arg.value) == "True" for arg in backward.node.args)
