@@ -166,26 +166,7 @@ class DeprecatedAmpApi(Rule):
             moved = [name for name in names if plan.moved_import(statement, name)]
             module = dotted_name(statement.module) or ""
             listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
-            by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
-            spellings: dict[str, list[str]] = {}  # module -> how to call its names
-            missing = []
-            for name in names:
-                new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
-                target = plan.module_for(new_name)
-                if target is None:
-                    missing.append(f"`torch.amp.{new_name}` exists from torch "
-                                   f"{SPELLING_SINCE[f'torch.amp.{new_name}']} on")
-                    continue
-                by_module.setdefault(target, []).append(name)
-                spelling = (f'`{name}("{device}", ...)`' if new_name in ("autocast", "GradScaler")
-                            else f'`{name}(..., device_type="{device}")`')
-                if spelling not in spellings.setdefault(target, []):
-                    spellings[target].append(spelling)
-            advice = [f"import {'them' if len(by_module[target]) > 1 else 'it'} from `{target}` and pass the "
-                      f"device: {', '.join(calls)}" for target, calls in spellings.items()]
-            if missing:
-                advice.append(f"the project supports torch {self.torch.floor}: no replacement where "
-                              f"{', '.join(missing)}")
+            advice = _import_advice(plan, scan, statement, names)
             message = (
                 f"`from {module} import ...` imports the deprecated {listed}: every call warns \"FutureWarning: "
                 f"`{module.split('.autocast_mode')[0].split('.grad_scaler')[0]}.<name>(args...)` is deprecated\" "
@@ -194,6 +175,29 @@ class DeprecatedAmpApi(Rule):
             findings.append((statement, message, fix if moved else None))
         for node, message, fix_plan in findings:
             yield Finding(node, message, fix_plan)
+
+
+def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) -> list[str]:
+    """Where each imported name's replacement lives at the project's oldest torch, and how to call it."""
+    by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
+    spellings: dict[str, list[str]] = {}  # module -> how to call its names
+    missing = []
+    for name in names:
+        new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
+        target = plan.module_for(new_name)
+        if target is None:
+            missing.append(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on")
+            continue
+        by_module.setdefault(target, []).append(name)
+        spelling = (f'`{name}("{device}", ...)`' if new_name in ("autocast", "GradScaler")
+                    else f'`{name}(..., device_type="{device}")`')
+        if spelling not in spellings.setdefault(target, []):
+            spellings[target].append(spelling)
+    advice = [f"import {'them' if len(by_module[target]) > 1 else 'it'} from `{target}` and pass the device: "
+              f"{', '.join(calls)}" for target, calls in spellings.items()]
+    if missing:
+        advice.append(f"the project supports torch {plan.support.floor}: no replacement where {', '.join(missing)}")
+    return advice
 
 
 def _public(qualified: str) -> str:
