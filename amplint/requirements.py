@@ -4,7 +4,8 @@ When neither the configuration nor the command line gives `target-torch-version`
 declarations say which torch its code must run on, and so which spellings a fix may write (a safe fix never
 uses an API newer than the oldest supported torch). Read, in the project root:
 
-- pyproject.toml: `[project] dependencies`, `[project.optional-dependencies]`, `[dependency-groups]`;
+- pyproject.toml: `[project] dependencies`, `[project.optional-dependencies]`, `[dependency-groups]`, and
+  Poetry's `[tool.poetry.dependencies]` (with its groups; `^`/`~` constraints); Pipfile's `[packages]`;
 - requirements*.txt (and requirements/*.txt), with the files they include (`-r`/`--requirement`, cycles guarded);
 - setup.cfg: `[options] install_requires` and `[options.extras_require]` (configparser);
 - setup.py: the literal `install_requires`/`extras_require` of a `setup(...)` call (stdlib `ast`; never run);
@@ -36,7 +37,7 @@ Version = tuple[int, int, int]
 
 PIP_NAMES = frozenset({"torch"})
 CONDA_NAMES = frozenset({"torch", "pytorch", "pytorch-cpu", "pytorch-gpu"})  # the last two pin pytorch's version
-PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml")
+PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "Pipfile")
 REQUIREMENT_GLOBS = ("requirements*.txt", "requirements/*.txt")
 MAX_INCLUDES = 64  # requirement files followed through -r, per project
 
@@ -299,6 +300,84 @@ def from_pyproject(path: Path) -> Iterator[Declared]:
         found = pip_requirement(requirement)
         if found is not None:
             yield Declared(requirement.strip(), path, _line_of(text, requirement), found)
+    yield from _keyed_tables(text, path, _poetry_tables(data), poetry_constraint)
+
+
+def _poetry_tables(data: dict) -> list[object]:
+    """Poetry's dependency tables: `[tool.poetry.dependencies]`, `dev-dependencies`, `group.<name>.dependencies`."""
+    tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
+    poetry = tool.get("poetry") if isinstance(tool.get("poetry"), dict) else {}
+    tables = [poetry.get("dependencies"), poetry.get("dev-dependencies")]
+    groups = poetry.get("group")
+    if isinstance(groups, dict):
+        tables += [group.get("dependencies") for group in groups.values() if isinstance(group, dict)]
+    return tables
+
+
+def _keyed_tables(text: str, path: Path, tables: list[object], parse) -> Iterator[Declared]:
+    """`torch = "<constraint>"` entries (or `torch = {version = "..."}`, or a list of such tables). Each is
+    placed on the first `torch =` line not taken by an earlier one (tables come in the order they are written)."""
+    used: set[int] = set()
+    for table in tables:
+        if not isinstance(table, dict):
+            continue
+        for name, value in table.items():
+            if not isinstance(name, str) or _normalized(name) not in PIP_NAMES:
+                continue
+            values = value if isinstance(value, list) else [value]
+            versions = [v.get("version") if isinstance(v, dict) else v for v in values]
+            if not versions or not all(isinstance(v, str) for v in versions):
+                found = Range()  # a path, a URL or a git source: no version to read
+            else:
+                found = _unite([parse(v) for v in versions])
+            line = next((number for number, content in enumerate(text.splitlines(), start=1)
+                         if number not in used and re.match(rf"\s*['\"]?{re.escape(name)}['\"]?\s*=", content)),
+                        None)
+            used.add(line)
+            yield Declared(f"{name} = {value!r}" if not isinstance(value, str) else f'{name} = "{value}"', path,
+                           line, found)
+
+
+def poetry_constraint(text: str) -> Range:
+    """Poetry's version constraints: `^1.13` (up to the next major; `^0.2` the next minor), `~2.1` (the next
+    minor), `2.1.*`, `*`, an exact `2.1.0`, PEP 440 clauses, and alternatives with `||` (or `|`)."""
+    alternatives = []
+    for alternative in re.split(r"\|\|?", text):
+        ranges = []
+        for part in re.split(r"[,\s]+(?=[\^~<>=!0-9*])", alternative.strip()):
+            part = part.strip().rstrip(",")
+            if not part or part == "*":
+                continue
+            if part[0] in "^~" and not part.startswith("~="):
+                parsed = _release(part[1:])
+                if parsed is None or parsed[1]:
+                    continue
+                numbers = parsed[0]
+                if part[0] == "^":
+                    significant = next((i for i, n in enumerate(numbers) if n != 0), len(numbers) - 1)
+                    below = _after(numbers[:significant + 1])
+                else:
+                    below = _after(numbers[:2] if len(numbers) >= 2 else numbers)
+                ranges.append(Range(_three(numbers), below))
+            elif part[0].isdigit():
+                ranges.append(clause_range("==", part) or Range())
+            else:
+                ranges.extend(_clauses(part))
+        alternatives.append(intersect(ranges))
+    return _unite(alternatives)
+
+
+def from_pipfile(path: Path) -> Iterator[Declared]:
+    """Pipenv's `[packages]` and `[dev-packages]`: `torch = ">=2.1"` (PEP 440), `"*"`, or a table."""
+    text = _read(path)
+    if text is None:
+        return
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return
+    tables = [data.get("packages"), data.get("dev-packages")]
+    yield from _keyed_tables(text, path, tables, lambda version: intersect(_clauses(version)))
 
 
 def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -521,6 +600,8 @@ def declared_torch(root: Path) -> TorchRequirement:
             declared += from_setup_py(path)
         elif path.name.startswith("environment."):
             declared += from_environment_yml(path)
+        elif path.name == "Pipfile":
+            declared += from_pipfile(path)
         else:
             declared += from_requirements_txt(path, seen)
     return TorchRequirement(tuple(declared))

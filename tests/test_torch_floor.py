@@ -26,7 +26,7 @@ from amplint.facts.versions import SPELLING_SINCE, TorchSupport
 from amplint.fixer import fix_text
 from amplint.requirements import (Range, conda_requirement, declared_torch, from_environment_yml,
                                   from_pyproject, from_requirements_txt, from_setup_cfg, from_setup_py,
-                                  pip_requirement, project_root, project_torch, roots_for)
+                                  pip_requirement, poetry_constraint, project_root, project_torch, roots_for)
 from amplint.rules import RULES_BY_CODE
 from amplint.runner import rules_for
 from test_fixtures import expected_marks
@@ -134,6 +134,42 @@ def test_pyproject_dependencies_extras_and_groups(tmp_path) -> None:
                      ("torch==2.5.1", 11, ((2, 5, 1), (2, 5, 2)))]
     requirement = declared_torch(tmp_path)
     assert requirement.floor.text == "torch>=1.13,<2" and requirement.below is None  # the union: lowest, unbounded
+
+
+@pytest.mark.parametrize(("constraint", "expected"), [
+    ("^1.13", ((1, 13, 0), (2, 0, 0))),  # caret: up to the next major
+    ("^0.2.3", ((0, 2, 3), (0, 3, 0))),  # ... or the next minor below 1.0
+    ("~2.1", ((2, 1, 0), (2, 2, 0))),
+    ("~=2.2", ((2, 2, 0), (3, 0, 0))),
+    (">=1.13, <2", ((1, 13, 0), (2, 0, 0))),
+    ("2.1.*", ((2, 1, 0), (2, 2, 0))),
+    ("2.1.0", ((2, 1, 0), (2, 1, 1))),
+    ("^1.13 || ^2.0", ((1, 13, 0), (3, 0, 0))),
+    ("*", (None, None)),
+])
+def test_poetry_constraints(constraint, expected) -> None:
+    assert bounds(poetry_constraint(constraint)) == expected
+
+
+def test_poetry_and_pipfile_tables(tmp_path) -> None:
+    write(tmp_path, "pyproject.toml", """
+        [tool.poetry.dependencies]
+        python = "^3.10"
+        torch = {version = "^2.1", source = "pytorch-cu121"}
+
+        [tool.poetry.group.legacy.dependencies]
+        torch = [
+            {version = "~1.13", markers = "sys_platform == 'darwin'"},
+            {version = "^2.0", markers = "sys_platform != 'darwin'"},
+        ]
+    """)
+    found = [(d.line, bounds(d.range)) for d in from_pyproject(tmp_path / "pyproject.toml")]
+    assert found == [(3, ((2, 1, 0), (3, 0, 0))), (6, ((1, 13, 0), (3, 0, 0)))]
+    write(tmp_path, "Pipfile", '[packages]\nnumpy = "*"\ntorch = ">=2.2"\n\n[dev-packages]\ntorch = {path = "."}\n')
+    requirement = declared_torch(tmp_path)
+    assert requirement.floor.text.startswith("torch = ") and requirement.floor.range.floor == (1, 13, 0)
+    assert [d.line for d in requirement.declared if d.path.name == "Pipfile"] == [3, 6]
+    assert requirement.below is None  # the path source has no version: no ceiling
 
 
 def test_broken_pyproject_is_skipped(tmp_path) -> None:

@@ -95,7 +95,7 @@ class DeprecatedAmpApi(Rule):
 
     The fix writes only spellings that every torch the project supports has, so it never raises the project's
     oldest torch (from `target-torch-version`, or else the project's declared requirements: pyproject.toml,
-    requirements*.txt, setup.cfg, setup.py, environment.yml). `torch.amp.GradScaler` needs torch 2.3 and
+    requirements*.txt, setup.cfg, setup.py, environment.yml, Pipfile). `torch.amp.GradScaler` needs torch 2.3 and
     `torch.amp.custom_fwd(device_type=...)` 2.4: below those, the finding stays (the code warns on torch 2.4 and
     later, which the project also supports) but no fix is offered; autocast becomes `torch.autocast("cuda", ...)`
     below torch 2.0 (it exists since 1.10), and gets no fix below 1.10.
