@@ -39,11 +39,7 @@ NOTEBOOKS = FIXTURES / "notebooks"
 
 # fixture path -> what a rule gets wrong on it today (strict xfails: the suite turns red once it is fixed; then
 # remove the entry). KNOWN_FLAGGED: the program is reported; KNOWN_CHANGED: a safe fix changes it.
-KNOWN_FLAGGED: dict[str, str] = {
-    "correct-programs/dict_and_dataclass_outputs.py": (
-        "AMP006 reports `outputs` (the model's dict of heads) passed to `heads_loss`, which casts each head "
-        "itself; the fix offered is unsafe, so nothing changes, but the finding is a false positive"),
-}
+KNOWN_FLAGGED: dict[str, str] = {}
 KNOWN_CHANGED: dict[str, str] = {}
 
 

@@ -92,6 +92,7 @@ TENSOR_MODULES = frozenset({
     "AdaptiveAvgPool3d", "Upsample", "PixelShuffle", "TransformerEncoderLayer", "TransformerEncoder",
 })
 _FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
+TORCH_NAMESPACES = ("torch.", "F.", "nn.functional.")
 MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval", "requires_grad_"})
 
 
@@ -201,7 +202,7 @@ def is_floating_tensor(value: cst.BaseExpression, floats: set[str], facts=None, 
     arguments = [arg.value for arg in value.args if not arg.star]
     if isinstance(func, cst.Attribute):
         dotted = dotted_name(func) or ""
-        if dotted.startswith(("torch.", "F.", "nn.functional.", "torch.nn.functional.")):
+        if dotted.startswith(TORCH_NAMESPACES):
             return op in FLOAT_ONLY_OPS or (op in _FLOAT_FROM_FLOAT and any(
                 is_floating_tensor(a, floats, facts, frame) for a in arguments))
         if op in FLOAT_PRESERVING and is_floating_tensor(func.value, floats, facts, frame):
@@ -276,16 +277,29 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     """Uses of the watched names inside a block as computation inputs without a float32 cast, in order.
 
     A use is a method receiver, a call argument or an operand; metadata (`h.shape`, `h.size()`), casts and names
-    rebound inside the block before the use do not count.
+    rebound inside the block before the use do not count. With `floats` (names known to hold floating
+    tensors), a name of unknown type counts as a call argument only for a callee known to compute with tensors
+    (a torch function, or a module `tensor_callee` accepts): a user function handed a model's output (perhaps a
+    dict of heads that it casts itself) is not a use.
     """
 
-    def __init__(self, watched: set[str]) -> None:
+    def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None) -> None:
         self.watched = set(watched)
+        self.floats = floats
+        self.tensor_callee = tensor_callee
         self.uses: list[cst.Name] = []
 
     def _use(self, node: cst.BaseExpression) -> None:
         if isinstance(node, cst.Name) and node.value in self.watched:
             self.uses.append(node)
+
+    def _argument_use(self, node: cst.BaseExpression, func: cst.BaseExpression) -> None:
+        if self.floats is None or (isinstance(node, cst.Name) and node.value in self.floats):
+            self._use(node)
+            return
+        dotted = dotted_name(func) or ""
+        if dotted.startswith(TORCH_NAMESPACES) or (self.tensor_callee is not None and self.tensor_callee(func)):
+            self._use(node)
 
     def visit_Call(self, node: cst.Call) -> None:
         op = _op_name(node)
@@ -300,7 +314,7 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
                 isinstance(node.func, cst.Name) and op in BUILTIN_NAMES):
             return
         for arg in node.args:
-            self._use(arg.value)
+            self._argument_use(arg.value, node.func)
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
         self._use(node.left)

@@ -10,7 +10,7 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import UncastUses, floating_names, is_low_precision, low_precision_names
+from amplint.facts.dtypes import UncastUses, floating_names, is_low_precision, low_precision_names, tensor_module
 from amplint.facts.model import Call
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import dtype_words, snippet
@@ -61,7 +61,10 @@ class DisabledAutocastWithoutCast(Rule):
     `.bool()`, comparisons, `argmax`, sizes, their indexing) are not low precision and are not reported.
 
     ## Limits
-    Only names are followed, not attributes or containers. Values that are float32 anyway (casts, tensor
+    Only names are followed, not attributes or containers. A value whose type is not known (the output of a user
+    module or function: perhaps a dict of heads) counts only where it is computed with (a method call on it, an
+    operand, an argument of a torch function or of a torch.nn module), not when handed to a user function, which
+    may cast it itself. Values that are float32 anyway (casts, tensor
     factories, ops CUDA autocast runs in float32 such as softmax, norms and losses) are not reported, and a
     name assigned from something amplint cannot see into is not either.
     """
@@ -90,13 +93,15 @@ class DisabledAutocastWithoutCast(Rule):
                 continue
             low = low_precision_names(facts.assignments, outer.frame, frame.start_index, frame.function())
             floats = floating_names(facts.assignments, outer.frame, frame.start_index, frame.function(), facts)
-            yield from self._report(facts, frame.node.body, low, outer, region, parameters=False, floats=floats)
+            yield from self._report(facts, frame.node.body, low, outer, region, parameters=False, floats=floats,
+                                    frame=frame)
         for info in facts.functions:
             region = facts.region_of(info.frame)
             if region is None or region.state is not RegionState.OFF or region.via != "decorator":
                 continue
             parameters = self._parameters_fed_low_precision(facts, info)
-            yield from self._report(facts, info.node.body, parameters, None, region, parameters=True)
+            yield from self._report(facts, info.node.body, parameters, None, region, parameters=True,
+                                    frame=info.frame)
 
     @staticmethod
     def _parameters_fed_low_precision(facts: ModuleFacts, info) -> dict[str, Call]:
@@ -113,10 +118,12 @@ class DisabledAutocastWithoutCast(Rule):
         return fed
 
     def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
-                region: Region, parameters: bool, floats: set[str] = frozenset()) -> Iterator[Finding]:
+                region: Region, parameters: bool, floats: set[str] = frozenset(),
+                frame=None) -> Iterator[Finding]:
         """One finding per watched name used uncast in `body`; its `.float()` fix is safe only for a name in
         `floats` (surely a floating tensor), unsafe otherwise (a dict, a tuple or a number would raise)."""
-        visitor = visitor_class(UncastUses)(set(low))
+        visitor = visitor_class(UncastUses)(set(low), set(floats),
+                                            lambda func: tensor_module(facts, func, frame))
         walk(body, visitor)
         visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
         first_use: dict[str, cst.Name] = {}
