@@ -19,6 +19,7 @@ import ast
 import re
 import warnings
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from amplint.lazy import libcst as cst
 
@@ -96,16 +97,16 @@ def parse_error(text: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
 class _Judge:
-    """Whether a fixed text is acceptable: it compiles when the original compiled, else it parses."""
+    """Whether a fixed text is acceptable: it compiles when the original compiled, else it parses. The original is
+    compiled only once some fix is to be judged (most files have nothing to fix)."""
 
-    filename: str
-    compiles: bool
+    def __init__(self, original: str, filename: str) -> None:
+        self.original, self.filename = original, filename
 
-    @classmethod
-    def of(cls, text: str, filename: str) -> _Judge:
-        return cls(filename, compile_error(text, filename) is None)
+    @cached_property
+    def compiles(self) -> bool:
+        return compile_error(self.original, self.filename) is None
 
     @property
     def verb(self) -> str:
@@ -152,7 +153,7 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
 
         rules = [rule() for rule in ALL_RULES]
     outcome = FixOutcome(text)
-    judge = _Judge.of(text, filename)
+    judge = _Judge(text, filename)
     seen = {text}
     refused: dict[tuple, str] = {}
     diagnostics = outcome.found = outcome.remaining = lint_text(text, filename, rules).diagnostics

@@ -24,6 +24,20 @@ For each program the harness lints it (the rule must report it), fixes it with `
 both versions in fresh `sys.executable` subprocesses for CPU x {bfloat16, float16}, plus CUDA x {float16,
 bfloat16} when a subprocess finds `torch.cuda.is_available()`. This module never imports torch itself.
 
+Nothing new may break: the program as fixed with safe fixes only may not raise an exception that the flagged
+run did not (the type of an uncaught exception, from its traceback, or of one the program reports as
+`"error": "Type: message"`). For a spec without `"unsafe"` that is the fixed twin's run; otherwise the safely
+fixed text is run too, when it differs from both the flagged program and the fixed twin.
+
+A *safety program* guards a fix that once broke correct code. Its spec has `"same"` instead of `"bad"`/`"good"`::
+
+    {"rule": "AMP008", "observable": "...", "same": ["loss", "lr"], "dtypes": ["float16"], "note": "..."}
+
+It need not be flagged, and the safe fixer may leave it alone (then nothing is run: the fix changes nothing).
+When the fixer changes it, the original and the fixed program are run: the fixed one may raise nothing new and
+must give the same values for the `same` keys. Safety programs live in a rule's folder or in
+`fixtures/safe-fixes/runtime/`.
+
 `python -m amplint.harness` prints the evidence as a Markdown table and exits 1 when any row fails.
 """
 
@@ -34,6 +48,7 @@ import concurrent.futures
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -48,6 +63,10 @@ DEVICE_DTYPES = {"cpu": ("bfloat16", "float16"), "cuda": ("float16", "bfloat16")
 TIMEOUT_S = 120.0
 WORKERS = 2
 REQUIRED_KEYS = ("rule", "observable", "bad", "good", "dtypes")
+SAFETY_KEYS = ("rule", "observable", "same", "dtypes")  # a safety program's spec (see the module's docstring)
+SAFETY_FOLDER = "safe-fixes"  # safety programs for any rule: fixtures/safe-fixes/runtime/
+# The last line of a traceback: `ValueError: ...`, `torch.OutOfMemoryError: ...`, `KeyboardInterrupt`.
+_RAISED = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s|:?$)")
 _BUILTINS = {
     "abs": abs, "all": all, "any": any, "bool": bool, "float": float, "int": int, "isinstance": isinstance,
     "len": len, "max": max, "min": min, "round": round, "set": set, "sorted": sorted, "str": str, "sum": sum,
@@ -73,6 +92,12 @@ class Program:
     show: tuple[str, ...] = ()
     note: str = ""
     fix: bool = True
+    same: tuple[str, ...] = ()  # a safety program: the keys the fixed run must reproduce
+
+    @property
+    def safety(self) -> bool:
+        """A safety program (no harm to show; the fix may change nothing and must break nothing)."""
+        return not self.bad
 
     @property
     def name(self) -> str:
@@ -101,16 +126,21 @@ def load_program(path: Path) -> Program:
         spec = json.loads(spec_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as error:
         raise HarnessError(f"{spec_path}: not valid JSON: {error}") from None
-    missing = [key for key in REQUIRED_KEYS if key not in spec and not (key == "good" and not _offers_fix(spec))]
+    safety = "same" in spec and "bad" not in spec
+    required = SAFETY_KEYS if safety else REQUIRED_KEYS
+    missing = [key for key in required if key not in spec and not (key == "good" and not _offers_fix(spec))]
     if missing:
         raise HarnessError(f"{spec_path}: missing {', '.join(missing)}")
+    if safety and (not isinstance(spec["same"], list) or not all(isinstance(k, str) for k in spec["same"])):
+        raise HarnessError(f"{spec_path}: same must be a list of JSON keys")
     unknown = [d for d in spec["dtypes"] if d not in DEVICE_DTYPES["cpu"]]
     if unknown or not spec["dtypes"]:
         raise HarnessError(f"{spec_path}: dtypes must be a non-empty subset of bfloat16, float16")
-    folder_code = path.parent.parent.name.split("-", 1)[0]
-    if spec["rule"] != folder_code:
+    folder = path.parent.parent.name
+    folder_code = folder.split("-", 1)[0]
+    if spec["rule"] != folder_code and not (safety and folder == SAFETY_FOLDER):
         raise HarnessError(f"{spec_path}: rule {spec['rule']} does not match its folder ({folder_code})")
-    for key in ("bad", "good") if _offers_fix(spec) else ("bad",):
+    for key in () if safety else ("bad", "good") if _offers_fix(spec) else ("bad",):
         try:
             compile(spec[key], f"{spec_path}:{key}", "eval")
         except SyntaxError as error:
@@ -119,13 +149,14 @@ def load_program(path: Path) -> Program:
         path=path,
         rule=spec["rule"],
         observable=spec["observable"],
-        bad=spec["bad"],
+        bad=spec.get("bad", ""),
         good=spec.get("good", ""),
         dtypes=tuple(spec["dtypes"]),
         unsafe=bool(spec.get("unsafe", False)),
         show=tuple(spec.get("show", ())),
         note=spec.get("note", ""),
         fix=_offers_fix(spec),
+        same=tuple(spec.get("same", ())),
     )
 
 
@@ -138,15 +169,17 @@ def discover(root: Path = FIXTURES) -> list[Program]:
 
 @dataclass(frozen=True)
 class FixedProgram:
-    text: str | None  # the fixed source, None when it could not be produced
+    text: str | None  # the fixed source, None when it could not be produced (or, for a safety program, is unchanged)
     flagged_codes: tuple[str, ...] = ()  # what amplint reports on the flagged program
     applied_codes: tuple[str, ...] = ()  # whose fixes were applied
     remaining_codes: tuple[str, ...] = ()  # what the fixed text still reports
     problems: tuple[str, ...] = ()  # why this fixed twin cannot confirm anything
+    safe_text: str | None = None  # the text with safe fixes only, when it differs from the original and from `text`
 
 
 @lru_cache(maxsize=None)
-def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True) -> FixedProgram:
+def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True,
+         safety: bool = False) -> FixedProgram:
     try:
         from amplint.engine import lint_text
         from amplint.fixer import fix_text
@@ -157,27 +190,33 @@ def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True
     flagged = lint_text(text, filename, [rule_class() for rule_class in ALL_RULES])
     flagged_codes = tuple(d.code for d in flagged.diagnostics)
     outcome = fix_text(text, filename, unsafe=unsafe)
+    safe = fix_text(text, filename, unsafe=False) if unsafe else outcome
+    safe_text = safe.text if safe.text not in (text, outcome.text) else None
     applied = tuple(d.code for d in outcome.applied)
     remaining = tuple(d.code for d in outcome.remaining)
+    if safety:  # nothing to show: what the fixer makes of it is run only when it changed something
+        changed = outcome.text if outcome.text != text else None
+        return FixedProgram(changed, flagged_codes, applied, remaining, (), safe_text)
     problems = []
     if rule not in flagged_codes:
         problems.append(f"{rule} does not report the flagged program (reported: {', '.join(flagged_codes) or 'nothing'})")
     if not expect_fix:
         if rule in applied:
             problems.append(f"the spec says {rule} has no fix, but the fixer applied one")
-        return FixedProgram(None, flagged_codes, applied, remaining, tuple(problems))
+        return FixedProgram(None, flagged_codes, applied, remaining, tuple(problems),
+                            safe.text if safe.text != text else None)
     if outcome.error:
         problems.append(f"fixer: {outcome.error}")
     if outcome.text == text:
         problems.append("the fixer left the program unchanged" + ("" if unsafe else " (safe fixes only)"))
     if rule in remaining:
         problems.append(f"{rule} still reports the fixed program")
-    return FixedProgram(outcome.text, flagged_codes, applied, remaining, tuple(problems))
+    return FixedProgram(outcome.text, flagged_codes, applied, remaining, tuple(problems), safe_text)
 
 
 def fix_program(program: Program) -> FixedProgram:
     """The program as amplint's fixer rewrites it (unsafe fixes too when the spec says so)."""
-    return _fix(program.path, program.text, program.unsafe, program.rule, program.fix)
+    return _fix(program.path, program.text, program.unsafe, program.rule, program.fix, program.safety)
 
 
 # --- running ----------------------------------------------------------------------------------------------
@@ -188,6 +227,19 @@ class RunResult:
     error: str | None = None  # why there is no data
     returncode: int | None = None
     seconds: float = 0.0
+    raised: str | None = None  # the type of the uncaught exception that ended the run (from its traceback)
+
+
+def raised_by(run: RunResult) -> str | None:
+    """The exception a run ended with or reported: uncaught (its traceback's type; a timeout or a run with no
+    result counts as such), or caught by the program and reported as `"error": "Type: message"`."""
+    if run.data is None:
+        return run.raised or run.error or "no result"
+    error = run.data.get("error")
+    if not isinstance(error, str) or not error:
+        return None
+    match = _RAISED.match(error.strip())
+    return match.group("type") if match else error
 
 
 def _tail(text: str, lines: int = 6) -> str:
@@ -203,12 +255,15 @@ def run_file(path: Path, device: str, dtype: str, timeout: float = TIMEOUT_S) ->
         completed = subprocess.run([sys.executable, str(path)], cwd=str(path.parent), env=env,
                                    capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return RunResult(None, f"timed out after {timeout:g} s", None, time.monotonic() - start)
+        return RunResult(None, f"timed out after {timeout:g} s", None, time.monotonic() - start, "timeout")
     seconds = time.monotonic() - start
     lines = [line for line in completed.stdout.splitlines() if line.strip()]
     if completed.returncode != 0 or not lines:
         detail = _tail(completed.stderr) or _tail(completed.stdout) or "no output"
-        return RunResult(None, f"exit code {completed.returncode}: {detail}", completed.returncode, seconds)
+        last = (_tail(completed.stderr, 1) or "").strip()
+        match = _RAISED.match(last) if completed.returncode != 0 else None
+        raised = match.group("type") if match else f"exit code {completed.returncode}"
+        return RunResult(None, f"exit code {completed.returncode}: {detail}", completed.returncode, seconds, raised)
     try:
         data = json.loads(lines[-1])
     except json.JSONDecodeError:
@@ -259,6 +314,7 @@ class Row:
     fixed: FixedProgram
     flagged_run: RunResult | None = None
     fixed_run: RunResult | None = None
+    safe_run: RunResult | None = None  # the safely fixed text, when it is neither program (FixedProgram.safe_text)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -269,6 +325,17 @@ class Row:
 def _judge(row: Row) -> Row:
     program, problems = row.program, row.problems
     problems.extend(row.fixed.problems)
+    if program.safety:
+        problems.extend(_same_results(row))
+    else:
+        problems.extend(_expectations(row))
+    problems.extend(_new_exceptions(row))
+    return row
+
+
+def _expectations(row: Row) -> list[str]:
+    """A harm program: the spec's `bad` holds for the flagged run, `good` for the fixed one."""
+    program, problems = row.program, []
     for label, run, expression in (("flagged", row.flagged_run, program.bad), ("fixed", row.fixed_run, program.good)):
         if run is None:
             continue
@@ -282,36 +349,79 @@ def _judge(row: Row) -> Row:
             problems.append(f"{label} run: expected {expression}")
     if row.fixed_run is None and not row.fixed.problems and program.fix:
         problems.append("fixed run missing")
-    return row
+    return problems
+
+
+def _same(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _same_results(row: Row) -> list[str]:
+    """A safety program the fixer changed: both runs give a result, and the same values for the `same` keys."""
+    if row.fixed_run is None:
+        return []
+    problems = [f"{label} run failed: {run.error}"
+                for label, run in (("original", row.flagged_run), ("fixed", row.fixed_run)) if run and run.data is None]
+    if problems:
+        return problems
+    before, after = row.flagged_run.data, row.fixed_run.data
+    return [f"fixed run: {key} = {after.get(key)!r}, the original gave {before.get(key)!r}"
+            for key in row.program.same if not _same(before.get(key), after.get(key))]
+
+
+def _new_exceptions(row: Row) -> list[str]:
+    """Nothing new breaks: a fixed run (the spec's fix, and the safe fixes alone) raises nothing the original run
+    did not."""
+    if row.flagged_run is None:
+        return []
+    original = raised_by(row.flagged_run)
+    problems = []
+    for label, run in (("fixed", row.fixed_run), ("safely fixed", row.safe_run)):
+        raised = raised_by(run) if run is not None else None
+        if raised is not None and raised != original:
+            problems.append(f"the {label} program raises {raised}, the original "
+                            + (f"raised {original}" if original else "did not"))
+    return problems
 
 
 def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int = WORKERS,
              timeout: float = TIMEOUT_S, keep: Path | None = None) -> list[Row]:
-    """Run every program's flagged and fixed versions for each (device, dtype) it applies to, in a pool."""
+    """Run every program's flagged and fixed versions (and its safely fixed one when that is a third text) for each
+    (device, dtype) it applies to, in a pool. A safety program the fixer leaves alone is not run."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="amplint-harness-") as scratch:
         fixed_paths: dict[Path, Path] = {}
+        safe_paths: dict[Path, Path] = {}
         for program in programs:
             fixed = fix_program(program)
+            folder = (Path(keep) if keep else Path(scratch)) / program.path.parent.parent.name
             if program.fix and fixed.text is not None and not fixed.problems:
-                folder = Path(keep) if keep else Path(scratch)
-                target = folder / program.path.parent.parent.name / f"{program.path.stem}.py"
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(fixed.text, encoding="utf-8")
-                fixed_paths[program.path] = target
+                fixed_paths[program.path] = _write(folder / f"{program.path.stem}.py", fixed.text)
+            if fixed.safe_text is not None:
+                safe_paths[program.path] = _write(folder / f"{program.path.stem}.safe.py", fixed.safe_text)
             for device, dtype in pairs:
                 if dtype in program.dtypes_for(device):
                     rows.append(Row(program, device, dtype, fixed))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
             jobs = []
             for row in rows:
-                jobs.append((row, "flagged_run", pool.submit(run_file, row.program.path, row.device, row.dtype, timeout)))
-                if row.program.path in fixed_paths:
-                    path = fixed_paths[row.program.path]
-                    jobs.append((row, "fixed_run", pool.submit(run_file, path, row.device, row.dtype, timeout)))
+                path = row.program.path
+                runs = (("fixed_run", fixed_paths.get(path)), ("safe_run", safe_paths.get(path)))
+                if row.program.safety and not any(fixed for _, fixed in runs):
+                    continue  # the fix changes nothing: nothing to compare
+                jobs.append((row, "flagged_run", pool.submit(run_file, path, row.device, row.dtype, timeout)))
+                for attribute, fixed_path in runs:
+                    if fixed_path is not None:
+                        jobs.append((row, attribute, pool.submit(run_file, fixed_path, row.device, row.dtype, timeout)))
             for row, attribute, future in jobs:
                 setattr(row, attribute, future.result())
     return [_judge(row) for row in rows]
+
+
+def _write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 def check(program: Program, device: str, dtype: str, timeout: float = TIMEOUT_S) -> Row:
@@ -335,10 +445,10 @@ def _number(value) -> str:
 
 def summarize(program: Program, run: RunResult | None) -> str:
     if run is None:
-        return "not run" if program.fix else "no fix offered"
+        return "the fix changes nothing" if program.safety else "not run" if program.fix else "no fix offered"
     if run.data is None:
         return f"failed: {run.error.splitlines()[-1] if run.error else ''}"
-    keys = program.show or tuple(run.data)
+    keys = program.show or program.same or tuple(run.data)
     return ", ".join(f"{key}={_number(run.data.get(key))}" for key in keys)
 
 

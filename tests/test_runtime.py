@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from amplint import harness
 from amplint.rules import ALL_RULES
 
 PROGRAMS = harness.discover()
+HARM = [program for program in PROGRAMS if not program.safety]  # the rest: safety programs (fixtures/safe-fixes)
 
 
 def _cases():
@@ -39,7 +41,7 @@ def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device:
 
 
 def test_every_registered_rule_has_a_runtime_program() -> None:
-    covered = {program.rule for program in PROGRAMS}
+    covered = {program.rule for program in HARM}
     missing = sorted(rule.code for rule in ALL_RULES if rule.code not in covered)
     assert not missing, f"rules without a fixtures/<CODE>-<name>/runtime/ program: {', '.join(missing)}"
 
@@ -49,7 +51,7 @@ def test_every_program_belongs_to_a_registered_rule() -> None:
     assert [p.name for p in PROGRAMS if p.rule not in codes] == []
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
+@pytest.mark.parametrize("program", HARM, ids=[p.name for p in HARM])
 def test_fixer_rewrites_the_program(program: harness.Program) -> None:
     fixed = harness.fix_program(program)
     if not program.fix:  # a rule without a fix: flagged, and nothing applied
@@ -63,7 +65,7 @@ def test_fixer_rewrites_the_program(program: harness.Program) -> None:
     compile(fixed.text, str(program.path), "exec")
 
 
-@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
+@pytest.mark.parametrize("program", HARM, ids=[p.name for p in HARM])
 def test_safe_fixes_alone_suffice_unless_spec_says_unsafe(program: harness.Program) -> None:
     """A spec that does not ask for unsafe fixes is proven with safe fixes only; one that does needs them."""
     from amplint.fixer import fix_text
@@ -81,7 +83,9 @@ def test_specs_are_complete() -> None:
     assert PROGRAMS, "no runtime programs found"
     for program in PROGRAMS:
         assert program.observable and program.note, program.name
-        assert program.path.parent.parent.name.startswith(program.rule + "-")
+        folder = program.path.parent.parent.name
+        assert folder.startswith(program.rule + "-") or (program.safety and folder == harness.SAFETY_FOLDER)
+        assert program.rule in {rule.code for rule in ALL_RULES}, program.name
 
 
 def test_missing_spec_is_an_error(tmp_path) -> None:
@@ -128,3 +132,78 @@ def test_harness_never_imports_torch() -> None:
     code = ("import sys, amplint.harness as h; h.discover(); [h.fix_program(p) for p in h.discover()]; "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# --- nothing new breaks: exceptions of fixed runs, safety programs -----------------------------------------
+
+def test_raised_by_reads_tracebacks_and_reported_errors(tmp_path) -> None:
+    crash = tmp_path / "crash.py"
+    crash.write_text("import json\nprint(json.dumps({}))\n{}.float()\n")
+    run = harness.run_file(crash, "cpu", "float16", timeout=30)
+    assert harness.raised_by(run) == "AttributeError"
+    assert harness.raised_by(harness.RunResult({"error": None, "x": 1})) is None
+    assert harness.raised_by(harness.RunResult({"error": "RuntimeError: mat1 and mat2 ..."})) == "RuntimeError"
+    assert harness.raised_by(harness.RunResult(None, "timed out after 1 s", None, 1.0, "timeout")) == "timeout"
+
+
+def _row(program, flagged, fixed, safe=None, fixed_program=None):
+    row = harness.Row(program, "cpu", "float16", fixed_program or harness.FixedProgram("x"), flagged, fixed, safe)
+    return harness._judge(row)
+
+
+def test_a_fixed_run_that_raises_something_new_fails_the_row() -> None:
+    """The harm is gone but the fixed program raises: the row fails (before, only `good` was asked, and a good
+    expression that does not read the error would pass)."""
+    program = harness.Program(Path("AMP011-x/runtime/p.py"), "AMP011", "o", "True", "True", ("float16",))
+    same = harness.RunResult({"error": "RuntimeError: unscale_() has already been called"})
+    assert _row(program, same, harness.RunResult({"error": "RuntimeError: again"})).problems == []
+    assert _row(program, same, harness.RunResult({"error": None})).problems == []
+    new = _row(program, harness.RunResult({"error": None}), harness.RunResult({"error": "AssertionError: x"}))
+    assert new.problems == ["the fixed program raises AssertionError, the original did not"]
+    crashed = harness.RunResult(None, "exit code 1: ...", 1, 0.1, "AttributeError")
+    safe = _row(program, harness.RunResult({"error": None}), harness.RunResult({"error": None}), crashed)
+    assert safe.problems == ["the safely fixed program raises AttributeError, the original did not"]
+
+
+def test_safety_program_spec_and_judgement(tmp_path) -> None:
+    runtime = tmp_path / harness.SAFETY_FOLDER / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime / "p.py").write_text("print('{}')\n")
+    (runtime / "p.expect.json").write_text(json.dumps({"rule": "AMP008", "observable": "loss", "same": ["loss"],
+                                                       "dtypes": ["float16"], "note": "n"}))
+    (program,) = harness.discover(tmp_path)
+    assert program.safety and program.same == ("loss",)
+    unchanged = _row(program, None, None, fixed_program=harness.FixedProgram(None))
+    assert unchanged.confirmed and harness.summarize(program, None) == "the fix changes nothing"
+    ok = harness.RunResult({"loss": 0.5, "error": None})
+    assert _row(program, ok, harness.RunResult({"loss": 0.5, "error": None})).problems == []
+    changed = _row(program, ok, harness.RunResult({"loss": 0.25, "error": None}))
+    assert changed.problems == ["fixed run: loss = 0.25, the original gave 0.5"]
+    broke = _row(program, ok, harness.RunResult(None, "exit code 1: AttributeError", 1, 0.1, "AttributeError"))
+    assert "the fixed program raises AttributeError, the original did not" in broke.problems
+    (runtime / "p.expect.json").write_text(json.dumps({"rule": "AMP008", "observable": "loss", "dtypes": ["float16"]}))
+    with pytest.raises(harness.HarnessError, match="missing"):
+        harness.discover(tmp_path)
+
+
+def test_safety_program_is_run_only_when_the_fixer_changes_it(tmp_path, monkeypatch) -> None:
+    """A safety program the fixer leaves alone costs nothing; a changed one runs both versions; a harm program with
+    an unsafe spec also runs its safely fixed text when that is a third text."""
+    ran = []
+
+    def fake_run(path, device, dtype, timeout=harness.TIMEOUT_S):
+        ran.append(Path(path).name)
+        return harness.RunResult({"loss": 1.0, "error": None})
+
+    monkeypatch.setattr(harness, "run_file", fake_run)
+    safety = harness.Program(tmp_path / "safe-fixes/runtime/s.py", "AMP008", "o", "", "", ("float16",),
+                             same=("loss",))
+    harm = harness.Program(tmp_path / "AMP005-x/runtime/h.py", "AMP005", "o", "True", "True", ("float16",), unsafe=True)
+    fixes = {safety.path: harness.FixedProgram(None), harm.path: harness.FixedProgram("fixed", safe_text="safe")}
+    monkeypatch.setattr(harness, "fix_program", lambda program: fixes[program.path])
+    rows = harness.run_rows([safety, harm], [("cpu", "float16")])
+    assert sorted(ran) == ["h.py", "h.py", "h.safe.py"] and all(row.confirmed for row in rows)
+    ran.clear()
+    fixes[safety.path] = harness.FixedProgram("changed")
+    rows = harness.run_rows([safety], [("cpu", "float16")])
+    assert ran == ["s.py", "s.py"] and rows[0].confirmed
