@@ -17,6 +17,7 @@ from amplint.diagnostics import Applicability
 from amplint.engine import lint_text
 from amplint.fixer import fix_text
 from amplint.rules import RULES_BY_CODE
+from amplint.rules.base import Rule
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
 from test_fixtures import fixture_files, fixture_id, folder_code, with_known_failures
 
@@ -237,8 +238,8 @@ def test_file_changed_on_disk_is_not_overwritten(tmp_path: Path, monkeypatch) ->
     edited = (SAMPLE + "# edited in the editor meanwhile\n").encode()
     real_read = amplint.runner.read_source
 
-    def read_then_edit(name):
-        source = real_read(name)
+    def read_then_edit(name, *args, **kwargs):
+        source = real_read(name, *args, **kwargs)
         Path(name).write_bytes(edited)  # somebody saves the file after amplint read it
         return source
 
@@ -304,7 +305,7 @@ def test_json_output_carries_each_fix(tmp_path: Path) -> None:
 
 # --- fixer-wide guarantees: code that compiles, a real fixed point -----------------------------------------
 
-class LegacyCallRule:
+class LegacyCallRule(Rule):
     """A stub rule for the fixer's own checks: every `legacy(...)` call is reported, and its safe fix renames it
     `modern(...)` turning a first positional argument into `enabled=` (as a deprecated-API migration might).
     On `legacy(True, enabled=flag)` that gives `enabled` twice: libcst parses it, CPython does not compile it."""
@@ -329,7 +330,7 @@ class LegacyCallRule:
                                   Applicability.SAFE))
 
 
-class GrowingFixRule:
+class GrowingFixRule(Rule):
     """A stub rule whose safe fix never removes its finding: `h` in `f(h...)` gets one more `.float()` per round
     (the shape of a cast fix that keeps seeing a low-precision value)."""
 
