@@ -44,7 +44,7 @@ from typing import Callable, Sequence
 
 from amplint import __version__
 from amplint import diagnostics as diagnostics_module
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
 
 DEFAULT_DIRECTORY = ".amplint_cache"
 ENTRIES = "entries"
@@ -138,7 +138,8 @@ def is_valid_diagnostic(value: object) -> bool:
                                                                    "source_line"))
             and _is_location(value.location) and _is_location(value.end_location)
             and (value.fix is None or _is_fix(value.fix))
-            and (value.cell is None or (type(value.cell) is int and value.cell >= 1)))
+            and (value.cell is None or (type(value.cell) is int and value.cell >= 1))
+            and type(value.severity) is Severity)
 
 
 def _checksum(key: str, body: bytes) -> str:

@@ -1,6 +1,7 @@
 """The command line: argument handling and exit codes only.
 
-Exit codes: 0 no findings, 1 findings (or a diff with --diff), 2 usage, configuration or internal error.
+Exit codes: 0 no findings or warnings only (unless --exit-non-zero-on-warning), 1 errors (or a diff with --diff),
+2 usage, configuration or internal error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from amplint import __version__
 from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import ConfigError, infer_target_torch, load_settings, validate_selectors
+from amplint.diagnostics import Severity, with_severities
 from amplint.discovery import discover
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.facts.versions import parse_version
@@ -26,6 +28,11 @@ from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+SEVERITY_MEANING = {
+    Severity.ERROR: "fails the run; `[tool.amplint.severity]` can make it a warning",
+    Severity.WARNING: "does not fail the run unless `--exit-non-zero-on-warning`; `[tool.amplint.severity]` can "
+                      "make it an error",
+}
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -63,6 +70,8 @@ def main() -> None:
 @click.option("--fix-only", is_flag=True, help="Apply fixes, do not report what remains.")
 @click.option("--show-fixes", is_flag=True, help="Show the fix each diagnostic offers.")
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when there are findings.")
+@click.option("--exit-non-zero-on-warning", is_flag=True,
+              help="Exit 1 when there are warnings, even with no errors (warnings alone exit 0 by default).")
 @click.option("--statistics", is_flag=True, help="Print a count per rule instead of each diagnostic.")
 @click.option("-q", "--quiet", is_flag=True, help="Print diagnostics only, no summary.")
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
@@ -78,7 +87,8 @@ def main() -> None:
               help="The result cache's folder (default: .amplint_cache in the project root).")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
           exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
-          target_torch_version=None, jobs=None, no_cache=False, cache_dir=None) -> None:
+          target_torch_version=None, jobs=None, no_cache=False, cache_dir=None,
+          exit_non_zero_on_warning=False) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -91,6 +101,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         settings.extend_select += _split(extend_select)
         settings.ignore += _split(ignore)
         settings.force_exclude = settings.force_exclude or force_exclude
+        settings.exit_non_zero_on_warning = settings.exit_non_zero_on_warning or exit_non_zero_on_warning
+        levels = settings.severity_levels()  # checked when the configuration was read
         if target_torch_version is not None:
             try:
                 parse_version(target_torch_version)
@@ -115,13 +127,14 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         name = stdin_filename or "-"
         outcome = process_stdin(sys.stdin.buffer.read(), name, rules_for(name, rule_classes, settings), mode)
         outcomes.append(outcome)
+        _apply_levels(outcomes, levels)
         if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came
             sys.stdout.flush()
             sys.stdout.buffer.write(outcome.output if outcome.output is not None else b"")
             sys.stdout.buffer.flush()
             if outcome.message:
                 click.echo(f"amplint: {outcome.message}", err=True)
-            sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode))
+            sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode, settings.exit_non_zero_on_warning))
     else:
         _require_existing(paths)
         files = list(discover(list(paths) or ["."], settings,
@@ -136,6 +149,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
         outcomes.extend(lint_paths(files, rule_classes, settings, mode, jobs or settings.jobs, cache, progress))
+        _apply_levels(outcomes, levels)
 
     if mode.diff:
         for outcome in outcomes:
@@ -155,11 +169,12 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         show_fixes=show_fixes,
         messages=[o.message for o in outcomes if o.message],
         rules=rule_classes,
+        severities=levels,
     )
     if fix_only:
         _say_file_errors(outcomes)
         if not quiet:
-            click.echo(f"Fixed {report.fixed} error{'s' if report.fixed != 1 else ''}.")
+            click.echo(f"Fixed {report.fixed} problem{'s' if report.fixed != 1 else ''}.")
         sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
         _emit(_statistics(report), output_file)
@@ -169,7 +184,13 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             text = "".join(line + "\n" for line in text.splitlines()
                            if line and not line.startswith(("Found ", "[*] ", "All checks", "Fixed ")))
         _emit(text, output_file)
-    sys.exit(_exit_code(outcomes, exit_zero, mode))
+    sys.exit(_exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
+
+
+def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity]) -> None:
+    """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`)."""
+    for outcome in outcomes:
+        outcome.diagnostics = with_severities(outcome.diagnostics, levels)
 
 
 def _emit(text: str, output_file: str | None) -> None:
@@ -186,12 +207,12 @@ def _emit(text: str, output_file: str | None) -> None:
 
 
 def _statistics(report: Report) -> str:
-    counts = Counter((d.code, d.name) for d in report.diagnostics)
+    counts = Counter((d.code, d.name, d.severity.value) for d in report.diagnostics)
     fixable = Counter(d.code for d in report.diagnostics if d.fixable(report.unsafe_fixes))
     lines = []
-    for (code, name), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+    for (code, name, level), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         marker = "[*]" if fixable[code] else "   "
-        lines.append(f"{count:>5}\t{code}\t{marker} {name}\n")
+        lines.append(f"{count:>5}\t{code}\t{level}\t{marker} {name}\n")
     return "".join(lines)
 
 
@@ -240,12 +261,16 @@ def _fix_exit_code(outcomes: list[FileOutcome], changed: bool, exit_zero: bool) 
     return EXIT_CLEAN
 
 
-def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode) -> int:
+def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode, on_warning: bool = False) -> int:
+    """2 on an internal error (AMP902); else 0 with --exit-zero; else 1 when an error remains, or a warning with
+    `on_warning` (--exit-non-zero-on-warning, `exit-non-zero-on-warning = true`); else 0: warnings alone pass."""
     if _internal_error(outcomes):
         return EXIT_ERROR
     if exit_zero:
         return EXIT_CLEAN
-    return EXIT_FINDINGS if any(o.diagnostics for o in outcomes) else EXIT_CLEAN
+    failing = {Severity.ERROR, Severity.WARNING} if on_warning else {Severity.ERROR}
+    found = any(d.severity in failing for o in outcomes for d in o.diagnostics)
+    return EXIT_FINDINGS if found else EXIT_CLEAN
 
 
 @main.command()
@@ -266,6 +291,7 @@ def rule(code: str | None, show_all: bool) -> None:
         if index:
             click.echo("\n" + "-" * 80 + "\n")
         click.echo(f"# {rule_class.name} ({rule_class.code})\n")
+        click.echo(f"Default severity: {rule_class.severity.value} ({SEVERITY_MEANING[rule_class.severity]})\n")
         click.echo(rule_class.documentation())
 
 

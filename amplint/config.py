@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amplint import rules as registry
+from amplint.diagnostics import Severity
 from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES
+from amplint.output.common import FILE_ERRORS
 from amplint.source import DEFAULT_MAX_FILE_SIZE
 
 DEFAULT_EXCLUDE = (
@@ -48,6 +50,9 @@ class Settings:
     cache_dir: str | None = None
     jobs: int | None = None
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes: a larger file is not read (AMP901)
+    # `[tool.amplint.severity]`: rule selector -> "error" | "warning", as written (see `severity_levels`)
+    severity: dict[str, str] = field(default_factory=dict)
+    exit_non_zero_on_warning: bool = False  # warnings alone exit 1 (else 0)
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
@@ -69,6 +74,10 @@ class Settings:
             if fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(name, pattern):
                 ignored.extend(codes)
         return ignored
+
+    def severity_levels(self) -> dict[str, Severity]:
+        """Code -> level for the rules whose configured level differs from their default (`resolve_severity`)."""
+        return resolve_severity(self.severity)
 
 
 @functools.lru_cache(maxsize=64)
@@ -225,6 +234,12 @@ def _positive_integer(value: object) -> int:
     return value
 
 
+def _levels_per_selector(value: object) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(level, str) for level in value.values()):
+        raise _WrongType('a table of rule = "error" or "warning"')
+    return dict(value)
+
+
 def _codes_per_pattern(value: object) -> dict[str, list[str]]:
     if not isinstance(value, dict) or not all(isinstance(codes, list) and all(isinstance(c, str) for c in codes)
                                               for codes in value.values()):
@@ -245,6 +260,8 @@ KEYS = {
     "cache-dir": _string,
     "jobs": _positive_integer,
     "max-file-size": _positive_integer,
+    "severity": _levels_per_selector,
+    "exit-non-zero-on-warning": _boolean,
 }
 KNOWN_KEYS = frozenset(KEYS)
 
@@ -272,6 +289,10 @@ def settings_from_table(table: dict, path: Path) -> Settings:
             raise ConfigError(f"{path}: `target-torch-version`: {error}") from None
         settings.target_torch_source = str(path)
     validate_selectors(settings, str(path))
+    try:
+        resolve_severity(settings.severity)
+    except ValueError as error:
+        raise ConfigError(f"{path}: {error}") from None
     return settings
 
 
@@ -291,6 +312,38 @@ def infer_target_torch(settings: Settings, paths: list[str]) -> None:
     if lowest is not None:
         settings.target_torch_version = version_text(lowest.range.floor)
         settings.target_torch_source = f"{lowest.text} ({lowest.where(Path.cwd())})"
+
+
+def resolve_severity(table: dict[str, str]) -> dict[str, Severity]:
+    """The `severity` table as code -> level, for each rule whose level it changes from the rule's default.
+
+    A key is a selector (code, prefix, name or `ALL`); where several match a rule, the narrowest (matching the
+    fewest rules) decides, whatever their order: `{ALL = "warning", AMP003 = "error"}`. Two equally narrow keys
+    that match a rule and disagree (`AMP003` and `clip-without-unscale`) are an error, as are an unknown level or
+    selector. Raises ValueError with a message naming the entry."""
+    chosen: dict[str, tuple[int, str, Severity]] = {}  # code -> (breadth, selector, level)
+    for selector, text in table.items():
+        where = f"`severity.{selector}`" if re.fullmatch(r"[A-Za-z0-9_-]+", selector) else f"`severity` key {selector!r}"
+        try:
+            level = Severity(text)
+        except ValueError:
+            raise ValueError(f'{where} must be "error" or "warning", not {_kind(text)}') from None
+        if selector.strip().upper() in FILE_ERRORS:  # files amplint could not analyse
+            raise ValueError(f"{where}: {selector} reports a file amplint could not analyse; it is always an error")
+        try:
+            rules = registry.matching(selector)
+        except registry.UnknownSelector:
+            raise ValueError(f"unknown rule code or name in `severity`: {selector!r}") from None
+        for rule in rules:
+            breadth = len(rules)
+            previous = chosen.get(rule.code)
+            if previous is not None and previous[0] == breadth and previous[2] is not level:
+                raise ValueError(f"`severity` sets {rule.code} to both {previous[2].value!r} ({previous[1]}) "
+                                 f"and {level.value!r} ({selector})")
+            if previous is None or breadth < previous[0]:
+                chosen[rule.code] = (breadth, selector, level)
+    return {code: level for code, (_, _, level) in chosen.items()
+            if level is not registry.RULES_BY_CODE[code].severity}
 
 
 def validate_selectors(settings: Settings, where: str) -> None:

@@ -7,7 +7,7 @@ knows about AMP, files on disk or the command line.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DOCS_URL = "https://amplint.readthedocs.io/en/latest/rules/{code}.html"
 
@@ -18,6 +18,15 @@ class Location:
 
     row: int
     column: int
+
+
+class Severity(str, enum.Enum):
+    """How much a finding matters (eslint's two levels). An error changes what a program computes or makes it
+    raise; a warning is worth fixing but harmless (a deprecated spelling, needless work). Errors fail a run;
+    warnings fail it only with `--exit-non-zero-on-warning`."""
+
+    ERROR = "error"
+    WARNING = "warning"
 
 
 class Applicability(str, enum.Enum):
@@ -75,6 +84,8 @@ class Diagnostic:
     fix: Fix | None = None
     cell: int | None = None  # 1-based notebook cell, None for plain Python files
     source_line: str = field(default="", compare=False)  # the first reported line, for the source frame
+    # The rule's default level (Rule.severity); a run's configuration may change it (amplint/config.py).
+    severity: Severity = Severity.ERROR
 
     @property
     def url(self) -> str:
@@ -100,5 +111,15 @@ class Diagnostic:
             "location": {"row": self.location.row, "column": self.location.column},
             "end_location": {"row": self.end_location.row, "column": self.end_location.column},
             "fix": self.fix.to_dict() if self.fix else None,
+            "severity": self.severity.value,
             "url": self.url,
         }
+
+
+def with_severities(diagnostics: list[Diagnostic], levels: dict[str, Severity]) -> list[Diagnostic]:
+    """The diagnostics with the levels a run's configuration gives their codes (code -> level; codes not named
+    keep their rule's default). Applied after linting, so the cache holds the defaults whatever the settings."""
+    if not levels:
+        return diagnostics
+    return [replace(d, severity=levels[d.code]) if levels.get(d.code, d.severity) is not d.severity else d
+            for d in diagnostics]

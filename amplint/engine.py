@@ -148,6 +148,7 @@ def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: st
         end_location=Location(end.line, end.column + 1),
         fix=fix,
         source_line=index.line(start.line),
+        severity=rule.severity,
     )
 
 

@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlparse
 from amplint import __version__
 from amplint import rules as registry
 from amplint.config import ConfigError, load_settings
-from amplint.diagnostics import Applicability, Diagnostic, Location
+from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_severities
 from amplint.engine import INTERNAL_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.parallel import die_with
@@ -43,7 +43,6 @@ from amplint.runner import rules_for
 DEBOUNCE_SECONDS = 0.3
 NAME = "amplint"
 FIX_ALL_KIND = "source.fixAll.amplint"
-ERROR_CODES = frozenset({"AMP900", "AMP901", "AMP902"})
 PYTHON_SUFFIXES = (".py", ".pyi")
 INVALID_MESSAGE = "amplint/invalidMessage"  # the request `FrameReader` puts in place of one that cannot be served
 MAX_CONTENT_LENGTH = 1 << 28  # bytes: a longer declared message is taken as a broken header
@@ -109,7 +108,8 @@ def lint_document(text: str, path: str | None, root: str | None = None) -> list[
     if path and settings.force_exclude and settings.excluded(path):
         return []
     rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
-    return lint_text(text, filename, rules_for(filename, rule_classes, settings)).diagnostics
+    diagnostics = lint_text(text, filename, rules_for(filename, rule_classes, settings)).diagnostics
+    return with_severities(diagnostics, settings.severity_levels())  # `[tool.amplint.severity]`
 
 
 def fix_all(text: str, path: str | None, root: str | None = None) -> str:
@@ -498,7 +498,7 @@ def create_server():
             range=lsp_range(positions.at_location(diagnostic.location),
                             positions.at_location(diagnostic.end_location)),
             message=diagnostic.message,
-            severity=types.DiagnosticSeverity.Error if diagnostic.code in ERROR_CODES
+            severity=types.DiagnosticSeverity.Error if diagnostic.severity is Severity.ERROR
             else types.DiagnosticSeverity.Warning,
             code=diagnostic.code,
             code_description=types.CodeDescription(href=diagnostic.url),

@@ -184,7 +184,7 @@ def test_fix_only_reports_files_it_could_not_analyse_and_exits_1(broken):
     result = run(["--fix-only", "."], broken)
     assert result.exit_code == 1
     assert "undecodable.py:1:1: AMP901" in result.stderr and "syntax.py:2:7: AMP900" in result.stderr
-    assert "Fixed 1 error." in result.stdout  # flagged.py's AMP001
+    assert "Fixed 1 problem." in result.stdout  # flagged.py's AMP001
     assert (broken / "undecodable.py").read_bytes() == UNDECODABLE
 
 
@@ -360,21 +360,21 @@ def test_fix_counts_the_findings_removed_and_reports_what_remains(project):
     assert "Found 3 errors." in before.stdout
     result = run(["--fix", "--output-format", "concise", "."], project)
     assert result.exit_code == 1
-    assert "Found 3 errors (2 fixed, 1 remaining)." in result.stdout
+    assert "Found 3 problems (2 fixed, 1 error remaining)." in result.stdout
     assert "half.py:4:5: AMP012" in result.stdout
 
 
 def test_fix_only_counts_the_findings_removed(project):
     (project / "flagged.py").write_text(TWO_IN_ONE)
     result = run(["--fix-only", "."], project)
-    assert result.exit_code == 0 and result.stdout == "Fixed 2 errors.\n"
+    assert result.exit_code == 0 and result.stdout == "Fixed 2 problems.\n"
 
 
 def test_fix_that_removes_everything_says_so(project):
     (project / "flagged.py").write_text(TWO_IN_ONE)
     result = run(["--fix", "--output-format", "full", "flagged.py"], project)
     assert result.exit_code == 0
-    assert result.stdout.strip() == "Found 2 errors (2 fixed, 0 remaining)."
+    assert result.stdout.strip() == "Found 2 problems (2 fixed, 0 remaining)."
 
 
 def test_diff_headers_quote_odd_names_as_git_does(project):

@@ -195,7 +195,9 @@ def test_junit_has_a_suite_per_file_and_a_failing_case_per_diagnostic():
     failure = cases[1].find("failure")
     assert failure.get("type") == "AMP003"
     assert failure.get("message") == report.diagnostics[2].message
-    assert failure.text.startswith("b.py:13:9: AMP003 ")
+    assert failure.text.startswith("b.py:13:9: error: AMP003 ")
+    assert [(p.get("name"), p.get("value")) for p in cases[1].findall("properties/property")] == [
+        ("severity", "error")]
     assert failure.text.endswith("/rules/AMP003.html")
 
 
@@ -382,7 +384,7 @@ def test_cli_output_file_writes_the_report_there_instead_of_stdout(project):
 
 def test_cli_output_file_takes_statistics_and_default_format(project):
     assert check("train.py", "--statistics", "--output-file", "stats.txt").stdout == ""
-    assert (project / "stats.txt").read_text() == "    1\tAMP003\t[*] clip-without-unscale\n"
+    assert (project / "stats.txt").read_text() == "    1\tAMP003\terror\t[*] clip-without-unscale\n"
     assert check("train.py", "--output-file", "full.txt").exit_code == 1
     assert "AMP003 [*]" in (project / "full.txt").read_text()
 

@@ -216,7 +216,7 @@ def run_session(client: Client, workspace: Path) -> None:
     assert codes(published) == ["AMP001", "AMP003", "AMP004"]
     clip = next(d for d in published["diagnostics"] if d["code"] == "AMP003")
     assert clip["range"]["start"] == {"line": 15, "character": 12}
-    assert clip["source"] == "amplint" and clip["severity"] == 2
+    assert clip["source"] == "amplint" and clip["severity"] == 1  # AMP003 is an error (a warning is 2)
     assert clip["codeDescription"]["href"].endswith("AMP003.html")
 
     # a quick fix at the clip: its edit gives the text the fix describes

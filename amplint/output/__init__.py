@@ -18,6 +18,7 @@ class Report:
     show_fixes: bool = False
     messages: list[str] = field(default_factory=list)  # notes about files, e.g. fixes refused
     rules: list = field(default_factory=list)  # the Rule classes that ran
+    severities: dict = field(default_factory=dict)  # code -> Severity the configuration gave, where not the default
 
 
 def _formats() -> dict[str, Callable[[Report], str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import Diagnostic, Severity
 from amplint.output.common import printable
 
 
@@ -16,16 +16,30 @@ def line(diagnostic: Diagnostic, unsafe: bool) -> str:
     return f"{location(diagnostic)}: {diagnostic.code}{marker} {diagnostic.message}"
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'s' if count != 1 else ''}"
+
+
+def by_severity(diagnostics) -> str:
+    """"3 errors and 202 warnings", "1 warning", "0": each level that occurs, errors first."""
+    errors = sum(d.severity is Severity.ERROR for d in diagnostics)
+    warnings = len(diagnostics) - errors
+    parts = [plural(count, noun) for count, noun in ((errors, "error"), (warnings, "warning")) if count]
+    return " and ".join(parts) or "0"
+
+
 def summary(report) -> str:
-    """After fixes, ruff's line: "Found 8 errors (6 fixed, 2 remaining).", where found is what the files reported
-    before fixing (the fixed ones plus those that remain); then how to fix what remains."""
+    """"Found 3 errors and 202 warnings." (ruff's line, with eslint's two levels). After fixes: "Found 8 problems
+    (6 fixed, 1 error and 1 warning remaining).", where found is what the files reported before fixing (the fixed
+    ones, whose levels are not kept, plus those that remain); then how to fix what remains."""
     count = len(report.diagnostics)
     parts = []
     if report.fixed:
         found = report.fixed + count
-        parts.append(f"Found {found} error{'s' if found != 1 else ''} ({report.fixed} fixed, {count} remaining).")
+        parts.append(f"Found {plural(found, 'problem')} ({report.fixed} fixed, "
+                     f"{by_severity(report.diagnostics)} remaining).")
     elif count:
-        parts.append(f"Found {count} error{'s' if count != 1 else ''}.")
+        parts.append(f"Found {by_severity(report.diagnostics)}.")
     if count:
         fixable = sum(d.fixable(report.unsafe_fixes) for d in report.diagnostics)
         hidden = sum(d.fixable(True) for d in report.diagnostics) - fixable

@@ -1,4 +1,5 @@
-"""GitHub Actions workflow commands: one `::error ...::message` line per diagnostic, shown as annotations."""
+"""GitHub Actions workflow commands: one `::error ...::message` (or `::warning`, by the diagnostic's level) line per
+diagnostic, shown as annotations."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ def command(diagnostic: Diagnostic) -> str:
     joined = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items())
     # Rows of a notebook count from the top of the cell, so the annotation says which cell.
     cell = f"cell {diagnostic.cell}: " if diagnostic.cell is not None else ""
-    return f"::error {joined}::{escape_data(cell + diagnostic.message)}"
+    return f"::{diagnostic.severity.value} {joined}::{escape_data(cell + diagnostic.message)}"
 
 
 def render(report) -> str:

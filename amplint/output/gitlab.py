@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import json
 
+from amplint.diagnostics import Diagnostic, Severity
 from amplint.output.common import FILE_ERRORS, fingerprints, portable, relative_path
+
+
+def severity(diagnostic: Diagnostic) -> str:
+    """GitLab's scale (info, minor, major, critical, blocker): a warning is minor, an error major; a file that
+    could not be analysed may hide any number of findings, so it ranks above one finding."""
+    if diagnostic.code in FILE_ERRORS:
+        return "critical"
+    return "major" if diagnostic.severity is Severity.ERROR else "minor"
 
 
 def issue(diagnostic, fingerprint: str) -> dict:
@@ -13,8 +22,7 @@ def issue(diagnostic, fingerprint: str) -> dict:
         "description": portable(f"{diagnostic.code}{cell} {diagnostic.message}"),
         "check_name": diagnostic.code,
         "fingerprint": fingerprint,
-        # A file that could not be analysed may hide any number of findings: rank it above one finding.
-        "severity": "critical" if diagnostic.code in FILE_ERRORS else "major",
+        "severity": severity(diagnostic),
         "location": {
             "path": portable(relative_path(diagnostic.filename)),
             "lines": {"begin": diagnostic.location.row, "end": diagnostic.end_location.row},

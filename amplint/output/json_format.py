@@ -1,4 +1,5 @@
-"""A JSON list of diagnostic objects (code, name, message, filename, location, end_location, fix, url)."""
+"""A JSON list of diagnostic objects (code, name, message, filename, cell, location, end_location, fix, severity,
+url)."""
 
 from __future__ import annotations
 

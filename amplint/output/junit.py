@@ -1,6 +1,7 @@
 """JUnit XML: a testsuite per file, a failing testcase per diagnostic; one passing suite when all is clean.
 
-CI systems that only understand test reports (Jenkins, GitLab's test tab, Azure) can then show findings.
+CI systems that only understand test reports (Jenkins, GitLab's test tab, Azure) can then show findings. JUnit has
+no warning level: a warning is a failing case too, with a `severity` property (and its failure text says so).
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ def render(report) -> str:
             where = f"{cell}line {diagnostic.location.row}, column {diagnostic.location.column}"
             case = ET.SubElement(suite, "testcase", name=f"{diagnostic.code} {diagnostic.name} at {where}",
                                  classname=path, file=path, line=str(diagnostic.location.row))
+            properties = ET.SubElement(case, "properties")
+            ET.SubElement(properties, "property", name="severity", value=diagnostic.severity.value)
             failure = ET.SubElement(case, "failure", message=clean(diagnostic.message), type=diagnostic.code)
-            failure.text = clean(f"{concise.location(diagnostic)}: {diagnostic.code} {diagnostic.message}\n"
+            failure.text = clean(f"{concise.location(diagnostic)}: {diagnostic.severity.value}: {diagnostic.code} "
+                                 f"{diagnostic.message}\n"
                                  f"{diagnostic.url}")
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -2,6 +2,8 @@
 
 One run: the tool with every rule that ran and its full documentation, one result per diagnostic with its
 region and, when there is one, its fix as replacements. Columns count characters (code points), as amplint's do.
+Levels: each rule's default is its `defaultConfiguration`, a level the configuration changed is a
+`ruleConfigurationOverrides` entry of the invocation, and every result states its own `level`.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ def rule_descriptor(rule) -> dict:
         "fullDescription": {"text": first_paragraph(documentation) or rule.summary()},
         "help": {"text": documentation, "markdown": documentation},
         "helpUri": DOCS_URL.format(code=rule.code),
-        "defaultConfiguration": {"level": "error"},
+        "defaultConfiguration": {"level": rule.severity.value},
     }
 
 
@@ -78,7 +80,7 @@ def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
     entry: dict = {
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
-        "level": "error",
+        "level": diagnostic.severity.value,
         "message": {"text": portable(diagnostic.message)},
         "locations": [{"physicalLocation": {
             "artifactLocation": location,
@@ -110,6 +112,10 @@ def sarif_log(report) -> dict:
             rules.append(file_error_descriptor(diagnostic))
     results = [result(d, index[d.code], fp) for d, fp in zip(report.diagnostics, fingerprints(report.diagnostics))]
     invocation: dict = {"executionSuccessful": not any(d.code == "AMP902" for d in report.diagnostics)}
+    overrides = [{"descriptor": {"id": code, "index": index[code]}, "configuration": {"level": level.value}}
+                 for code, level in report.severities.items() if code in index]
+    if overrides:
+        invocation["ruleConfigurationOverrides"] = overrides
     if report.messages:
         invocation["toolExecutionNotifications"] = [
             {"level": "warning", "message": {"text": portable(message)}} for message in report.messages]

@@ -119,6 +119,7 @@ class DeprecatedAmpApi(Rule):
 
     code = "AMP007"
     name = "deprecated-amp-api"
+    severity = "warning"  # a deprecated spelling: it warns and will break one day, it computes the same
     words = ("amp",)  # every path to torch.cuda.amp / torch.cpu.amp spells it
     min_torch = "1.6"  # the legacy spellings appeared in torch 1.6
     fix = "safe"

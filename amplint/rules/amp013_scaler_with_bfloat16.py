@@ -73,6 +73,7 @@ class ScalerWithBfloat16(Rule):
 
     code = "AMP013"
     name = "scaler-with-bfloat16"
+    severity = "warning"  # needless work: the parameters are bit-identical without the scaler
     words = ("GradScaler",)  # the finding is a GradScaler construction
     min_torch = "1.10"
     fix = "unsafe"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
 from amplint.lazy import libcst as cst
 
-from amplint.diagnostics import Applicability
+from amplint.diagnostics import Applicability, Severity
 from amplint.facts import ModuleFacts
 from amplint.facts.versions import TorchSupport
 
@@ -50,6 +50,14 @@ class Rule:
     # What --fix can do for this rule's findings: "safe", "unsafe", "sometimes" (safe or unsafe depending on
     # the code), or "none". Shown in the README's rule table.
     fix: ClassVar[str] = "none"
+    # The default level of the rule's findings (a rule file may write the value: `severity = "warning"`). An error
+    # changes what training computes or makes it raise; a warning is harmless where it stands (a deprecated
+    # spelling, needless work). `[tool.amplint.severity]` changes it per run (amplint/config.py).
+    severity: ClassVar[Severity] = Severity.ERROR
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.severity = Severity(cls.severity)  # "warning" -> Severity.WARNING; a misspelt level fails at import
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:  # pragma: no cover - interface
         raise NotImplementedError
