@@ -133,6 +133,25 @@ def test_amp008_fix_on_a_name_known_only_by_zero_grad_is_unsafe() -> None:
     assert "scaler.step(opt)" in fixed(text, "AMP008", unsafe=True)
 
 
+def test_amp008_a_name_stepped_by_the_scaler_in_another_function_is_not_known_here() -> None:
+    text = textwrap.dedent("""
+        import torch
+        def warmup(model, optimizer, scaler, loss):
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+        def train(model, loader, optimizer, scaler):
+            for x in loader:
+                with torch.autocast("cuda"):
+                    loss = model(x)
+                scaler.scale(loss).backward()
+                optimizer.step()
+                scaler.update()
+    """)
+    assert findings(text, "AMP008") == [(13, "unsafe")]
+
+
 def test_amp008_adds_no_update_where_another_function_updates_the_scaler() -> None:
     """A second update() per iteration raises `No inf checks were recorded prior to update.`"""
     text = textwrap.dedent("""

@@ -429,14 +429,23 @@ class ModuleFacts:
         return self._scaler_cache[cache_key]
 
     @cached_property
-    def _optimizer_argument_keys(self) -> set[str]:
-        keys = set()
+    def _optimizer_argument_sites(self) -> dict[str, set[int]]:
+        """Names passed to a GradScaler's `step`/`unscale_` -> ids of the functions that pass them."""
+        sites: dict[str, set[int]] = {}
         for call in self.calls:
             if call.method in ("step", "unscale_") and call.node.args and self.is_scaler(call.receiver, call.frame):
                 key = dotted_name(call.node.args[0].value)
                 if key:
-                    keys.add(key)
-        return keys
+                    sites.setdefault(key, set()).add(id(call.frame.function()))
+        return sites
+
+    def _passed_to_scaler(self, key: str, frame: Frame | None) -> bool:
+        """Is this object (not only this spelling) passed to a scaler's step/unscale_: an attribute (`self.opt`)
+        anywhere, a plain name in the same function?"""
+        functions = self._optimizer_argument_sites.get(key)
+        if not functions:
+            return False
+        return "." in key or id(frame.function() if frame is not None else None) in functions
 
     @cached_property
     def _zero_grad_keys(self) -> set[str]:
@@ -460,9 +469,10 @@ class ModuleFacts:
             and api.is_known_optimizer_class(self.imports.qualify(a.value.func)) for a in bound)
 
     def optimizer_known(self, key: str | None, frame: Frame | None) -> bool:
-        """Is `key` surely an optimizer: passed to a GradScaler's `step`/`unscale_`, or built from a known
-        optimizer class? What a safe fix that hands the object to `scaler.step` may rest on."""
-        return bool(key) and (key in self._optimizer_argument_keys or self.optimizer_constructed(key, frame))
+        """Is `key` surely an optimizer: passed to a GradScaler's `step`/`unscale_` (a plain name in the same
+        function: another function's `optimizer` may be another object), or built from a known optimizer class?
+        What a safe fix that hands the object to `scaler.step` may rest on."""
+        return bool(key) and (self._passed_to_scaler(key, frame) or self.optimizer_constructed(key, frame))
 
     def is_optimizer(self, key: str | None, frame: Frame | None) -> bool:
         """Is `key` an optimizer by what the code does with it (`optimizer_known`, `x.zero_grad()`,
@@ -470,7 +480,8 @@ class ModuleFacts:
         `get_optimizer_and_scheduler`, is not one."""
         if not key:
             return False
-        return key in self._zero_grad_keys or self.optimizer_known(key, frame) or key in self._param_groups_keys
+        return (key in self._zero_grad_keys or key in self._optimizer_argument_sites
+                or self.optimizer_constructed(key, frame) or key in self._param_groups_keys)
 
     def with_as_names(self, function: Frame | None) -> set[str]:
         """The names `with ... as name` binds in the code of `function` (None: module level)."""
