@@ -323,7 +323,7 @@ def resolve_severity(table: dict[str, str]) -> dict[str, Severity]:
     selector. Raises ValueError with a message naming the entry."""
     chosen: dict[str, tuple[int, str, Severity]] = {}  # code -> (breadth, selector, level)
     for selector, text in table.items():
-        where = f"`severity.{selector}`" if re.fullmatch(r"[A-Za-z0-9_-]+", selector) else f"`severity` key {selector!r}"
+        where = f"`severity.{selector}`"
         try:
             level = Severity(text)
         except ValueError:

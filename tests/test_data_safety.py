@@ -254,7 +254,7 @@ def test_read_only_files_are_not_rewritten_and_findings_are_reported(tmp_path, m
     path.write_text(FLAGGED)
     os.chmod(path, mode)
     try:
-        result = _invoke(["check", str(path), "--fix", "--output-format", "concise"])
+        result = _invoke(["check", str(path), "--fix", "--output-format", "concise", "--exit-non-zero-on-warning"])
         assert path.read_text() == FLAGGED
         assert "read-only" in result.output and "AMP007" in result.output and result.exit_code == 1
     finally:

@@ -361,10 +361,13 @@ def test_target_version_in_configuration(tmp_path, monkeypatch) -> None:
     (tmp_path / "train.py").write_text(source)
     monkeypatch.chdir(tmp_path)
     runner = CliRunner()
-    result = runner.invoke(main, ["check", "train.py", "--select", "AMP007", "--output-format", "concise"])
+    warning_fails = ["--exit-non-zero-on-warning"]  # AMP007 is a warning, which alone exits 0
+    result = runner.invoke(main, ["check", "train.py", "--select", "AMP007", "--output-format", "concise",
+                                  *warning_fails])
     assert result.exit_code == 1 and "AMP007" in result.output
     (tmp_path / "amplint.toml").write_text('target-torch-version = "2.2"\n')  # before torch.amp.GradScaler
-    result = runner.invoke(main, ["check", "train.py", "--select", "AMP007", "--output-format", "concise"])
+    result = runner.invoke(main, ["check", "train.py", "--select", "AMP007", "--output-format", "concise",
+                                  *warning_fails])
     assert result.exit_code == 1 and "AMP007" in result.output and "[*]" not in result.output, result.output
     (tmp_path / "amplint.toml").write_text('target-torch-version = "two point four"\n')
     result = runner.invoke(main, ["check", "train.py"])
