@@ -53,9 +53,11 @@ class ClipWithoutUnscale(Rule):
     only change is that the clip sees true gradients. When several optimizers are stepped after the clip and
     none is known to own its parameters, no fix is offered: the first step's optimizer is a guess, and a wrong
     one silences the finding while the clip still sees scaled gradients. When `unscale_` already comes after
-    the clip, the fix moves it before. No fix is offered when the step does not run every time the clip does
-    (for example the clip runs every micro-batch but the step only at the accumulation boundary), because
-    unscaling twice before `update()` raises.
+    the clip in the same block, the fix moves it before: `unscale_` touches only its optimizer's gradients, so
+    the move changes only what the clip (and the code between them) sees. No fix is offered when the owner's
+    step does not run every time the clip does (for example the clip runs every micro-batch but the step only
+    at the accumulation boundary), nor when an `unscale_` of that optimizer already ran since the last
+    `update()`, because unscaling twice before `update()` raises.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
