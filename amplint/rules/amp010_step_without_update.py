@@ -21,6 +21,9 @@ class StepWithoutUpdate(Rule):
     Checks for `scaler.step(optimizer)` run every iteration of a loop (directly, or in a function called from a
     loop of the same module) when the module never calls `scaler.update()`.
 
+    Also checks for a `scaler.step(optimizer)` run every iteration of a loop whose `scaler.update()` only runs
+    outside the loop (after it): measured on CPU, the second iteration raises the same `RuntimeError`.
+
     Applies to every torch version with `GradScaler` (torch >= 1.6).
 
     ## Why is this bad?
@@ -51,22 +54,22 @@ class StepWithoutUpdate(Rule):
         optimizer.zero_grad()
     ```
 
-    Also checks for a `scaler.step(optimizer)` run every iteration of a loop whose `scaler.update()` only runs
-    outside the loop (after it): measured on CPU, the second iteration raises the same `RuntimeError`.
-
     ## Fix safety
     Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
     a fix that rests on a guess is unsafe or not offered. The fix inserts `scaler.update()` right after the last
     `scaler.step(...)` of the iteration (after a `for opt in optimizers: scaler.step(opt)` loop as a whole). It
     is offered only when the module never updates the scaler, where the program raises at its second step: the
     inserted update changes nothing up to that step (the first step has run with the initial scale) and from
-    then on makes every step legal. No fix when the steps sit in different branches (no single place runs after
+    then on makes every step legal. A loop that runs only once worked before; after the fix its parameters are
+    the same, only the scaler's own state (`get_scale()`, its state_dict) has adapted. No fix when the steps sit in different branches (no single place runs after
     every step), nor for an update only after the loop: moving it into the loop changes when the scale adapts
     relative to code after the loop, and keeping both makes the later update raise (`No inf checks were
     recorded prior to update.`).
 
     ## Limits
-    Silent when any `.update()` is called on a scaler of the same name anywhere in the module, when the scaler
+    Silent when `.update()` is called on a scaler of the same name in another function of the module (or on
+    another spelling of it in this one), for an update after the loop when the loop can end after one pass
+    (`break`, `return`, `raise`), the step is conditional or steps a name the loop rebinds, when the scaler
     is passed to another function (which may update it), when the loop calls methods of the scaler's owner that
     are not defined in this module, and for a scaler built with `enabled=False`.
     """
