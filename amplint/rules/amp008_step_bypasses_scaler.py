@@ -62,6 +62,9 @@ class StepBypassesScaler(Rule):
     (GradScaler does not support closures).
 
     ## Limits
+    Only objects known to be optimizers by what the code does with them count: built from a torch.optim class
+    (or a known optimizer package), passed to `scaler.step`/`scaler.unscale_`, given `.zero_grad()` or read for
+    `.param_groups`. A name alone says nothing (`lr_scheduler`, unpacked from a factory, is not an optimizer).
     Silent when the backward and the step sit on different code paths (`if use_amp: scaler.scale(loss).backward()
     else: loss.backward()`, then `if use_amp: scaler.step(opt) else: opt.step()`), when the step is guarded by a
     test on the scaler or the AMP flag, when another backward comes between them, when the scaler is built with
