@@ -411,3 +411,14 @@ def test_fixer_reaches_a_fixed_point_beyond_ten_rounds() -> None:
     again = fix_text(outcome.text, "train.py", rules=rules)
     assert again.text == outcome.text and not again.applied
     assert outcome.found and outcome.removed == len(outcome.found)
+
+
+def test_legacy_autocast_with_positional_and_keyword_enabled_compiles() -> None:
+    """`torch.cuda.amp.autocast(True, enabled=flag)`: whatever the rules make of it, the fixed file compiles (the
+    migration once wrote `enabled` twice; the compile check refuses that even when a rule gets it wrong)."""
+    source = ("import torch\n\nflag = True\nwith torch.cuda.amp.autocast(True, enabled=flag):\n    pass\n"
+              "scaler = torch.cuda.amp.GradScaler()\n")
+    for unsafe in (False, True):
+        outcome = fix_text(source, "train.py", unsafe=unsafe)
+        compile(outcome.text, "train.py", "exec", dont_inherit=True)
+        assert fix_text(outcome.text, "train.py", unsafe=unsafe).text == outcome.text
