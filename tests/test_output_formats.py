@@ -415,3 +415,82 @@ def test_quiet_grouped_drops_the_summary(project):
     result = check("train.py", "--output-format", "grouped", "--quiet")
     assert result.stdout.splitlines()[0] == "train.py:"
     assert "Found" not in result.stdout
+
+
+# --- severities (issue 18) ------------------------------------------------------------------------------------
+
+# AMP007 (a warning: a deprecated spelling) at 3:10 and AMP003 (an error) at 9:9 in one file.
+MIXED = CLIP.replace("import torch\n", "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n", 1)
+
+
+@pytest.fixture
+def mixed_report() -> Report:
+    report = report_for(("train.py", MIXED))
+    assert [(d.code, d.severity.value) for d in report.diagnostics] == [("AMP007", "warning"), ("AMP003", "error")]
+    return report
+
+
+def test_github_annotation_level_follows_the_severity(mixed_report):
+    lines = render("github", mixed_report).splitlines()
+    assert [line.split(" ", 1)[0] for line in lines] == ["::warning", "::error"]
+
+
+def test_gitlab_severity_follows_the_severity(mixed_report):
+    issues = json.loads(render("gitlab", mixed_report))
+    assert [(i["check_name"], i["severity"]) for i in issues] == [("AMP007", "minor"), ("AMP003", "major")]
+
+
+def test_json_and_json_lines_carry_the_severity(mixed_report):
+    assert [item["severity"] for item in json.loads(render("json", mixed_report))] == ["warning", "error"]
+    lines = render("json-lines", mixed_report).splitlines()
+    assert [json.loads(line)["severity"] for line in lines] == ["warning", "error"]
+
+
+def test_junit_marks_each_case_with_its_severity(mixed_report):
+    cases = ET.fromstring(render("junit", mixed_report)).findall("testsuite/testcase")
+    assert [case.find("properties/property").get("value") for case in cases] == ["warning", "error"]
+    assert [case.find("failure").text.split(": ")[1] for case in cases] == ["warning", "error"]
+
+
+def test_sarif_levels_defaults_and_overrides(mixed_report):
+    from amplint.diagnostics import Severity
+
+    log = sarif_of(mixed_report)
+    validate_sarif(log)
+    run = log["runs"][0]
+    assert [r["level"] for r in run["results"]] == ["warning", "error"]
+    defaults = {rule["id"]: rule["defaultConfiguration"]["level"] for rule in run["tool"]["driver"]["rules"]}
+    assert defaults["AMP007"] == defaults["AMP013"] == "warning" and defaults["AMP003"] == "error"
+    assert "ruleConfigurationOverrides" not in run["invocations"][0]
+    # The configuration made AMP007 an error: the results say so and the invocation records the override.
+    raised = [dataclasses.replace(d, severity=Severity.ERROR) for d in mixed_report.diagnostics]
+    log = sarif_of(Report(raised, rules=list(ALL_RULES), severities={"AMP007": Severity.ERROR}))
+    validate_sarif(log)
+    run = log["runs"][0]
+    assert [r["level"] for r in run["results"]] == ["error", "error"]
+    [override] = run["invocations"][0]["ruleConfigurationOverrides"]
+    assert override["configuration"] == {"level": "error"} and override["descriptor"]["id"] == "AMP007"
+    assert run["tool"]["driver"]["rules"][override["descriptor"]["index"]]["id"] == "AMP007"
+
+
+def test_sarif_tools_count_warnings_apart_from_errors(tmp_path, mixed_report):
+    pytest.importorskip("sarif", reason="sarif-tools is in the `test` extra")
+    path = tmp_path / "amplint.sarif"
+    path.write_text(render("sarif", mixed_report), encoding="utf-8")
+    summary = subprocess.run([sys.executable, "-m", "sarif", "summary", str(path)],
+                             capture_output=True, text=True, timeout=120)
+    assert "error: 1" in summary.stdout and "warning: 1" in summary.stdout, summary.stdout
+
+
+def test_the_summary_counts_errors_and_warnings(mixed_report):
+    from amplint.output.concise import summary
+
+    assert summary(mixed_report).splitlines()[0] == "Found 1 error and 1 warning."
+    warnings_only = Report(mixed_report.diagnostics[:1])
+    assert summary(warnings_only).splitlines()[0] == "Found 1 warning."
+    assert summary(Report(mixed_report.diagnostics * 2)).splitlines()[0] == "Found 2 errors and 2 warnings."
+    fixed = Report(mixed_report.diagnostics[:1], fixed=2)
+    assert summary(fixed).splitlines()[0] == "Found 3 problems (2 fixed, 1 warning remaining)."
+    assert summary(Report([], fixed=1)) == "Found 1 problem (1 fixed, 0 remaining)."
+    for name in ("full", "concise", "grouped"):
+        assert "Found 1 error and 1 warning." in render(name, mixed_report)
