@@ -2,7 +2,11 @@
 
 AMP001 (backward) and AMP002 (optimizer/scaler step) both fix by moving the update phase of a training
 step out of the `with autocast(...)` block, splitting the block when forward code follows. Both rules
-build the same rewrite for the same block, so their fixes agree.
+build the same rewrite for the same block, so their fixes agree. What may leave a region is an allow-list
+(`UpdatePhase`): only statements that provably do no forward computation.
+
+`Changes` says what a piece of code may rebind or change in place: AMP004 hoists a construction out of a loop
+only when the loop changes nothing it reads.
 """
 
 from __future__ import annotations
