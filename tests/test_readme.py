@@ -21,8 +21,8 @@ def rule_table_rows() -> list[list[str]]:
 
 def test_rule_table_matches_the_registry():
     rows = rule_table_rows()
-    assert [(code, name, fix) for code, name, fix, _ in rows] == [
-        (rule.code, rule.name, rule.fix) for rule in ALL_RULES
+    assert [(code, name, severity, fix) for code, name, severity, fix, _ in rows] == [
+        (rule.code, rule.name, rule.severity.value, rule.fix) for rule in ALL_RULES
     ]
     assert all(summary for *_, summary in rows)
 
