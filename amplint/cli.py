@@ -331,10 +331,15 @@ def server() -> None:
 def entry() -> None:
     """Console entry point: an unexpected error becomes a message and exit code 2, never a traceback."""
     try:
-        main()
-    except KeyboardInterrupt:
+        # Not standalone: click would turn Ctrl-C into "Aborted!" and exit 1; an interrupted run exits 130.
+        status = main(standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("amplint: interrupted", err=True)
         sys.exit(130)
+    except click.ClickException as error:  # usage and bad-parameter errors: click's message, exit 2
+        error.show()
+        sys.exit(error.exit_code)
     except Exception as error:  # noqa: BLE001 - the last line of defence
         click.echo(f"amplint: internal error: {type(error).__name__}: {error} (please report it)", err=True)
         sys.exit(EXIT_ERROR)
+    sys.exit(status if isinstance(status, int) else EXIT_CLEAN)

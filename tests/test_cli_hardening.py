@@ -397,3 +397,20 @@ def test_diff_path_leaves_ordinary_names_alone():
     assert diff_path("a/caf\u00e9.py") == "a/caf\u00e9.py"  # UTF-8 is fine unquoted
     assert diff_path('a/say "hi".py') == '"a/say \\"hi\\".py"'
     assert diff_path("a/x\u202e.py") == '"a/x\\342\\200\\256.py"'  # a bidi override, as its UTF-8 bytes
+
+
+def test_an_interrupted_run_exits_130_not_click_s_abort(tmp_path):
+    """Ctrl-C during a run: "amplint: interrupted" and exit 130 (click's own handling would say "Aborted!", exit 1)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "t.py").write_text("import torch\n")
+    script = ("import sys, amplint.cli as cli\n"
+              "def interrupted(*args, **kwargs):\n"
+              "    raise KeyboardInterrupt\n"
+              "cli.lint_paths = interrupted\n"
+              "sys.argv = ['amplint', 'check', sys.argv[1], '--no-cache']\n"
+              "cli.entry()\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.py")], capture_output=True, text=True)
+    assert done.returncode == 130, done.stderr
+    assert "amplint: interrupted" in done.stderr and "Aborted" not in done.stderr
