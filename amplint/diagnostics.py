@@ -9,7 +9,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-DOCS_URL = "https://amplint.readthedocs.io/en/latest/rules/{code}.html"
+# The documentation site, built from this repository by `mkdocs build` (its `site_url` in mkdocs.yml must be
+# this; docs/hooks.py and tests/test_docs_site.py check it). Every report links to a code's page below it.
+DOCS_BASE = "https://amplint.readthedocs.io/en/latest/"
+DOCS_URL = DOCS_BASE + "rules/{code}.html"  # a rule's page; AMP900-AMP902 have one too
 
 
 @dataclass(frozen=True, order=True)

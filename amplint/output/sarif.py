@@ -13,11 +13,11 @@ from pathlib import Path
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import DOCS_URL, Diagnostic, Edit, Location
+from amplint.diagnostics import DOCS_BASE, DOCS_URL, Diagnostic, Edit, Location
 from amplint.output.common import FILE_ERRORS, fingerprints, name_bytes, portable, relative_path
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = "https://amplint.readthedocs.io/"
+INFORMATION_URI = DOCS_BASE  # the site's home page
 SRCROOT = "%SRCROOT%"
 
 
