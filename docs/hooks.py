@@ -255,7 +255,7 @@ def configuration_reference() -> str:
         default = getattr(defaults, key.replace("-", "_"), None)
         shown = "not set" if default is None else f"`{json.dumps(default)}`"
         option = options.get(f"--{key}")
-        help_text = (option.help or "").replace("|", "\\|") if option is not None else ""
+        help_text = (option.help or "").replace("|", "\\|") if option is not None else "—"
         lines.append(f"| `{key}` | {_expected(convert)} | {shown} | {f'`--{key}`' if option else ''} | "
                      f"{help_text} |")
     return "\n".join(lines) + "\n"

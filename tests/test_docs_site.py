@@ -154,3 +154,5 @@ def test_ci_builds_the_site_in_strict_mode_before_the_tests():
     ci = (REPO / ".ci" / "run").read_text()
     assert '".[test,docs]"' in ci
     assert ci.index("mkdocs build --strict") < ci.index("python -m pytest")
+    build = next(line for line in ci.splitlines() if "mkdocs build" in line)
+    assert "--quiet" not in build and " -q" not in build  # mkdocs's --quiet drops warnings, so --strict fails on none
