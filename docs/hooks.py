@@ -303,7 +303,16 @@ def nav(site: dict[str, str]) -> list:
             {"Performance and benchmark": "performance.md"}]
 
 
-_SITE: dict[str, str] = {}
+def _paths(entries) -> list[str]:
+    """The pages a menu names, at any depth."""
+    if isinstance(entries, str):
+        return [entries]
+    if isinstance(entries, dict):
+        entries = list(entries.values())
+    return [path for entry in entries for path in _paths(entry)]
+
+
+_SITE: dict[str, str] = {}  # the pages of the build in progress (on_config makes them, on_files adds them)
 
 
 def on_config(config):
@@ -315,9 +324,7 @@ def on_config(config):
     _SITE.clear()
     _SITE.update(pages())
     config.nav = nav(_SITE)
-    missing = sorted(set(_SITE) - {p for entry in config.nav for v in entry.values()
-                                   for p in (v if isinstance(v, list) else [v])
-                                   for p in (p.values() if isinstance(p, dict) else [p])})
+    missing = sorted(set(_SITE) - set(_paths(config.nav)))
     if missing:
         log.warning(f"pages in no menu: {', '.join(missing)}")
     return config
