@@ -1,0 +1,162 @@
+"""Linting costs work in proportion to the input: N findings cost N times the work of one, never N x N.
+
+Measured by counting work, not by timing: the Python function calls a lint makes and the lines amplint runs (a
+trace hook), and the whole-module code generation passes (`cst.Module._codegen`). Each case lints a file with N and with 4N repetitions of a
+pattern; the work must grow about 4 times (a quadratic cost grows 16 times), and the whole-module passes must not
+grow at all. N is small: the quadratic costs these tests guard against showed at N = 20 already.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import libcst as cst
+
+import amplint
+
+from amplint.engine import lint_text
+from amplint.facts import ModuleFacts
+from amplint.notebook import lint_notebook, parse_notebook
+from amplint.rules import ALL_RULES
+from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
+
+RULES = [rule() for rule in ALL_RULES]
+AMPLINT = str(Path(amplint.__file__).parent)
+LINEAR = 5.0  # the largest growth accepted for 4x the input (constant costs make it a little under 4 when linear)
+
+
+@contextmanager
+def counting(lines_in: str = AMPLINT):
+    """Counts work (Python function calls, and the lines amplint's own code runs: a loop over every call of the
+    module makes no call per item; `lines_in`: the folder whose lines count) and whole-module code generation
+    passes while active."""
+    counts = {"calls": 0, "lines": 0, "module passes": 0}
+    original = cst.Module._codegen
+
+    def module_pass(self, state, *args, **kwargs):
+        counts["module passes"] += 1
+        return original(self, state, *args, **kwargs)
+
+    def line(frame, event, arg):
+        if event == "line":
+            counts["lines"] += 1
+        return line
+
+    def call(frame, event, arg):
+        counts["calls"] += 1
+        return line if frame.f_code.co_filename.startswith(lines_in) else None  # loops count line by line
+
+    cst.Module._codegen = module_pass
+    sys.settrace(call)
+    try:
+        yield counts
+    finally:
+        sys.settrace(None)
+        cst.Module._codegen = original
+
+
+def work(text: str, codes: set[str], findings: int) -> dict[str, int]:
+    with counting() as counts:
+        diagnostics = lint_text(text, "many.py", RULES).diagnostics
+    assert sorted(d.code for d in diagnostics if d.code in codes) == sorted(codes) * findings  # found every one
+    return counts
+
+
+def assert_linear(make, codes: set[str], n: int = 20) -> None:
+    """`make(k)`: a source with k findings of each code in `codes`."""
+    small, large = work(make(n), codes, n), work(make(4 * n), codes, 4 * n)
+    assert_grows_linearly(small, large)
+    assert large["module passes"] <= max(small["module passes"], 3), (small, large)
+
+
+def assert_grows_linearly(small: dict[str, int], large: dict[str, int]) -> None:
+    """The counts for 4x the input against those for 1x."""
+    assert large["calls"] <= LINEAR * small["calls"], (small, large)
+    assert large["lines"] <= LINEAR * small["lines"], (small, large)
+
+
+def backwards_in_one_function(k: int) -> str:
+    """k autocast regions in one function, each with a backward inside: k AMP001 findings, k fixes that each move
+    one statement out of its region (a fix once regenerated the whole function around it)."""
+    blocks = "".join(f"    with torch.autocast('cuda'):\n        loss{i} = model(data).sum()\n        loss{i}.backward()\n"
+                     for i in range(k))
+    return f"import torch\ndef train(model, data):\n{blocks}"
+
+
+def test_fixes_in_one_function_cost_linear_work():
+    assert_linear(backwards_in_one_function, {"AMP001"})
+
+
+def test_each_fix_regenerates_its_own_statements_only():
+    """The fix for one region regenerates that region (the statement it replaces), not the function around it."""
+    facts = ModuleFacts(cst.parse_module(backwards_in_one_function(3)))
+    findings = list(BackwardInAutocast().check(facts))
+    assert len(findings) == 3
+    for finding in findings:
+        text, spans = finding.fix.rewrite().changes
+        (start, end, new), = spans
+        assert text[start:end].count("torch.autocast") == new.count("torch.autocast") == 1, text[start:end]
+
+
+def unscaled_backwards_in_one_loop(k: int) -> str:
+    """k unscaled backwards of one name in one loop before a scaler.step: k AMP009 findings (each once looked at
+    every event and every binding of `loss` after it)."""
+    body = "".join("        loss = model(x).sum()\n        loss.backward()\n" for _ in range(k))
+    return ("import torch\ndef train(model, opt, data):\n    scaler = torch.amp.GradScaler('cuda')\n"
+            f"    for x in data:\n{body}        scaler.step(opt)\n        scaler.update()\n")
+
+
+def test_unscaled_backwards_cost_linear_work():
+    assert_linear(unscaled_backwards_in_one_loop, {"AMP009"})
+
+
+def steps_without_update_in_many_functions(k: int) -> str:
+    """k functions that step a scaler in a loop and never update it, and k that do it right: k AMP010 findings
+    (each once scanned every call of the module)."""
+    functions = "".join(
+        f"def bad{i}(model, opt, data):\n    for x in data:\n        scaler.scale(model(x)).backward()\n"
+        f"        scaler.step(opt)\n"
+        f"def good{i}(model, opt, data):\n    for x in data:\n        s{i}.scale(model(x)).backward()\n"
+        f"        s{i}.step(opt)\n        s{i}.update()\n" for i in range(k))
+    return f"import torch\nscaler = torch.amp.GradScaler('cuda')\n{functions}"
+
+
+def test_steps_in_many_functions_cost_linear_work():
+    assert_linear(steps_without_update_in_many_functions, {"AMP010"})
+
+
+def test_a_clean_notebook_of_many_cells_costs_linear_work():
+    """Notebooks skip the screen: every rule runs on every cell. Half the cells are training steps done right."""
+    def notebook(k: int) -> str:
+        cells = [["import torch\n", "scaler = torch.amp.GradScaler('cuda')\n"]]
+        for i in range(k):
+            cells.append([f"def step{i}(model, opt, x):\n", "    with torch.autocast('cuda'):\n",
+                          "        loss = model(x).sum()\n", "    scaler.scale(loss).backward()\n",
+                          "    scaler.step(opt)\n", "    scaler.update()\n"])
+            cells.append([f"x{i} = {i}\n", f"print(x{i})"])
+        return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+            for source in cells]})
+
+    def cost(k: int) -> dict[str, int]:
+        parsed = parse_notebook(notebook(k))
+        with counting(lines_in=str(Path(AMPLINT) / "rules")) as counts:  # the rules' questions: walks would hide them
+            assert lint_notebook(parsed, "many.ipynb", RULES) == []
+        return counts
+
+    assert_grows_linearly(cost(30), cost(120))
+
+
+def test_a_long_line_costs_a_fixed_number_of_whole_module_passes():
+    """A 4x longer statement before a finding: the same number of whole-module code generation passes (positions
+    of every finding and fix from those), and linear work."""
+    def source(k: int) -> str:
+        return (f"import torch\nx = [{', '.join(['1'] * (250 * k))}]\n"
+                "with torch.autocast('cuda'):\n    loss = model(x).sum()\n    loss.backward()\n")
+
+    small, large = work(source(1), {"AMP001"}, 1), work(source(4), {"AMP001"}, 1)
+    assert small["module passes"] == large["module passes"] <= 2, (small, large)
+    assert_grows_linearly(small, large)
