@@ -232,12 +232,20 @@ def test_an_unreadable_file_named_on_the_command_line_is_amp901_and_the_run_goes
     # What the permissions of a non-root user would do (the tests may run as root): click's check, then the read.
     monkeypatch.setattr(os, "access", lambda path, mode, **kwargs: not str(path).endswith("locked.py"))
 
+    real_os_open = os.open
+
     def fake_open(path, *args, **kwargs):
         if str(path).endswith("locked.py"):
             raise PermissionError(13, "Permission denied", path)
         return real_open(path, *args, **kwargs)
 
+    def fake_os_open(path, *args, **kwargs):
+        if str(path).endswith("locked.py"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_os_open(path, *args, **kwargs)
+
     monkeypatch.setattr(amplint.source, "open", fake_open, raising=False)
+    monkeypatch.setattr(os, "open", fake_os_open)  # files are opened with os.open (amplint/source.py read_bytes)
     result = run(["--output-format", "concise", "locked.py", "flagged.py"], project)
     assert result.exit_code == 1, result.output
     assert "locked.py:1:1: AMP901 cannot read: Permission denied" in result.stdout
