@@ -16,14 +16,14 @@ import click
 from amplint import __version__
 from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
-from amplint.config import ConfigError, infer_target_torch, load_settings, validate_selectors
+from amplint.config import ConfigError, describe, infer_target_torch, load_settings, validate_selectors
 from amplint.diagnostics import Severity, with_severities
-from amplint.discovery import discover
+from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.output.common import FILE_ERRORS, printable
-from amplint.output.concise import line as concise_line
+from amplint.output.concise import line as concise_line, summary
 from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
@@ -85,30 +85,37 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="The result cache's folder (default: .amplint_cache in the project root).")
+@click.option("--show-settings", is_flag=True,
+              help="Print the resolved configuration, and where each value came from; lint nothing.")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
           exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
           target_torch_version=None, jobs=None, no_cache=False, cache_dir=None,
-          exit_non_zero_on_warning=False) -> None:
+          exit_non_zero_on_warning=False, show_settings=False) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
         for warning in settings.warnings:
             click.echo(f"amplint: warning: {printable(warning)}", err=True)
         if select:
-            settings.select = _split(select)
+            settings.set_by("select", _split(select), "--select")
             if not settings.select:
                 raise ConfigError("--select names no rule, so no rule is selected (omit it to select every rule)")
-        settings.extend_select += _split(extend_select)
-        settings.ignore += _split(ignore)
-        settings.force_exclude = settings.force_exclude or force_exclude
-        settings.exit_non_zero_on_warning = settings.exit_non_zero_on_warning or exit_non_zero_on_warning
+        for key, given in (("extend-select", extend_select), ("ignore", ignore)):
+            if _split(given):
+                previous = getattr(settings, key.replace("-", "_"))
+                settings.set_by(key, previous + _split(given), f"--{key}", extend=True)
+        for key, given, value in (("force-exclude", force_exclude, True), ("output-format", output_format,
+                                  output_format), ("exit-non-zero-on-warning", exit_non_zero_on_warning, True),
+                                  ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir)):
+            if given:
+                settings.set_by(key, value, f"--{key}")
         levels = settings.severity_levels()  # checked when the configuration was read
         if target_torch_version is not None:
             try:
                 parse_version(target_torch_version)
             except ValueError as error:
                 raise ConfigError(f"--target-torch-version: {error}") from None
-            settings.target_torch_version = target_torch_version
+            settings.set_by("target-torch-version", target_torch_version, "--target-torch-version")
             settings.target_torch_source = "--target-torch-version"
         infer_target_torch(settings, [stdin_filename or "-"] if list(paths) == ["-"] else list(paths) or ["."])
         validate_selectors(settings, "command line")
@@ -117,7 +124,10 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
     except ConfigError as error:
         raise click.UsageError(str(error)) from None
-    format_name = output_format or settings.output_format or "full"
+    if show_settings:
+        click.echo(describe(settings), nl=False)
+        sys.exit(EXIT_CLEAN)
+    format_name = settings.output_format or "full"
     if format_name not in FORMAT_NAMES:
         raise click.UsageError(f"unknown output format {format_name!r} (choose from {', '.join(FORMAT_NAMES)})")
     mode = Mode(fix=fix or fix_only, unsafe=unsafe_fixes, diff=diff)
@@ -139,6 +149,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _require_existing(paths)
         files = list(discover(list(paths) or ["."], settings,
                               on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error))))
+        if not quiet:
+            _say_skipped(list(paths) or ["."], settings, linted=bool(files))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
@@ -148,7 +160,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
-        outcomes.extend(lint_paths(files, rule_classes, settings, mode, jobs or settings.jobs, cache, progress))
+        outcomes.extend(lint_paths(files, rule_classes, settings, mode, settings.jobs, cache, progress))
         _apply_levels(outcomes, levels)
 
     if mode.diff:
@@ -177,7 +189,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             click.echo(f"Fixed {report.fixed} problem{'s' if report.fixed != 1 else ''}.")
         sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
-        _emit(_statistics(report), output_file)
+        _emit(_statistics(report, quiet), output_file)
     else:
         text = render(format_name, report)
         if quiet and format_name in ("full", "concise", "grouped"):
@@ -206,14 +218,38 @@ def _emit(text: str, output_file: str | None) -> None:
         sys.exit(EXIT_ERROR)
 
 
-def _statistics(report: Report) -> str:
+def _statistics(report: Report, quiet: bool = False) -> str:
+    """A count per rule, most frequent first; then, unless quiet, the notes about files and the summary the
+    other human formats end with: the total ("Found 3 errors and 2 warnings."), or that nothing was found."""
     counts = Counter((d.code, d.name, d.severity.value) for d in report.diagnostics)
     fixable = Counter(d.code for d in report.diagnostics if d.fixable(report.unsafe_fixes))
     lines = []
     for (code, name, level), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         marker = "[*]" if fixable[code] else "   "
         lines.append(f"{count:>5}\t{code}\t{level}\t{marker} {name}\n")
+    if not quiet:
+        lines.extend(printable(message) + "\n" for message in report.messages)
+        lines.append(summary(report) + "\n")
     return "".join(lines)
+
+
+def _say_skipped(paths: list[str], settings, linted: bool) -> None:
+    """Say on stderr what the run leaves out that the user may think it linted: each path named on the command
+    line that `force-exclude` skips (which pattern, and how to lint it), and a run that finds no file at all
+    (then the "All checks passed!" that follows checked nothing)."""
+    for path in paths:
+        if force_excluded(path, settings):
+            pattern, key = settings.excluding_pattern(path) or ("?", "exclude")
+            where = settings.origins.get(key, f"the default `{key}`")
+            forced = settings.origins.get("force-exclude", "force-exclude")
+            forced = forced if forced.startswith("--") else f"force-exclude = true ({forced})"
+            click.echo(f"amplint: {printable(path)} is not linted: `{printable(pattern)}` ({where}) excludes it, "
+                       f"and {forced} applies excludes to paths named on the command line too; to lint it, turn "
+                       "force-exclude off or remove the pattern", err=True)
+    if not linted:
+        suffixes = ", ".join(SOURCE_SUFFIXES)
+        click.echo(f"amplint: warning: no files to lint ({suffixes}) in {', '.join(map(printable, paths))}",
+                   err=True)
 
 
 def _require_existing(paths: tuple[str, ...]) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from amplint import rules as registry
 from amplint.diagnostics import Severity
-from amplint.facts.versions import parse_version
+from amplint.facts.versions import parse_version, rule_applies
 from amplint.output import FORMAT_NAMES
 from amplint.output.common import FILE_ERRORS
 from amplint.source import DEFAULT_MAX_FILE_SIZE
@@ -56,13 +56,39 @@ class Settings:
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
+    # Where each key's value came from, for `--show-settings`: key (as in KEYS) -> "pyproject.toml: [tool.amplint]
+    # select", "--select", "inferred from ...". A key not here has its default.
+    origins: dict[str, str] = field(default_factory=dict)
 
-    def excluded(self, path: str) -> bool:
-        """Does an exclude pattern match this path (its name, or its path relative to the root)?"""
+    def excluded(self, path: str, walked: bool = False) -> bool:
+        """Does an exclude pattern match this path (its name, or its path relative to the root)?
+
+        A path given as is is also excluded when it lies inside a folder a pattern names (`--force-exclude` on
+        `build/x.py`). A `walked` path was reached by walking a folder whose excluded subfolders the walk has
+        already pruned, so only the path itself is matched: a folder named on the command line is linted even
+        when a pattern names it or a folder above it (as ruff does; `--force-exclude` skips it before the walk).
+        """
         name = os.path.basename(os.path.normpath(path))
         relative = _relative(path, self.root)
-        by_name, by_path = _exclude_matchers(tuple(self.exclude), tuple(self.extend_exclude))
-        return by_name(os.path.normcase(name)) is not None or by_path(os.path.normcase(relative)) is not None
+        by_name, by_path, by_path_itself = _exclude_matchers(tuple(self.exclude), tuple(self.extend_exclude))
+        return by_name(os.path.normcase(name)) is not None or \
+            (by_path_itself if walked else by_path)(os.path.normcase(relative)) is not None
+
+    def excluding_pattern(self, path: str) -> tuple[str, str] | None:
+        """The first pattern that excludes this path given as is, and its key (`exclude` or `extend-exclude`), to
+        tell the user which one; None when none does. One pattern at a time: asked only to explain a skip."""
+        for key, patterns in (("exclude", self.exclude), ("extend-exclude", self.extend_exclude)):
+            for pattern in patterns:
+                if Settings(exclude=[pattern], root=self.root).excluded(path):
+                    return pattern, key
+        return None
+
+    def set_by(self, key: str, value: object, option: str, extend: bool = False) -> None:
+        """Set a key from the command line (`option` is the flag), recording where the value came from. With
+        `extend` the option adds to what the configuration gave, and both are named."""
+        setattr(self, key.replace("-", "_"), value)
+        before = self.origins.get(key)
+        self.origins[key] = f"{before}, and {option}" if extend and before else option
 
     def ignored_for(self, path: str) -> list[str]:
         if not self.per_file_ignores:
@@ -82,14 +108,18 @@ class Settings:
 
 @functools.lru_cache(maxsize=64)
 def _exclude_matchers(exclude: tuple[str, ...], extend_exclude: tuple[str, ...]):
-    """All the patterns as one compiled regex per question (a name; a relative path, also as a folder): the
-    same answers as `fnmatch` on each pattern in turn, without the loop (discovery asks for every entry)."""
+    """All the patterns as one compiled regex per question (a name; a relative path, also inside a folder the
+    pattern names; a relative path itself): the same answers as `fnmatch` on each pattern in turn, without the
+    loop (discovery asks for every entry). `src/legacy/` names the folder `src/legacy` itself too."""
     patterns = (*exclude, *extend_exclude)
     if not patterns:
-        return (lambda text: None), (lambda text: None)
+        return (lambda text: None), (lambda text: None), (lambda text: None)
+    itself = [q for p in patterns for q in dict.fromkeys((p, p.rstrip("/") or p))]
+    inside = [p.rstrip("/") + "/*" for p in patterns]
     by_name = "|".join(fnmatch.translate(os.path.normcase(p)) for p in patterns)
-    by_path = "|".join(fnmatch.translate(os.path.normcase(q)) for p in patterns for q in (p, p.rstrip("/") + "/*"))
-    return re.compile(by_name).match, re.compile(by_path).match
+    by_path = "|".join(fnmatch.translate(os.path.normcase(q)) for q in (*itself, *inside))
+    by_path_itself = "|".join(fnmatch.translate(os.path.normcase(q)) for q in itself)
+    return re.compile(by_name).match, re.compile(by_path).match, re.compile(by_path_itself).match
 
 
 @functools.lru_cache(maxsize=16)
@@ -180,12 +210,14 @@ def load_settings(config: str | None = None, start: Path | None = None) -> Setti
         if not isinstance(tool, dict):
             raise ConfigError(f"{path}: `tool` must be a table, not {_kind(tool)}")
         table = tool.get("amplint", {})
+        table_name = "[tool.amplint]"
     else:
         tool = data.get("tool")
-        table = tool["amplint"] if isinstance(tool, dict) and "amplint" in tool else data
+        nested = isinstance(tool, dict) and "amplint" in tool
+        table, table_name = (tool["amplint"], "[tool.amplint]") if nested else (data, "")
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: `tool.amplint` must be a table, not {_kind(table)}")
-    settings = settings_from_table(table, path)
+    settings = settings_from_table(table, path, table_name)
     settings.warnings = warnings + settings.warnings
     return settings
 
@@ -266,7 +298,9 @@ KEYS = {
 KNOWN_KEYS = frozenset(KEYS)
 
 
-def settings_from_table(table: dict, path: Path) -> Settings:
+def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplint]") -> Settings:
+    """The settings a table gives; `table_name` is how the file names it ("" for amplint.toml's top level), for
+    the origin of each value (`Settings.origins`)."""
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.amplint]: "
@@ -277,6 +311,7 @@ def settings_from_table(table: dict, path: Path) -> Settings:
             setattr(settings, key.replace("-", "_"), KEYS[key](value))
         except _WrongType as expected:
             raise ConfigError(f"{path}: `{key}` must be {expected}, not {_kind(value)}") from None
+        settings.origins[key] = f"{path}: {table_name} {key}" if table_name else f"{path}: {key}"
     if settings.select == []:
         raise ConfigError(f"{path}: `select` is empty, so no rule is selected (remove the key to select every rule)")
     if settings.output_format is not None and settings.output_format not in FORMAT_NAMES:
@@ -312,6 +347,7 @@ def infer_target_torch(settings: Settings, paths: list[str]) -> None:
     if lowest is not None:
         settings.target_torch_version = version_text(lowest.range.floor)
         settings.target_torch_source = f"{lowest.text} ({lowest.where(Path.cwd())})"
+        settings.origins["target-torch-version"] = f"inferred from {settings.target_torch_source}"
 
 
 def resolve_severity(table: dict[str, str]) -> dict[str, Severity]:
@@ -356,3 +392,71 @@ def validate_selectors(settings: Settings, where: str) -> None:
                 registry.matching(selector)
             except registry.UnknownSelector:
                 raise ConfigError(f"{where}: unknown rule code or name in `{key}`: {selector!r}") from None
+
+
+# The resolved configuration, for `amplint check --show-settings` ------------------------------------------------
+
+def describe(settings: Settings) -> str:
+    """Every key of KEYS with its resolved value and where the value came from, as TOML a user can paste into
+    `[tool.amplint]` (a key with no value is a comment saying what that means), then the rules it enables and
+    the level of each. Generated from KEYS, so a new key shows up without a change here."""
+    found = f"{settings.source}" if settings.source is not None else "none found, so the defaults apply"
+    lines = ["# amplint's resolved configuration: each key, its value, and where the value came from.",
+             f"# configuration file: {found}",
+             f"# project root: {settings.root} (exclude patterns and cache-dir are relative to it)"]
+    for key in KEYS:
+        value, meaning = _effective(settings, key)
+        origin = settings.origins.get(key, "default")
+        where = f"{origin}: {meaning}" if meaning and key not in settings.origins else origin
+        if value is None:
+            lines.append(f"# {key} is not set: {meaning}")
+        else:
+            lines.append(f"{key} = {_toml(value)}  # {where}")
+        if key == "target-torch-version" and settings.torch_below is not None:
+            lines.append(f"# the project's requirements exclude torch {settings.torch_below} and later (inferred)")
+    levels = resolve_severity(settings.severity)
+    chosen = registry.select(settings.select, settings.ignore, settings.extend_select)
+    applying = [rule for rule in chosen if rule_applies(rule.min_torch, settings.target_torch_version)]
+    lines.append(f"# rules enabled ({len(applying)} of {len(registry.ALL_RULES)}):")
+    for rule in chosen:
+        level = levels.get(rule.code, rule.severity)
+        changed = f" ({rule.severity.value} by default)" if level is not rule.severity else ""
+        off = "" if rule in applying else (f"; off: it needs torch >= {rule.min_torch} and target-torch-version "
+                                           f"is {settings.target_torch_version}")
+        lines.append(f"#   {rule.code} {rule.name}: {level.value}{changed}{off}")
+    return "\n".join(lines) + "\n"
+
+
+def _effective(settings: Settings, key: str) -> tuple[object, str]:
+    """A key's value as the run uses it, and what an unset one means (empty when the value says it all)."""
+    value = getattr(settings, key.replace("-", "_"))
+    if value is not None:
+        return value, ""
+    if key == "select":
+        return ["ALL"], "every rule"
+    if key == "output-format":
+        return "full", ""
+    if key == "cache-dir":
+        from amplint.cache import default_directory  # the cache module is needed only here
+
+        return str(default_directory(settings)), ".amplint_cache in the project root"
+    if key == "jobs":
+        return os.cpu_count() or 1, "the number of cores (small runs use one)"
+    if key == "target-torch-version":
+        return None, "no torch requirement with a lower bound was found, so every spelling is allowed"
+    return None, "no value"
+
+
+def _toml(value: object) -> str:
+    """A value as TOML writes it: strings quoted, lists in brackets, tables inline."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
+    return json.dumps(str(value))

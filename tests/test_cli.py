@@ -138,7 +138,9 @@ def test_ignore_and_extend_select(project):
 
 def test_statistics_and_quiet(project):
     result = run(["check", "--statistics", "flagged.py"], project)
-    assert result.output.split() == ["1", "AMP001", "error", "[*]", "backward-in-autocast"]
+    table, total = result.output.splitlines()[:2]
+    assert table.split() == ["1", "AMP001", "error", "[*]", "backward-in-autocast"]
+    assert total == "Found 1 error."
     quiet = run(["check", "--quiet", "--output-format", "concise", "flagged.py"], project)
     assert "Found" not in quiet.output and "AMP001" in quiet.output
 

@@ -384,7 +384,8 @@ def test_cli_output_file_writes_the_report_there_instead_of_stdout(project):
 
 def test_cli_output_file_takes_statistics_and_default_format(project):
     assert check("train.py", "--statistics", "--output-file", "stats.txt").stdout == ""
-    assert (project / "stats.txt").read_text() == "    1\tAMP003\terror\t[*] clip-without-unscale\n"
+    assert (project / "stats.txt").read_text() == ("    1\tAMP003\terror\t[*] clip-without-unscale\nFound 1 error.\n"
+                                                  "[*] 1 fixable with `amplint check --fix`.\n")
     assert check("train.py", "--output-file", "full.txt").exit_code == 1
     assert "AMP003 [*]" in (project / "full.txt").read_text()
 
