@@ -160,3 +160,14 @@ def test_a_long_line_costs_a_fixed_number_of_whole_module_passes():
     small, large = work(source(1), {"AMP001"}, 1), work(source(4), {"AMP001"}, 1)
     assert small["module passes"] == large["module passes"] <= 2, (small, large)
     assert_grows_linearly(small, large)
+
+
+def device_regions_in_one_function(k: int) -> str:
+    """k autocast regions given a `torch.device` parameter in one function: k AMP014 findings (each once read the
+    whole function for the names it binds)."""
+    regions = "".join(f"    with torch.autocast(device, dtype=torch.bfloat16):\n        y{i} = model(x)\n" for i in range(k))
+    return f"import torch\ndef evaluate(model, x, device: torch.device):\n{regions}"
+
+
+def test_device_regions_in_one_function_cost_linear_work():
+    assert_linear(device_regions_in_one_function, {"AMP014"})

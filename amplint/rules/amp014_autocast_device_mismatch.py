@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -247,13 +248,24 @@ class AutocastDeviceMismatch(Rule):
         return FixPlan(f"Pass the module's device, `{device.value}`", lambda: replace_nodes(facts.module, {node: new}))
 
 
-def _locally_bound(call: Call) -> set[str]:
+# function frame -> the names it binds without an assignment: each function is read once, however many of its
+# autocast calls ask (a frame lives as long as its module's facts).
+_BOUND: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _locally_bound(call: Call) -> frozenset[str]:
     """Names the function around `call` binds without an assignment: parameters, loop targets, `with ... as`,
     comprehension variables, `:=`."""
     function = call.frame.function()
     node = function.node if function is not None else None
     if not isinstance(node, (cst.FunctionDef, cst.Lambda)):
-        return set()
+        return frozenset()
+    if function not in _BOUND:
+        _BOUND[function] = _binders(node)
+    return _BOUND[function]
+
+
+def _binders(node: cst.FunctionDef | cst.Lambda) -> frozenset[str]:
     names: set[str] = set()
 
     class Binders(cst.CSTVisitor):
@@ -274,7 +286,7 @@ def _locally_bound(call: Call) -> set[str]:
             names.update(_target_names(named.target))
 
     node.visit(Binders())
-    return names
+    return frozenset(names)
 
 
 def _target_names(target: cst.BaseExpression) -> set[str]:
