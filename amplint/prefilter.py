@@ -33,7 +33,7 @@ import warnings
 from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
-from amplint.facts.names import GRAD_SCALERS, is_optimizer_class, is_optimizer_name
+from amplint.facts.names import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
 
 
 class Verdict(enum.Enum):
@@ -56,7 +56,7 @@ class _Unparsable(Exception):
 # Possessive (`*+`): a line of `#####` must not make the regex backtrack.
 _GAP = r"(?:\s|\\|#[^\n]*+|\))*+"
 _DEF_NAME = re.compile(r"def(?:\s|\\)+([^\W\d]\w*)")  # also matches inside longer names: more names, fine
-_ACCELERATOR = re.compile(r"accelerator|fabric", re.IGNORECASE)
+_ACCELERATOR = re.compile("|".join(ACCELERATOR_NAMES), re.IGNORECASE)
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,7 +232,7 @@ class Summary:
       one) can run in an autocast region: inside a with-statement or a call-decorated function that can open
       one, or in a function called (by its name, any number of calls deep) from such a place; with
       `on_scaler`, only methods of something that can hold a GradScaler; with `on_stepper`, also of something
-      that can hold an optimizer.
+      the code uses as an optimizer (stepped by a scaler, `zero_grad()`, `param_groups`, built by a class).
     - `region_in_region_possible()`: a region can open inside another in the same function (a with-statement
       in a with-statement or in a call-decorated function), or a call-decorated function is called from a
       region.
@@ -611,10 +611,11 @@ class Summary:
         return self._scalers
 
     def _optimizer_names(self) -> set[str]:
-        """Dotted names the facts layer can take for an optimizer besides the conventional names: an argument
-        of `step`/`unscale_` on something that can hold a scaler, a receiver of `zero_grad()` (with
-        `param_groups` anywhere: every receiver of `step()`), or a name assigned a call to something whose
-        last name is capitalised (a class: `torch.optim.AdamW`, `Lamb`) or names an optimizer factory."""
+        """Dotted names the facts layer can take for an optimizer (`ModuleFacts.is_optimizer`, which knows one by
+        use, never by its name): an argument of `step`/`unscale_` on something that can hold a scaler, a
+        receiver of `zero_grad()` (with `param_groups` anywhere: every receiver of `step()`), or a name assigned
+        a call to something that may build one (`may_build_optimizer`: a class, `torch.optim.AdamW`, `Lamb`, or
+        a known optimizer factory)."""
         if self._optimizers is None:
             optimizers: set[str] = set()
             for method in ("step", "unscale_"):
@@ -631,7 +632,7 @@ class Summary:
             for targets, value in self._assignments:
                 if type(value) is ast.Call:
                     lasts = self._last_names(value)  # with what an import alias stands for
-                    if any(last[:1].isupper() or is_optimizer_class(last) for last in lasts):
+                    if any(may_build_optimizer(last) for last in lasts):
                         optimizers |= targets
             self._optimizers = optimizers
         return self._optimizers
@@ -833,7 +834,7 @@ class Summary:
 
     def accelerator_named(self) -> bool:
         return self._ask(_ACCELERATOR.search(self.text) is not None,
-                         lambda: any(name.lower().endswith(("accelerator", "fabric")) for name in self.identifiers))
+                         lambda: any(name.lower().endswith(ACCELERATOR_NAMES) for name in self.identifiers))
 
     def regions_possible(self) -> bool:
         if not (self.mentions("autocast") and (self.imports_module("torch") or self.accelerator_named())):
@@ -844,15 +845,15 @@ class Summary:
 
     def calls_in_region(self, *names: str, on_scaler: bool = False, on_stepper: bool = False) -> bool:
         """With `on_scaler`, only method calls on a receiver that can hold a GradScaler; with `on_stepper`, also
-        on one that can hold an optimizer (a superset of the facts layer's `is_optimizer`: a conventional name,
-        an argument of a scaler's step/unscale_, a receiver of `zero_grad()` or of `step()` where
-        `param_groups` is read, or a name bound to a call of a class or optimizer factory)."""
+        on one that can hold an optimizer (`_optimizer_names`, a superset of the facts layer's `is_optimizer`: an
+        argument of a scaler's step/unscale_, a receiver of `zero_grad()` or of `step()` where `param_groups`
+        is read, or a name bound to a call of a class or optimizer factory; never a name alone)."""
         written = self.has_token(*names, kind="call") or self.imports_name(*names)
         receivers = None
         if on_scaler or on_stepper:
             def receivers(receiver: str | None) -> bool:
                 return bool(receiver) and (receiver in self._scaler_names() or (
-                    on_stepper and (is_optimizer_name(receiver) or receiver in self._optimizer_names())))
+                    on_stepper and receiver in self._optimizer_names()))
         return self._ask(written and (self.has_token("with") or "@" in self.text),
                          lambda: self._in_region_possible(names, receivers))
 

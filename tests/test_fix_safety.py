@@ -155,6 +155,19 @@ DELETED_COMMENTS: dict[str, list[str]] = {
 COPIED_COMMENTS: dict[str, list[str]] = {
     "AMP001-backward-in-autocast/flagged/block_footer_comment.py": ["# bf16 region"],
 }
+# fixture -> (own-line comment, the code line right below it) for statements a fix moves: after fixing, each comment
+# is still right above its code, at its indentation (a moved statement takes its comments along).
+MOVED_COMMENTS: dict[str, list[tuple[str, str]]] = {
+    "AMP003-clip-without-unscale/flagged/commented_late_unscale.py": [
+        ("# unscale before the step (see the AMP recipe)", "scaler.unscale_(optimizer)"),
+        ("# keep the update small early in training",
+         "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # expect: AMP003:9")],
+    "AMP011-unscale-twice/flagged/commented_micro_batch.py": [
+        ("# unscale so that the clip sees true gradients", "scaler.unscale_(optimizer)  # expect: AMP011:9"),
+        ("# clip the accumulated gradients (max norm from the paper)",
+         "torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)"),
+        ("# one step per batch of micro-batches", "scaler.step(optimizer)")],
+}
 # fixture -> what a fix does to its comments today that it should not (strict xfails; remove once fixed).
 KNOWN_COMMENT_FAILURES: dict[str, str] = {}
 
@@ -170,12 +183,25 @@ def check_comments(before: str, after: str, deleted: list[str], copied: list[str
             f"{comment!r} is gone but its code line is still there"
 
 
+def check_moved_comments(after: str, pairs: list[tuple[str, str]]) -> None:
+    """Each comment is right above its code line, at the same indentation."""
+    lines = after.splitlines()
+    for comment, code in pairs:
+        at = [row for row, line in enumerate(lines) if line.strip() == comment]
+        assert len(at) == 1, f"{comment!r} is not once on a line of its own"
+        below = lines[at[0] + 1] if at[0] + 1 < len(lines) else ""
+        assert below.strip() == code, f"{comment!r} did not travel with {code!r}"
+        assert below[: len(below) - len(below.lstrip())] == lines[at[0]][: len(lines[at[0]]) - len(
+            lines[at[0]].lstrip())], f"{comment!r} is not at the indentation of {code!r}"
+
+
 @pytest.mark.parametrize("path", _params(fixture_files("flagged"), KNOWN_COMMENT_FAILURES))
 def test_fix_keeps_every_comment_not_on_a_deleted_line(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     outcome = fix_text(text, str(path), rules=RULES, unsafe=True)
     check_comments(text, outcome.text, DELETED_COMMENTS.get(fixture_id(path), []),
                    COPIED_COMMENTS.get(fixture_id(path), []))
+    check_moved_comments(outcome.text, MOVED_COMMENTS.get(fixture_id(path), []))
 
 
 @pytest.mark.parametrize("path", sorted((NOTEBOOKS / "flagged").glob("*.ipynb")), ids=lambda p: p.name)
@@ -197,7 +223,7 @@ def test_comment_check_can_fail() -> None:
 
 def test_every_listed_fixture_exists() -> None:
     names = {fixture_id(path) for path in fixture_files("flagged")}
-    listed = set(DELETED_COMMENTS) | set(COPIED_COMMENTS) | set(KNOWN_COMMENT_FAILURES)
+    listed = set(DELETED_COMMENTS) | set(COPIED_COMMENTS) | set(MOVED_COMMENTS) | set(KNOWN_COMMENT_FAILURES)
     assert sorted(listed - names) == []
     known = set(KNOWN_FLAGGED) | set(KNOWN_CHANGED)
     assert sorted(known - {fixture_id(p) for p in fixture_files("clean") + CORRECT}) == []

@@ -599,6 +599,12 @@ def test_unscale_twice_needs_a_repeat(body, analysed, flagged):
     # a scaler known only by being scaled, stepped and updated, updated in the region
     ("def f(s, o, loss):\n    with torch.autocast('cuda'):\n        s.update()\n"
      "    s.scale(loss)\n    s.step(o)\n", True),
+    # named like an optimizer, used like nothing in particular: the name alone is no reason to analyse
+    ("def f(model, optimizer_cfg, opt, x):\n    with torch.autocast('cuda'):\n        model(x).sum().backward()\n"
+     "        optimizer_cfg.step()\n        opt.step()\n", False),
+    # named like nothing in particular, used like an optimizer (a project factory's result, zeroed)
+    ("from project import make_solver\ndef f(model, x):\n    solver = make_solver(model)\n    solver.zero_grad()\n"
+     "    with torch.autocast('cuda'):\n        model(x).sum().backward()\n        solver.step()\n", True),
 ])
 def test_step_in_autocast_needs_an_optimizer_or_scaler(body, analysed):
     text = "import torch\n" + body

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 
 NULL_CONTEXT = object()  # sentinel: an expression known to be a no-op context (nullcontext())
 MAX_CALL_DEPTH = 2  # how many levels of same-module calls regions are followed through
-ACCELERATOR_NAMES = ("accelerator", "fabric")
 
 
 def literal_bool(node: cst.BaseExpression | None) -> bool | None:
@@ -201,7 +200,7 @@ class ModuleFacts:
             return self._autocast_region(call, qualified, list(call.args))
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == "autocast":
             receiver = dotted_name(call.func.value) or ""
-            if receiver.rsplit(".", 1)[-1].lower().endswith(ACCELERATOR_NAMES):
+            if receiver.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
                 return Region(call, RegionState.MAYBE, self.code(call))
         # A factory: `amp_autocast = functools.partial(torch.autocast, "cuda")` or an alias of the class.
         key = dotted_name(call.func)

@@ -55,7 +55,11 @@ ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "tor
 SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
 NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
 PARTIAL = frozenset({"functools.partial"})
-OPTIMIZER_FACTORIES = ("create_optimizer", "build_optimizer", "get_optimizer", "make_optimizer", "configure_optimizer")
+# `x.autocast()` opens a region when `x` is an accelerate `Accelerator` or a Lightning `Fabric`: the object
+# arrives as a parameter in most training code, so its name is the convention that says which it is (the
+# `.autocast()` method entered by a `with` is the use that goes with it). Matched at the end of the last name,
+# any case (`self.accelerator`, `fabric`).
+ACCELERATOR_NAMES = ("accelerator", "fabric")
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
 
@@ -116,18 +120,6 @@ class ImportMap:
         return f"{target}.{rest}" if rest else target
 
 
-def is_optimizer_name(key: str) -> bool:
-    """Names that by convention hold an optimizer: `optimizer`, `self.opt_g`, `d_optim`, `optimizers[i]`...
-    A screen for the prefilter only: the facts layer knows an optimizer by what the code does with it."""
-    last = key.rsplit(".", 1)[-1].lower()
-    return (
-        "optimizer" in last
-        or last in {"opt", "optim", "opts", "optims"}
-        or last.startswith(("opt_", "optim_"))
-        or last.endswith(("_opt", "_optim"))
-    )
-
-
 # Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
 # optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers
 # and weight averaging live in the excluded submodules.
@@ -139,6 +131,7 @@ OPTIMIZER_FUNCTIONS = frozenset({
     "transformers.AdamW", "transformers.Adafactor", "transformers.optimization.AdamW",
     "transformers.optimization.Adafactor",
 })
+_OPTIMIZER_FUNCTION_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in OPTIMIZER_FUNCTIONS)
 
 
 def is_known_optimizer_class(qualified: str | None) -> bool:
@@ -157,13 +150,11 @@ def is_known_optimizer_class(qualified: str | None) -> bool:
     return last[:1].isupper() and "Scheduler" not in last and "LR" not in last
 
 
-def is_optimizer_class(qualified_or_dotted: str) -> bool:
-    """A permissive screen by spelling (the prefilter's upper bound); the facts layer asks
-    `is_known_optimizer_class`."""
-    last = qualified_or_dotted.rsplit(".", 1)[-1]
-    if qualified_or_dotted.startswith("torch.optim.") and "lr_scheduler" not in qualified_or_dotted:
-        return last[:1].isupper()  # torch.optim.SGD, torch.optim.AdamW, torch.optim.Optimizer subclasses...
-    return last.endswith("Optimizer") or any(f in last for f in OPTIMIZER_FACTORIES)
+def may_build_optimizer(last: str) -> bool:
+    """Can a callee whose last name (or what an import alias of it stands for) is `last` be a known optimizer
+    class or factory? The prefilter's screen: an upper bound of `is_known_optimizer_class` read from the same
+    lists (a class is capitalised; the factories are named in `OPTIMIZER_FUNCTIONS`)."""
+    return last[:1].isupper() or last in _OPTIMIZER_FUNCTION_NAMES
 
 
 # Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> (name in torch.amp, device).

@@ -9,8 +9,9 @@ from amplint.lazy import libcst as cst
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import call_argument
 from amplint.facts.names import dotted_name
+from amplint.diagnostics import Applicability
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import Changes, UpdatePhase, snippet
 
 
 class ClipWithoutUnscale(Rule):
@@ -53,11 +54,18 @@ class ClipWithoutUnscale(Rule):
     only change is that the clip sees true gradients. When several optimizers are stepped after the clip and
     none is known to own its parameters, no fix is offered: the first step's optimizer is a guess, and a wrong
     one silences the finding while the clip still sees scaled gradients. When `unscale_` already comes after
-    the clip in the same block, the fix moves it before: `unscale_` touches only its optimizer's gradients, so
-    the move changes only what the clip (and the code between them) sees. No fix is offered when the owner's
-    step does not run every time the clip does (for example the clip runs every micro-batch but the step only
-    at the accumulation boundary), nor when an `unscale_` of that optimizer already ran since the last
-    `update()`, because unscaling twice before `update()` raises.
+    the clip in the same block, the fix moves it (with the comments above it) before the clip. `unscale_`
+    touches only its optimizer's gradients, so the move changes what the clip sees, and what every statement
+    between the clip and the old `unscale_` sees: those now run on unscaled gradients. The move is safe only
+    when each of them is provably of the update phase (the allow-list AMP001/AMP002 move by: no forward
+    computation) and reads no `.grad`: printing or logging the loss, counting steps, another clip (which the
+    move fixes too). Anything else between them (an EMA update, a gradient log, a call into project code) may
+    compute from the gradients, so the move is unsafe. No fix is offered when a statement between them
+    backpropagates (a second scaled backward would add scaled gradients to unscaled ones), steps, updates,
+    scales, unscales or zeroes gradients, or rebinds the scaler or the optimizer. No fix is offered when the
+    owner's step does not run every time the clip does (for example the clip runs every micro-batch but the
+    step only at the accumulation boundary), nor when an `unscale_` of that optimizer already ran since the
+    last `update()`, because unscaling twice before `update()` raises.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
@@ -67,7 +75,7 @@ class ClipWithoutUnscale(Rule):
 
     code = "AMP003"
     name = "clip-without-unscale"
-    fix = "safe"
+    fix = "sometimes"
     words = ("clip_grad",)
 
     @classmethod
@@ -158,15 +166,115 @@ class ClipWithoutUnscale(Rule):
             return None
         if clip.call.statements[:-1] != unscale.call.statements[:-1] or clip.frame is not unscale.frame:
             return None
+        applicability = _move_applicability(facts, clip, unscale)
+        if applicability is None:
+            return None
 
         def rebuild():
-            moved = unscale_statement.with_changes(leading_lines=clip_statement.leading_lines)
+            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+
+            # The unscale_ takes its own comments along; the blank lines above the clip go above it and the clip
+            # keeps its comments.
+            lines = list(clip_statement.leading_lines)
+            blank = 0
+            while blank < len(lines) and lines[blank].comment is None:
+                blank += 1
+            moved = unscale_statement.with_changes(leading_lines=[*lines[:blank], *unscale_statement.leading_lines])
             return replace_nodes(facts.module, {
-                unscale_statement: cst.RemoveFromParent(),
-                clip_statement: cst.FlattenSentinel([moved, clip_statement.with_changes(leading_lines=())]),
+                unscale_statement: MOVED,
+                clip_statement: cst.FlattenSentinel([moved, clip_statement.with_changes(leading_lines=lines[blank:])]),
             })
 
-        return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild)
+        return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild, applicability)
+
+
+# Events that must keep their order against an `unscale_`: gradients added, zeroed or consumed, the scaler's
+# record of what it unscaled. A clip is not among them: a clip between the two sees scaled gradients too, and
+# unscaling first is its fix as well.
+REORDERED_EVENTS = frozenset({EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP,
+                              EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE})
+
+
+def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Applicability | None:
+    """How safe moving `unscale_` from after the clip to just before it is, or None when the move is wrong.
+
+    The move changes the order of the `unscale_` against the clip and every statement between them: those now
+    see unscaled gradients. No fix when one of them backpropagates, steps, updates, unscales, scales or zeroes
+    gradients (the order matters to the result: a second scaled backward would add scaled gradients to unscaled
+    ones), or rebinds what the `unscale_` names. Safe only when every statement between them is of the update
+    phase (`UpdatePhase`, the allow-list AMP001/AMP002 move by: nothing of a forward pass) and reads no gradient
+    (no `.grad`): printing the loss, counting steps, another clip. Anything else may compute something from the
+    gradients (an EMA, a gradient log): unsafe."""
+    block = _block_around(facts, clip.call.statements)
+    if block is None:
+        return None
+    positions = {id(statement): index for index, statement in enumerate(block)}
+    start, end = positions.get(id(clip.call.statement)), positions.get(id(unscale.call.statement))
+    if start is None or end is None or start >= end:
+        return None
+    between = list(block[start + 1:end])
+    touched = {id(statement) for statement in between} | {id(clip.call.statement)}
+    if any(event.kind in REORDERED_EVENTS and any(id(s) in touched for s in event.call.statements)
+           for event in facts.events if event is not unscale):
+        return None
+    touched = [*between, clip.call.statement]
+    if any(_calls_method(statement, "zero_grad") for statement in touched):
+        return None
+    bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
+    keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
+    for statement in touched:
+        changes = Changes.of(statement, facts.imports.bindings)
+        if changes.bound & bases or any(key == stored or key.startswith(stored + ".")
+                                        for key in keys for stored in changes.stored):
+            return None
+    phase = UpdatePhase(facts)
+    if all(phase.statement(statement) and not _reads_gradients(statement) for statement in between):
+        return Applicability.SAFE
+    return Applicability.UNSAFE
+
+
+def _block_around(facts: ModuleFacts, statements: tuple) -> list | None:
+    """The statements of the block (or module body) that holds the innermost of `statements`."""
+    statement = statements[-1]
+    if any(s is statement for s in facts.module.body):
+        return list(facts.module.body)
+    if len(statements) < 2:
+        return None
+    found: list = []
+
+    class Block(cst.CSTVisitor):
+        def visit_IndentedBlock(self, block: cst.IndentedBlock) -> bool:
+            if not found and any(s is statement for s in block.body):
+                found.append(list(block.body))
+            return not found
+
+    statements[-2].visit(Block())
+    return found[0] if found else None
+
+
+def _calls_method(statement: cst.CSTNode, method: str) -> bool:
+    found = []
+
+    class Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value == method:
+                found.append(call)
+
+    statement.visit(Calls())
+    return bool(found)
+
+
+def _reads_gradients(statement: cst.CSTNode) -> bool:
+    """Does the statement read a tensor's `.grad` (whose value the move divides by the scale)?"""
+    found = []
+
+    class Grads(cst.CSTVisitor):
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            if attribute.attr.value == "grad":
+                found.append(attribute)
+
+    statement.visit(Grads())
+    return bool(found)
 
 
 def _unscaled_before(before: list[Event], scaler: str, optimizer: str) -> bool:

@@ -56,7 +56,8 @@ class UnscaleTwice(Rule):
     ## Fix safety
     Safe. In a loop, the fix moves the `unscale_` (with the gradient clipping right after it) to just before the
     `scaler.step(optimizer)` it belongs to, when nothing it uses is assigned on the way; a plain second call in
-    the same block is removed. Code that raised now runs.
+    the same block is removed. Code that raised now runs. Moved statements take their own comments (the lines
+    above them) along; a removed call leaves the comments above it in place.
 
     ## Limits
     Silent when the optimizer is not a plain name (`optimizers[i]`), for a loop over optimizers
@@ -198,9 +199,17 @@ class UnscaleTwice(Rule):
             return None
 
         def rebuild() -> cst.Module:
-            first = moved[0].with_changes(leading_lines=target.leading_lines)
-            placed = [first, *moved[1:], target.with_changes(leading_lines=())]
-            replacements: dict = {s: cst.RemoveFromParent() for s in moved}
+            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+
+            # The moved statements take their own comments along; the blank lines above the step go above them
+            # and the step keeps its comments.
+            lines = list(target.leading_lines)
+            blank = 0
+            while blank < len(lines) and lines[blank].comment is None:
+                blank += 1
+            first = moved[0].with_changes(leading_lines=[*lines[:blank], *moved[0].leading_lines])
+            placed = [first, *moved[1:], target.with_changes(leading_lines=lines[blank:])]
+            replacements: dict = {s: MOVED for s in moved}
             replacements[target] = cst.FlattenSentinel(placed)
             return replace_nodes(facts.module, replacements)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -10,7 +9,7 @@ from amplint.lazy import libcst as cst
 from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
-from amplint.facts.names import dotted_name, is_optimizer_class, is_optimizer_name
+from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, Rule
 from amplint.rules.scopes import snippet
 
@@ -53,7 +52,8 @@ class HalfModelWithScaler(Rule):
     `.half()` must go too, autocast must be added around the forward pass).
 
     ## Limits
-    The model, the optimizer and the scaler are matched by name within one module. Silent when the model is
+    The model, the optimizer and the scaler are matched by name within one module; the optimizer is known by
+    what the code does with it (the scaler steps or unscales it), never by how it is spelled. Silent when the model is
     converted back with `.float()` before the step, when the conversion comes after the last step of the same
     function (export after training), for bfloat16 (`model.bfloat16()`, which GradScaler accepts), and when the
     optimizer is built over separate float32 master parameters.
@@ -111,21 +111,23 @@ class HalfModelWithScaler(Rule):
 
     @staticmethod
     def _optimizers_over(facts: ModuleFacts, model: str) -> list[tuple[str, Assignment]]:
-        pattern = re.compile(rf"(?<![\w.]){re.escape(model)}\.(named_)?parameters\(\)")
+        """Names bound to a call over `model`'s parameters (directly, or through a name bound to them such as
+        `decay = [p for ... in model.named_parameters()]`) that the code uses as an optimizer
+        (`ModuleFacts.is_optimizer`: stepped by a scaler, `zero_grad()`, `param_groups`, a known optimizer
+        class). What a name is spelled like says nothing: `solver` is one, `optimizer_groups` need not be."""
         found = []
         for assignment in facts.assignments:
             value = assignment.value
             if len(assignment.targets) != 1 or not isinstance(value, cst.Call):
                 continue
             target = assignment.targets[0]
-            callee = facts.imports.qualify(value.func) or dotted_name(value.func) or ""
-            if not (is_optimizer_class(callee) or is_optimizer_name(target)):
+            if not facts.is_optimizer(target, assignment.frame):
                 continue
-            if pattern.search(facts.code(value)) or any(
-                    pattern.search(facts.code(bound.value))
+            if _reads_parameters(value, model) or any(
+                    _reads_parameters(bound.value, model)
                     for name in _names_in(value) for bound in facts.bindings(name, assignment.frame)
                     if bound.index < assignment.index):
-                found.append((target, assignment))  # directly, or through `decay = [p for ... in model...]`
+                found.append((target, assignment))
         return found
 
     @staticmethod
@@ -161,6 +163,22 @@ def _tail(facts: ModuleFacts, node: cst.CSTNode) -> str:
     """The end of a long method chain (`...cuda().half()`), which is the part that matters here."""
     text = " ".join(facts.code(node).split())
     return text if len(text) <= 60 else "..." + text[-57:]
+
+
+def _reads_parameters(node: cst.CSTNode, model: str) -> bool:
+    """Does the expression call `model.parameters()` or `model.named_parameters()` (code, not comments or
+    strings)?"""
+    found = []
+
+    class Parameters(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            func = call.func
+            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters") \
+                    and not call.args and dotted_name(func.value) == model:
+                found.append(call)
+
+    node.visit(Parameters())
+    return bool(found)
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
