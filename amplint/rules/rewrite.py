@@ -138,8 +138,9 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
     A code generation pass (or the one given) finds the replaced nodes and the nodes around them; only those
     paths are transformed. Each replaced node lies in a statement of a block (or of the module body), its
     anchor; the outermost anchors are regenerated alone, with the indentation they had: each is one span. A
-    statement of a block replaced by statements is its own anchor (`_own_anchor`): a fix's cost does not grow
-    with the function around it. When a replaced node has no such statement around it, the whole module is
+    statement of a block replaced by statements is its own anchor (`_own_anchor`), and one removed without a
+    trace is a span of its own text replaced by nothing (`_deleted_alone`): a fix's cost does not grow with the
+    function around it. When a replaced node has no such statement around it, the whole module is
     regenerated (one span, all of it).
     """
     if locations is None or any(node not in locations or not locations.get(node).ancestors for node in replacements):
@@ -162,8 +163,9 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
     on_path = {id(node) for path in paths for node in path} | {id(node) for node in replacements}
     transformer = ReplaceNodes(replacements, on_path)
     anchors: dict[int, tuple[cst.BaseStatement, tuple[cst.CSTNode, ...]]] = {}  # id -> (anchor, nodes around it)
+    deleted = _deleted_alone(replacements, paths)
     for node, path in zip(replacements, paths):
-        if _own_anchor(node, replacements[node], path):
+        if id(node) in deleted or _own_anchor(node, replacements[node], path):
             anchors[id(node)] = (node, path)
             continue
         depth = _anchor_depth(path)
@@ -177,6 +179,9 @@ def rewritten_spans(module: cst.Module, replacements: dict[cst.CSTNode, object],
         located = locations.get(anchor)
         if located.outer_end > locations.end_of_text:  # the module's dropped last newline is in it
             return whole(transformer)
+        if id(anchor) in deleted:  # its text goes, nothing else changes
+            spans.append((locations.offset(located.outer_start), locations.offset(located.outer_end), ""))
+            continue
         new_anchor = anchor.visit(transformer)
         new_nodes = list(new_anchor.nodes) if isinstance(new_anchor, cst.FlattenSentinel) else [new_anchor]
         if not new_nodes or not all(isinstance(new, cst.BaseStatement) for new in new_nodes):
@@ -211,3 +216,19 @@ def _own_anchor(node: cst.CSTNode, replacement: object, path: tuple[cst.CSTNode,
     if isinstance(replacement, cst.FlattenSentinel):
         return bool(replacement.nodes) and all(isinstance(new, cst.BaseStatement) for new in replacement.nodes)
     return isinstance(replacement, cst.BaseStatement) or callable(replacement)
+
+
+def _deleted_alone(replacements: dict[cst.CSTNode, object], paths: list[tuple[cst.CSTNode, ...]]) -> set[int]:
+    """The replaced statements whose removal is only their own text going: statements of a block (or of the module
+    body) replaced by MOVED (they take their comments along), or removed with no own-line comment to leave to the
+    next statement; and not all of their block's statements (an emptied block is its owner's business)."""
+    deleted: dict[int, list[int]] = {}  # id of the block -> ids of its statements deleted alone
+    for node, path in zip(replacements, paths):
+        replacement = replacements[node]
+        if not (isinstance(node, cst.BaseStatement) and path and isinstance(path[-1], (cst.IndentedBlock, cst.Module))):
+            continue
+        if isinstance(replacement, Moved) or (replacement is cst.RemovalSentinel.REMOVE
+                                              and not kept_comment_lines(node)):
+            deleted.setdefault(id(path[-1]), []).append(id(node))
+    blocks = {id(path[-1]): path[-1] for path in paths if path}
+    return {node for block, nodes in deleted.items() if len(nodes) < len(blocks[block].body) for node in nodes}
