@@ -9,6 +9,7 @@ Each try-repo call installs a fresh environment (into a temporary store) with pi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,17 @@ from amplint.rules import ALL_RULES
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "train_amp.py"
+FILE_TYPES = ["python", "pyi", "jupyter"]  # what the hooks run on: Python files, stubs and notebooks
+NOTEBOOK = {  # one code cell with an AMP001 (backward inside autocast), after a markdown cell
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Training\n"]},
+        {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+         "source": ["import torch\n", "\n", "def train(model, x, optimizer):\n", "    with torch.autocast(\"cuda\"):\n",
+                    "        loss = model(x).sum()\n", "        loss.backward()\n", "    optimizer.step()\n"]},
+    ],
+    "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+    "nbformat": 4, "nbformat_minor": 5,
+}
 TIMEOUT = 900  # seconds per try-repo call; a cold one (new virtualenv, pip from PyPI) takes about 20
 
 
@@ -33,10 +45,30 @@ def test_hook_manifest():
     assert set(hooks) == {"amplint", "amplint-fix"}
     for hook in hooks.values():
         assert hook["language"] == "python"
-        assert "python" in hook.get("types_or", hook.get("types", []))
+        assert hook["types_or"] == FILE_TYPES and "types" not in hook
+        assert "Jupyter notebooks" in hook["description"]
         assert "--force-exclude" in hook["entry"]  # the config's excludes apply to the files pre-commit passes
     assert hooks["amplint"]["entry"].split()[:2] == ["amplint", "check"]
     assert "--fix" in hooks["amplint-fix"]["entry"].split()
+
+
+def test_the_hooks_select_python_files_stubs_and_notebooks():
+    """pre-commit passes a hook the files whose identify tags meet its `types_or`: a notebook is `jupyter`."""
+    pytest.importorskip("identify", reason="identify comes with pre-commit (the `test` extra)")
+    from identify.identify import tags_from_filename
+
+    def selected(name: str) -> bool:
+        return bool(tags_from_filename(name) & set(FILE_TYPES))
+
+    assert selected("train.py") and selected("model.pyi") and selected("tutorial.ipynb")
+    assert not selected("README.md") and not selected("data.json") and not selected("setup.cfg")
+
+
+def test_the_readme_says_the_hooks_cover_notebooks():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### pre-commit", 1)[1].split("\n### ", 1)[0]
+    assert f"`types_or: [{', '.join(FILE_TYPES)}]`" in section
+    assert "Jupyter notebooks" in section
 
 
 def test_hook_environment_needs_no_torch():
@@ -77,8 +109,8 @@ def snapshot(destination: Path, env: dict[str, str]) -> Path:
 def try_repo(repo: Path, hook: str, project: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "pre_commit", "try-repo", str(repo), hook, "--files", "train_amp.py", "--color",
-         "never"], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        [sys.executable, "-m", "pre_commit", "try-repo", str(repo), hook, "--files", "train_amp.py", "train.ipynb",
+         "--color", "never"], cwd=project, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     return result, time.monotonic() - started
 
 
@@ -98,15 +130,19 @@ def test_pre_commit_try_repo_runs_both_hooks(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(EXAMPLE, project / "train_amp.py")
+    notebook = json.dumps(NOTEBOOK, indent=1) + "\n"
+    (project / "train.ipynb").write_text(notebook, encoding="utf-8")
     git("init", "--quiet", ".", cwd=project, env=env)
-    git("add", "train_amp.py", cwd=project, env=env)  # pre-commit sees a hook's changes through `git diff`
+    git("add", "train_amp.py", "train.ipynb", cwd=project, env=env)  # pre-commit sees a hook's changes via `git diff`
 
     result, lint_seconds = try_repo(hooks_repo, "amplint", project, env)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "train_amp.py:16:13: AMP003" in output
-    assert "Found 3 errors." in output
+    assert "train.ipynb:cell 2:6:9: AMP001" in output  # the notebook was passed to the hook and linted
+    assert "Found 4 errors." in output
     assert (project / "train_amp.py").read_text(encoding="utf-8") == EXAMPLE.read_text(encoding="utf-8")
+    assert (project / "train.ipynb").read_text(encoding="utf-8") == notebook
 
     result, fix_seconds = try_repo(hooks_repo, "amplint-fix", project, env)
     output = result.stdout + result.stderr
@@ -116,4 +152,6 @@ def test_pre_commit_try_repo_runs_both_hooks(tmp_path):
     unscale = fixed.index("scaler.unscale_(optimizer)")
     assert unscale < fixed.index("clip_grad_norm_(")
     assert lint_text(fixed, "train_amp.py", [rule() for rule in ALL_RULES]).diagnostics == []
+    cells = json.loads((project / "train.ipynb").read_text(encoding="utf-8"))["cells"]
+    assert cells[1]["source"][5] == "    loss.backward()\n"  # moved out of the autocast block
     print(f"pre-commit try-repo: amplint {lint_seconds:.1f}s, amplint-fix {fix_seconds:.1f}s")
