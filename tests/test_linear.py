@@ -22,6 +22,7 @@ from amplint.facts import ModuleFacts
 from amplint.notebook import lint_notebook, parse_notebook
 from amplint.rules import ALL_RULES
 from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
+from amplint.rules.amp011_unscale_twice import UnscaleTwice
 
 RULES = [rule() for rule in ALL_RULES]
 AMPLINT = str(Path(amplint.__file__).parent)
@@ -171,3 +172,24 @@ def device_regions_in_one_function(k: int) -> str:
 
 def test_device_regions_in_one_function_cost_linear_work():
     assert_linear(device_regions_in_one_function, {"AMP014"})
+
+
+def unscales_twice_in_one_function(k: int) -> str:
+    """k steps in one function, each unscaling twice: k AMP011 findings whose fixes delete a statement (each fix
+    once regenerated the whole function around it)."""
+    steps = "".join("    scaler.scale(loss).backward()\n    scaler.unscale_(optimizer)\n"
+                    "    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n    scaler.unscale_(optimizer)\n"
+                    "    scaler.step(optimizer)\n    scaler.update()\n" for _ in range(k))
+    return f"import torch\ndef train_step(model, loss, optimizer, scaler):\n{steps}"
+
+
+
+def test_a_fix_deleting_a_statement_deletes_its_text_only():
+    """AMP011's fix deletes the second `unscale_`: the change is that line, not the function around it."""
+    facts = ModuleFacts(cst.parse_module(unscales_twice_in_one_function(3)))
+    findings = list(UnscaleTwice().check(facts))
+    assert len(findings) == 3
+    for finding in findings:
+        text, spans = finding.fix.rewrite().changes
+        (start, end, new), = spans
+        assert (text[start:end], new) == ("    scaler.unscale_(optimizer)\n", "")
