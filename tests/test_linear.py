@@ -193,3 +193,27 @@ def test_a_fix_deleting_a_statement_deletes_its_text_only():
         text, spans = finding.fix.rewrite().changes
         (start, end, new), = spans
         assert (text[start:end], new) == ("    scaler.unscale_(optimizer)\n", "")
+
+
+def test_fixes_that_do_not_overlap_take_the_same_rounds_for_4x_the_findings(monkeypatch):
+    """The fixer applies every fix that does not touch another in one round: two lints (before and after) for N and
+    for 4N findings, and linear work."""
+    import amplint.fixer as fixer
+
+    lints = []
+    original = fixer.lint_text
+
+    def counted(*args, **kwargs):
+        lints.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fixer, "lint_text", counted)
+    costs = []
+    for k in (20, 80):
+        lints.clear()
+        with counting() as counts:
+            outcome = fixer.fix_text(backwards_in_one_function(k), "many.py", RULES)
+        assert len(outcome.applied) == k and not outcome.remaining and outcome.error is None
+        assert len(lints) == 2
+        costs.append(counts)
+    assert_grows_linearly(*costs)
