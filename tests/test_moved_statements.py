@@ -32,6 +32,7 @@ def late_unscale(between: str) -> str:
     body = "".join(f"        {line}\n" for line in textwrap.dedent(between).strip("\n").splitlines())
     return ("import torch\n\n\ndef train(model, loader, optimizer, scaler, ema, log):\n"
             "    step = 0\n"
+            "    first = model.weight.grad\n"
             "    for x, y in loader:\n"
             "        with torch.autocast('cuda', dtype=torch.float16):\n"
             "            loss = model(x).sum()\n"
@@ -51,13 +52,14 @@ def late_unscale(between: str) -> str:
     ("ema.update(model)", "unsafe"),  # project code: may read the gradients
     ("g = model.weight.grad.detach()", "unsafe"),  # reads a gradient the move divides by the scale
     ("if step % 10 == 0:\n    print(model.weight.grad)", "unsafe"),
+    ("print(first.item())", "unsafe"),  # `first` is a gradient tensor (bound at the top), unscaled in place
     ("scaler.scale(loss * 0.1).backward()", None),  # scaled gradients added to unscaled ones
     ("optimizer.zero_grad()", None),
     ("optimizer = ema.optimizer", None),  # the unscale_ would unscale another object
     ("scaler.update()", None),
 ])
 def test_amp003_move_is_safe_only_past_update_phase_code(between: str, applicability: str | None) -> None:
-    assert findings(late_unscale(between), "AMP003")[0] == (10, applicability)
+    assert findings(late_unscale(between), "AMP003")[0] == (11, applicability)
 
 
 @pytest.mark.parametrize("name, applicability", [

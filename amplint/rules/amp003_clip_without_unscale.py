@@ -45,27 +45,27 @@ class ClipWithoutUnscale(Rule):
     ```
 
     ## Fix safety
-    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
-    a fix that rests on a guess is unsafe or not offered. The fix inserts `scaler.unscale_(optimizer)` just
-    before the clip, for the optimizer that owns the clipped parameters: the one built on them
-    (`opt_g = torch.optim.Adam(gen.parameters())` for a clip of `gen.parameters()`, also through `list(...)`,
-    param-group dicts and local names), or the only optimizer the scaler steps after the clip when no other one
-    is known to own them. `scaler.step` then finds the gradients unscaled and does not unscale again, so the
-    only change is that the clip sees true gradients. When several optimizers are stepped after the clip and
-    none is known to own its parameters, no fix is offered: the first step's optimizer is a guess, and a wrong
-    one silences the finding while the clip still sees scaled gradients. When `unscale_` already comes after
-    the clip in the same block, the fix moves it (with the comments above it) before the clip. `unscale_`
-    touches only its optimizer's gradients, so the move changes what the clip sees, and what every statement
-    between the clip and the old `unscale_` sees: those now run on unscaled gradients. The move is safe only
-    when each of them is provably of the update phase (the allow-list AMP001/AMP002 move by: no forward
-    computation) and reads no `.grad`: printing or logging the loss, counting steps, another clip (which the
-    move fixes too). Anything else between them (an EMA update, a gradient log, a call into project code) may
-    compute from the gradients, so the move is unsafe. No fix is offered when a statement between them
-    backpropagates (a second scaled backward would add scaled gradients to unscaled ones), steps, updates,
-    scales, unscales or zeroes gradients, or rebinds the scaler or the optimizer. No fix is offered when the
-    owner's step does not run every time the clip does (for example the clip runs every micro-batch but the
-    step only at the accumulation boundary), nor when an `unscale_` of that optimizer already ran since the
-    last `update()`, because unscaling twice before `update()` raises.
+    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise; a fix
+    that rests on a guess is unsafe or not offered. The fix inserts `scaler.unscale_(optimizer)` just before the
+    clip, for the optimizer that owns the clipped parameters: the one built on them (`opt_g =
+    torch.optim.Adam(gen.parameters())` for a clip of `gen.parameters()`, also through `list(...)`, param-group
+    dicts and local names), or the only optimizer the scaler steps after the clip when no other one is known to own
+    them. `scaler.step` then finds the gradients unscaled and does not unscale again, so the only change is that the
+    clip sees true gradients. When several optimizers are stepped after the clip and none is known to own its
+    parameters, no fix is offered: the first step's optimizer is a guess, and a wrong one silences the finding while
+    the clip still sees scaled gradients. When `unscale_` already comes after the clip in the same block, the fix
+    moves it (with the comments above it) before the clip. `unscale_` touches only its optimizer's gradients, so the
+    move changes what the clip sees, and what every statement between the clip and the old `unscale_` sees: those
+    now run on unscaled gradients. The move is safe only when each of them is provably of the update phase (the
+    allow-list AMP001/AMP002 move by: no forward computation) and reads no gradient (no `.grad`, no name the
+    function binds to one): printing or logging the loss, counting steps, another clip (which the move fixes too).
+    Anything else between them (an EMA update, a gradient log, a call into project code) may compute from the
+    gradients, so the move is unsafe. No fix is offered when a statement between them backpropagates (a second
+    scaled backward would add scaled gradients to unscaled ones), steps, updates, scales, unscales or zeroes
+    gradients, or rebinds the scaler or the optimizer. No fix is offered when the owner's step does not run every
+    time the clip does (for example the clip runs every micro-batch but the step only at the accumulation boundary),
+    nor when an `unscale_` of that optimizer already ran since the last `update()`, because unscaling twice before
+    `update()` raises.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
@@ -203,8 +203,8 @@ def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Appl
     gradients (the order matters to the result: a second scaled backward would add scaled gradients to unscaled
     ones), or rebinds what the `unscale_` names. Safe only when every statement between them is of the update
     phase (`UpdatePhase`, the allow-list AMP001/AMP002 move by: nothing of a forward pass) and reads no gradient
-    (no `.grad`): printing the loss, counting steps, another clip. Anything else may compute something from the
-    gradients (an EMA, a gradient log): unsafe."""
+    (no `.grad`, no name bound to one): printing the loss, counting steps, another clip. Anything else may compute
+    something from the gradients (an EMA, a gradient log): unsafe."""
     block = _block_around(facts, clip.call.statements)
     if block is None:
         return None
@@ -228,7 +228,7 @@ def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Appl
                                         for key in keys for stored in changes.stored):
             return None
     phase = UpdatePhase(facts)
-    if all(phase.statement(statement) and not _reads_gradients(statement) for statement in between):
+    if all(phase.statement(statement) and not _reads_gradients(facts, statement, clip.frame) for statement in between):
         return Applicability.SAFE
     return Applicability.UNSAFE
 
@@ -264,8 +264,22 @@ def _calls_method(statement: cst.CSTNode, method: str) -> bool:
     return bool(found)
 
 
-def _reads_gradients(statement: cst.CSTNode) -> bool:
-    """Does the statement read a tensor's `.grad` (whose value the move divides by the scale)?"""
+def _reads_gradients(facts: ModuleFacts, statement: cst.CSTNode, frame) -> bool:
+    """Does the statement read a tensor's `.grad` (whose values the move divides by the scale): directly, or
+    through a name this function binds to an expression that reads one (`grads = [p.grad for p in params]`;
+    `unscale_` divides those tensors in place)?"""
+    grads, names = _grad_attributes(statement), set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            names.add(name.value)
+
+    statement.visit(Names())
+    return grads or any(_grad_attributes(bound.value) for name in names for bound in facts.bindings(name, frame)
+                        if bound.value is not None)
+
+
+def _grad_attributes(node: cst.CSTNode) -> bool:
     found = []
 
     class Grads(cst.CSTVisitor):
@@ -273,7 +287,7 @@ def _reads_gradients(statement: cst.CSTNode) -> bool:
             if attribute.attr.value == "grad":
                 found.append(attribute)
 
-    statement.visit(Grads())
+    node.visit(Grads())
     return bool(found)
 
 
