@@ -260,3 +260,18 @@ def test_show_settings_through_the_installed_command(project):
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert 'ignore = ["AMP001"]  # --ignore' in result.stdout
+
+
+def test_a_named_excluded_folder_through_the_installed_command(project):
+    """A real process: the folder is linted without --force-exclude, skipped and explained with it."""
+    environment = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def amplint(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--output-format", "concise",
+                               *args], cwd=project, capture_output=True, text=True, env=environment, timeout=120)
+
+    linted = amplint("build")
+    assert linted.returncode == 1 and linted.stdout.startswith("build/gen.py:6:9: AMP001")
+    skipped = amplint("--force-exclude", "build")
+    assert skipped.returncode == 0
+    assert skipped.stderr.splitlines()[0].startswith("amplint: build is not linted: `build` (the default `exclude`)")
