@@ -11,6 +11,8 @@ only when the loop changes nothing it reads.
 
 from __future__ import annotations
 
+import weakref
+
 from amplint.lazy import libcst as cst, visitor_class
 
 from amplint.diagnostics import Applicability
@@ -64,13 +66,30 @@ def dtype_words(region: Region) -> str:
 
 def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
     """The update-phase events that run directly in this region's `with` block (not in nested defs)."""
-    found = []
-    for event in facts.events:
-        if event.kind in UPDATE_EVENTS and facts.region_of(event.frame) is not None:
-            inner = facts.region_of(event.frame)
-            if inner.frame is region.frame and inner.opener is region.opener:
-                found.append(event)
-    return found
+    return list(_indexes(facts).by_region.get((id(region.frame), id(region.opener)), ()))
+
+
+class _Indexes:
+    """What the questions asked once per region or per fix look up, built once per module: N regions with a
+    backward each cost N lookups, not N scans of every event."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.by_region: dict[tuple[int, int], list[Event]] = {}  # (id of frame, id of opener) -> update events
+        for event in facts.events:
+            inner = facts.region_of(event.frame) if event.kind in UPDATE_EVENTS else None
+            if inner is not None:
+                self.by_region.setdefault((id(inner.frame), id(inner.opener)), []).append(event)
+        self.phase_events = {id(event.node): event for event in facts.events if event.kind in PHASE_EVENTS}
+        self.calls = {id(call.node): call for call in facts.calls}
+
+
+_INDEXES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> _Indexes (lives as long as they do)
+
+
+def _indexes(facts: ModuleFacts) -> _Indexes:
+    if facts not in _INDEXES:
+        _INDEXES[facts] = _Indexes(facts)
+    return _INDEXES[facts]
 
 
 def _contains(statement: cst.CSTNode, call: Call) -> bool:
@@ -91,8 +110,9 @@ class UpdatePhase:
 
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
-        self.events = {id(event.node): event for event in facts.events if event.kind in PHASE_EVENTS}
-        self.calls = {id(call.node): call for call in facts.calls}
+        indexes = _indexes(facts)
+        self.events = indexes.phase_events  # read only
+        self.calls = indexes.calls
 
     def statement(self, statement: cst.CSTNode) -> bool:
         if isinstance(statement, cst.SimpleStatementLine):
