@@ -10,6 +10,7 @@ included, so "cell 3" is the third cell from the top whatever the kinds of the c
 
 from __future__ import annotations
 
+import bisect
 import copy
 import dataclasses
 import difflib
@@ -77,6 +78,7 @@ class Notebook:
     cells: list[CodeCell] = field(default_factory=list)
     style: JsonStyle = field(default_factory=JsonStyle)
     python: bool = True  # False when the kernel's language is not Python (nothing is linted)
+    _ends: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # for `cell_at`
 
     @property
     def text(self) -> str:
@@ -84,11 +86,12 @@ class Notebook:
         return "\n".join(line for cell in self.cells for line in cell.masked)
 
     def cell_at(self, row: int) -> CodeCell:
-        """The code cell holding a 1-based row of the joined text (the last cell for rows past the end)."""
-        for cell in self.cells:
-            if row - 1 < cell.end:
-                return cell
-        return self.cells[-1]
+        """The code cell holding a 1-based row of the joined text (the last cell for rows past the end). Found by
+        bisection over the cells' ends (in order): every finding and every line a message names asks."""
+        ends = [cell.end for cell in self.cells] if self._ends is None or len(self._ends) != len(self.cells) \
+            else self._ends
+        self._ends = ends
+        return self.cells[min(bisect.bisect_right(ends, row - 1), len(self.cells) - 1)]
 
 
 # --- reading ---------------------------------------------------------------------------------------------------

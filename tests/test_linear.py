@@ -217,3 +217,24 @@ def test_fixes_that_do_not_overlap_take_the_same_rounds_for_4x_the_findings(monk
         assert len(lints) == 2
         costs.append(counts)
     assert_grows_linearly(*costs)
+
+
+def test_a_notebook_with_a_finding_in_every_cell_costs_linear_work():
+    """Each finding is placed in its cell (and each line its message names): by bisection, not a scan of the cells
+    (counted in the notebook module's own lines)."""
+    def notebook(k: int) -> str:
+        cells = [["import torch\n"]] + [["with torch.autocast('cuda'):\n", f"    loss{i} = model(x).sum()\n",
+                                         f"    loss{i}.backward()"] for i in range(k)]
+        return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
+            for source in cells]})
+
+    def cost(k: int) -> dict[str, int]:
+        parsed = parse_notebook(notebook(k))
+        with counting(lines_in=str(Path(AMPLINT) / "notebook.py")) as counts:
+            diagnostics = lint_notebook(parsed, "many.ipynb", RULES)
+        assert [(d.code, d.cell) for d in diagnostics] == [("AMP001", i + 2) for i in range(k)]
+        return counts
+
+    small, large = cost(20), cost(80)
+    assert large["lines"] <= LINEAR * small["lines"], (small, large)
