@@ -169,9 +169,29 @@ class ScalerInInference(Rule):
             return None
         calls_eval = any(c.method == "eval" and not c.node.args and c.frame.function() is function
                          for c in facts.calls)
-        if calls_eval or eval_like(function.name):
+        # A name alone is weak evidence: in a module that runs a backward, `generator_step()` stepping the scaler
+        # is a training helper (the backward in another method), and so is a function returning a scaled loss.
+        # Only a scaled value used where it is computed (scaled logits in `generate()`) stays evaluation there.
+        named = eval_like(function.name) and (not module_has_backward or (
+            event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
+        if calls_eval or named:
             return f"runs in evaluation code (`{function.name}()` runs no backward)"
         return None
+
+
+def _returned(statement: cst.CSTNode) -> bool:
+    """Does the statement hand its value to the caller (`return ...`, `yield ...`)?"""
+    found = []
+
+    class Hands(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node)
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            found.append(node)
+
+    statement.visit(Hands())
+    return bool(found)
 
 
 def _mentions(node: cst.CSTNode, name: str) -> int:
