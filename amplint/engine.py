@@ -8,14 +8,15 @@ import bisect
 import gc
 import re
 import traceback
+import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
-from amplint.parsing import parse_module
+from amplint.parsing import TooDeeplyNested, parse_module, recursion_room
 from amplint.rules.base import Finding, Rule
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
@@ -23,15 +24,20 @@ IO_ERROR = ("AMP901", "io-error")
 INTERNAL_ERROR = ("AMP902", "internal-error")
 
 NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+_LF = re.compile("\n")
 FILE_NOQA = re.compile(r"^\s*#\s*amplint:\s*noqa\b", re.IGNORECASE | re.MULTILINE)
 
 
+LINE_BREAK = re.compile(r"\r\n?|\n")  # Python's line breaks, as its tokenizer and libcst count rows
+
+
 class LineIndex:
-    """Converts between character offsets and (row, column) for one text."""
+    """Converts between character offsets and (row, column) for one text. Rows are Python's (and libcst's):
+    a lone `\r` ends a line too, so a file with mixed newlines gets its findings' lines and `# noqa`s right."""
 
     def __init__(self, text: str) -> None:
         self.text = text
-        self.starts = [0] + [match.end() for match in re.finditer("\n", text)]
+        self.starts = [0] + [match.end() for match in (LINE_BREAK if "\r" in text else _LF).finditer(text)]
 
     def offset(self, row: int, column0: int) -> int:
         return self.starts[row - 1] + column0
@@ -198,11 +204,16 @@ def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     try:
         module = parse(text)
     except cst.ParserSyntaxError as error:
+        if mixed_newlines(text) and _compiles(text):
+            return _lint_with_uniform_newlines(text, filename, rules, index)
         row, column, message = syntax_error_location(text, error)
         line = index.line(row) if row <= len(index.starts) else ""
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {message}", row, column, line)])
+    except TooDeeplyNested as error:  # refused before libcst, which would crash (amplint/parsing.py)
+        row = index.location(error.nesting.offset).row
+        return FileResult([error_diagnostic(IO_ERROR, filename, str(error), row, 1, index.line(row))])
     except RecursionError:
-        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, "cannot parse: nested too deeply")])
+        return FileResult([error_diagnostic(IO_ERROR, filename, "too deeply nested to analyse")])
     try:
         diagnostics = [d for d in diagnose(module, text, filename, rules, index) if not suppressed(d, index)]
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
@@ -211,12 +222,52 @@ def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
     return FileResult(diagnostics)
 
 
+def mixed_newlines(text: str) -> bool:
+    """Does the text end its lines in more than one way (`\r\n`, `\r`, `\n`)?"""
+    return "\r" in text and len(set(LINE_BREAK.findall(text))) > 1
+
+
+def _compiles(text: str) -> bool:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return False
+    return True
+
+
+def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], index: LineIndex) -> FileResult:
+    """A text that CPython compiles but libcst does not parse because of its mixed newlines (libcst 1.0 says
+    "Found newline ... but it's not EOL"), analysed with every line break made `\n`: rows and columns are the
+    same in both texts, so the diagnostics are the text's own. Their fixes are left out: they would be edits
+    of the other text (a fix is byte-exact or not offered)."""
+    uniform = LINE_BREAK.sub("\n", text)
+    try:
+        module = parse(uniform)
+    except cst.ParserSyntaxError as error:
+        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {error.message}", error.raw_line,
+                                            error.raw_column + 1, index.line(error.raw_line))])
+    except RecursionError as error:
+        return FileResult([error_diagnostic(IO_ERROR, filename, str(error))])
+    try:
+        found = diagnose(module, uniform, filename, rules, LineIndex(uniform))
+    except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
+        return FileResult([internal_error(filename, error)], internal_error=True)
+    diagnostics = [replace(d, fix=None if d.fix is not None and d.fix.edits else d.fix,
+                           source_line=index.line(d.location.row)) for d in found]
+    diagnostics = [d for d in diagnostics if not suppressed(d, index)]
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return FileResult(diagnostics)
+
+
 def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex) -> list[Diagnostic]:
     """Every finding of `rules` on the parsed module as a diagnostic with its fix, before any `# noqa`."""
-    facts = ModuleFacts(module, text)
-    findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
-    built = build_fixes([finding for _, finding in findings], facts, index)
-    return [to_diagnostic(rule, finding, facts, filename, index, built) for rule, finding in findings]
+    with recursion_room(text):  # libcst's code generation recurses per level of the tree
+        facts = ModuleFacts(module, text)
+        findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
+        built = build_fixes([finding for _, finding in findings], facts, index)
+        return [to_diagnostic(rule, finding, facts, filename, index, built) for rule, finding in findings]
 
 
 def internal_error(filename: str, error: Exception) -> Diagnostic:

@@ -13,13 +13,20 @@ piece's first statement: they are given back to it), and only where the line bef
 piece ends on the last line of a statement (libcst does not give back every layout of blank and comment lines
 at the end of a text exactly); every piece must agree on the indentation and newline libcst detected, else the
 text is parsed whole.
+
+Before libcst, `nesting` measures how deeply the text nests (see there); a text nested deeper than libcst can
+parse safely is refused (`TooDeeplyNested`) rather than parsed: libcst's native parser overflows its stack
+on such input and the process dies (a segmentation fault: no diagnostic for any file).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
+import sys
 import warnings
+from contextlib import contextmanager
 
 from amplint.lazy import libcst as cst
 
@@ -28,7 +35,11 @@ _LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")  # lines as Python's to
 
 
 def parse_module(text: str) -> cst.Module:
-    """libcst's Module for the text; raises libcst's ParserSyntaxError (or RecursionError) as parse_module."""
+    """libcst's Module for the text; raises libcst's ParserSyntaxError (or RecursionError) as parse_module, and
+    TooDeeplyNested (a RecursionError) without parsing a text nested deeper than `MAX_NESTING`."""
+    measured = nesting(text)
+    if measured.depth > MAX_NESTING:
+        raise TooDeeplyNested(measured)
     if text.count("\n") < 2 * CHUNK_LINES and text.count("\r") < 2 * CHUNK_LINES:
         return cst.parse_module(text)
     lines = _LINE.findall(text)
@@ -98,3 +109,140 @@ def _join(pieces: list[cst.Module]) -> cst.Module | None:
 def _indented(module: cst.Module) -> bool:
     """Did libcst see an indented block in this piece (so that its detected indentation means something)?"""
     return any(isinstance(getattr(statement, "body", None), cst.IndentedBlock) for statement in module.body)
+
+
+# Nesting -------------------------------------------------------------------------------------------------------
+# libcst's native parser recurses on the native stack, several frames per level of the tree: past some depth the
+# process dies (SIGSEGV, the whole run with it). Measured in child processes, Python 3.11, one construct per
+# file (`x = ...`), with a 1 MB stack: the number of levels at which libcst dies, and `nesting`'s depth there.
+# An 8 MB stack (a main thread's usual) goes about 8 times as deep; checked at 8 MB: `(((a)))` and `f(f(a))`
+# parse at 1,000 levels and die at 1,500 (both versions), `a + a + ...` parses at 3,000 and dies at 8,000 (1.5.1).
+#   construct                          dies at (1.5.1 / 1.0.1)   nesting per level   nesting there (1.0.1)
+#   `a + a + ...`, `a ** a ...`         850 / 750                  1                   750
+#   `a and a and ...`, `or`             850 / 750                  1                   750
+#   `"a" "a" ...` (adjacent strings)    1,075 / 700                1                   700
+#   `(((a)))`, `[[[a]]]`                146 / 165                  7                   1,155
+#   `f(f(a))`, `a[a[a]]`                159 / -                    7                   1,113 (1.5.1)
+#   `a.b.c...`                          725 / 625                  1                   625
+#   `a.b().b()...`                      387 / 343                  3                   1,029
+#   `a[0][0]...`                        762 / 562                  2                   1,124
+#   `-a`, `not a` prefixes              1,212 / -                  1                   1,212 (1.5.1)
+#   `a if b else ...`                   675 / 518                  2                   1,036
+#   `lambda: lambda: ...`               443 / 387                  2                   774
+#   `a < a < ...` (flat in libcst)      none at 16,000 (8 MB)      0
+# So libcst survives a nesting of about 625 per MB of stack, 5,000 with 8 MB; `MAX_NESTING` is 2,000 (about
+# 1,000 nested brackets would do, CPython refuses more than 200; CPython 3.11 itself refuses trees deeper than
+# about 3,000). Past 1,000 or so libcst is also slow: a 2,000-term `a + a + ...` takes seconds to parse.
+#
+# `nesting` is a cheap upper bound of a statement's tree depth, measured on tokens (no parse, no recursion):
+# within one element (between commas, in a bracket or a logical line) each operator, `.`, string literal and
+# keyword operator (`and`, `not`, `if`...) adds a level, `lambda` and an opening bracket two, and a bracketed
+# operand adds its own depth plus `BRACKET_WEIGHT` (a bracket costs libcst several rules of its grammar). A
+# comma, `;`, a statement keyword or the end of a logical line starts a new element. Names, numbers, comments,
+# string contents and comparisons (flat in libcst) add nothing. On torch's 462 KB distributed_test.py (depth
+# 33) it takes 18 ms, 1.3% of libcst's parse of the same text (1.3 s).
+BRACKET_WEIGHT = 5
+MAX_NESTING = 2000
+_STATEMENT_WORDS = (r"(?:for|while|with|return|yield|del|assert|import|from|class|def|global|nonlocal|raise|except"
+                    r"|elif|case|match|try|finally|pass|break|continue|async)\b")
+_OPERATOR_WORDS = r"(?:and|or|not|if|else|await)\b"  # `in`, `is`: comparisons (flat)
+_TOKEN = re.compile(
+    # Skipped inside the match (no depth): names other than these words, numbers, spaces, `=`, `:` and `!`.
+    r"(?:(?!" + _OPERATOR_WORDS + "|" + _STATEMENT_WORDS + r"|lambda\b)[^\W\d]\w*|[\d \t=:!]+)*+"
+    r"(?:(#[^\r\n]*|\\(?:\r\n|\r|\n))"  # 1: a comment, a line continuation
+    r"|('''(?:[^'\\]+|\\.|'(?!''))*+(?:'''|\Z)"  # 2: a string (its prefix was skipped as a name)
+    r'|"""(?:[^"\\]+|\\.|"(?!""))*+(?:"""|\Z)'
+    r"""|'(?:[^'\\\r\n]+|\\(?:\r\n|.))*+'?"""
+    r'''|"(?:[^"\\\r\n]+|\\(?:\r\n|.))*+"?)'''
+    r"|([(\[{])|([)\]}])"  # 3: an opening, 4: a closing bracket
+    r"|([,;]|" + _STATEMENT_WORDS + ")"  # 5: a new element
+    r"|(\r\n|\r|\n)"  # 6: a line break (the end of a logical line outside brackets)
+    r"|(lambda\b)"  # 7: `lambda` (two levels: libcst dies at half as many lambdas as `+`)
+    r"|(\*\*|//|<<|>>|[-+*/%@&|^~.]|" + _OPERATOR_WORDS + ")"  # 8: an operator (`<` `==`...: flat)
+    r"|(.)|\Z)",  # 9: anything else (`$`, `?`, a stray character); the end: a match never fails (no backtracking)
+    re.DOTALL)
+
+
+class Nesting:
+    """How deeply a text nests (`nesting`): `depth`, and `offset`, where the deepest logical line starts."""
+
+    __slots__ = ("depth", "offset")
+
+    def __init__(self, depth: int, offset: int) -> None:
+        self.depth, self.offset = depth, offset
+
+
+class TooDeeplyNested(RecursionError):
+    """A text nested deeper than libcst can parse safely: a RecursionError, as libcst's own would be."""
+
+    def __init__(self, measured: Nesting) -> None:
+        super().__init__(f"too deeply nested to analyse (depth {measured.depth:,}, limit {MAX_NESTING:,})")
+        self.nesting = measured
+
+
+@functools.lru_cache(maxsize=2)  # asked by the parse, then by the analysis of the same text
+def nesting(text: str) -> Nesting:
+    """An upper bound of the depth of the text's syntax tree in libcst's nodes (see the notes above)."""
+    stack: list[tuple[int, int, int]] = []  # the enclosing brackets' (count, deepest, top)
+    # In the current bracket: the operators of this element, its deepest bracketed operand, the most
+    # (count + deepest) of its elements so far.
+    count = deepest = top = 0
+    best = best_offset = line_start = 0
+    push, pop = stack.append, stack.pop
+    for match in _TOKEN.finditer(text):
+        kind = match.lastindex
+        if kind == 8 or kind == 2:
+            count += 1
+            if count + deepest > top:
+                top = count + deepest
+        elif kind == 7:
+            count += 2
+            if count + deepest > top:
+                top = count + deepest
+        elif kind == 3:
+            push((count + 2, deepest, top))  # a call or a subscript: two more levels of its operand
+            count = deepest = top = 0
+        elif kind == 4:
+            if stack:
+                inner = top + BRACKET_WEIGHT
+                count, deepest, top = pop()
+                if inner > deepest:
+                    deepest = inner
+                if count + deepest > top:
+                    top = count + deepest
+        elif kind == 5:
+            count = deepest = 0
+        elif kind == 6 and not stack:
+            if top > best:
+                best, best_offset = top, line_start
+            count = deepest = top = 0
+            line_start = match.end()
+    while stack:  # brackets left open (a syntax error): as if closed at the end
+        inner = top + BRACKET_WEIGHT
+        count, deepest, top = pop()
+        top = max(top, count + max(deepest, inner))
+    if top > best:
+        best, best_offset = top, line_start
+    return Nesting(best, best_offset)
+
+
+# libcst's code generation and visitors recurse two or three Python frames per level of the tree (amplint's
+# own walks do not recurse): four per level of `nesting` let every construct of the table above reach
+# MAX_NESTING with any rule's fix (tests/test_hostile_input.py).
+FRAMES_PER_LEVEL = 4
+_ROOMY = 100  # below this depth the default recursion limit has room enough: it is left alone
+
+
+@contextmanager
+def recursion_room(text: str):
+    """Python's recursion limit raised for the duration, by as much as the text nests."""
+    depth = nesting(text).depth
+    if depth < _ROOMY:
+        yield
+        return
+    previous = sys.getrecursionlimit()
+    sys.setrecursionlimit(previous + FRAMES_PER_LEVEL * depth)
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(previous)

@@ -537,12 +537,21 @@ class Summary:
         return name is not None and name in self._opener_names()
 
     def _can_open(self, expr: ast.AST) -> bool:
-        if type(expr) is ast.IfExp:
-            return self._can_open(expr.body) or self._can_open(expr.orelse)
-        if type(expr) is ast.Call:
-            return self._callee_can_open(expr.func)
-        name = _dotted(expr)
-        return name is not None and name in self._opener_names()
+        """Can this expression open a region (either branch of an `a if c else b`, followed without recursion:
+        a chain of them can be thousands deep)?"""
+        pending = [expr]
+        while pending:
+            expr = pending.pop()
+            if type(expr) is ast.IfExp:
+                pending += (expr.orelse, expr.body)
+            elif type(expr) is ast.Call:
+                if self._callee_can_open(expr.func):
+                    return True
+            else:
+                name = _dotted(expr)
+                if name is not None and name in self._opener_names():
+                    return True
+        return False
 
     def _with_can_open(self, with_node: ast.AST) -> bool:
         key = id(with_node)

@@ -5,6 +5,7 @@ nothing crashes the run (issue "Never lose data, never hang, never crash the run
 from __future__ import annotations
 
 import os
+import re
 import threading
 
 import pytest
@@ -119,3 +120,140 @@ def test_max_file_size_must_be_a_positive_integer(tmp_path, value):
 
 def test_max_file_size_has_a_default():
     assert Settings().max_file_size == 10 * 1024 * 1024
+
+
+# Deep expressions (items 6 and 7) ------------------------------------------------------------------------------
+
+# In a child process: on a text this deep libcst's native parser overflows its stack and the process dies.
+_DEEP_RUN = r"""
+import json, sys
+from amplint.engine import lint_text
+from amplint.parallel import lint_paths
+from amplint.config import Settings
+from amplint.rules import ALL_RULES
+from amplint.runner import Mode
+rules = [rule() for rule in ALL_RULES]
+texts = {"parens": "x = " + "(" * 2000 + "a" + ")" * 2000 + "\n",  # libcst dies at 1,500
+         "sum": "import torch\n" + "x = " + "+".join(["a"] * 8000) + "\n"}  # libcst dies at 8,000
+found = {name: [(d.code, d.message, d.location.row) for d in lint_text(text, name, rules).diagnostics]
+         for name, text in texts.items()}
+outcomes = lint_paths(sys.argv[1:], ALL_RULES, Settings(), Mode(), jobs=1)
+found["run"] = {o.path: [(d.code, d.message, d.location.row) for d in o.diagnostics] for o in outcomes}
+print(json.dumps(found))
+"""
+
+
+def test_a_file_nested_deeper_than_libcst_survives_is_refused_and_the_run_goes_on(tmp_path):
+    """The engine (as a serial run and the LSP call it) never hands libcst a text it would die on: such a file is
+    AMP901 "too deeply nested to analyse", at the deep statement, and the other files get their results."""
+    import json
+    import subprocess
+    import sys
+
+    deep = tmp_path / "deep.py"
+    deep.write_text(FINDING + "x = " + "f(" * 2000 + "a" + ")" * 2000 + "\n")  # AMP code: not screened out
+    real = tmp_path / "real.py"
+    real.write_text(FINDING)
+    child = subprocess.run([sys.executable, "-c", _DEEP_RUN, str(deep), str(real)], capture_output=True, text=True)
+    assert child.returncode == 0, f"the process died ({child.returncode}): {child.stderr[-2000:]}"
+    found = json.loads(child.stdout)
+    assert found["parens"] == [["AMP901", "too deeply nested to analyse (depth 14,000, limit 2,000)", 1]]
+    assert found["sum"] == [["AMP901", "too deeply nested to analyse (depth 7,999, limit 2,000)", 2]]
+    assert found["run"][str(deep)] == [["AMP901", "too deeply nested to analyse (depth 14,000, limit 2,000)", 4]]
+    assert [code for code, _, _ in found["run"][str(real)]] == ["AMP001"]
+
+
+DEEP_BESIDE_A_FINDING = {  # item 7: each beyond Python's default recursion limit for a recursive walk
+    "500-term sum": "x = " + " + ".join(["a"] * 500) + "\n",
+    "2,000 adjacent strings": "x = " + " ".join(['"a"'] * 2000) + "\n",
+    "1,000 and-terms": "x = " + " and ".join(["a"] * 1000) + "\n",
+    "a 600-deep method chain": "x = a" + ".b()" * 600 + "\n",
+}
+
+
+@pytest.mark.parametrize("construct", list(DEEP_BESIDE_A_FINDING))
+@pytest.mark.parametrize("before", [True, False], ids=["deep-first", "finding-first"])
+def test_a_deep_expression_does_not_hide_the_files_finding(construct, before):
+    """No recursion limit in amplint's walks, and room enough for libcst's recursive code generation: the file
+    gets its real finding, and its fix, as if the deep expression were not there."""
+    from amplint.engine import lint_text
+    from amplint.fixer import fix_text
+
+    deep = DEEP_BESIDE_A_FINDING[construct]
+    text = deep + FINDING if before else FINDING + deep
+    rules = [rule() for rule in ALL_RULES]
+    found = lint_text(text, "deep.py", rules).diagnostics
+    assert [(d.code, d.location.row) for d in found] == [("AMP001", 4 if before else 3)]
+    fixed = fix_text(text, "deep.py", rules)
+    assert len(fixed.applied) == 1 and not fixed.remaining and deep in fixed.text
+    assert "loss.backward()\n" in fixed.text and "    loss.backward()" not in fixed.text
+
+
+def test_the_walk_does_not_recurse():
+    """amplint's walk visits a tree thousands of levels deep under Python's default recursion limit (libcst's
+    own `visit` would need three frames a level)."""
+    import sys
+
+    import libcst as cst
+
+    from amplint.facts.walk import walk
+
+    module = cst.parse_module("x = " + " + ".join(["a"] * 1500) + "\n")
+
+    class Counter(cst.CSTVisitor):
+        names = 0
+
+        def visit_Name(self, node) -> None:
+            Counter.names += 1
+
+    assert sys.getrecursionlimit() <= 1000 * 2
+    walk(module, Counter())
+    assert Counter.names == 1501
+
+
+# Mixed newlines (item 18) --------------------------------------------------------------------------------------
+
+MIXED = 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\n    loss.backward()\r\n'
+
+
+def test_mixed_newlines_are_lines_of_their_own():
+    """`\\r`, `\\r\\n` and `\\n` each end a line, for the finding's line and its `# noqa` as for Python."""
+    from amplint.engine import lint_text
+
+    rules = [rule() for rule in ALL_RULES]
+    [finding] = lint_text(MIXED, "mixed.py", rules).diagnostics
+    assert (finding.code, finding.location.row, finding.location.column) == ("AMP001", 4, 5)
+    assert finding.source_line == "    loss.backward()"
+    assert [(edit.location.row, edit.end_location.row) for edit in finding.fix.edits] == [(4, 5)]  # Python's too
+    quiet = MIXED.replace("loss.backward()", "loss.backward()  # noqa: AMP001")
+    assert lint_text(quiet, "mixed.py", rules).diagnostics == []
+
+
+def test_mixed_newlines_fix_keeps_every_newline_byte():
+    from amplint.fixer import fix_text
+
+    fixed = fix_text(MIXED, "mixed.py", [rule() for rule in ALL_RULES])
+    assert fixed.text == 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\nloss.backward()\r\n'
+
+
+def test_mixed_newlines_that_libcst_refuses_are_analysed(monkeypatch):
+    """libcst 1.0 refuses some files with mixed newlines that CPython compiles ("Found newline ... but it's not
+    EOL"; simulated here): they are analysed with uniform newlines (rows and columns are the same), with no fix
+    (an edit of the other text would not be byte-exact), never reported as a syntax error."""
+    import libcst as cst
+
+    from amplint import engine
+
+    real_parse = engine.parse
+
+    def old_libcst(text):
+        if len(set(re.findall(r"\r\n|\r|\n", text))) > 1:
+            cst.parse_module("(")  # raises libcst's ParserSyntaxError
+        return real_parse(text)
+
+    monkeypatch.setattr(engine, "parse", old_libcst)
+    [finding] = engine.lint_text(MIXED, "mixed.py", [rule() for rule in ALL_RULES]).diagnostics
+    assert (finding.code, finding.location.row, finding.source_line) == ("AMP001", 4, "    loss.backward()")
+    assert finding.fix is None
+    broken = MIXED.replace("x = 1", "x = (")
+    assert [d.code for d in engine.lint_text(broken, "mixed.py", []).diagnostics] == ["AMP900"]

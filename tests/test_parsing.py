@@ -69,3 +69,113 @@ def test_short_texts_are_parsed_whole(monkeypatch):
     monkeypatch.setattr(parsing.cst, "parse_module", lambda piece: parsed.append(piece) or real(piece))
     parsing.parse_module(LAYOUTS["decorators"])
     assert parsed == [LAYOUTS["decorators"]]
+
+
+# Nesting: the guard before libcst ------------------------------------------------------------------------------
+# One construct per entry, `n` levels deep, as amplint/parsing.py's measurements of libcst write them.
+DEEP = {
+    "binary operators": lambda n: "x = " + " + ".join(["a"] * (n + 1)) + "\n",
+    "and": lambda n: "x = " + " and ".join(["a"] * (n + 1)) + "\n",
+    "adjacent strings": lambda n: "x = " + " ".join(['"a"'] * n) + "\n",
+    "brackets": lambda n: "x = " + "(" * n + "a" + ")" * n + "\n",
+    "calls": lambda n: "x = " + "f(" * n + "a" + ")" * n + "\n",
+    "subscripts": lambda n: "x = " + "a[" * n + "a" + "]" * n + "\n",
+    "attributes": lambda n: "x = a" + ".b" * n + "\n",
+    "method calls": lambda n: "x = a" + ".b()" * n + "\n",
+    "subscript chains": lambda n: "x = a" + "[0]" * n + "\n",
+    "prefixes": lambda n: "x = " + "not " * n + "a\n",
+    "conditional expressions": lambda n: "x = " + "a if b else " * n + "a\n",
+    "lambdas": lambda n: "x = " + "lambda: " * n + "a\n",
+}
+
+
+@pytest.mark.parametrize("construct", list(DEEP))
+def test_nesting_grows_with_every_deep_construct(construct):
+    """Each construct that makes libcst's tree deeper counts at least one level per level (so that the guard
+    sees it), and no construct counts more than 7 (so that what CPython accepts stays well under the limit)."""
+    make = DEEP[construct]
+    for levels in (10, 100):
+        depth = parsing.nesting(make(levels)).depth
+        assert levels <= depth <= 7 * levels + 7, (construct, levels, depth)
+
+
+@pytest.mark.parametrize("text", [
+    "x = a < b < c < d < e < f < g < h\n",  # comparisons are flat in libcst
+    'x = "((((((((((+++++++++" # (((((((((( and and and\n',  # strings and comments hold no code
+    "x = '''\n((((((((((\n''' + 1\n",
+    "x = [\n    1,\n    2,\n    3,\n" + "    4,\n" * 5000 + "]\n",  # a long literal is wide, not deep
+    "a = 1\n" * 5000,
+])
+def test_nesting_ignores_what_does_not_deepen_the_tree(text):
+    assert parsing.nesting(text).depth < 10
+
+
+def test_nesting_points_at_the_deepest_logical_line():
+    text = "import torch\n\ny = (\n  1 +\n  2)\nx = " + " + ".join(["a"] * 50) + "\nz = 1\n"
+    measured = parsing.nesting(text)
+    assert measured.depth == 49 and text[measured.offset:].startswith("x = a + a")
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[str(path.relative_to(FIXTURES)) for path in SOURCES])
+def test_real_code_is_far_below_the_limit(path):
+    """Every fixture (real training code) nests far below MAX_NESTING, and below the depth at which the
+    recursion limit is raised at all."""
+    assert parsing.nesting(path.read_text()).depth < parsing._ROOMY
+
+
+def _tree_depth(module: cst.CSTNode) -> int:
+    """The depth of a libcst tree in nodes, found without recursion."""
+    deepest, stack = 0, [(module, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack += [(child, depth + 1) for child in node.children]
+    return deepest
+
+
+LEAVES = ["a", "1", '"s"', "f()", "a.b", "x[0]"]
+# Ways to make an expression `e` deeper, with a leaf `l`.
+WRAPS = ["{e} + {l}", "{l} * {e}", "{e} ** {l}", "{e} and {l}", "{l} or {e}", "{e} < {l}", "({e})", "[{e}, 1]",
+         "f({e}, k=1)", "({e}).b", "x[{e}]", "not {e}", "-{e}", "(lambda: {e})", "({e} if {l} else 1)", "'p' {e}",
+         "{{{l}: {e}}}", "{e}.c()"]
+
+
+def _expression():
+    """Expressions built by wrapping a leaf in random ways, up to 40 deep (generated cheaply)."""
+    from hypothesis import strategies as st
+
+    steps = st.lists(st.tuples(st.sampled_from(WRAPS), st.sampled_from(LEAVES)), max_size=40)
+
+    def build(leaf_and_steps):
+        expression = leaf_and_steps[0]
+        for wrap, leaf in leaf_and_steps[1]:
+            expression = wrap.format(e=expression, l=leaf)
+        return expression
+
+    return st.tuples(st.sampled_from(LEAVES), steps).map(build)
+
+
+def test_nesting_bounds_the_depth_of_libcsts_tree():
+    """For generated expressions, `nesting` bounds the depth of the expression's tree in libcst's nodes (with
+    the whitespace and operator nodes at its leaves), within a factor of 2: the guard sees every deep tree."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=50, deadline=None)
+    @given(_expression())
+    def check(expression):
+        text = f"x = {expression}\n"
+        try:
+            module = cst.parse_module(text)
+        except cst.ParserSyntaxError:
+            return
+        expression_depth = _tree_depth(module.body[0].body[0].value)
+        assert expression_depth <= 2 * parsing.nesting(text).depth + 4
+
+    check()
+
+
+def test_a_text_nested_too_deeply_is_refused_before_libcst(monkeypatch):
+    """libcst is not called at all: it would crash the process (see the measurements in amplint/parsing.py)."""
+    monkeypatch.setattr(cst, "parse_module", lambda text: pytest.fail("libcst was called"))
+    with pytest.raises(parsing.TooDeeplyNested, match=r"too deeply nested to analyse \(depth 2,500, limit 2,000\)"):
+        parsing.parse_module("import torch\n" + DEEP["binary operators"](2500))
