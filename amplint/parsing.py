@@ -130,36 +130,50 @@ def _indented(module: cst.Module) -> bool:
 #   `a if b else ...`                   675 / 518                  2                   1,036
 #   `lambda: lambda: ...`               443 / 387                  2                   774
 #   `a < a < ...` (flat in libcst)      none at 16,000 (8 MB)      0
-# So libcst survives a nesting of about 625 per MB of stack, 5,000 with 8 MB; `MAX_NESTING` is 2,000 (about
-# 1,000 nested brackets would do, CPython refuses more than 200; CPython 3.11 itself refuses trees deeper than
+# So libcst survives a nesting of about 625 per MB of stack, 5,000 with 8 MB; `MAX_NESTING` is 2,000 (285
+# nested brackets; CPython refuses more than 200, and CPython 3.11 refuses trees deeper than
 # about 3,000). Past 1,000 or so libcst is also slow: a 2,000-term `a + a + ...` takes seconds to parse.
 #
 # `nesting` is a cheap upper bound of a statement's tree depth, measured on tokens (no parse, no recursion):
-# within one element (between commas, in a bracket or a logical line) each operator, `.`, string literal and
-# keyword operator (`and`, `not`, `if`...) adds a level, `lambda` and an opening bracket two, and a bracketed
-# operand adds its own depth plus `BRACKET_WEIGHT` (a bracket costs libcst several rules of its grammar). A
-# comma, `;`, a statement keyword or the end of a logical line starts a new element. Names, numbers, comments,
-# string contents and comparisons (flat in libcst) add nothing. On torch's 462 KB distributed_test.py (depth
-# 33) it takes 18 ms, 1.3% of libcst's parse of the same text (1.3 s).
+# within one element (between commas, in a bracket or a logical line), the longest run of operators of each
+# precedence (see `_PRECEDENCE`), and a bracketed operand's own depth plus `BRACKET_WEIGHT` (a bracket costs libcst
+# several rules of its grammar). A comma, `;`, `=`, a statement keyword or the end of a logical line starts a new
+# element. Names, numbers, comments and string contents add nothing. Generated expressions (tests/test_parsing.py)
+# are never deeper than it says (plus the few whitespace and operator nodes at the leaves). On torch's 462 KB
+# distributed_test.py (depth 35) it takes 18-36 ms, about 2% of libcst's parse of the same text (1.3-1.8 s, a
+# loaded machine); the 8,359 files of the test environment's site-packages (135 MB) take 13 s, the deepest is
+# sympy's generated resolvent_lookup.py (588; its stdlib tree is 569 deep), 18 are 100 or more.
 BRACKET_WEIGHT = 5
 MAX_NESTING = 2000
+# Operators by precedence, lowest first, and the levels each adds to the tree: a run of operators of one
+# precedence nests (`a + b - c`: two levels), and an operator of a lower one ends the runs above it (in
+# `a*b + c*d` the products are two operands of `+`, side by side). Comparisons are flat in libcst: they add
+# nothing but end the runs above them. `.` and a call's or subscript's bracket are the primary level (a
+# bracket two levels); adjacent string literals, which nest too, the highest.
+_PRECEDENCE = (("lambda", 2), ("if else", 1), ("or", 1), ("and", 1), ("not", 1),
+               ("< > == != <= >= in is", 0), ("|", 1), ("^", 1), ("&", 1), ("<< >>", 1), ("+ -", 1),
+               ("* / // % @", 1), ("~", 1), ("**", 1), ("await", 1), (".", 1))
+_OPERATORS = {operator: (level, weight) for level, (operators, weight) in enumerate(_PRECEDENCE)
+              for operator in operators.split()}
+_PRIMARY = _OPERATORS["."][0]
+_STRING = _PRIMARY + 1
+_LEVELS = _STRING + 1
+_WORDS = r"(?:lambda|if|else|or|and|not|in|is|await)\b"
 _STATEMENT_WORDS = (r"(?:for|while|with|return|yield|del|assert|import|from|class|def|global|nonlocal|raise|except"
                     r"|elif|case|match|try|finally|pass|break|continue|async)\b")
-_OPERATOR_WORDS = r"(?:and|or|not|if|else|await)\b"  # `in`, `is`: comparisons (flat)
 _TOKEN = re.compile(
-    # Skipped inside the match (no depth): names other than these words, numbers, spaces, `=`, `:` and `!`.
-    r"(?:(?!" + _OPERATOR_WORDS + "|" + _STATEMENT_WORDS + r"|lambda\b)[^\W\d]\w*|[\d \t=:!]+)*+"
+    # Skipped inside the match (no depth): names other than these words, numbers, spaces, `:`.
+    r"(?:(?!" + _WORDS + "|" + _STATEMENT_WORDS + r")[^\W\d]\w*|[\d \t:]+)*+"
     r"(?:(#[^\r\n]*|\\(?:\r\n|\r|\n))"  # 1: a comment, a line continuation
     r"|('''(?:[^'\\]+|\\.|'(?!''))*+(?:'''|\Z)"  # 2: a string (its prefix was skipped as a name)
     r'|"""(?:[^"\\]+|\\.|"(?!""))*+(?:"""|\Z)'
     r"""|'(?:[^'\\\r\n]+|\\(?:\r\n|.))*+'?"""
     r'''|"(?:[^"\\\r\n]+|\\(?:\r\n|.))*+"?)'''
     r"|([(\[{])|([)\]}])"  # 3: an opening, 4: a closing bracket
-    r"|([,;]|" + _STATEMENT_WORDS + ")"  # 5: a new element
+    r"|([,;]|->|:=|=(?!=)|" + _STATEMENT_WORDS + ")"  # 5: a new element (`=`: its two sides are apart)
     r"|(\r\n|\r|\n)"  # 6: a line break (the end of a logical line outside brackets)
-    r"|(lambda\b)"  # 7: `lambda` (two levels: libcst dies at half as many lambdas as `+`)
-    r"|(\*\*|//|<<|>>|[-+*/%@&|^~.]|" + _OPERATOR_WORDS + ")"  # 8: an operator (`<` `==`...: flat)
-    r"|(.)|\Z)",  # 9: anything else (`$`, `?`, a stray character); the end: a match never fails (no backtracking)
+    r"|(\*\*|//|<<|>>|<=|>=|==|!=|[-+*/%@&|^~<>.]|" + _WORDS + ")"  # 7: an operator
+    r"|(.)|\Z)",  # 8: anything else (`$`, `!`, a stray character); the end: a match never fails (no backtracking)
     re.DOTALL)
 
 
@@ -182,45 +196,62 @@ class TooDeeplyNested(RecursionError):
 
 @functools.lru_cache(maxsize=2)  # asked by the parse, then by the analysis of the same text
 def nesting(text: str) -> Nesting:
-    """An upper bound of the depth of the text's syntax tree in libcst's nodes (see the notes above)."""
-    stack: list[tuple[int, int, int]] = []  # the enclosing brackets' (count, deepest, top)
-    # In the current bracket: the operators of this element, its deepest bracketed operand, the most
-    # (count + deepest) of its elements so far.
-    count = deepest = top = 0
-    best = best_offset = line_start = 0
+    """An upper bound of the depth of the text's syntax tree in libcst's nodes (see the notes above).
+
+    Per element: `runs[level]` counts the current run of operators of one precedence, `longest[level]` the
+    longest so far, `total` their sum (the element's depth without its brackets), `deepest` its deepest
+    bracketed operand; `top` is the most (total + deepest) of a bracket's elements so far."""
+    zeros = [0] * _LEVELS
+    operators, primary, string = _OPERATORS, _PRIMARY, _STRING
+    runs, longest = zeros[:], zeros[:]
+    total = deepest = top = high = 0  # high: the highest precedence with a run going on
+    stack: list[tuple] = []  # the enclosing brackets' (runs, longest, total, deepest, top, high)
     push, pop = stack.append, stack.pop
+    best = best_offset = line_start = 0
     for match in _TOKEN.finditer(text):
         kind = match.lastindex
-        if kind == 8 or kind == 2:
-            count += 1
-            if count + deepest > top:
-                top = count + deepest
-        elif kind == 7:
-            count += 2
-            if count + deepest > top:
-                top = count + deepest
-        elif kind == 3:
-            push((count + 2, deepest, top))  # a call or a subscript: two more levels of its operand
-            count = deepest = top = 0
+        if kind == 7 or kind == 2 or kind == 3:
+            if kind == 7:
+                level, weight = operators[match.group(7)]
+            elif kind == 2:
+                level, weight = string, 1
+            else:
+                level, weight = primary, 2  # a call or a subscript: two more levels of its operand
+            run = runs[level] + weight
+            runs[level] = run
+            if run > longest[level]:
+                total += run - longest[level]
+                longest[level] = run
+            if high > level:  # a run above this precedence has ended
+                runs[level + 1:] = zeros[level + 1:]
+            high = level
+            if total + deepest > top:
+                top = total + deepest
+            if kind == 3:
+                push((runs, longest, total, deepest, top, high))
+                runs, longest = zeros[:], zeros[:]
+                total = deepest = top = high = 0
         elif kind == 4:
             if stack:
                 inner = top + BRACKET_WEIGHT
-                count, deepest, top = pop()
+                runs, longest, total, deepest, top, high = pop()
                 if inner > deepest:
                     deepest = inner
-                if count + deepest > top:
-                    top = count + deepest
+                if total + deepest > top:
+                    top = total + deepest
         elif kind == 5:
-            count = deepest = 0
+            runs, longest = zeros[:], zeros[:]
+            total = deepest = high = 0
         elif kind == 6 and not stack:
             if top > best:
                 best, best_offset = top, line_start
-            count = deepest = top = 0
+            runs, longest = zeros[:], zeros[:]
+            total = deepest = top = high = 0
             line_start = match.end()
     while stack:  # brackets left open (a syntax error): as if closed at the end
         inner = top + BRACKET_WEIGHT
-        count, deepest, top = pop()
-        top = max(top, count + max(deepest, inner))
+        runs, longest, total, deepest, top, high = pop()
+        top = max(top, total + max(deepest, inner))
     if top > best:
         best, best_offset = top, line_start
     return Nesting(best, best_offset)

@@ -110,6 +110,14 @@ def test_nesting_ignores_what_does_not_deepen_the_tree(text):
     assert parsing.nesting(text).depth < 10
 
 
+def test_products_in_a_long_sum_are_operands_side_by_side():
+    """Generated polynomials (sympy ships a 4,000-operator one): a run of `+` nests, the products between them
+    do not add up (an upper bound counting every operator would refuse such a file, which CPython compiles)."""
+    terms = [f"{k}*s1**{k % 5}*s2*s3**2" for k in range(1, 301)]
+    depth = parsing.nesting("x = (" + " + ".join(terms) + ")\n").depth
+    assert 299 <= depth < 320
+
+
 def test_nesting_points_at_the_deepest_logical_line():
     text = "import torch\n\ny = (\n  1 +\n  2)\nx = " + " + ".join(["a"] * 50) + "\nz = 1\n"
     measured = parsing.nesting(text)
