@@ -57,8 +57,10 @@ def test_a_link_to_a_device_is_refused(tmp_path):
     test uses /dev/null, which ends: read, it would be an empty, clean file)."""
     link = tmp_path / "z.py"
     link.symlink_to("/dev/null")
-    assert lint([link], Settings(root=tmp_path)) == {
-        str(link): [("AMP901", "not a regular file (a character device); not read")]}
+    notebook = tmp_path / "z.ipynb"  # notebooks are read the same way
+    notebook.symlink_to("/dev/null")
+    refused = [("AMP901", "not a regular file (a character device); not read")]
+    assert lint([link, notebook], Settings(root=tmp_path)) == {str(link): refused, str(notebook): refused}
 
 
 def test_read_bytes_refuses_what_is_not_a_regular_file(tmp_path):
