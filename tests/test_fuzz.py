@@ -25,9 +25,9 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "4"))
+EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "6"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 
@@ -190,10 +190,10 @@ def long_list(n: int) -> str:
 
 # Sizes: deep enough to reach amplint's nesting guard sometimes, not so deep as to crash CPython's own parser.
 DEEP = st.one_of(
-    st.integers(1, 700).map(plus_chain),
+    st.integers(1, 1500).map(plus_chain),
     st.integers(1, 45).map(brackets),
-    st.integers(1, 900).map(and_chain),
-    st.integers(1, 900).map(adjacent_strings),
+    st.integers(1, 1200).map(and_chain),
+    st.integers(1, 2400).map(adjacent_strings),
     st.integers(1, 3000).map(long_list),
 )
 
@@ -268,6 +268,8 @@ def programs(draw) -> bytes:
 
 @FUZZ
 @given(st.lists(programs(), min_size=1, max_size=5))
+@example([HEAD + f"value = {adjacent_strings(2400)}\n".encode(),  # past the nesting guard: refused, AMP901
+          HEAD + f"value = {plus_chain(1500)}\nloss = {and_chain(1200)}\n".encode()])  # deep, still analysed
 def test_generated_programs(files):
     """Valid programs: never AMP900 (they compile), each accounted for by its finding (or refused as too deeply
     nested), and fixes that keep them compiling."""
