@@ -238,3 +238,19 @@ def test_a_notebook_with_a_finding_in_every_cell_costs_linear_work():
 
     small, large = cost(20), cost(80)
     assert large["lines"] <= LINEAR * small["lines"], (small, large)
+
+
+def half_models_in_many_functions(k: int) -> str:
+    """k functions that make their model float16 and step its optimizer through a scaler: k AMP012 findings (each
+    once scanned every assignment and every call of the module)."""
+    functions = "".join(
+        f"def train{i}(model, loader):\n    model.half()\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)\n    scaler = torch.amp.GradScaler('cuda')\n"
+        "    for x in loader:\n        with torch.autocast('cuda'):\n            loss = model(x).sum()\n"
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n"
+        for i in range(k))
+    return f"import torch\n{functions}"
+
+
+def test_half_models_in_many_functions_cost_linear_work():
+    assert_linear(half_models_in_many_functions, {"AMP012"})

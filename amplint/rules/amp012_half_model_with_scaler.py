@@ -74,15 +74,23 @@ class HalfModelWithScaler(Rule):
                 and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler, e.frame) is not False]
         if not uses:
             return
+        # Asked for each conversion, answered once per model name: N conversions cost N lookups, not N scans.
+        optimizers: dict[str, list[tuple[str, Assignment]]] = {}
+        conversions: dict[str, list[Call]] = {}  # receiver -> its `.float()`/`.to()`/`.type()` calls, in order
+        for call in facts.calls:
+            if call.method in ("float", "to", "type") and call.receiver:
+                conversions.setdefault(call.receiver, []).append(call)
         for call in facts.calls:
             if not _to_half(facts, call):
                 continue
             model = self._model_key(facts, call)
             if model is None:
                 continue
-            for optimizer, built in self._optimizers_over(facts, model):
+            if model not in optimizers:
+                optimizers[model] = self._optimizers_over(facts, model)
+            for optimizer, built in optimizers[model]:
                 use = next((e for e in uses if e.optimizer == optimizer and self._related(call, built, e)), None)
-                if use is None or self._converted_back(facts, model, call, use):
+                if use is None or self._converted_back(facts, conversions.get(model, ()), call):
                     continue
                 message = (
                     f"`{_tail(facts, call.node)}` makes the parameters of `{model}` float16, and `{optimizer}` "
@@ -140,11 +148,12 @@ class HalfModelWithScaler(Rule):
         return half_function is built.frame.function() or half_function is None
 
     @staticmethod
-    def _converted_back(facts: ModuleFacts, model: str, half: Call, use) -> bool:
-        return any(call.receiver == model and call.method in ("float", "to", "type") and call is not half
-                   and call.index > half.index and not _to_half(facts, call)
+    def _converted_back(facts: ModuleFacts, conversions, half: Call) -> bool:
+        """Is the model converted back to float32 after `half` (`conversions`: its `.float()`/`.to()`/`.type()`
+        calls)?"""
+        return any(call is not half and call.index > half.index and not _to_half(facts, call)
                    and (call.method == "float" or "float32" in facts.code(call.node))
-                   for call in facts.calls)
+                   for call in conversions)
 
 
 def _to_half(facts: ModuleFacts, call: Call) -> bool:
