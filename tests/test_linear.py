@@ -59,16 +59,16 @@ def counting(lines_in: str = AMPLINT):
         cst.Module._codegen = original
 
 
-def work(text: str, codes: set[str], findings: int) -> dict[str, int]:
+def work(text: str, codes: set[str], findings: int, rules=RULES) -> dict[str, int]:
     with counting() as counts:
-        diagnostics = lint_text(text, "many.py", RULES).diagnostics
+        diagnostics = lint_text(text, "many.py", rules).diagnostics
     assert sorted(d.code for d in diagnostics if d.code in codes) == sorted(codes) * findings  # found every one
     return counts
 
 
-def assert_linear(make, codes: set[str], n: int = 20) -> None:
+def assert_linear(make, codes: set[str], n: int = 20, rules=RULES) -> None:
     """`make(k)`: a source with k findings of each code in `codes`."""
-    small, large = work(make(n), codes, n), work(make(4 * n), codes, 4 * n)
+    small, large = work(make(n), codes, n, rules), work(make(4 * n), codes, 4 * n, rules)
     assert_grows_linearly(small, large)
     assert large["module passes"] <= max(small["module passes"], 3), (small, large)
 
@@ -254,3 +254,8 @@ def half_models_in_many_functions(k: int) -> str:
 
 def test_half_models_in_many_functions_cost_linear_work():
     assert_linear(half_models_in_many_functions, {"AMP012"})
+
+
+def test_unscales_twice_in_one_function_cost_linear_work():
+    """AMP011 alone (each unscale_ once copied and filtered every event of its function)."""
+    assert_linear(unscales_twice_in_one_function, {"AMP011"}, n=40, rules=[UnscaleTwice()])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Iterator
 
@@ -77,15 +78,20 @@ class UnscaleTwice(Rule):
         return summary.calls_method("unscale_") and summary.calls_again("unscale_")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
         for unscale in facts.events:
             if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
                 continue
             if scaler_enabled(facts, unscale.scaler, unscale.frame) is False \
                     or facts.no_grad_opener(unscale.frame) is not None:
                 continue
-            events = facts.events_in(unscale.frame.function())
+            function = unscale.frame.function()
+            if id(function) not in by_function:  # once per function, not once per unscale_ in it
+                function_events = facts.events_in(function)
+                by_function[id(function)] = (function_events, [e.index for e in function_events])
+            events, indexes = by_function[id(function)]
             scaler, optimizer = unscale.scaler, unscale.optimizer
-            earlier = self._earlier(facts, events, unscale)
+            earlier = self._earlier(facts, events, indexes, unscale)
             if earlier is not None:
                 after_step = earlier.kind is EventKind.SCALER_STEP
                 message = (
@@ -108,10 +114,12 @@ class UnscaleTwice(Rule):
             yield Finding(unscale.node, message, self._move(facts, events, unscale, loop))
 
     @staticmethod
-    def _earlier(facts: ModuleFacts, events: list[Event], unscale: Event) -> Event | None:
-        """An earlier `unscale_`/`step` of the same optimizer that reaches this one with no update between."""
+    def _earlier(facts: ModuleFacts, events: list[Event], indexes: list[int], unscale: Event) -> Event | None:
+        """An earlier `unscale_`/`step` of the same optimizer that reaches this one with no update between.
+        `indexes`: the events' source indexes (the search starts at this unscale_'s place and goes back)."""
         scaler, optimizer = unscale.scaler, unscale.optimizer
-        for event in reversed([e for e in events if e.index < unscale.index]):
+        for position in range(bisect.bisect_left(indexes, unscale.index) - 1, -1, -1):
+            event = events[position]
             if not may_follow(facts, event.frame, unscale.frame):
                 continue
             if event.kind is EventKind.SCALER_UPDATE and event.scaler == scaler:
