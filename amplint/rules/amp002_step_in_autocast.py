@@ -15,9 +15,10 @@ class StepInAutocast(Rule):
     """## What it does
     Checks for `optimizer.step()`, `scaler.step(optimizer)` and `scaler.update()` executed inside an enabled (or
     possibly enabled) autocast region, including regions opened by decorators, names, `functools.partial`
-    factories and same-module callers. `.step()` is only reported on objects known to be an optimizer (built by
-    a `torch.optim` class or an optimizer factory, passed to `scaler.step`/`scaler.unscale_`, or named like one:
-    `optimizer`, `opt_g`, `d_optim`) or a GradScaler; an RL `env.step(action)` or a scheduler is not.
+    factories and same-module callers. `.step()` is only reported on objects known to be an optimizer by what
+    the code does with them (built by a `torch.optim` class or a known optimizer factory, passed to
+    `scaler.step`/`scaler.unscale_`, given `.zero_grad()` or read for `.param_groups`), never by their name, or
+    on a GradScaler; an RL `env.step(action)` or a scheduler is not.
 
     ## Why is this bad?
     The optimizer update is outside what autocast is for, and PyTorch's AMP examples step after the autocast
@@ -49,8 +50,9 @@ class StepInAutocast(Rule):
     the region (an allow-list of update-phase calls, logging and plain arithmetic); forward code after them,
     including code with no call such as `y = x @ w`, stays in a reopened block; with-items are never reordered.
     A step that takes a closure (`optimizer.step(closure)`, L-BFGS, SAM) is reported without a fix: the closure
-    runs the forward pass, which belongs in the region; open autocast inside the closure instead. No fix for
-    regions opened by a decorator or a caller.
+    runs the forward pass, which belongs in the region; open autocast inside the closure instead. The fix is
+    unsafe where AMP001's is: a moved statement that computes more than the allow-list, or a reopened context
+    object of unknown kind. No fix for regions opened by a decorator or a caller.
 
     ## Limits
     Optimizers held in containers (`optimizers[i].step()`) and objects of unknown type are not reported.

@@ -43,8 +43,11 @@ class ScalerInInference(Rule):
     Checks for a GradScaler constructed or used (`scale`, `step`, `update`, `unscale_`) where no backward can
     happen: under `torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)` (a `with` block
     or a decorator), or in evaluation code: a function that runs no backward and either calls `.eval()` or is
-    named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...). Constructions are only
-    reported under no_grad/inference_mode.
+    named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...), or module-level code of a
+    module that runs no backward. A name alone counts only in a module that runs no backward, or for a scaled
+    value used where it is computed: in a module that trains, `generator_step()` stepping the scaler or a
+    function returning a scaled loss is a training helper. Constructions are only reported under
+    no_grad/inference_mode.
 
     ## Why is this bad?
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
@@ -56,6 +59,8 @@ class ScalerInInference(Rule):
 
     ## Example
     ```python
+    scaler = torch.amp.GradScaler("cuda")
+
     @torch.no_grad()
     def evaluate(model, x):
         with torch.autocast("cuda"):

@@ -34,6 +34,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     ## Example
     ```python
+    fp32_head = torch.nn.Linear(512, 10)
     with torch.autocast("cuda"):
         h = model(x)
         with torch.autocast("cuda", enabled=False):
@@ -42,6 +43,7 @@ class DisabledAutocastWithoutCast(Rule):
 
     ## Use instead
     ```python
+    fp32_head = torch.nn.Linear(512, 10)
     with torch.autocast("cuda"):
         h = model(x)
         with torch.autocast("cuda", enabled=False):

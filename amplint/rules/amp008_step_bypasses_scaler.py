@@ -32,12 +32,20 @@ class StepBypassesScaler(Rule):
 
     ## Example
     ```python
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     optimizer.step()
     ```
 
     ## Use instead
     ```python
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    with torch.autocast("cuda"):
+        loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()

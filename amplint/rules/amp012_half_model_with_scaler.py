@@ -36,6 +36,11 @@ class HalfModelWithScaler(Rule):
     model = Net().cuda().half()
     optimizer = torch.optim.AdamW(model.parameters())
     scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        loss = loss_fn(model(x.cuda().half()), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
     ```
 
     ## Use instead
@@ -43,8 +48,12 @@ class HalfModelWithScaler(Rule):
     model = Net().cuda()  # float32 parameters
     optimizer = torch.optim.AdamW(model.parameters())
     scaler = torch.amp.GradScaler("cuda")
-    with torch.autocast("cuda", dtype=torch.float16):
-        loss = loss_fn(model(x), y)
+    for x, y in loader:
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = loss_fn(model(x.cuda()), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
     ```
 
     ## Fix safety
