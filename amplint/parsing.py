@@ -116,20 +116,20 @@ def _indented(module: cst.Module) -> bool:
 # process dies (SIGSEGV, the whole run with it). Measured in child processes, Python 3.11, one construct per
 # file (`x = ...`), with a 1 MB stack: the number of levels at which libcst dies, and `nesting`'s depth there.
 # An 8 MB stack (a main thread's usual) goes about 8 times as deep; checked at 8 MB: `(((a)))` and `f(f(a))`
-# parse at 1,000 levels and die at 1,500 (both versions), `a + a + ...` parses at 3,000 and dies at 8,000 (1.5.1).
-#   construct                          dies at (1.5.1 / 1.0.1)   nesting per level   nesting there (1.0.1)
-#   `a + a + ...`, `a ** a ...`         850 / 750                  1                   750
-#   `a and a and ...`, `or`             850 / 750                  1                   750
-#   `"a" "a" ...` (adjacent strings)    1,075 / 700                1                   700
-#   `(((a)))`, `[[[a]]]`                146 / 165                  7                   1,155
-#   `f(f(a))`, `a[a[a]]`                159 / -                    7                   1,113 (1.5.1)
-#   `a.b.c...`                          725 / 625                  1                   625
-#   `a.b().b()...`                      387 / 343                  3                   1,029
-#   `a[0][0]...`                        762 / 562                  2                   1,124
-#   `-a`, `not a` prefixes              1,212 / -                  1                   1,212 (1.5.1)
-#   `a if b else ...`                   675 / 518                  2                   1,036
-#   `lambda: lambda: ...`               443 / 387                  2                   774
-#   `a < a < ...` (flat in libcst)      none at 16,000 (8 MB)      0
+# parse at 1,000 levels and die at 1,500 (1.5.1, 1.0.1), `a + a + ...` parses at 3,000 and dies at 8,000 (1.5.1).
+#   construct                          dies at (1.9.0 / 1.5.1 / 1.0.1)   nesting per level   least nesting there
+#   `a + a + ...`, `a ** a ...`         850 / 850 / 750                    1                   750
+#   `a and a and ...`, `or`             862 / 850 / 750                    1                   750
+#   `"a" "a" ...` (adjacent strings)    1,250 / 1,075 / 700                1                   700
+#   `(((a)))`, `[[[a]]]`                159 / 146 / 165                    7                   1,022
+#   `f(f(a))`, `a[a[a]]`                146 / 159 / -                      7                   1,022
+#   `a.b.c...`                          725 / 725 / 625                    1                   625
+#   `a.b().b()...`                      393 / 387 / 343                    3                   1,029
+#   `a[0][0]...`                        775 / 762 / 562                    2                   1,124
+#   `-a`, `not a` prefixes              1,012 / 1,212 / -                  1                   1,012
+#   `a if b else ...`                   687 / 675 / 518                    2                   1,036
+#   `lambda: lambda: ...`               431 / 443 / 387                    2                   774
+#   `a < a < ...` (flat in libcst)      none at 16,000 (1.5.1, 8 MB)       0
 # So libcst survives a nesting of about 625 per MB of stack, 5,000 with 8 MB; `MAX_NESTING` is 2,000 (285
 # nested brackets; CPython refuses more than 200, and CPython 3.11 refuses trees deeper than
 # about 3,000). Past 1,000 or so libcst is also slow: a 2,000-term `a + a + ...` takes seconds to parse.
