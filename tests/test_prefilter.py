@@ -532,29 +532,31 @@ def test_disabled_regions():
 
 
 @pytest.mark.parametrize("body, analysed, flagged", [
+    # (`h.sum()`: a method of the value, a use whatever its type; a value of unknown type handed to a user
+    # function is not a use, amplint/facts/dtypes.py)
     # a disabled block alone, or after an active one, is not nested: nothing for AMP006 to report
     ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return model(x)\n", False, False),
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
-     "    with torch.autocast('cuda', enabled=False):\n        return head(h)\n", False, False),
+     "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", False, False),
     # nested in the same function: analysed, and reported
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
-     "        with torch.autocast('cuda', enabled=False):\n            return head(h)\n", True, True),
+     "        with torch.autocast('cuda', enabled=False):\n            return h.sum()\n", True, True),
     # nested through a name bound to an opener
     ("def f(model, x):\n    ctx = torch.autocast('cuda')\n    with ctx:\n        h = model(x)\n"
-     "        with torch.autocast('cuda', enabled=False):\n            return head(h)\n", True, True),
+     "        with torch.autocast('cuda', enabled=False):\n            return h.sum()\n", True, True),
     # inside a function decorated with an active autocast: analysed (the uses here are parameters)
     ("@torch.autocast('cuda')\ndef f(model, x):\n    h = model(x)\n"
-     "    with torch.autocast('cuda', enabled=False):\n        return head(h)\n", True, True),
+     "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", True, True),
     # a function decorated with a disabled autocast, called from an active region: analysed
-    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return head(h)\n"
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.sum()\n"
      "def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n        return head_fp32(h)\n",
      True, True),
     # the same function called outside every region: not analysed
-    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return head(h)\n"
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.sum()\n"
      "def f(model, x):\n    return head_fp32(model(x))\n", False, False),
     # a region in a nested def does not nest in the enclosing function's block (the def runs elsewhere)
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        def g(h):\n"
-     "            with torch.autocast('cuda', enabled=False):\n                return head(h)\n", False, False),
+     "            with torch.autocast('cuda', enabled=False):\n                return h.sum()\n", False, False),
 ])
 def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
     text = "import torch\n" + body
