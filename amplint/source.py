@@ -62,14 +62,31 @@ def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
     try:
         _check_regular(os.stat(path), max_size)
         descriptor = os.open(path, _OPEN_FLAGS)
-        with os.fdopen(descriptor, "rb") as handle:
-            _check_regular(os.fstat(descriptor), max_size)
-            raw = handle.read(max_size + 1)
+        try:
+            info = os.fstat(descriptor)
+            _check_regular(info, max_size)
+            raw = _read_up_to(descriptor, max_size + 1, info.st_size)
+        finally:
+            os.close(descriptor)
     except OSError as error:
         raise SourceError(f"cannot read: {error.strerror or error}") from None
     if len(raw) > max_size:
         raise SourceError(_too_large(max_size))
     return raw
+
+
+def _read_up_to(descriptor: int, limit: int, expected: int) -> bytes:
+    """At most `limit` bytes, read in reads of the size the file had when it was opened (plus one, to see its
+    end): a buffered `read(limit)` would allocate the whole limit for every small file."""
+    parts: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = os.read(descriptor, min(limit - total, max(expected + 1 - total, 1 << 16)))
+        if not chunk:
+            break
+        parts.append(chunk)
+        total += len(chunk)
+    return b"".join(parts)
 
 
 def _check_regular(info: os.stat_result, max_size: int) -> None:
