@@ -137,9 +137,24 @@ def _op_name(call: cst.Call) -> str:
     return ""
 
 
+def written_tensor(call: cst.Call) -> cst.BaseExpression | None:
+    """The tensor an `out=` call or an in-place method (`acc.add_(...)`) writes into and returns. Autocast does not
+    apply to those ops (PyTorch's "Op Eligibility"), so the result has that tensor's dtype, whatever the op."""
+    for arg in call.args:
+        if arg.keyword is not None and arg.keyword.value == "out":
+            return arg.value
+    func = call.func
+    if isinstance(func, cst.Attribute) and func.attr.value.endswith("_") and not func.attr.value.startswith("_"):
+        return func.value
+    return None
+
+
 def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
     """Does evaluating `value` inside an autocast region yield a low-precision tensor?"""
     if isinstance(value, cst.Call):
+        written = written_tensor(value)
+        if written is not None:
+            return is_low_precision(written, low)
         op = _op_name(value)
         if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value) \
                 or op in INTEGER_OPS:
