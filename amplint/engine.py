@@ -35,6 +35,8 @@ class LineIndex:
     """Converts between character offsets and (row, column) for one text. Rows are Python's (and libcst's):
     a lone `\r` ends a line too, so a file with mixed newlines gets its findings' lines and `# noqa`s right."""
 
+    suppresses = True  # do the text's `# noqa` comments apply (not for flake8, which applies its own)
+
     def __init__(self, text: str) -> None:
         self.text = text
         self.starts = [0] + [match.end() for match in (LINE_BREAK if "\r" in text else _LF).finditer(text)]
@@ -97,6 +99,8 @@ def error_diagnostic(kind: tuple[str, str], filename: str, message: str, row: in
 
 
 def suppressed(diagnostic: Diagnostic, index: LineIndex) -> bool:
+    if not index.suppresses:
+        return False
     for match in NOQA.finditer(index.line(diagnostic.location.row)):
         codes = match.group("codes")
         if codes is None:
@@ -191,14 +195,17 @@ def cyclic_gc_paused():
             gc.enable()
 
 
-def lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
-    """Lint one decoded source text with the given rules."""
+def lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True) -> FileResult:
+    """Lint one decoded source text with the given rules. `line_noqa=False` keeps findings that a line's `# noqa`
+    suppresses (flake8 applies its own); the file-level `# amplint: noqa` always applies."""
     with cyclic_gc_paused():
-        return _lint_text(text, filename, rules)
+        return _lint_text(text, filename, rules, line_noqa)
 
 
-def _lint_text(text: str, filename: str, rules: list[Rule]) -> FileResult:
+def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True) -> FileResult:
     index = LineIndex(text)
+    if not line_noqa:
+        index.suppresses = False
     if FILE_NOQA.search(text):
         return FileResult([])
     try:

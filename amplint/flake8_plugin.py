@@ -10,31 +10,22 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from amplint.lazy import libcst as cst
-
 from amplint import __version__
 from amplint import rules as registry
 from amplint.diagnostics import Diagnostic
-from amplint.engine import LineIndex, cyclic_gc_paused, diagnose, internal_error, parse
+from amplint.engine import SYNTAX_ERROR, lint_text
 from amplint.prefilter import prefilter_for
 
 
 def unsuppressed_diagnostics(text: str, filename: str) -> list[Diagnostic]:
-    """All rules' diagnostics for one source, before any line `# noqa` is applied (flake8 applies its own).
-    The prefilter spares libcst the files no rule can fire on (flake8 itself reports syntax errors)."""
+    """All rules' diagnostics for one source through the engine's one path, before any line `# noqa` is applied
+    (flake8 applies its own). The prefilter spares libcst the files no rule can fire on. Syntax errors are left
+    to flake8 (E999); a file amplint refuses to analyse (too deeply nested) is reported as AMP901."""
     verdict, candidates = prefilter_for(registry.ALL_RULES).select(text)
     if verdict.skipped:
         return []
-    with cyclic_gc_paused():
-        try:
-            module = parse(text)
-        except (cst.ParserSyntaxError, RecursionError):
-            return []
-        try:
-            diagnostics = diagnose(module, text, filename, [rule() for rule in candidates], LineIndex(text))
-        except Exception as error:  # noqa: BLE001 - one bad file must not stop flake8's run
-            return [internal_error(filename, error)]
-    return sorted(diagnostics, key=Diagnostic.sort_key)
+    result = lint_text(text, filename, [rule() for rule in candidates], line_noqa=False)
+    return [d for d in result.diagnostics if d.code != SYNTAX_ERROR[0]]
 
 
 class AmplintChecker:

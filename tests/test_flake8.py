@@ -91,3 +91,18 @@ def test_flake8_applies_its_own_noqa_and_selection(tmp_path):
         ["noqa_case.py:9:9:", "AMP003"], ["noqa_case.py:10:9:", "AMP003"]]
     result = flake8("--select", "AMP", "--extend-ignore", "AMP003", "noqa_case.py", cwd=tmp_path)
     assert (result.returncode, result.stdout) == (0, "")
+
+
+def test_a_file_too_deeply_nested_to_analyse_is_reported_not_silent():
+    """The plugin goes through the engine's one path: a file the nesting guard refuses is AMP901, never nothing."""
+    from amplint.flake8_plugin import unsuppressed_diagnostics
+
+    text = "import torch\nx = " + "+".join(["a"] * 2500) + "\nwith torch.autocast('cuda'):\n    loss.backward()\n"
+    assert [d.code for d in unsuppressed_diagnostics(text, "deep.py")] == ["AMP901"]
+
+
+def test_line_noqa_is_left_to_flake8():
+    from amplint.flake8_plugin import unsuppressed_diagnostics
+
+    text = "import torch\nwith torch.autocast('cuda'):\n    loss.backward()  # noqa: AMP001\n"
+    assert [d.code for d in unsuppressed_diagnostics(text, "t.py")] == ["AMP001"]
