@@ -533,3 +533,10 @@ def test_the_linting_worker_dies_with_the_server(workspace):
         _session(workspace, body, [sys.executable, str(script)])
     finally:
         (marks / "release").touch()
+
+
+def test_positions_count_every_python_line_break():
+    """LSP and Python both end a line at `\r\n`, `\r` or `\n`: amplint's row 3 is the editor's line 2."""
+    text = "a = 1\rb = 2\r\nc = 3\n"
+    assert Positions(text).at_location(Location(3, 1)) == (2, 0)
+    assert Positions(text).at_offset(text.index("b")) == (1, 0)
