@@ -49,7 +49,7 @@ def defined_tests() -> dict[str, set[str]]:
             for path in sorted((REPO / "tests").glob("test_*.py"))}
 
 
-NAMED_TEST = re.compile(r"`(?:(test_\w+\.py)::)?(test_\w+)`")
+NAMED_TEST = re.compile(r"`(?:(?:tests/)?(test_\w+\.py)::)?(test_\w+)`")  # `tests/test_x.py::test_y`, `test_y`
 
 
 def test_every_test_the_readme_names_exists():
