@@ -39,6 +39,7 @@ README_PAGES = {
     "usage.md": ("Usage", ("Usage", "Suppression")),
     "configuration.md": ("Configuration", ("Configuration",)),
     "rules/index.md": ("Rules", ("Rules",)),
+    "not-flagged.md": ("What amplint does not flag, and why", ("What amplint does not flag, and why",)),
     "evidence.md": ("Runtime evidence", ("Runtime evidence",)),
     "fixes.md": ("Fixes", ("Fixes",)),
     "reliability.md": ("Reliability", ("Reliability",)),
@@ -298,6 +299,7 @@ def nav(site: dict[str, str]) -> list:
     rules = sorted(path for path in site if path.startswith("rules/") and path != "rules/index.md")
     return [{"Home": "index.md"}, {"Usage": "usage.md"}, {"Configuration": "configuration.md"},
             {"Rules": ["rules/index.md", *({title(path): path} for path in rules)]},
+            {"What amplint does not flag": "not-flagged.md"},
             {"Runtime evidence": "evidence.md"}, {"Fixes": "fixes.md"}, {"Reliability": "reliability.md"},
             {"Notebooks and editors": "notebooks-and-editors.md"}, {"Integrations": "integrations.md"},
             {"Performance and benchmark": "performance.md"}]

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from amplint.config import Settings
-from amplint.rules import ALL_RULES
+from amplint.rules import ALL_RULES, RULES_BY_CODE
 from amplint.rules.base import DOC_SECTIONS
 from amplint.runner import Mode, process_text, rules_for
 
@@ -102,3 +105,84 @@ def test_fix_safety_agrees_with_the_rules_fix_kind(rule):
         assert rule.fix == "sometimes"
         assert re.search(r"\bunsafe\b", rest, re.I), f"{rule.code}: when is the fix unsafe?\n{text}"
         assert not text.startswith(("No fix", "Unsafe")), text
+
+
+# --- "What amplint does not flag, and why" (a README section, a page of the site) -------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+NOT_FLAGGED = "What amplint does not flag, and why"
+
+
+def test_what_amplint_does_not_flag_is_not_flagged():
+    """The page's programs (an `out=` call, in-place ops, an explicit `dtype=` feeding a disabled region) are
+    clean under every rule."""
+    blocks = code_blocks((REPO / "README.md").read_text(encoding="utf-8"), NOT_FLAGGED)
+    assert blocks
+    for code in blocks:
+        found = [(d.code, d.message) for d in lint_example(code, ALL_RULES)]
+        assert not found, f"the README's `{NOT_FLAGGED}` shows code amplint flags:\n{code}\n{found}"
+
+
+def test_the_compile_notes_name_torchs_option_and_its_values():
+    """The page and AMP001's Limits name the option and the values torch reads (its default is checked with torch
+    by test_compiled_backward_autocast_is_set_by_config)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8").split(f"## {NOT_FLAGGED}\n", 1)[1].split("\n## ", 1)[0]
+    limits = RULES_BY_CODE["AMP001"].documentation().split("## Limits\n", 1)[1]
+    for text in (readme, limits):
+        for words in ("torch._functorch.config.backward_pass_autocast", '"same_as_forward"', '"off"'):
+            assert words in text
+
+
+# A custom Function computing a float32 matmul in its backward (no custom_bwd), compiled (aot_eager: AOTAutograd,
+# as the default inductor backend does, without a C++ compiler) under bfloat16 CPU autocast. Prints the input
+# gradient's relative error against the exact one, per (backward_pass_autocast, where .backward() is written).
+COMPILED_BACKWARD = '''
+import torch, torch._dynamo, torch._functorch.config as config
+
+class Fp32Mm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w):
+        ctx.save_for_backward(x, w)
+        with torch.autocast("cpu", enabled=False):
+            return torch.mm(x.float(), w.float())
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        return torch.mm(g, w.t()), torch.mm(x.t(), g)
+
+def f(x, w):
+    return Fp32Mm.apply(x, w).sum()
+
+torch.manual_seed(0)
+W = torch.randn(32, 32, dtype=torch.float64)
+exact = torch.ones(32, 32, dtype=torch.float64) @ W.t()
+
+def error(mode, inside):
+    torch._dynamo.reset()
+    config.backward_pass_autocast = mode
+    x = torch.randn(32, 32).requires_grad_()
+    w = W.float().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = torch.compile(f, backend="aot_eager", fullgraph=True)(x, w)
+        if inside:
+            loss.backward()
+    if not inside:
+        loss.backward()
+    return ((x.grad.double() - exact).norm() / exact.norm()).item()
+
+print(config.backward_pass_autocast, error("same_as_forward", False), error("off", True))
+'''
+
+
+@pytest.mark.runtime
+def test_compiled_backward_autocast_is_set_by_config():
+    """What the page and AMP001's Limits say: the option's default is "same_as_forward", and for a compiled region, `.backward()` after the block still runs under
+    autocast by default (bfloat16 error), and with "off" it runs in float32 even when written inside the block."""
+    run = subprocess.run([sys.executable, "-c", COMPILED_BACKWARD], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    default, after_default, inside_off = run.stdout.split()
+    assert default == "same_as_forward"
+    after_default, inside_off = float(after_default), float(inside_off)
+    assert after_default > 1e-4, after_default  # bfloat16 arithmetic (2.4e-3 measured)
+    assert inside_off < 1e-5, inside_off  # float32 arithmetic (1.4e-7 measured)
