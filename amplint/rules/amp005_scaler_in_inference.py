@@ -86,7 +86,9 @@ class ScalerInInference(Rule):
     ## Limits
     Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or
     used as one with `scale(loss).backward()`/`unscale_`); sklearn's `StandardScaler` and other `scaler` objects
-    are not. Harmless calls such as `scaler.get_scale()` or `scaler.state_dict()` are not reported.
+    are not. Harmless calls such as `scaler.get_scale()` or `scaler.state_dict()` are not reported. Under
+    `torch.no_grad()` in a module that runs a backward, `step`, `update` and `unscale_` are not reported either:
+    there they are the update phase of training (`with torch.no_grad(): scaler.unscale_(optimizer)`).
     """
 
     code = "AMP005"
