@@ -178,8 +178,9 @@ class ScalerInInference(Rule):
                          for c in facts.calls)
         # A name alone is weak evidence: in a module that runs a backward, `generator_step()` stepping the scaler
         # is a training helper (the backward in another method), and so is a function returning a scaled loss.
-        # Only a scaled value used where it is computed (scaled logits in `generate()`) stays evaluation there.
-        named = eval_like(function.name) and (not module_has_backward or (
+        # There the name counts only with more: the function runs under no_grad/inference_mode, or a scaled
+        # value is used where it is computed (scaled logits in `generate()`).
+        named = eval_like(function.name) and (not module_has_backward or opener is not None or (
             event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
         if calls_eval or named:
             return f"runs in evaluation code (`{function.name}()` runs no backward)"
