@@ -44,10 +44,10 @@ class ScalerInInference(Rule):
     happen: under `torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)` (a `with` block
     or a decorator), or in evaluation code: a function that runs no backward and either calls `.eval()` or is
     named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...), or module-level code of a
-    module that runs no backward. A name alone counts only in a module that runs no backward, or for a scaled
-    value used where it is computed: in a module that trains, `generator_step()` stepping the scaler or a
-    function returning a scaled loss is a training helper. Constructions are only reported under
-    no_grad/inference_mode.
+    module that runs no backward. In a module that trains, a name counts only with more evidence (the function
+    runs under no_grad/inference_mode, or a scaled value is used where it is computed): there
+    `generator_step()` stepping the scaler or a function returning a scaled loss is a training helper.
+    Constructions are only reported under no_grad/inference_mode.
 
     ## Why is this bad?
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
@@ -87,8 +87,9 @@ class ScalerInInference(Rule):
     Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or
     used as one with `scale(loss).backward()`/`unscale_`); sklearn's `StandardScaler` and other `scaler` objects
     are not. Harmless calls such as `scaler.get_scale()` or `scaler.state_dict()` are not reported. Under
-    `torch.no_grad()` in a module that runs a backward, `step`, `update` and `unscale_` are not reported either:
-    there they are the update phase of training (`with torch.no_grad(): scaler.unscale_(optimizer)`).
+    `torch.no_grad()` in a module that runs a backward, `step`, `update` and `unscale_` are reported only in
+    evaluation code: elsewhere they are the update phase of training (`with torch.no_grad():
+    scaler.unscale_(optimizer)`).
     """
 
     code = "AMP005"
