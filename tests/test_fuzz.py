@@ -10,7 +10,8 @@ AMP901 instead. `--fix` is run twice: the second run changes nothing and reports
 still compiles when the original did, and a file that could not be analysed is left byte for byte as it was.
 
 The examples are few and fixed (`derandomize`) so that CI is reproducible and cheap; set AMPLINT_FUZZ_EXAMPLES to
-run more. A failure prints the smallest input hypothesis found, with amplint's output.
+run more, and AMPLINT_FUZZ_EXPLORE=1 to draw new ones. A failure prints the smallest input hypothesis found,
+with amplint's output.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "6"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+EXPLORE = bool(os.environ.get("AMPLINT_FUZZ_EXPLORE"))  # new random examples each run, instead of CI's fixed ones
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not EXPLORE, database=None,
                 suppress_health_check=list(HealthCheck))
 
 # The known finding that accounts for an analysable file: AMP007 flags the deprecated spelling on line 2.
