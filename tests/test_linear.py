@@ -22,6 +22,7 @@ from amplint.facts import ModuleFacts
 from amplint.notebook import lint_notebook, parse_notebook
 from amplint.rules import ALL_RULES
 from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
+from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
 from amplint.rules.amp011_unscale_twice import UnscaleTwice
 
 RULES = [rule() for rule in ALL_RULES]
@@ -259,3 +260,19 @@ def test_half_models_in_many_functions_cost_linear_work():
 def test_unscales_twice_in_one_function_cost_linear_work():
     """AMP011 alone (each unscale_ once copied and filtered every event of its function)."""
     assert_linear(unscales_twice_in_one_function, {"AMP011"}, n=40, rules=[UnscaleTwice()])
+
+
+def clips_in_one_function(k: int) -> str:
+    """k steps in one function, each clipping before its unscale_ and k each with no unscale_ at all: 2k AMP003
+    findings, k fixes that move an unscale_ and k that insert one (each clip once copied and filtered every event
+    of its function, and each move looked at every event of the module)."""
+    steps = "".join("    scaler.scale(loss).backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                    "    print(loss)\n    scaler.unscale_(optimizer)\n    scaler.step(optimizer)\n    scaler.update()\n"
+                    "    scaler.scale(loss).backward()\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
+                    "    scaler.step(optimizer)\n    scaler.update()\n" for _ in range(k))
+    return ("import torch\ndef train_step(model, loss):\n    optimizer = torch.optim.SGD(model.parameters())\n"
+            f"    scaler = torch.amp.GradScaler('cuda')\n{steps}")
+
+
+def test_clips_in_one_function_cost_linear_work():
+    assert_linear(lambda k: clips_in_one_function(k // 2), {"AMP003"}, n=40, rules=[ClipWithoutUnscale()])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -84,34 +86,29 @@ class ClipWithoutUnscale(Rule):
                 and summary.calls_method("step") and summary.backward_possible() and summary.scaler_possible())
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        index = _Index(facts)
         for clip in facts.events:
             if clip.kind is not EventKind.CLIP:
                 continue
-            events = facts.events_in(clip.frame.function())
-            before = [e for e in events if e.index < clip.index]
-            after = [e for e in events if e.index > clip.index]
-            backward = next((e for e in reversed(before) if e.kind is EventKind.BACKWARD and e.scaled), None)
+            events = index.function(clip.frame.function())
+            backward = events.last_scaled_backward(clip.index)
             if backward is None:
                 continue
             scaler = backward.scaler
             if facts.scaler_disabled(scaler):
                 continue  # GradScaler(enabled=False) scales nothing
-            step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler), None)
+            step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index)
             if step is None:
                 continue
-            candidates = _stepped_after(events, clip, scaler)
-            tied = tied_optimizer(facts, clip, candidates, events, scaler)
+            candidates = events.stepped_after(clip, scaler)
+            tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
             # The unscale_ that counts: of the tied optimizer; when none is tied, of any optimizer stepped after
-            # the clip (an undetermined tie stays silent rather than guess).
-            counted = {tied} if tied is not None else set(candidates) | {None}
-
-            def unscales_stepped(event) -> bool:
-                return (event.kind is EventKind.SCALER_UNSCALE and event.scaler == scaler
-                        and (event.optimizer is None or event.optimizer in counted or not candidates))
-
-            if any(unscales_stepped(e) and e.index > backward.index for e in before):
+            # the clip (an undetermined tie stays silent rather than guess). None in `counted`: an unscale_ of
+            # any optimizer counts.
+            counted = ({tied, None} if tied is not None else set(candidates) | {None}) if candidates else None
+            if events.unscale_between(scaler, counted, backward.index, clip.index) is not None:
                 continue
-            late_unscale = next((e for e in after if unscales_stepped(e) and e.index < step.index), None)
+            late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
             optimizer = tied or step.optimizer or "optimizer"
             clipped = snippet(facts, clip.node.func)
             if late_unscale is not None:
@@ -121,7 +118,7 @@ class ClipWithoutUnscale(Rule):
                     f"the clip, so the clip sees a norm ~65536x too large (65536 is the default scale) and shrinks "
                     f"the update by that factor; unscale before clipping"
                 )
-                fix = self._move_unscale(facts, clip, late_unscale, step)
+                fix = self._move_unscale(facts, clip, late_unscale, step, index)
             else:
                 which = (f"`{scaler}.unscale_({tied})`" if tied is not None else
                          f"`{scaler}.unscale_(...)` of the optimizer that owns these parameters")
@@ -134,10 +131,9 @@ class ClipWithoutUnscale(Rule):
                 if tied is None and len(candidates) > 1:
                     message += (f" (several optimizers are stepped after it: {', '.join(f'`{c}`' for c in candidates)};"
                                 f" which one owns the clipped parameters is not known, so no fix is offered)")
-                tied_step = next((e for e in after if e.kind is EventKind.SCALER_STEP and e.scaler == scaler
-                                  and e.optimizer == tied), None)
+                tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
                 fix = None
-                if tied_step is not None and not _unscaled_before(before, scaler, tied):
+                if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix)
 
@@ -160,13 +156,13 @@ class ClipWithoutUnscale(Rule):
 
         return FixPlan(f"Insert `{scaler}.unscale_({optimizer})` before the clip", rebuild)
 
-    def _move_unscale(self, facts, clip: Event, unscale: Event, step: Event) -> FixPlan | None:
+    def _move_unscale(self, facts, clip: Event, unscale: Event, step: Event, index: _Index) -> FixPlan | None:
         clip_statement, unscale_statement = clip.call.statement, unscale.call.statement
         if not isinstance(unscale_statement, cst.SimpleStatementLine) or len(unscale_statement.body) != 1:
             return None
         if clip.call.statements[:-1] != unscale.call.statements[:-1] or clip.frame is not unscale.frame:
             return None
-        applicability = _move_applicability(facts, clip, unscale)
+        applicability = _move_applicability(facts, clip, unscale, index)
         if applicability is None:
             return None
 
@@ -195,7 +191,7 @@ REORDERED_EVENTS = frozenset({EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, Even
                               EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE})
 
 
-def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Applicability | None:
+def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event, index: _Index) -> Applicability | None:
     """How safe moving `unscale_` from after the clip to just before it is, or None when the move is wrong.
 
     The move changes the order of the `unscale_` against the clip and every statement between them: those now
@@ -205,17 +201,15 @@ def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Appl
     phase (`UpdatePhase`, the allow-list AMP001/AMP002 move by: nothing of a forward pass) and reads no gradient
     (no `.grad`, no name bound to one): printing the loss, counting steps, another clip. Anything else may compute
     something from the gradients (an EMA, a gradient log): unsafe."""
-    block = _block_around(facts, clip.call.statements)
+    block, start = index.block_around(clip.call.statements)
     if block is None:
         return None
-    positions = {id(statement): index for index, statement in enumerate(block)}
-    start, end = positions.get(id(clip.call.statement)), positions.get(id(unscale.call.statement))
-    if start is None or end is None or start >= end:
+    end = index.position_in(block, unscale.call.statement)
+    if end is None or start >= end:
         return None
     between = list(block[start + 1:end])
-    touched = {id(statement) for statement in between} | {id(clip.call.statement)}
-    if any(event.kind in REORDERED_EVENTS and any(id(s) in touched for s in event.call.statements)
-           for event in facts.events if event is not unscale):
+    if any(event is not unscale for statement in [*between, clip.call.statement]
+           for event in index.reordered_in(statement)):
         return None
     touched = [*between, clip.call.statement]
     if any(_calls_method(statement, "zero_grad") for statement in touched):
@@ -231,25 +225,6 @@ def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event) -> Appl
     if all(phase.statement(statement) and not _reads_gradients(facts, statement, clip.frame) for statement in between):
         return Applicability.SAFE
     return Applicability.UNSAFE
-
-
-def _block_around(facts: ModuleFacts, statements: tuple) -> list | None:
-    """The statements of the block (or module body) that holds the innermost of `statements`."""
-    statement = statements[-1]
-    if any(s is statement for s in facts.module.body):
-        return list(facts.module.body)
-    if len(statements) < 2:
-        return None
-    found: list = []
-
-    class Block(cst.CSTVisitor):
-        def visit_IndentedBlock(self, block: cst.IndentedBlock) -> bool:
-            if not found and any(s is statement for s in block.body):
-                found.append(list(block.body))
-            return not found
-
-    statements[-2].visit(Block())
-    return found[0] if found else None
 
 
 def _calls_method(statement: cst.CSTNode, method: str) -> bool:
@@ -291,34 +266,8 @@ def _grad_attributes(node: cst.CSTNode) -> bool:
     return bool(found)
 
 
-def _unscaled_before(before: list[Event], scaler: str, optimizer: str) -> bool:
-    """Is there an `unscale_` of this optimizer earlier in the function with no `update()` between it and the
-    clip? A second `unscale_` would raise `unscale_() has already been called on this optimizer since the last
-    update().`"""
-    for event in before:
-        if event.kind is EventKind.SCALER_UNSCALE and event.scaler == scaler and event.optimizer in (optimizer, None):
-            if not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler and e.index > event.index
-                       for e in before):
-                return True
-    return False
-
-
-def _stepped_after(events: list[Event], clip: Event, scaler: str) -> list[str]:
-    """The optimizers `scaler.step(...)` steps after the clip and before the scaler's next `update()`, in order:
-    the only ones whose gradients the clip can still affect."""
-    found: list[str] = []
-    for event in events:
-        if event.index <= clip.index or event.scaler != scaler:
-            continue
-        if event.kind is EventKind.SCALER_UPDATE:
-            break
-        if event.kind is EventKind.SCALER_STEP and event.optimizer and event.optimizer not in found:
-            found.append(event.optimizer)
-    return found
-
-
-def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], events: list[Event],
-                   scaler: str) -> str | None:
+def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], events: _FunctionEvents,
+                   scaler: str, index: _Index) -> str | None:
     """The optimizer whose parameters the clip clips, or None when that is not known.
 
     Known when the clip's parameters (`gen.parameters()`, or a name bound to them) are among those one
@@ -326,9 +275,8 @@ def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], event
     stepped after the clip and no other optimizer of the function is known to own the clipped parameters (its
     construction, when seen, must cover them). Never a guess from the order of the steps."""
     clipped = parameter_owners(facts, call_argument(clip.node, 0, "parameters"), clip.frame)
-    known = {e.optimizer for e in events if e.optimizer and e.scaler == scaler
-             and e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)}
-    owners = {name: _optimizer_owners(facts, name, clip.frame) for name in known | set(candidates)}
+    known = events.optimizers(scaler)
+    owners = {name: index.optimizer_owners(name, clip.frame) for name in known | set(candidates)}
     covering = [name for name, built_on in owners.items()
                 if clipped is not None and built_on is not None and _covers(built_on, clipped)]
     if len(covering) == 1:
@@ -346,7 +294,178 @@ def _covers(built_on: set[str], clipped: set[str]) -> bool:
     return all(any(c == o or c.startswith(o + ".") for o in built_on) for c in clipped)
 
 
-def _optimizer_owners(facts: ModuleFacts, name: str, frame) -> set[str] | None:
+class _Ordered:
+    """Events in source order, searched by bisection of their indexes."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.indexes: list[int] = []
+
+    def add(self, event: Event) -> None:
+        self.events.append(event)
+        self.indexes.append(event.index)
+
+    def last_before(self, index: int) -> Event | None:
+        position = bisect.bisect_left(self.indexes, index) - 1
+        return self.events[position] if position >= 0 else None
+
+    def first_after(self, index: int) -> Event | None:
+        position = bisect.bisect_right(self.indexes, index)
+        return self.events[position] if position < len(self.events) else None
+
+    def after(self, index: int) -> Iterator[Event]:
+        """The events after `index`, in order (read lazily: most searches end soon)."""
+        for position in range(bisect.bisect_right(self.indexes, index), len(self.events)):
+            yield self.events[position]
+
+
+_EMPTY = _Ordered()
+
+
+class _FunctionEvents:
+    """One function's events as AMP003 asks about them for each of its clips: the last scaled backward before a
+    place, a scaler's steps, updates and unscale_ calls after or before one (of an optimizer, or of any), the
+    optimizers it steps or unscales. Built once per function, so that N clips cost N lookups, not N scans."""
+
+    def __init__(self, events: list[Event]) -> None:
+        self._backwards = _Ordered()
+        self._by_key: dict[tuple, _Ordered] = {}  # (kind, scaler) and (kind, scaler, optimizer) -> events
+        self._optimizers: dict[str | None, set[str]] = {}  # scaler -> the optimizers it steps or unscales
+        for event in events:
+            if event.kind is EventKind.BACKWARD and event.scaled:
+                self._backwards.add(event)
+            for key in ((event.kind, event.scaler), (event.kind, event.scaler, event.optimizer)):
+                self._by_key.setdefault(key, _Ordered()).add(event)
+            if event.optimizer and event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+                self._optimizers.setdefault(event.scaler, set()).add(event.optimizer)
+        self._scaler_events: dict[str | None, _Ordered] = {}  # steps and updates of each scaler, in order
+        for event in events:
+            if event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE):
+                self._scaler_events.setdefault(event.scaler, _Ordered()).add(event)
+
+    def _of(self, kind: EventKind, scaler: str | None, *optimizer: str | None) -> _Ordered:
+        return self._by_key.get((kind, scaler, *optimizer), _EMPTY)
+
+    def last_scaled_backward(self, index: int) -> Event | None:
+        return self._backwards.last_before(index)
+
+    def first_after(self, kind: EventKind, scaler: str | None, index: int, *optimizer: str | None) -> Event | None:
+        """The first event of `kind` of `scaler` after `index` (of that optimizer, when one is given)."""
+        return self._of(kind, scaler, *optimizer).first_after(index)
+
+    def optimizers(self, scaler: str | None) -> set[str]:
+        """The optimizers `scaler` steps or unscales in the function."""
+        return set(self._optimizers.get(scaler, ()))
+
+    def stepped_after(self, clip: Event, scaler: str | None) -> list[str]:
+        """The optimizers `scaler.step(...)` steps after the clip and before the scaler's next `update()`, in
+        order: the only ones whose gradients the clip can still affect."""
+        found: list[str] = []
+        for event in self._scaler_events.get(scaler, _EMPTY).after(clip.index):
+            if event.kind is EventKind.SCALER_UPDATE:
+                break
+            if event.optimizer and event.optimizer not in found:
+                found.append(event.optimizer)
+        return found
+
+    def unscale_between(self, scaler: str | None, optimizers: set[str | None] | None, start: int,
+                        end: int) -> Event | None:
+        """The first `scaler.unscale_(...)` after `start` and before `end`, of one of `optimizers` (None among
+        them: an unscale_ of no named optimizer; `optimizers` None: of any optimizer)."""
+        if optimizers is None:
+            found = self.first_after(EventKind.SCALER_UNSCALE, scaler, start)
+        else:
+            firsts = [self.first_after(EventKind.SCALER_UNSCALE, scaler, start, o) for o in optimizers]
+            found = min((e for e in firsts if e is not None), key=lambda e: e.index, default=None)
+        return found if found is not None and found.index < end else None
+
+    def unscaled_before(self, scaler: str | None, optimizer: str | None, index: int) -> bool:
+        """Is there an `unscale_` of this optimizer before `index` with no `update()` between it and `index`? A
+        second `unscale_` would raise `unscale_() has already been called on this optimizer since the last
+        update().`"""
+        update = self._of(EventKind.SCALER_UPDATE, scaler).last_before(index)
+        since = update.index if update is not None else -1
+        return self.unscale_between(scaler, {optimizer, None}, since, index) is not None
+
+
+class _Index:
+    """What AMP003 looks up for each clip, built once per module as it is first asked for: each function's
+    events, each optimizer's owners, each function's assignments, the block around each statement and the
+    events in each statement. So N clips cost N lookups, not N scans of the module."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self._functions: dict[int, _FunctionEvents] = {}
+        self._owners: dict[tuple[str, int], set[str] | None] = {}
+
+    def function(self, function) -> _FunctionEvents:
+        if id(function) not in self._functions:
+            self._functions[id(function)] = _FunctionEvents(self.facts.events_in(function))
+        return self._functions[id(function)]
+
+    def optimizer_owners(self, name: str, frame) -> set[str] | None:
+        """`_optimizer_owners`, once per name and function (what it reads depends on the function only)."""
+        key = (name, id(frame.function()))
+        if key not in self._owners:
+            self._owners[key] = _optimizer_owners(self.facts, name, frame, self)
+        return self._owners[key]
+
+    @cached_property
+    def _assignments(self) -> dict[int, list]:
+        by_function: dict[int, list] = {}
+        for assignment in self.facts.assignments:
+            by_function.setdefault(id(assignment.frame.function()), []).append(assignment)
+        return by_function
+
+    def assignments_in(self, function) -> list:
+        """The assignments whose code belongs to `function`, in source order."""
+        return self._assignments.get(id(function), [])
+
+    @cached_property
+    def _blocks(self) -> dict[int, tuple[tuple, int, bool]]:
+        """id of a statement -> (the statements of its block or of the module body, its position there, whether
+        that is the module body)."""
+        blocks: dict[int, tuple[tuple, int, bool]] = {}
+        body = tuple(self.facts.module.body)
+        for position, statement in enumerate(body):
+            blocks[id(statement)] = (body, position, True)
+
+        class Blocks(cst.CSTVisitor):
+            def visit_IndentedBlock(self, block: cst.IndentedBlock) -> None:
+                statements = tuple(block.body)
+                for position, statement in enumerate(statements):
+                    blocks.setdefault(id(statement), (statements, position, False))
+
+        self.facts.module.visit(Blocks())
+        return blocks
+
+    def block_around(self, statements: tuple) -> tuple[tuple | None, int]:
+        """The statements of the block (or module body) that holds the innermost of `statements`, and its
+        position there."""
+        found = self._blocks.get(id(statements[-1]))
+        if found is None or (not found[2] and len(statements) < 2):
+            return None, -1
+        return found[0], found[1]
+
+    def position_in(self, block: tuple, statement: cst.CSTNode) -> int | None:
+        found = self._blocks.get(id(statement))
+        return found[1] if found is not None and found[0] is block else None
+
+    @cached_property
+    def _reordered(self) -> dict[int, list[Event]]:
+        by_statement: dict[int, list[Event]] = {}
+        for event in self.facts.events:
+            if event.kind in REORDERED_EVENTS:
+                for statement in event.call.statements:
+                    by_statement.setdefault(id(statement), []).append(event)
+        return by_statement
+
+    def reordered_in(self, statement: cst.CSTNode) -> list[Event]:
+        """The events of `REORDERED_EVENTS` whose code is in `statement`."""
+        return self._reordered.get(id(statement), [])
+
+
+def _optimizer_owners(facts: ModuleFacts, name: str, frame, index: _Index) -> set[str] | None:
     """The modules whose parameters optimizer `name` was built with, when its construction is seen."""
     bound = facts.bindings(name, frame)
     if len(bound) != 1 or not facts.optimizer_constructed(name, frame):
@@ -357,8 +476,8 @@ def _optimizer_owners(facts: ModuleFacts, name: str, frame) -> set[str] | None:
         return None
     # `self.model = model` next to `self.opt = Adam(model.parameters())`: the same module under both names.
     function = bound[0].frame.function()
-    for assignment in facts.assignments:
-        if assignment.frame.function() is function and dotted_name(assignment.value) in owners:
+    for assignment in index.assignments_in(function):
+        if dotted_name(assignment.value) in owners:
             owners = owners | set(assignment.targets)
     return owners
 
