@@ -23,6 +23,7 @@ from amplint.notebook import lint_notebook, parse_notebook
 from amplint.rules import ALL_RULES
 from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
+from amplint.rules.amp005_scaler_in_inference import ScalerInInference
 from amplint.rules.amp011_unscale_twice import UnscaleTwice
 
 RULES = [rule() for rule in ALL_RULES]
@@ -276,3 +277,16 @@ def clips_in_one_function(k: int) -> str:
 
 def test_clips_in_one_function_cost_linear_work():
     assert_linear(lambda k: clips_in_one_function(k // 2), {"AMP003"}, n=40, rules=[ClipWithoutUnscale()])
+
+
+def scales_in_evaluation_code(k: int) -> str:
+    """k evaluation functions that each build a scaler and scale with it, and one that scales k times: 2k AMP005
+    findings with fixes (each once scanned every call of the module, and each fix read its whole function)."""
+    functions = "".join(f"def evaluate{i}(model, x):\n    model.eval()\n    s = torch.amp.GradScaler('cuda')\n"
+                        f"    return s.scale(model(x))\n" for i in range(k))
+    scales = "".join(f"    y{i} = scaler.scale(model(x))\n" for i in range(k))
+    return f"import torch\n{functions}def predict(model, x):\n    scaler = torch.amp.GradScaler('cuda')\n{scales}"
+
+
+def test_scales_in_evaluation_code_cost_linear_work():
+    assert_linear(lambda k: scales_in_evaluation_code(k // 2), {"AMP005"}, n=40, rules=[ScalerInInference()])

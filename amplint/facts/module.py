@@ -615,11 +615,13 @@ class ModuleFacts:
             c.method in ("manual_backward", "backward") for c in self.calls)
 
     def has_backward(self, function: Frame | None) -> bool:
-        if any(e.kind is EventKind.BACKWARD for e in self.events_in(function)):
-            return True
-        return any(
-            c.method in ("manual_backward", "backward") and c.frame.function() is function for c in self.calls
-        )
+        return id(function) in self._functions_with_backward
+
+    @cached_property
+    def _functions_with_backward(self) -> set[int]:
+        """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
+        return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
+            id(c.frame.function()) for c in self.calls if c.method in ("manual_backward", "backward")}
 
 
 class _ParamGroups:  # a libcst visitor once made one with amplint.lazy.visitor_class

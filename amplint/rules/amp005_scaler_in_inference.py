@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 
+from collections import Counter
+from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -111,10 +113,11 @@ class ScalerInInference(Rule):
             or summary.calls_in_function_without_backward(uses, EVAL_NAME, calling=("eval",), on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        functions = _Functions(facts)
         for event in facts.events:
             if event.kind not in SCALER_EVENTS:
                 continue
-            where = self._inference_context(facts, event)
+            where = self._inference_context(facts, event, functions)
             if where is None:
                 continue
             what = snippet(facts, event.node)
@@ -125,12 +128,13 @@ class ScalerInInference(Rule):
                 argument = event.node.args[0].value
                 message += f"; use `{snippet(facts, argument)}` directly"
                 fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
-                              lambda event=event, arg=argument: self._unscaled(facts, event, arg),
+                              lambda event=event, arg=argument: self._unscaled(facts, event, arg, functions),
                               Applicability.UNSAFE)
             yield Finding(event.node, message, fix)
 
     @staticmethod
-    def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression) -> cst.Module:
+    def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression,
+                  functions: _Functions) -> cst.Module:
         """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` loses the whole statement; a scaler built in
         the same function for this call alone loses its construction too."""
         replacements: dict = {event.node: argument}
@@ -141,27 +145,25 @@ class ScalerInInference(Rule):
                     and isinstance(argument, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
                     and small.targets[0].target.value == argument.value:
                 replacements = {statement: cst.RemoveFromParent()}
-        construction = ScalerInInference._only_use_construction(facts, event)
+        construction = ScalerInInference._only_use_construction(event, functions)
         if construction is not None:
             replacements[construction] = cst.RemoveFromParent()
         return replace_nodes(facts.module, replacements)
 
     @staticmethod
-    def _only_use_construction(facts: ModuleFacts, event: Event) -> cst.SimpleStatementLine | None:
+    def _only_use_construction(event: Event, functions: _Functions) -> cst.SimpleStatementLine | None:
         """`scaler = GradScaler(...)` in the same function when this `scaler.scale(...)` is the scaler's only
         other mention there (the name appears exactly twice in the function's code; comments do not count)."""
         function = event.frame.function()
         if function is None or event.scaler is None or "." in event.scaler:
             return None
-        for build in facts.events_in(function):
-            statement = build.call.statement
-            if build.kind is EventKind.SCALER_BUILD and build.bound_to == event.scaler \
-                    and isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-                return statement if _mentions(function.node, event.scaler) == 2 else None
-        return None
+        statement = functions.construction(function, event.scaler)
+        if statement is None:
+            return None
+        return statement if functions.mentions(function, event.scaler) == 2 else None
 
     @staticmethod
-    def _inference_context(facts: ModuleFacts, event: Event) -> str | None:
+    def _inference_context(facts: ModuleFacts, event: Event, functions: _Functions) -> str | None:
         module_has_backward = facts.module_has_backward
         opener = facts.no_grad_opener(event.frame)
         if opener is not None:
@@ -175,8 +177,7 @@ class ScalerInInference(Rule):
             return None if module_has_backward else "runs in a module that runs no backward"
         if not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
             return None
-        calls_eval = any(c.method == "eval" and not c.node.args and c.frame.function() is function
-                         for c in facts.calls)
+        calls_eval = functions.calls_eval(function)
         # A name alone is weak evidence: in a module that runs a backward, `generator_step()` stepping the scaler
         # is a training helper (the backward in another method), and so is a function returning a scaled loss.
         # There the name counts only with more: the function runs under no_grad/inference_mode, or a scaled
@@ -186,6 +187,45 @@ class ScalerInInference(Rule):
         if calls_eval or named:
             return f"runs in evaluation code (`{function.name}()` runs no backward)"
         return None
+
+
+class _Functions:
+    """What AMP005 asks about the function of each scaler event, read once per module or per function: which
+    functions call `.eval()`, the scaler constructions of each function, how many times each name appears in a
+    function's code. So N scaler events cost N lookups, not N scans of the module or of their function."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self._constructions: dict[int, dict[str, cst.SimpleStatementLine | None]] = {}
+        self._names: dict[int, Counter[str]] = {}
+
+    @cached_property
+    def _calling_eval(self) -> set[int]:
+        return {id(c.frame.function()) for c in self.facts.calls if c.method == "eval" and not c.node.args}
+
+    def calls_eval(self, function: Frame) -> bool:
+        """Does the function's own code call `x.eval()`?"""
+        return id(function) in self._calling_eval
+
+    def construction(self, function: Frame, name: str) -> cst.SimpleStatementLine | None:
+        """The statement of the function's first `name = GradScaler(...)` that is a statement of its own line."""
+        if id(function) not in self._constructions:
+            first: dict[str, cst.SimpleStatementLine | None] = {}
+            for build in self.facts.events_in(function):
+                if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None or build.bound_to in first:
+                    continue
+                statement = build.call.statement
+                alone = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+                if alone:
+                    first[build.bound_to] = statement
+            self._constructions[id(function)] = first
+        return self._constructions[id(function)].get(name)
+
+    def mentions(self, function: Frame, name: str) -> int:
+        """How many times `name` appears as a name in the function's code (never in comments or strings)."""
+        if id(function) not in self._names:
+            self._names[id(function)] = _names(function.node)
+        return self._names[id(function)][name]
 
 
 def _returned(statement: cst.CSTNode) -> bool:
@@ -203,14 +243,13 @@ def _returned(statement: cst.CSTNode) -> bool:
     return bool(found)
 
 
-def _mentions(node: cst.CSTNode, name: str) -> int:
-    """How many times `name` appears as a name in the code of `node` (never in comments or strings)."""
-    found: list[cst.Name] = []
+def _names(node: cst.CSTNode) -> Counter[str]:
+    """How many times each name appears as a name in the code of `node` (never in comments or strings)."""
+    found: Counter[str] = Counter()
 
     class Names(cst.CSTVisitor):
         def visit_Name(self, node: cst.Name) -> None:
-            if node.value == name:
-                found.append(node)
+            found[node.value] += 1
 
     node.visit(Names())
-    return len(found)
+    return found
