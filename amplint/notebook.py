@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Diagnostic, Fix, Location
-from amplint.engine import IO_ERROR, error_diagnostic, lint_text
+from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.rules.base import Rule
 from amplint.runner import FileOutcome, Mode
@@ -29,11 +29,26 @@ from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write
 
 SUFFIX = ".ipynb"
 PLACEHOLDER = "pass  # amplint: magic"
-PLACEHOLDER_LINE = re.compile(r"^(?P<indent>[ \t]*)pass  # amplint: magic(?P<cr>\r?)$")
-# Cell magics whose body is Python: only their first line is masked. Any other `%%` cell is not Python.
-PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
+CONTINUED = PLACEHOLDER + " (continued)"  # a continuation line of the IPython statement above it
+PLACEHOLDER_LINE = re.compile(
+    r"^(?P<indent>[ \t]*)pass  # amplint: magic(?P<continued> \(continued\))?(?P<cr>\r?)$")
+# Cell magics whose body is Python run in the kernel: only their first line is masked. Any other `%%` cell
+# (`%%bash`, `%%writefile`, `%%html`, `%%python` in a subprocess, an unknown one) is not linted.
+PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug"})
+# What starts an IPython line: magic, shell, help, and the autocall escapes (`/f x`, `,f x`, `;f x`).
+ESCAPES = ("%", "!", "?", "/", ",", ";")
 # `x = !ls`, `files = %sx ls`: an assignment whose value is IPython syntax.
 MAGIC_ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_][\w.,\[\] \t]*=[ \t]*[!%]")
+# IPython's line magics and the shell aliases it defines on POSIX, which a one-line cell may call without `%`.
+AUTOMAGIC = frozenset("""
+    alias alias_magic autoawait autocall automagic bookmark cat cd clear colors conda config cp cpaste debug
+    dhist dirs doctest_mode ed edit env gui hist history killbgscripts ldir less lf lk ll load load_ext loadpy
+    logoff logon logstart logstate logstop ls lsmagic lx macro magic mamba man matplotlib micromamba mkdir more
+    mv notebook page pastebin pdb pdef pdoc pfile pinfo pinfo2 pip popd pprint precision prun psearch psource
+    pushd pwd pycat pylab qtconsole quickref recall rehashx reload_ext rep rerun reset reset_selective rm rmdir
+    run save sc set_env store sx system tb time timeit unalias unload_ext uv who who_ls whos xdel xmode
+""".split())
+AUTOMAGIC_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<rest>(?:[ \t].*)?)$")
 LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
 
@@ -49,6 +64,12 @@ class CodeCell:
     masked: list[str]  # the same lines with IPython syntax replaced by placeholders (or blanked)
     start: int  # 0-based index of the cell's first line in the joined text
     python: bool = True  # False for a `%%bash`-like cell: blanked, never edited
+    indent: str = ""  # the first line's indentation, which IPython removes from every line that has it
+    error: Diagnostic | None = None  # the cell's own syntax error (rows of the joined text); the cell is blanked
+
+    def masks(self, index: int) -> bool:
+        """Is line `index` replaced by a placeholder (or blanked) in the joined text?"""
+        return self.masked[index] != undent(self.lines[index], self.indent)
 
     @property
     def end(self) -> int:
@@ -79,6 +100,7 @@ class Notebook:
     style: JsonStyle = field(default_factory=JsonStyle)
     python: bool = True  # False when the kernel's language is not Python (nothing is linted)
     _ends: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # for `cell_at`
+    isolated: bool = field(default=False, init=False, repr=False, compare=False)  # broken cells looked for
 
     @property
     def text(self) -> str:
@@ -174,65 +196,126 @@ def parse_notebook(text: str) -> Notebook:
             continue
         lines = join_source(cell.get("source", ""), f"cell {position + 1}").split("\n")
         masked, python = mask_ipython(lines)
-        notebook.cells.append(CodeCell(position + 1, position, lines, masked, start, python))
+        notebook.cells.append(CodeCell(position + 1, position, lines, masked, start, python,
+                                       leading_indent(lines) if python else ""))
         start += len(lines)
     return notebook
 
 
 # --- IPython syntax --------------------------------------------------------------------------------------------
+# IPython's own input transforms (IPython.core.inputtransformer2, and the prefilter's automagic) done by hand,
+# line for line: each IPython line, with its `\` continuation lines, becomes placeholders of the same number of
+# lines, so that rows stay exact and no rule sees (or fix moves) anything but `pass`.
+
+
+def leading_indent(lines: list[str]) -> str:
+    """The indentation of the first non-blank line, which IPython removes from every line that starts with it
+    (a cell pasted from inside a function runs as it is)."""
+    first = next((line for line in lines if line.strip()), "")
+    return first[: len(first) - len(first.lstrip(" \t"))]
+
+
+def undent(line: str, indent: str) -> str:
+    return line[len(indent):] if indent and line.startswith(indent) else line
 
 
 def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:
-    """Replace IPython-only lines by placeholders with the same line count; (masked lines, is the cell Python).
+    """The cell's lines as the Python that IPython runs, one line for one line; (masked lines, is the cell Python).
 
-    A cell whose first non-blank line is a cell magic (`%%bash`) is not Python: every line becomes blank,
-    except for the few cell magics whose body is Python (`%%time`), where only the magic line is masked.
-    Line magics, shell escapes, `x = !cmd` and help lines (`obj?`, `?obj`) become `pass  # amplint: magic`
-    with the line's indentation, but only where a new statement starts (not inside strings or brackets).
+    The first line's indentation is removed from every line that has it. A cell whose first non-blank line is
+    a cell magic (`%%bash`) is not Python: every line becomes blank, except for the few cell magics whose body
+    is Python (`%%time`), where only the magic line is masked. Line magics, shell escapes, `x = !cmd`, help
+    lines (`obj?`, `?obj`), autocall escapes (`/f x`) and, in a one-line cell that is not Python, automagic
+    (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation lines included, but
+    only where a new statement starts (not inside strings or brackets).
     """
-    masked = list(lines)
-    first = next((index for index, line in enumerate(lines) if line.strip()), None)
+    indent = leading_indent(lines)
+    work = [undent(line, indent) for line in lines]
+    first = next((index for index, line in enumerate(work) if line.strip()), None)
     cell_magic = None
-    if first is not None and lines[first].lstrip().startswith("%%"):
-        words = lines[first].lstrip()[2:].split(maxsplit=1)
+    if first is not None and work[first].startswith("%%"):
+        words = work[first][2:].split(maxsplit=1)
         if not words or words[0] not in PYTHON_CELL_MAGICS:
             return ["\r" if line.endswith("\r") else "" for line in lines], False
         cell_magic = first
-        masked[first] = placeholder(lines[first])
-    for index in ipython_lines(lines, cell_magic):
-        masked[index] = placeholder(lines[index])
+    masked = list(work)
+    spans = ipython_spans(work, cell_magic)
+    if not spans and first is not None and is_automagic(work, first):
+        spans = [(first, first + 1)]
+    for start, end in spans:
+        masked[start:end] = placeholders(work[start:end])
     return masked, True
 
 
-def placeholder(line: str) -> str:
+def placeholder(line: str, continued: bool = False) -> str:
     indent = line[: len(line) - len(line.lstrip(" \t"))]
-    return indent + PLACEHOLDER + ("\r" if line.endswith("\r") else "")
+    return indent + (CONTINUED if continued else PLACEHOLDER) + ("\r" if line.endswith("\r") else "")
+
+
+def placeholders(lines: list[str]) -> list[str]:
+    """One IPython statement's lines: a placeholder, then continued placeholders at the same indentation (a
+    continuation line's own indentation is not Python's)."""
+    head = placeholder(lines[0])
+    indent = head[: len(head) - len(head.lstrip(" \t"))]
+    return [head] + [placeholder(indent + line.lstrip(" \t"), continued=True) for line in lines[1:]]
 
 
 def starts_ipython(line: str) -> bool:
-    """A line magic, shell escape, leading-`?` help line or `x = !cmd` (the line starts a statement)."""
+    """A line magic, shell escape, help or autocall escape, or `x = !cmd` (the line starts a statement)."""
     stripped = line.lstrip(" \t")
-    return stripped.startswith(("%", "!", "?")) or bool(MAGIC_ASSIGNMENT.match(line))
+    return stripped.startswith(ESCAPES) or bool(MAGIC_ASSIGNMENT.match(line))
 
 
-def ipython_lines(lines: list[str], skip: int | None = None) -> list[int]:
-    """The indexes of the lines that are IPython syntax, found only where a new statement starts.
+def continued_end(lines: list[str], index: int) -> int:
+    """The index past the last line of the IPython statement at `index`: a line ending in `\\` continues it
+    (IPython's find_end_of_continued_line; a `#` there is the command's, not a comment)."""
+    end = index
+    while end + 1 < len(lines) and lines[end].rstrip("\r").endswith("\\"):
+        end += 1
+    return end + 1
+
+
+def is_automagic(lines: list[str], index: int) -> bool:
+    """Is the cell one line (blank lines aside) that IPython runs as a magic without its `%` (`cd data`,
+    `pip install x`)? IPython does so only in a one-line cell, for a command it knows, when the line is not an
+    assignment; here also only when the line is not Python on its own (`ls -l` is a subtraction to Python)."""
+    if any(line.strip() for line in lines[index + 1:]):
+        return False
+    line = lines[index].rstrip("\r")
+    match = AUTOMAGIC_LINE.match(line)
+    if match is None or match.group("name") not in AUTOMAGIC:
+        return False
+    return match.group("rest").lstrip()[:1] not in ("=", ",", "(") and not _parses(line)
+
+
+def ipython_spans(lines: list[str], skip: int | None = None) -> list[tuple[int, int]]:
+    """The (start, end) line ranges that are IPython statements, found only where a new statement starts.
 
     A small scanner tracks strings (single and triple quoted), brackets and backslash continuations, which is
     all that is needed to tell a line that starts a statement from one that continues an expression or a
-    string. IPython lines themselves are not scanned (`!echo "it's"` opens no string).
+    string. IPython lines themselves are not scanned (`!echo "it's"` opens no string). A help line (`obj?`)
+    is the whole logical line that ends in `?`.
     """
     found = []
     quote = ""  # the open string's quote ("'", '"', "'''" or '"""'), "" when none
     depth = 0
     continued = False
-    for index, line in enumerate(lines):
+    logical = 0  # where the current logical line started
+    index = 0
+    while index < len(lines):
+        line = lines[index]
         fresh = not quote and depth == 0 and not continued
         continued = False
+        if fresh:
+            logical = index
         if index == skip:
+            found.append((index, index + 1))
+            index += 1
             continue
         if fresh and starts_ipython(line):
-            found.append(index)
+            end = continued_end(lines, index)
+            found.append((index, end))
+            index = end
             continue
         code_end = len(line)
         position = 0
@@ -263,9 +346,10 @@ def ipython_lines(lines: list[str], skip: int | None = None) -> list[int]:
         if len(quote) == 1:
             quote = ""  # a one-quote string cannot span lines (except after a backslash, rare enough)
         code = line[:code_end].rstrip()
-        if fresh and not quote and depth == 0 and code.endswith("?"):
-            found.append(index)  # `obj?`, `obj??`: help
+        if not quote and depth == 0 and code.endswith("?"):
+            found.append((logical, index + 1))  # `obj?`, `obj??`: help
         continued = not quote and code.endswith("\\")
+        index += 1
     return found
 
 
@@ -273,7 +357,13 @@ def ipython_lines(lines: list[str], skip: int | None = None) -> list[int]:
 
 
 def _cell_location(location: Location, cell: CodeCell) -> Location:
-    return Location(location.row - cell.start, location.column)
+    """A location of the joined text within its cell: the row counted from the cell's first line, the column
+    moved right by the indentation IPython removed from that line."""
+    row = location.row - cell.start
+    column = location.column
+    if cell.indent and 0 < row <= len(cell.lines) and cell.lines[row - 1].startswith(cell.indent):
+        column += len(cell.indent)
+    return Location(row, column)
 
 
 def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
@@ -310,7 +400,47 @@ def map_message(message: str, cell: CodeCell, notebook: Notebook) -> str:
 def lint_notebook(notebook: Notebook, filename: str, rules: list[Rule]) -> list[Diagnostic]:
     if not notebook.python or not notebook.cells:
         return []
-    return [map_diagnostic(d, notebook) for d in lint_text(notebook.text, filename, rules).diagnostics]
+    found = lint_text(notebook.text, filename, rules).diagnostics
+    if has_syntax_error(found) and isolate_broken_cells(notebook, filename):
+        found = lint_text(notebook.text, filename, rules).diagnostics
+    return [map_diagnostic(d, notebook) for d in with_cell_errors(found, notebook)]
+
+
+def has_syntax_error(diagnostics: list[Diagnostic]) -> bool:
+    return any(d.code == SYNTAX_ERROR[0] for d in diagnostics)
+
+
+def with_cell_errors(diagnostics: list[Diagnostic], notebook: Notebook) -> list[Diagnostic]:
+    errors = [cell.error for cell in notebook.cells if cell.error is not None]
+    return sorted(errors + diagnostics, key=Diagnostic.sort_key) if errors else diagnostics
+
+
+def isolate_broken_cells(notebook: Notebook, filename: str) -> bool:
+    """Find the cells that do not parse on their own, keep each one's syntax error and blank it (same number of
+    lines), so that the other cells are still linted as one program; whether any was found.
+
+    Asked only when the joined program does not parse, once per notebook: each cell is parsed alone, so the
+    work is linear. A cell that parses alone is complete, so the others, joined, parse too.
+    """
+    if notebook.isolated:
+        return False
+    notebook.isolated = True
+    found = False
+    for cell in notebook.cells:
+        if not cell.python:
+            continue
+        errors = [d for d in lint_text("\n".join(cell.masked), filename, []).diagnostics
+                  if d.code == SYNTAX_ERROR[0]]
+        if not errors:
+            continue
+        error = errors[0]
+        row = error.location.row + cell.start
+        cell.error = dataclasses.replace(error, location=Location(row, error.location.column),
+                                         end_location=Location(row, error.location.column))
+        cell.masked = ["\r" if line.endswith("\r") else "" for line in cell.masked]
+        cell.python = False
+        found = True
+    return found
 
 
 # --- fixing ----------------------------------------------------------------------------------------------------
@@ -342,14 +472,14 @@ def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
             continue
         if tag == "insert":
             cell = _insertion_cell(notebook, i1, new_lines[j1:j2])
-            originals: list[str] = []
+            originals: list[tuple[str, str]] = []
         else:
             first, last = owner[i1], owner[i2 - 1]
             if first is not last:
                 raise CrossCellEdit(f"a fix changes cells {first.number} and {last.number} together")
             cell = first
-            originals = [cell.lines[index - cell.start] for index in range(i1, i2)
-                         if cell.masked[index - cell.start] != cell.lines[index - cell.start]]
+            originals = [(cell.lines[index - cell.start], cell.masked[index - cell.start]) for index in range(i1, i2)
+                         if cell.masks(index - cell.start)]
         if not cell.python:
             raise CrossCellEdit(f"a fix changes cell {cell.number}, which is not Python")
         pieces[cell.position].extend(_restore_magics(new_lines[j1:j2], originals, cell))
@@ -379,14 +509,27 @@ def _insertion_cell(notebook: Notebook, index: int, inserted: list[str]) -> Code
     return notebook.cells[-1]
 
 
-def _restore_magics(new_lines: list[str], originals: list[str], cell: CodeCell) -> list[str]:
-    placeholders = [index for index, line in enumerate(new_lines) if PLACEHOLDER_LINE.match(line)]
-    if len(placeholders) != len(originals):
+def _restore_magics(new_lines: list[str], originals: list[tuple[str, str]], cell: CodeCell) -> list[str]:
+    """The cell's lines for a changed run of the joined text: each placeholder turned back into its IPython line
+    (`originals`: (line, placeholder) in order), moved by as much as the fix moved the placeholder, and the
+    indentation IPython removed put back on every line."""
+    found = [(index, PLACEHOLDER_LINE.match(line)) for index, line in enumerate(new_lines)]
+    placeholders = [(index, match) for index, match in found if match]
+    if [bool(match.group("continued")) for _, match in placeholders] != \
+            [bool(PLACEHOLDER_LINE.match(masked).group("continued")) for _, masked in originals]:
         raise CrossCellEdit(f"a fix moves IPython lines (magics, `!` commands) in cell {cell.number}")
-    restored = list(new_lines)
-    for index, original in zip(placeholders, originals):
-        match = PLACEHOLDER_LINE.match(new_lines[index])
-        restored[index] = match.group("indent") + original.lstrip(" \t")
+    restored = [cell.indent + line if line.strip() else line for line in new_lines]
+    previous = {index: match for index, match in placeholders}
+    for (index, match), (original, masked) in zip(placeholders, originals):
+        old = PLACEHOLDER_LINE.match(masked).group("indent")
+        new = match.group("indent")
+        if match.group("continued"):
+            head = previous.get(index - 1)
+            if (head.group("indent") if head else old) != new:
+                raise CrossCellEdit(f"a fix splits an IPython command of cell {cell.number}")
+        text = undent(original, cell.indent)
+        text = new + (text[len(old):] if text.startswith(old) else text.lstrip(" \t"))
+        restored[index] = cell.indent + text if cell.indent and original.startswith(cell.indent) else text
     return restored
 
 
@@ -573,9 +716,11 @@ def process_notebook_text(text: str, path: str, rules: list[Rule], mode: Mode) -
         return FileOutcome(path, diagnostics, fixed_text=text,
                            internal_error=any(d.code == "AMP902" for d in diagnostics))
     outcome = fix_text(notebook.text, path, rules, unsafe=mode.unsafe)
+    if not outcome.applied and has_syntax_error(outcome.remaining) and isolate_broken_cells(notebook, path):
+        outcome = fix_text(notebook.text, path, rules, unsafe=mode.unsafe)  # the other cells still get fixed
     message = f"{path}: {outcome.error}" if outcome.error else None
     if not outcome.applied:
-        diagnostics = [map_diagnostic(d, notebook) for d in outcome.remaining]
+        diagnostics = [map_diagnostic(d, notebook) for d in with_cell_errors(outcome.remaining, notebook)]
         return FileOutcome(path, diagnostics, fixed_text=text, message=message,
                            internal_error=any(d.code == "AMP902" for d in diagnostics))
     try:

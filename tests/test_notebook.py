@@ -106,15 +106,15 @@ def test_clean_recipe_is_really_linted(tmp_path):
 
 def test_other_cells_are_named_in_messages(tmp_path):
     path = write_notebook(tmp_path / "n.ipynb", [
-        code("import torch\nscaler = torch.amp.GradScaler()\n"),
+        code("import torch\nmodel = Net().half()\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+             "scaler = torch.amp.GradScaler()\n"),
         markdown("training"),
-        code("for x in data:\n    with torch.autocast('cuda'):\n        loss = model(x)\n"),
-        code("        scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()"),
+        code("for x in data:\n    with torch.autocast('cuda'):\n        loss = model(x)\n"
+             "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()"),
     ])
-    diagnostics = lint(path)
-    backward = next(d for d in diagnostics if d.code == "AMP001")
-    assert backward.cell == 4 and backward.location.row == 1
-    assert "line 2 of cell 3" in backward.message
+    [half] = lint(path)
+    assert (half.code, half.cell, half.location.row) == ("AMP012", 1, 2)
+    assert "at line 3)" in half.message and "at line 5 of cell 3" in half.message
 
 
 def test_cli_formats_show_the_cell():
