@@ -524,8 +524,8 @@ def _restore_magics(new_lines: list[str], originals: list[tuple[str, str]], cell
         old = PLACEHOLDER_LINE.match(masked).group("indent")
         new = match.group("indent")
         if match.group("continued"):
-            head = previous.get(index - 1)
-            if (head.group("indent") if head else old) != new:
+            head = previous.get(index - 1)  # the line above, the run's first line aside, must be its head
+            if (head.group("indent") if head else None if index else old) != new:
                 raise CrossCellEdit(f"a fix splits an IPython command of cell {cell.number}")
         text = undent(original, cell.indent)
         text = new + (text[len(old):] if text.startswith(old) else text.lstrip(" \t"))

@@ -176,6 +176,132 @@ def test_syntax_error_is_reported_in_its_cell(tmp_path):
     assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("AMP900", 3, 2)
 
 
+# One notebook per IPython form (fixtures/notebooks/ipython): each has a training cell with an AMP001 that must
+# be reported whatever the IPython syntax in the cells around it (before, one such cell hid it: AMP900 only).
+IPYTHON = FIXTURES / "ipython"
+IPYTHON_FORMS = {
+    "automagic": [("AMP001", 6, 4)],
+    "cell_magic_other": [("AMP001", 13, 4)],
+    "cell_magic_python": [("AMP001", 5, 5)],
+    "help": [("AMP001", 7, 4)],
+    "indented_first_line": [("AMP001", 4, 4)],
+    "magic_assignment": [("AMP001", 4, 4)],
+    "magic_continued": [("AMP001", 5, 4)],
+    "shell_continued": [("AMP001", 4, 4)],
+    "syntax_error": [("AMP900", 3, 1), ("AMP001", 4, 4)],
+}
+
+
+def test_every_ipython_form_has_its_fixture():
+    assert sorted(p.stem for p in IPYTHON.glob("*.ipynb")) == sorted(IPYTHON_FORMS)
+
+
+@pytest.mark.parametrize("name", sorted(IPYTHON_FORMS))
+def test_each_ipython_form_is_read_as_ipython_reads_it(name):
+    path = IPYTHON / f"{name}.ipynb"
+    cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    assert not all(nb._parses("".join(c["source"])) for c in cells)  # the fixture is not plain Python
+    assert [(d.code, d.cell, d.location.row) for d in lint(path)] == IPYTHON_FORMS[name]
+
+
+@pytest.mark.parametrize("name", sorted(IPYTHON_FORMS))
+def test_fixing_next_to_ipython_edits_only_the_training_cell(tmp_path, name):
+    path = tmp_path / f"{name}.ipynb"
+    shutil.copy(IPYTHON / path.name, path)
+    before = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    outcome = fix(path)
+    after = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    assert outcome.fixed == 1 and [d.code for d in outcome.diagnostics] == [c for c, _, _ in IPYTHON_FORMS[name][:-1]]
+    assert after[:-1] == before[:-1]
+    assert "".join(after[-1]["source"]) == "".join(before[-1]["source"]).replace(
+        "        loss.backward()", "    loss.backward()")
+
+
+MAGIC = nb.PLACEHOLDER
+CONTINUED = nb.CONTINUED
+
+
+@pytest.mark.parametrize("lines, masked", [
+    (["!pip install -q \\", "    torch \\", "  numpy", "x = 1"], [MAGIC, CONTINUED, CONTINUED, "x = 1"]),
+    (["!echo # not a comment \\", "  more", "x = 1"], [MAGIC, CONTINUED, "x = 1"]),
+    (["if a:", "    %run train.py \\", "        --epochs 2", "    b = 1"],
+     ["if a:", "    " + MAGIC, "    " + CONTINUED, "    b = 1"]),
+    (["files = !ls \\", "  -a", "here = %pwd"], [MAGIC, CONTINUED, MAGIC]),
+    (["x = 1 \\", "  + 2", "!ls"], ["x = 1 \\", "  + 2", MAGIC]),  # a Python continuation is Python
+    (["torch.amp.GradScaler(", "    init_scale=2)?", "y = 2"], [MAGIC, CONTINUED, "y = 2"]),
+    (["/print 1 2", ",print a b", ";print a b"], [MAGIC, MAGIC, MAGIC]),
+    (["", "    a = 1", "    if a:", "        b = 2", "", "c = 3"], ["", "a = 1", "if a:", "    b = 2", "", "c = 3"]),
+    (["  %%time", "  x = 1"], [MAGIC, "x = 1"]),
+])
+def test_ipython_statements_become_placeholders_line_for_line(lines, masked):
+    assert nb.mask_ipython(lines) == (masked, True)
+
+
+@pytest.mark.parametrize("lines, magic", [
+    (["cd data"], True),
+    (["pip install -q torch", ""], True),
+    (["", "cat notes.txt\r"], True),
+    (["ls -l"], False),  # Python on its own: a subtraction
+    (["cd"], False),
+    (["cd = 'data'"], False),
+    (["cd data", "x = 1"], False),  # IPython applies automagic to one-line cells only
+    (["frobnicate data"], False),  # not a magic
+])
+def test_automagic_only_where_ipython_applies_it(lines, magic):
+    masked, python = nb.mask_ipython(lines)
+    assert python and (masked != lines) == magic
+
+
+def test_automagic_in_a_longer_cell_is_a_syntax_error_of_that_cell_alone(tmp_path):
+    path = write_notebook(tmp_path / "n.ipynb", [
+        code("import torch"),
+        code("cd data\nx = 1"),
+        code("with torch.autocast('cuda'):\n    loss = model(x)\n    loss.backward()"),
+    ])
+    assert [(d.code, d.cell, d.location.row) for d in lint(path)] == [("AMP900", 2, 1), ("AMP001", 3, 3)]
+
+
+def test_a_cell_left_open_is_reported_in_that_cell_and_the_next_cell_is_linted(tmp_path):
+    path = write_notebook(tmp_path / "n.ipynb", [
+        code("import torch"),
+        code("sizes = (1,\n"),
+        markdown("then"),
+        code("with torch.autocast('cuda'):\n    loss = model(x)\n    loss.backward()"),
+        code("def f(:\n    pass"),
+    ])
+    found = [(d.code, d.cell, d.location.row) for d in lint(path)]
+    assert found == [("AMP900", 2, 1), ("AMP001", 4, 3), ("AMP900", 5, 1)]
+    assert fix(path).fixed == 1
+    sources = ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+    assert sources[1] == "sizes = (1,\n" and sources[4] == "def f(:\n    pass"
+    assert sources[3] == "with torch.autocast('cuda'):\n    loss = model(x)\nloss.backward()"
+
+
+def test_an_indented_cell_keeps_its_columns_indentation_and_magics_through_a_fix(tmp_path):
+    path = write_notebook(tmp_path / "n.ipynb", [code("import torch"), code(
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
+        "        loss.backward()\n        !echo done \\\n           --twice\n        %time val = model(x)\n")])
+    [found] = lint(path)
+    assert (found.code, found.cell, found.location.row, found.location.column) == ("AMP001", 2, 3, 9)
+    assert found.source_line == "        loss.backward()"
+    assert fix(path).fixed == 1
+    assert "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][1]["source"]) == (
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
+        "    loss.backward()\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
+        "        !echo done \\\n           --twice\n        %time val = model(x)\n")
+
+
+def test_a_fix_may_not_split_a_continued_command():
+    notebook = nb.parse_notebook(json.dumps({"nbformat": 4, "cells": [code("!pip install \\\n  torch\nx = 1")]}))
+    assert notebook.text == f"{MAGIC}\n{CONTINUED}\nx = 1"
+    with pytest.raises(nb.CrossCellEdit, match="splits an IPython command"):
+        nb.split_fixed_text(notebook, f"{MAGIC}\nif a:\n    {CONTINUED}\nx = 1")
+    with pytest.raises(nb.CrossCellEdit, match="moves IPython lines"):
+        nb.split_fixed_text(notebook, f"{CONTINUED}\n{MAGIC}\nx = 1")
+    assert nb.split_fixed_text(notebook, f"if a:\n    {MAGIC}\n    {CONTINUED}\nx = 1") == {
+        0: "if a:\n    !pip install \\\n      torch\nx = 1"}
+
+
 # --- bad files -------------------------------------------------------------------------------------------------
 
 
