@@ -1,8 +1,10 @@
 """Jupyter notebooks (`.ipynb`): the code cells, in order, linted and fixed as one program.
 
 A GradScaler built in one cell and stepped in a loop in another is one program, so the code cells are joined
-with newlines into one text, IPython syntax (magics, shell escapes, help lines) is replaced by placeholders
-with the same number of lines, and diagnostic rows are mapped back to (cell, row within the cell).
+with newlines into one text, IPython syntax (magics, shell escapes, help lines, continued or not) is replaced by
+placeholders with the same number of lines, as IPython's own input transforms read it, and diagnostic rows are
+mapped back to (cell, row within the cell). A cell that does not parse even so is reported on its own and left
+out of the program (blanked), so that the other cells are still linted.
 
 Cells are numbered as they appear in the notebook: 1-based among *all* cells, markdown and raw cells
 included, so "cell 3" is the third cell from the top whatever the kinds of the cells above it.
