@@ -24,6 +24,7 @@ from amplint.rules import ALL_RULES
 from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
 from amplint.rules.amp005_scaler_in_inference import ScalerInInference
+from amplint.rules.amp013_scaler_with_bfloat16 import ScalerWithBfloat16
 from amplint.rules.amp011_unscale_twice import UnscaleTwice
 
 RULES = [rule() for rule in ALL_RULES]
@@ -290,3 +291,17 @@ def scales_in_evaluation_code(k: int) -> str:
 
 def test_scales_in_evaluation_code_cost_linear_work():
     assert_linear(lambda k: scales_in_evaluation_code(k // 2), {"AMP005"}, n=40, rules=[ScalerInInference()])
+
+
+def scalers_with_bfloat16(k: int) -> str:
+    """k functions that each build a scaler of their own for bfloat16 autocast: k AMP013 findings whose fixes
+    remove a scaler (each once walked the whole module, twice, and scanned every event and call of it)."""
+    functions = "".join(
+        f"def train{i}(model, opt, x):\n    s{i} = torch.amp.GradScaler('cuda')\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
+        f"    s{i}.scale(loss).backward()\n    s{i}.step(opt)\n    s{i}.update()\n" for i in range(k))
+    return f"import torch\n{functions}"
+
+
+def test_scalers_with_bfloat16_cost_linear_work():
+    assert_linear(scalers_with_bfloat16, {"AMP013"}, n=40, rules=[ScalerWithBfloat16()])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -94,13 +95,12 @@ class ScalerWithBfloat16(Rule):
         if not active or any(_dtype(r) != "bfloat16" for r in active):
             return
         region = active[0]
+        index = _Index(facts, builds)
         for build in builds:
             key = build.bound_to
             if scaler_enabled(facts, key, build.frame) is not True:
                 continue
-            uses = [e for e in facts.events if e.scaler == key and e.kind in (
-                EventKind.SCALER_STEP, EventKind.SCALER_SCALE, EventKind.BACKWARD, EventKind.SCALER_UPDATE)]
-            if not uses:
+            if key not in index.used:
                 continue
             message = (
                 f"`{snippet(facts, build.node)}` scales the losses of code that autocasts only to bfloat16 "
@@ -109,7 +109,7 @@ class ScalerWithBfloat16(Rule):
                 f"bit-identical to training without a scaler over 300 steps); `{key}` only adds an unscale pass "
                 f"and inf checks every step; remove it"
             )
-            yield Finding(build.node, message, _RemoveScaler(facts, build).plan())
+            yield Finding(build.node, message, _RemoveScaler(facts, build, index).plan())
 
     @staticmethod
     def _regions(facts: ModuleFacts) -> list[Region]:
@@ -129,13 +129,79 @@ def _dtype(region: Region) -> str | None:
     return None
 
 
+class _Index:
+    """What AMP013 asks about each scaler it would remove, read once per module: the scalers used (stepped,
+    scaling, backpropagated through or updated), how many times each scaler and each constructor name is
+    referenced, the calls of each receiver, the block of each statement, the `from ... import` lines of each
+    local name. So N scalers cost N lookups, not N walks of the module."""
+
+    USES = (EventKind.SCALER_STEP, EventKind.SCALER_SCALE, EventKind.BACKWARD, EventKind.SCALER_UPDATE)
+
+    def __init__(self, facts: ModuleFacts, builds: list[Event]) -> None:
+        self.facts = facts
+        self.used = {e.scaler for e in facts.events if e.kind in self.USES}
+        self._names = {b.bound_to for b in builds} | {b.node.func.value for b in builds
+                                                       if isinstance(b.node.func, cst.Name)}
+
+    @cached_property
+    def references(self) -> dict[str, int]:
+        """How many times each scaler and constructor name of the module's builds is referenced outside imports."""
+        references = visitor_class(_References)(self._names)
+        walk(self.facts.module, references)
+        return references.counts
+
+    @cached_property
+    def calls(self) -> dict[str | None, list]:
+        """The calls of each receiver, in source order."""
+        by_receiver: dict[str | None, list] = {}
+        for call in self.facts.calls:
+            by_receiver.setdefault(call.receiver, []).append(call)
+        return by_receiver
+
+    @cached_property
+    def blocks(self) -> dict[int, tuple[int, int]]:
+        """id of each statement of an indented block -> (id of that block, how many statements it has)."""
+        blocks: dict[int, tuple[int, int]] = {}
+
+        class Blocks(cst.CSTVisitor):
+            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+                for statement in node.body:
+                    blocks[id(statement)] = (id(node), len(node.body))
+
+        self.facts.module.visit(Blocks())
+        return blocks
+
+    @cached_property
+    def imports(self) -> dict[str, list[cst.SimpleStatementLine]]:
+        """The lines that are one `from ... import` (not `*`) binding a local name, by that name, in source order."""
+        lines: dict[str, list[cst.SimpleStatementLine]] = {}
+
+        class Imports(cst.CSTVisitor):
+            def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> None:
+                if len(line.body) != 1 or not isinstance(line.body[0], cst.ImportFrom):
+                    return
+                if isinstance(line.body[0].names, cst.ImportStar):
+                    return
+                for name in dict.fromkeys(_local_name(a) for a in line.body[0].names):
+                    lines.setdefault(name, []).append(line)
+
+        self.facts.module.visit(Imports())
+        return lines
+
+
+def _local_name(alias: cst.ImportAlias) -> str | None:
+    return (alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name)
+            else dotted_name(alias.name))
+
+
 class _RemoveScaler:
     """The rewrite that takes a scaler out of a module, if every use of it is one we know how to remove."""
 
-    def __init__(self, facts: ModuleFacts, build: Event) -> None:
+    def __init__(self, facts: ModuleFacts, build: Event, index: _Index) -> None:
         self.facts = facts
         self.build = build
         self.key = build.bound_to
+        self.index = index
 
     def plan(self) -> FixPlan | None:
         replacements = self._replacements()
@@ -146,9 +212,7 @@ class _RemoveScaler:
                        lambda: replace_nodes(self.facts.module, replacements), Applicability.UNSAFE)
 
     def _replacements(self) -> dict | None:
-        facts, key = self.facts, self.key
-        references = visitor_class(_References)(key)
-        walk(facts.module, references)
+        key = self.key
         handled = 0
         replacements: dict = {}
         removed_statements: list[cst.CSTNode] = []
@@ -157,9 +221,7 @@ class _RemoveScaler:
             return None
         removed_statements.append(build_statement)
         handled += 1
-        for call in facts.calls:
-            if call.receiver != key:
-                continue
+        for call in self.index.calls.get(key, ()):
             node = call.node
             if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
                     and not node.args[0].star:
@@ -173,7 +235,7 @@ class _RemoveScaler:
             else:
                 return None
             handled += 1
-        if handled != references.count:
+        if handled != self.index.references.get(key, 0):
             return None  # used some other way: saved, passed along, get_scale()...
         if not self._blocks_survive(removed_statements):
             return None
@@ -184,55 +246,45 @@ class _RemoveScaler:
 
     def _blocks_survive(self, removed: list[cst.CSTNode]) -> bool:
         """No block may lose all of its statements."""
-        class Blocks(cst.CSTVisitor):
-            ok = True
-
-            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-                if node.body and all(any(s is r for r in removed) for s in node.body):
-                    Blocks.ok = False
-
-        self.facts.module.visit(Blocks())
-        return Blocks.ok
+        taken: dict[int, int] = {}  # id of a block -> how many of its statements are removed
+        for statement in {id(r): r for r in removed}.values():
+            block = self.index.blocks.get(id(statement))
+            if block is not None:
+                taken[block[0]] = taken.get(block[0], 0) + 1
+                if taken[block[0]] == block[1]:
+                    return False
+        return True
 
     def _drop_unused_import(self, replacements: dict) -> None:
         func = self.build.node.func
         if not isinstance(func, cst.Name):
             return
-        references = visitor_class(_References)(func.value)
-        walk(self.facts.module, references)
-        if references.count != 1:
+        if self.index.references.get(func.value, 0) != 1:
             return
-
-        class Imports(cst.CSTVisitor):
-            def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> None:
-                if len(line.body) != 1 or not isinstance(line.body[0], cst.ImportFrom):
-                    return
-                statement = line.body[0]
-                if isinstance(statement.names, cst.ImportStar):
-                    return
-                local = [a for a in statement.names
-                         if (a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name)
-                             else dotted_name(a.name)) == func.value]
-                if not local:
-                    return
-                kept = [a for a in statement.names if a is not local[0]]
-                if not kept:
-                    replacements[line] = cst.RemoveFromParent()
-                    return
-                if statement.lpar is None:
-                    kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                replacements[statement] = statement.with_changes(names=kept)
-
-        self.facts.module.visit(Imports())
+        for line in self.index.imports.get(func.value, ()):
+            statement = line.body[0]
+            local = [a for a in statement.names if _local_name(a) == func.value]
+            kept = [a for a in statement.names if a is not local[0]]
+            if not kept:
+                replacements[line] = cst.RemoveFromParent()
+                continue
+            if statement.lpar is None:
+                kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            replacements[statement] = statement.with_changes(names=kept)
 
 
 class _References:  # a libcst visitor once made one with amplint.lazy.visitor_class
-    """How many times a dotted name (`scaler`, `self.scaler`) is referenced outside imports."""
+    """How many times each of some dotted names (`scaler`, `self.scaler`) is referenced outside imports (`self`
+    within `self.scaler` is a reference to `self` too)."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, keys: set[str]) -> None:
         super().__init__()
-        self.key = key
-        self.count = 0
+        self.keys = keys
+        self.counts: dict[str, int] = {}
+
+    def _count(self, name: str | None) -> None:
+        if name in self.keys:
+            self.counts[name] = self.counts.get(name, 0) + 1
 
     def visit_Import(self, node: cst.Import) -> bool:
         return False
@@ -245,22 +297,19 @@ class _References:  # a libcst visitor once made one with amplint.lazy.visitor_c
         return False
 
     def visit_Param(self, node: cst.Param) -> bool:
-        self.count += node.name.value == self.key
+        self._count(node.name.value)
         for child in (node.annotation, node.default):
             if child is not None:
                 walk(child, self)
         return False
 
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if dotted_name(node) == self.key:
-            self.count += 1
-            return False
-        walk(node.value, self)
+        self._count(dotted_name(node))
+        walk(node.value, self)  # its receiver: another of the names (`self` of `self.scaler`) may be there
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.key:
-            self.count += 1
+        self._count(node.value)
 
 
 def _single(statement: cst.CSTNode, kind: type) -> bool:
