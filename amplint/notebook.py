@@ -42,14 +42,17 @@ ESCAPES = ("%", "!", "?", "/", ",", ";")
 # `x = !ls`, `files = %sx ls`: an assignment whose value is IPython syntax.
 MAGIC_ASSIGNMENT = re.compile(r"^[ \t]*[A-Za-z_][\w.,\[\] \t]*=[ \t]*[!%]")
 # IPython's line magics and the shell aliases it defines on POSIX, which a one-line cell may call without `%`.
-AUTOMAGIC = frozenset("""
-    alias alias_magic autoawait autocall automagic bookmark cat cd clear colors conda config cp cpaste debug
-    dhist dirs doctest_mode ed edit env gui hist history killbgscripts ldir less lf lk ll load load_ext loadpy
-    logoff logon logstart logstate logstop ls lsmagic lx macro magic mamba man matplotlib micromamba mkdir more
-    mv notebook page pastebin pdb pdef pdoc pfile pinfo pinfo2 pip popd pprint precision prun psearch psource
-    pushd pwd pycat pylab qtconsole quickref recall rehashx reload_ext rep rerun reset reset_selective rm rmdir
-    run save sc set_env store sx system tb time timeit unalias unload_ext uv who who_ls whos xdel xmode
-""".split())
+AUTOMAGIC = frozenset({
+    "alias", "alias_magic", "autoawait", "autocall", "automagic", "bookmark", "cat", "cd", "clear", "colors",
+    "conda", "config", "cp", "cpaste", "debug", "dhist", "dirs", "doctest_mode", "ed", "edit", "env", "gui",
+    "hist", "history", "killbgscripts", "ldir", "less", "lf", "lk", "ll", "load", "load_ext", "loadpy",
+    "logoff", "logon", "logstart", "logstate", "logstop", "ls", "lsmagic", "lx", "macro", "magic", "mamba",
+    "man", "matplotlib", "micromamba", "mkdir", "more", "mv", "notebook", "page", "pastebin", "pdb", "pdef",
+    "pdoc", "pfile", "pinfo", "pinfo2", "pip", "popd", "pprint", "precision", "prun", "psearch", "psource",
+    "pushd", "pwd", "pycat", "pylab", "qtconsole", "quickref", "recall", "rehashx", "reload_ext", "rep",
+    "rerun", "reset", "reset_selective", "rm", "rmdir", "run", "save", "sc", "set_env", "store", "sx", "system",
+    "tb", "time", "timeit", "unalias", "unload_ext", "uv", "who", "who_ls", "whos", "xdel", "xmode"
+})
 AUTOMAGIC_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<rest>(?:[ \t].*)?)$")
 LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
