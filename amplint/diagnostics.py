@@ -89,6 +89,8 @@ class Diagnostic:
     source_line: str = field(default="", compare=False)  # the first reported line, for the source frame
     # The rule's default level (Rule.severity); a run's configuration may change it (amplint/config.py).
     severity: Severity = Severity.ERROR
+    # What to do about it (a short line, often the fix's title); None when the message says it all.
+    help: str | None = None
 
     @property
     def url(self) -> str:
@@ -109,6 +111,7 @@ class Diagnostic:
             "code": self.code,
             "name": self.name,
             "message": self.message,
+            "help": self.help,
             "filename": self.filename,
             "cell": self.cell,
             "location": {"row": self.location.row, "column": self.location.column},

@@ -159,6 +159,7 @@ def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: st
         fix=fix,
         source_line=index.line(start.line),
         severity=rule.severity,
+        help=finding.help_line(),
     )
 
 

@@ -498,7 +498,8 @@ def create_server():
         return types.Diagnostic(
             range=lsp_range(positions.at_location(diagnostic.location),
                             positions.at_location(diagnostic.end_location)),
-            message=diagnostic.message,
+            # What is wrong, then what to do on its own line (editors show both in the hover).
+            message=diagnostic.message + (f"\nhelp: {diagnostic.help}" if diagnostic.help else ""),
             severity=types.DiagnosticSeverity.Error if diagnostic.severity is Severity.ERROR
             else types.DiagnosticSeverity.Warning,
             code=diagnostic.code,

@@ -1,4 +1,4 @@
-"""The default format: each diagnostic with a source frame pointing at the reported range."""
+"""The default format: each diagnostic's message, a source frame pointing at the reported range, then what to do."""
 
 from __future__ import annotations
 
@@ -24,14 +24,24 @@ def frame(diagnostic: Diagnostic) -> list[str]:
     ]
 
 
+def help_lines(diagnostic: Diagnostic, show_fixes: bool) -> list[str]:
+    """What to do, under the frame (ruff's `= help:`); with --show-fixes, how much the fix can be trusted."""
+    fix = diagnostic.fix if show_fixes else None
+    if diagnostic.help and fix is not None and fix.message == diagnostic.help:
+        return [f"  = help: {printable(diagnostic.help)} ({fix.applicability.value} fix)"]
+    lines = [f"  = help: {printable(diagnostic.help)}"] if diagnostic.help else []
+    if fix is not None:
+        lines.append(f"  = fix: {printable(fix.message)} ({fix.applicability.value} fix)")
+    return lines
+
+
 def render(report) -> str:
     lines: list[str] = []
     for diagnostic in report.diagnostics:
         lines.append(concise.line(diagnostic, report.unsafe_fixes))
         if diagnostic.source_line:
             lines.extend(frame(diagnostic))
-        if report.show_fixes and diagnostic.fix is not None:
-            lines.append(f"  = help: {diagnostic.fix.message} ({diagnostic.fix.applicability.value} fix)")
+        lines.extend(help_lines(diagnostic, report.show_fixes))
         lines.append("")
     lines.extend(printable(message) for message in report.messages)
     lines.append(concise.summary(report))

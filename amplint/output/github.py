@@ -31,7 +31,9 @@ def command(diagnostic: Diagnostic) -> str:
     joined = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items())
     # Rows of a notebook count from the top of the cell, so the annotation says which cell.
     cell = f"cell {diagnostic.cell}: " if diagnostic.cell is not None else ""
-    return f"::{diagnostic.severity.value} {joined}::{escape_data(cell + diagnostic.message)}"
+    # The annotation shows what is wrong, and what to do on its own line.
+    help_line = f"\nhelp: {diagnostic.help}" if diagnostic.help else ""
+    return f"::{diagnostic.severity.value} {joined}::{escape_data(cell + diagnostic.message + help_line)}"
 
 
 def render(report) -> str:

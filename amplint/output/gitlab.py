@@ -18,7 +18,7 @@ def severity(diagnostic: Diagnostic) -> str:
 
 def issue(diagnostic, fingerprint: str) -> dict:
     cell = f" (cell {diagnostic.cell})" if diagnostic.cell is not None else ""
-    return {
+    entry = {
         "description": portable(f"{diagnostic.code}{cell} {diagnostic.message}"),
         "check_name": diagnostic.code,
         "fingerprint": fingerprint,
@@ -28,6 +28,9 @@ def issue(diagnostic, fingerprint: str) -> dict:
             "lines": {"begin": diagnostic.location.row, "end": diagnostic.end_location.row},
         },
     }
+    if diagnostic.help:
+        entry["content"] = {"body": portable(f"help: {diagnostic.help}")}  # GitLab's markdown details
+    return entry
 
 
 def render(report) -> str:

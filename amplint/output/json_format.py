@@ -1,5 +1,5 @@
-"""A JSON list of diagnostic objects (code, name, message, filename, cell, location, end_location, fix, severity,
-url)."""
+"""A JSON list of diagnostic objects (code, name, message, help, filename, cell, location, end_location, fix,
+severity, url)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ def record(diagnostic) -> dict:
     data = diagnostic.to_dict()
     data["filename"] = portable(data["filename"])
     data["message"] = portable(data["message"])
+    if data["help"] is not None:
+        data["help"] = portable(data["help"])
     return data
 
 

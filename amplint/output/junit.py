@@ -42,6 +42,7 @@ def render(report) -> str:
             failure = ET.SubElement(case, "failure", message=clean(diagnostic.message), type=diagnostic.code)
             failure.text = clean(f"{concise.location(diagnostic)}: {diagnostic.severity.value}: {diagnostic.code} "
                                  f"{diagnostic.message}\n"
-                                 f"{diagnostic.url}")
+                                 + (f"help: {diagnostic.help}\n" if diagnostic.help else "")
+                                 + diagnostic.url)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

@@ -75,13 +75,21 @@ def replacement(edit: Edit) -> dict:
     return {"deletedRegion": region(edit.location, edit.end_location), "insertedContent": {"text": edit.content}}
 
 
+def message(diagnostic: Diagnostic) -> dict:
+    """What is wrong as the text every viewer shows; with what to do as markdown, for viewers that render it."""
+    text = portable(diagnostic.message)
+    if not diagnostic.help:
+        return {"text": text}
+    return {"text": text, "markdown": f"{text}\n\n**help:** {portable(diagnostic.help)}"}
+
+
 def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
     location = artifact_location(diagnostic.filename)
     entry: dict = {
         "ruleId": diagnostic.code,
         "ruleIndex": rule_index,
         "level": diagnostic.severity.value,
-        "message": {"text": portable(diagnostic.message)},
+        "message": message(diagnostic),
         "locations": [{"physicalLocation": {
             "artifactLocation": location,
             "region": region(diagnostic.location, diagnostic.end_location),

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import describe_region, dtype_words, region_fix, snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 
 class BackwardInAutocast(Rule):
@@ -97,10 +97,7 @@ class BackwardInAutocast(Rule):
             region, chain = facts.effective_region(event.frame)
             if region is None or not region.active:
                 continue
-            message = (
-                f"`{snippet(facts, event.node)}` runs inside {describe_region(facts, region, chain)}: backward "
-                f"code that should compute in float32 (custom autograd Functions without `custom_bwd`, "
-                f"`enabled=False` islands) runs in {dtype_words(region)} instead (measured gradient error "
-                f"2.4e-3 vs 3e-7); call it after the autocast block"
-            )
-            yield Finding(event.node, message, region_fix(facts, region, chain, event))
+            message = (f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs inside "
+                       f"{describe_region(facts, region, chain)}")
+            fix = region_fix(facts, region, chain, event)
+            yield Finding(event.node, message, fix, help=None if fix else "Call it after the autocast block")

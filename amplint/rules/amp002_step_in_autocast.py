@@ -6,7 +6,7 @@ from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import describe_region, dtype_words, region_fix, snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 
@@ -77,17 +77,12 @@ class StepInAutocast(Rule):
             region, chain = facts.effective_region(event.frame)
             if region is None or not region.active:
                 continue
-            what = "the scale update" if event.kind is EventKind.SCALER_UPDATE else "the optimizer's update math"
-            message = (
-                f"`{snippet(facts, event.node)}` runs inside {describe_region(facts, region, chain)}: "
-                f"{what} runs under autocast, so an optimizer that multiplies matrices in step() "
-                f"(Shampoo, Newton-Schulz/Muon) computes in {dtype_words(region)} (measured: parameters off by "
-                f"7.4e-5 after one step); {self._advice(event)}"
-            )
-            yield Finding(event.node, message, region_fix(facts, region, chain, event))
+            message = f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs inside {describe_region(facts, region, chain)}"
+            fix = region_fix(facts, region, chain, event)
+            yield Finding(event.node, message, fix, help=self._advice(event) if fix is None else None)
 
     @staticmethod
     def _advice(event) -> str:
         if event.kind is EventKind.OPTIMIZER_STEP and event.node.args:
-            return "the closure it runs is the forward pass: open autocast inside the closure instead"
-        return "step after the autocast block"
+            return "Its closure is the forward pass: open autocast inside the closure instead"
+        return "Step after the autocast block"

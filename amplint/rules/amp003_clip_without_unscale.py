@@ -110,32 +110,26 @@ class ClipWithoutUnscale(Rule):
                 continue
             late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
             optimizer = tied or step.optimizer or "optimizer"
-            clipped = snippet(facts, clip.node.func)
+            clipped = snippet(facts, clip.node.func, 32)
             if late_unscale is not None:
-                message = (
-                    f"`{clipped}(...)` clips gradients still multiplied by the loss scale: "
-                    f"`{snippet(facts, late_unscale.node)}` at line {facts.line_of(late_unscale.node)} comes after "
-                    f"the clip, so the clip sees a norm ~65536x too large (65536 is the default scale) and shrinks "
-                    f"the update by that factor; unscale before clipping"
-                )
+                message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}`: the `unscale_` at line "
+                           f"{facts.line_of(late_unscale.node)} comes after it")
                 fix = self._move_unscale(facts, clip, late_unscale, step, index)
+                advice = "Unscale before clipping"
             else:
-                which = (f"`{scaler}.unscale_({tied})`" if tied is not None else
-                         f"`{scaler}.unscale_(...)` of the optimizer that owns these parameters")
-                message = (
-                    f"`{clipped}(...)` clips gradients that `{scaler}` scaled by the loss scale (65536 by default) "
-                    f"with no {which} before it: the clip measures a norm ~65536x too "
-                    f"large (measured: 55772.77 for a true 0.8510), so the update shrinks by that factor; "
-                    f"call {which} first"
-                )
-                if tied is None and len(candidates) > 1:
-                    message += (f" (several optimizers are stepped after it: {', '.join(f'`{c}`' for c in candidates)};"
-                                f" which one owns the clipped parameters is not known, so no fix is offered)")
+                message = f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (no `unscale_` before it)"
+                if tied is not None:
+                    advice = f"Call `{scaler}.unscale_({tied})` before the clip"
+                elif len(candidates) > 1:
+                    advice = (f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters "
+                              f"(one of {', '.join(f'`{c}`' for c in candidates)})")
+                else:
+                    advice = f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters"
                 tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
                 fix = None
                 if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
-            yield Finding(clip.node, message, fix)
+            yield Finding(clip.node, message, fix, help=None if fix else advice)
 
     @staticmethod
     def _step_follows_every_clip(clip: Event, step: Event) -> bool:

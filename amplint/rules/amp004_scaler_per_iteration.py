@@ -10,11 +10,9 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import Changes, snippet
+from amplint.rules.scopes import Changes
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-HARM = ("every iteration starts again from a fresh scale (65536) with an empty growth tracker, so the scale never "
-        "backs off after an fp16 overflow (measured: 8 of 8 steps skipped) and never grows")
 
 
 class ScalerPerIteration(Rule):
@@ -102,24 +100,19 @@ class ScalerPerIteration(Rule):
                 loop = using_loops[-1]  # outermost loop that both builds and uses it
                 if self._fresh_run_per_iteration(facts, uses, loop):
                     continue
-                message = (
-                    f"`{snippet(facts, build.node)}` is constructed inside the loop at line "
-                    f"{facts.line_of(loop.node)} that calls `{key}.{uses[0].node.func.attr.value}()`: {HARM}; "
-                    f"construct it once before the loop"
-                )
-                yield Finding(build.node, message, self._hoist(facts, build, loop))
+                message = (f"`{key}` is a new GradScaler every iteration of the loop at line "
+                           f"{facts.line_of(loop.node)}, so its loss scale never adapts")
+                fix = self._hoist(facts, build, loop)
+                yield Finding(build.node, message, fix, help=None if fix else "Construct it once, before the loop")
                 continue
             if loops or any(use.frame.loops_up_to_function() for use in uses) or "." in key:
                 continue
             caller_loop = facts.calling_loop(build.frame)
             if caller_loop is not None:
                 function = build.frame.function()
-                message = (
-                    f"`{snippet(facts, build.node)}` is constructed in `{function.name}()`, which steps it and is "
-                    f"called from the loop at line {facts.line_of(caller_loop.node)}: a new scaler per call means "
-                    f"{HARM}; build the scaler once outside and pass it in"
-                )
-                yield Finding(build.node, message)
+                message = (f"`{key}` is a new GradScaler on every call of `{function.name}()` from the loop at "
+                           f"line {facts.line_of(caller_loop.node)}, so its loss scale never adapts")
+                yield Finding(build.node, message, help="Build the scaler once outside and pass it in")
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:

@@ -13,7 +13,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
@@ -26,17 +26,18 @@ def eval_like(name: str) -> bool:
     return EVAL_NAME.search(name) is not None
 
 
+# What each scaler call does where no backward runs, in a message's few words (the docstring says more).
 CONSEQUENCE = {
-    EventKind.SCALER_SCALE: "`scale()` multiplies its argument by the loss scale (65536 by default), so these values "
-                            "come out 65536x too large",
-    EventKind.SCALER_STEP: "with no scaled backward the scaler has no inf checks and raises `AssertionError: No inf "
-                           "checks were recorded for this optimizer.` (or `_scale is None` before any scale())",
-    EventKind.SCALER_UPDATE: "with no step the scaler raises `AssertionError: No inf checks were recorded prior to "
-                             "update.` (or `_scale is None` before any scale())",
-    EventKind.SCALER_UNSCALE: "there are no gradients to unscale; before any scale() it raises `AssertionError: "
-                              "Attempted unscale_ but _scale is None.`",
-    EventKind.SCALER_BUILD: "it does nothing useful here, and a scaler first used under inference_mode later fails "
-                            "training with `RuntimeError: Inference tensors cannot be saved for backward`",
+    EventKind.SCALER_SCALE: "its result is multiplied by the loss scale",
+    EventKind.SCALER_STEP: "it raises AssertionError",
+    EventKind.SCALER_UPDATE: "it raises AssertionError",
+    EventKind.SCALER_UNSCALE: "there are no gradients to unscale",
+    EventKind.SCALER_BUILD: "nothing here needs a scaler",
+}
+# What to do when there is no fix.
+ADVICE = {
+    EventKind.SCALER_BUILD: "Build the scaler in the training code",
+    EventKind.SCALER_SCALE: "Use the unscaled value",
 }
 
 
@@ -55,7 +56,8 @@ class ScalerInInference(Rule):
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
     only does harm: `scaler.scale(outputs)` multiplies predictions by the loss scale (65536 by default, measured
     ratio exactly 65536); `step`/`update`/`unscale_` with no backward raise `AssertionError` ("No inf checks were
-    recorded for this optimizer.", "Attempted step but _scale is None."); and a scaler whose first `scale()` runs
+    recorded for this optimizer.", "No inf checks were recorded prior to update.", "Attempted step but _scale is
+    None.", "Attempted unscale_ but _scale is None."); and a scaler whose first `scale()` runs
     under `inference_mode` holds an inference tensor that later breaks training with `RuntimeError: Inference
     tensors cannot be saved for backward`.
 
@@ -121,16 +123,16 @@ class ScalerInInference(Rule):
             if where is None:
                 continue
             what = snippet(facts, event.node)
-            message = f"`{what}` {where}, where no backward can run: {CONSEQUENCE[event.kind]}"
+            message = f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` {where}: {CONSEQUENCE[event.kind]}"
             fix = None
             if event.kind is EventKind.SCALER_SCALE and len(event.node.args) == 1 \
                     and event.node.args[0].keyword is None and not event.node.args[0].star:
                 argument = event.node.args[0].value
-                message += f"; use `{snippet(facts, argument)}` directly"
                 fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
                               lambda event=event, arg=argument: self._unscaled(facts, event, arg, functions),
                               Applicability.UNSAFE)
-            yield Finding(event.node, message, fix)
+            advice = ADVICE.get(event.kind, f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward")
+            yield Finding(event.node, message, fix, help=None if fix else advice)
 
     @staticmethod
     def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression,
@@ -169,12 +171,12 @@ class ScalerInInference(Rule):
         if opener is not None:
             # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
             if event.kind in (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE) or not module_has_backward:
-                return f"runs under `{snippet(facts, opener)}` (line {facts.line_of(opener)})"
+                return f"runs under `{snippet(facts, opener, 24)}` (line {facts.line_of(opener)})"
         function = event.frame.function()
         if event.kind is EventKind.SCALER_BUILD:
             return None  # a factory building the scaler for later training is not inference
         if function is None:
-            return None if module_has_backward else "runs in a module that runs no backward"
+            return None if module_has_backward else "runs in a module with no backward"
         if not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
             return None
         calls_eval = functions.calls_eval(function)
@@ -185,7 +187,7 @@ class ScalerInInference(Rule):
         named = eval_like(function.name) and (not module_has_backward or opener is not None or (
             event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
         if calls_eval or named:
-            return f"runs in evaluation code (`{function.name}()` runs no backward)"
+            return f"runs in `{function.name}()`, which runs no backward"
         return None
 
 

@@ -13,7 +13,7 @@ from amplint.diagnostics import Applicability
 from amplint.facts.dtypes import UncastUses, floating_names, is_low_precision, low_precision_names, tensor_module
 from amplint.facts.model import Call
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import dtype_words, snippet
+from amplint.rules.scopes import dtype_words
 
 
 class DisabledAutocastWithoutCast(Rule):
@@ -135,18 +135,12 @@ class DisabledAutocastWithoutCast(Rule):
             uses = [u for u in visitor.uses if u.value == name]
             if parameters:
                 site = low[name]
-                origin = (f"parameter `{name}` of a function decorated with `{snippet(facts, region.opener)}` "
-                          f"(line {facts.line_of(region.opener)}) receives a bfloat16/float16 tensor from the "
-                          f"autocast region of its call at line {facts.line_of(site.node)}")
+                message = (f"parameter `{name}` gets a low-precision tensor from the autocast call at line "
+                           f"{facts.line_of(site.node)} and is used uncast with autocast off")
             else:
-                origin = (f"`{name}` comes from the autocast region at line {facts.line_of(outer.opener)} "
-                          f"({dtype_words(outer)} there) and enters `{snippet(facts, region.opener)}`")
-            message = (
-                f"{origin} without a cast: autocast is off here but nothing converts it back, so the float32 "
-                f"computation meant here runs in low precision (an fp32 nn.Linear raises `mat1 and mat2 must have "
-                f"the same dtype`; reductions lose ~1.7e-3 in bfloat16, fp16 sums overflow to inf); use "
-                f"`{name}.float()`"
-            )
+                message = (f"`{name}` is {dtype_words(outer)} from the autocast region at line "
+                           f"{facts.line_of(outer.opener)} and used uncast with autocast off (line "
+                           f"{facts.line_of(region.opener)})")
 
             def rebuild(uses=uses):
                 return replace_nodes(facts.module, {

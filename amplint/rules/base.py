@@ -29,9 +29,19 @@ class FixPlan:
 
 @dataclass
 class Finding:
+    """One report. `message` says what is wrong, in the user's names, in about 100 characters (one line, whatever
+    the output format); `help` says what to do. The measured consequences belong to the rule's docstring ("Why
+    is this bad?", shown by `amplint rule CODE`), not here."""
+
     node: cst.CSTNode  # the reported range
     message: str
     fix: FixPlan | None = None
+    help: str | None = None  # what to do; None: the fix's title, when there is a fix
+
+    def help_line(self) -> str | None:
+        if self.help is not None:
+            return self.help
+        return self.fix.message if self.fix is not None else None
 
 
 class Rule:

@@ -39,24 +39,26 @@ READING_BUILTINS = frozenset({"print", "len", "float", "int", "str", "round", "i
 INERT_OPERATORS = ("Add", "Subtract", "Multiply", "Modulo", "FloorDivide", "BitAnd", "BitOr", "BitXor",
                    "LeftShift", "RightShift")
 MAX_SNIPPET = 60
+MESSAGE_SNIPPET = 40  # a finding's message names the code in about 100 characters
 
 
-def snippet(facts: ModuleFacts, node: cst.CSTNode) -> str:
+def snippet(facts: ModuleFacts, node: cst.CSTNode, limit: int = MAX_SNIPPET) -> str:
     """Short source text of a node for messages."""
     text = " ".join(facts.code(node).split())
-    return text if len(text) <= MAX_SNIPPET else text[: MAX_SNIPPET - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> str:
-    """'the autocast region opened at line 12 (`torch.autocast("cuda")`)', naming callers and state."""
-    where = "opened by the decorator" if region.via == "decorator" else "opened"
-    text = f"the autocast region {where} at line {facts.line_of(region.opener)} (`{snippet(facts, region.opener)}`)"
-    if region.state is RegionState.MAYBE:
-        text += ", possibly enabled (its `enabled` flag is only known at run time)"
+    """'the bfloat16 autocast region at line 12', naming the decorator, the caller and an unknown state."""
+    dtype = f"{region.dtype} " if region.dtype in ("bfloat16", "float16") else ""
+    text = f"the {dtype}autocast region at line {facts.line_of(region.opener)}"
+    if region.via == "decorator":
+        text = f"the {dtype}autocast decorator at line {facts.line_of(region.opener)}"
     if chain:
-        hops = ", ".join(f"`{snippet(facts, call.node.func)}(...)` at line {facts.line_of(call.node)}"
-                         for call in chain)
-        text += f", entered through the call {hops}"
+        call = chain[0]
+        text += f" via `{snippet(facts, call.node.func, 24)}(...)` at line {facts.line_of(call.node)}"
+    if region.state is RegionState.MAYBE:
+        text += " (maybe enabled)"
     return text
 
 
@@ -343,9 +345,9 @@ def advice_for_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> 
     if chain:
         where = f"the caller's autocast block (line {facts.line_of(region.opener)})"
     else:
-        where = f"the function decorated with `{snippet(facts, region.opener)}`"
+        where = f"the function decorated at line {facts.line_of(region.opener)}"
     return FixPlan(
-        message=f"Move the backward/step out of {where} by hand; amplint does not rewrite this region",
+        message=f"Move the backward/step out of {where} by hand (amplint does not rewrite it)",
         rewrite=lambda: None,
         applicability=Applicability.DISPLAY_ONLY,
     )
