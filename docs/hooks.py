@@ -7,9 +7,14 @@ No page is written by hand, so none can drift from what it describes:
   fixer makes of it;
 - a page per code of a file that could not be analysed (AMP900-AMP902), so every URL a report carries exists;
 - the configuration reference from `amplint.config.KEYS` (types, defaults) and `amplint check`'s options;
-- everything else from the README's `## ` sections (the README is their one home), each on the page README_PAGES
-  names. A README section on no page, a page naming a section the README lacks, an evidence row of no program or
-  a program with no row is a warning, and `mkdocs build --strict` fails on warnings.
+- the README's `## ` sections (the README is their one home: what a newcomer reads first), each on the page
+  README_PAGES names;
+- the reference, written as pages in docs/ (DOCS_PAGES: configuration, evidence, fixes, integrations...), each
+  its text's one home; this hook adds their generated parts (the configuration keys) and reads the evidence
+  table from docs/evidence.md.
+A README section on no page, a page naming a section the README lacks, a Markdown file of docs/ in no menu, a
+README link into docs/ that is no page, an evidence row of no program or a program with no row is a warning, and
+`mkdocs build --strict` fails on warnings.
 
 The site's address is `site_url` in mkdocs.yml; `amplint.diagnostics.DOCS_BASE` must equal it (checked here and
 by tests/test_docs_site.py), since the reports link to `rules/<CODE>.html` below it.
@@ -35,18 +40,16 @@ log = get_plugin_logger("amplint-docs")  # its warnings fail a --strict build
 # page -> (title, the README's `## ` sections it shows, in order). A page of one section takes the section's
 # headings one level up (its `##` becomes the page's title).
 README_PAGES = {
-    "index.md": ("amplint", ("", "Set-up", "Documentation", "Development")),  # "": the text before the first section
+    "index.md": ("amplint", ("", "Set-up", "Install", "Documentation", "Development")),  # "": before the first section
     "usage.md": ("Usage", ("Usage", "Suppression")),
-    "configuration.md": ("Configuration", ("Configuration",)),
     "rules/index.md": ("Rules", ("Rules",)),
-    "not-flagged.md": ("What amplint does not flag, and why", ("What amplint does not flag, and why",)),
-    "evidence.md": ("Runtime evidence", ("Runtime evidence",)),
-    "fixes.md": ("Fixes", ("Fixes",)),
-    "reliability.md": ("Reliability", ("Reliability",)),
-    "notebooks-and-editors.md": ("Notebooks and editors", ("Notebooks and editors",)),
-    "integrations.md": ("Integrations", ("Integrations",)),
-    "performance.md": ("Performance and benchmark", ("Performance",)),
 }
+
+# The pages written in docs/ (each file is its page, in the menu at this place), after README_PAGES's.
+DOCS = ROOT / "docs"
+DOCS_PAGES = ("configuration.md", "not-flagged.md", "evidence.md", "fixes.md", "reliability.md",
+              "notebooks-and-editors.md", "integrations.md", "performance.md")
+EVIDENCE = DOCS / "evidence.md"  # its table: what `python -m amplint.harness` printed
 
 
 # --- the README's sections -------------------------------------------------------------------------------------
@@ -115,12 +118,30 @@ def unplaced_sections(sections: dict[str, list[str]]) -> list[str]:
     return [name for name in sections if name and name not in placed]
 
 
+def unlisted_docs(docs: Path = DOCS) -> list[str]:
+    """The Markdown files of docs/ that are no page of the menu (DOCS_PAGES), and the pages that have no file."""
+    files = {path.relative_to(docs).as_posix() for path in docs.rglob("*.md")}
+    return sorted(files ^ set(DOCS_PAGES))
+
+
+DOCS_LINK = re.compile(r"\]\(docs/([^)#\s]+)")
+
+
+def site_links(text: str) -> str:
+    """The README's links into docs/ (`[Fixes](docs/fixes.md)`, right on GitHub) as the site's own pages."""
+    def page(match: re.Match) -> str:
+        if match.group(1) not in DOCS_PAGES:
+            log.warning(f"the README links to docs/{match.group(1)}, which is no page of the site (DOCS_PAGES)")
+        return "](" + match.group(1)
+    return DOCS_LINK.sub(page, text)
+
+
 # --- rules -----------------------------------------------------------------------------------------------------
 
-def evidence_rows(sections: dict[str, list[str]]) -> list[list[str]]:
-    """The rows of the README's runtime evidence table (as `python -m amplint.harness` printed them)."""
+def evidence_rows(text: str) -> list[list[str]]:
+    """The rows of the runtime evidence table in docs/evidence.md (as `python -m amplint.harness` printed them)."""
     rows = []
-    for line in sections.get("Runtime evidence", []):
+    for line in text.splitlines():
         if re.match(r"\|\s*AMP\d{3}\s*\|", line):
             rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
     return rows
@@ -203,7 +224,7 @@ def rule_page(rule, programs: list, rows: list[list[str]]) -> str:
     for program in harms:
         mine = [row for row in rows if row[0] == rule.code and row[1] == program.path.stem]
         if not mine:
-            log.warning(f"rules/{rule.code}.md: the README's evidence table has no row for "
+            log.warning(f"rules/{rule.code}.md: the evidence table (docs/evidence.md) has no row for "
                         f"{program.name}: run `python -m amplint.harness` and update the table")
         parts.append(program_section(program, mine))
     for program in guards:
@@ -274,16 +295,19 @@ def pages() -> dict[str, str]:
     for name in unplaced_sections(sections):
         log.warning(f"the README's section `## {name}` is on no page of the site: add it to README_PAGES in "
                     "docs/hooks.py")
-    site = {path: readme_page(title, names, sections, path) for path, (title, names) in README_PAGES.items()}
-    site["configuration.md"] += "\n" + configuration_reference()
+    for path in unlisted_docs():
+        log.warning(f"docs/{path}: a Markdown file of docs/ that is no page, or a page with no file: DOCS_PAGES in "
+                    "docs/hooks.py")
+    site = {path: site_links(readme_page(title, names, sections, path))
+            for path, (title, names) in README_PAGES.items()}
     site["rules/index.md"] = link_rule_codes(site["rules/index.md"]) + "\n## Files that could not be analysed\n\n" + \
         "\n".join(f"- [{code}]({code}.md) `{name}`: {description}" for code, name, description in file_errors()) + "\n"
     programs = harness.discover()
-    rows = evidence_rows(sections)
+    rows = evidence_rows(EVIDENCE.read_text(encoding="utf-8"))
     known = {(p.rule, p.path.stem) for p in programs}
     for row in rows:
         if (row[0], row[1]) not in known:
-            log.warning(f"the README's evidence table has a row for {row[0]} `{row[1]}`, which is no runtime "
+            log.warning(f"the evidence table (docs/evidence.md) has a row for {row[0]} `{row[1]}`, which is no runtime "
                         "program: run `python -m amplint.harness` and update the table")
     for rule in ALL_RULES:
         site[f"rules/{rule.code}.md"] = rule_page(rule, programs, rows)
@@ -330,6 +354,13 @@ def on_config(config):
     if missing:
         log.warning(f"pages in no menu: {', '.join(missing)}")
     return config
+
+
+def on_page_markdown(text, page, config, files):
+    """The configuration page written in docs/ gets the reference generated from amplint's table of keys."""
+    if page.file.src_uri == "configuration.md":
+        return text.rstrip("\n") + "\n\n" + configuration_reference()
+    return text
 
 
 def on_files(files, config):

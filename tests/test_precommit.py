@@ -64,9 +64,9 @@ def test_the_hooks_select_python_files_stubs_and_notebooks():
     assert not selected("README.md") and not selected("data.json") and not selected("setup.cfg")
 
 
-def test_the_readme_says_the_hooks_cover_notebooks():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### pre-commit", 1)[1].split("\n### ", 1)[0]
+def test_the_docs_say_the_hooks_cover_notebooks():
+    page = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = page.split("\n## pre-commit\n", 1)[1].split("\n## ", 1)[0]
     assert f"`types_or: [{', '.join(FILE_TYPES)}]`" in section
     assert "Jupyter notebooks" in section
 

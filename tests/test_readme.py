@@ -1,9 +1,18 @@
-"""The README stays true: its rule table matches the registry, its set-up example really reports findings."""
+"""The README and the reference pages of docs/ stay true: the rule table matches the registry, the set-up example
+really reports findings, every test they name exists, and the install instructions work (no package index, pinned
+revisions that exist, a test extra that is what the tests use)."""
 
 from __future__ import annotations
 
+import ast
 import re
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
 from pathlib import Path
+
+import pytest
 
 from amplint.rules import ALL_RULES
 from amplint.runner import Mode, process_file, rules_for
@@ -11,6 +20,8 @@ from amplint.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
+DOCS = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8") for path in sorted((REPO / "docs").glob("*.md"))}
+PAGES = {"README.md": README, **DOCS}  # what a reader reads: the README first, the reference in docs/
 
 
 def rule_table_rows() -> list[list[str]]:
@@ -34,6 +45,12 @@ def test_the_set_up_example_reports_findings():
     assert {d.code for d in outcome.diagnostics} == {"AMP001", "AMP003", "AMP004"}
 
 
+def test_the_set_up_has_its_two_commands():
+    block = README.split("\n## Set-up\n", 1)[1].split("\n## ", 1)[0].split("```console\n", 1)[1].split("```", 1)[0]
+    assert block.splitlines() == ["pip install . && amplint check examples/train_amp.py",
+                                  'pip install torch==2.13.0 -e ".[test]" && python -m pytest']
+
+
 def test_the_readme_test_command_is_what_ci_runs():
     ci = (REPO / ".ci" / "run").read_text()
     assert "python -m pytest" in README and "python -m pytest" in ci
@@ -54,18 +71,114 @@ NAMED_TEST = re.compile(r"`(?:(?:tests/)?(test_\w+\.py)::)?(test_\w+)`")  # `tes
 
 def test_every_test_the_readme_names_exists():
     defined = defined_tests()
-    named = NAMED_TEST.findall(README)
+    named = [match for text in PAGES.values() for match in NAMED_TEST.findall(text)]
     assert named
     everywhere = set().union(*defined.values())
     missing = [f"{file}::{name}" if file else name for file, name in named
                if name not in (defined.get(file, set()) if file else everywhere)]
-    assert not missing, f"the README names tests that do not exist: {missing}"
+    assert not missing, f"the README or docs/ name tests that do not exist: {missing}"
 
 
 def test_each_reliability_promise_is_backed_by_a_named_test():
-    table = README.split("<!-- reliability -->", 1)[1].split("<!-- /reliability -->", 1)[0]
+    table = DOCS["docs/reliability.md"].split("<!-- reliability -->", 1)[1].split("<!-- /reliability -->", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("|") and not line.startswith(("| promise", "|---"))]
     assert len(rows) >= 10
     for row in rows:
         promise, tests = [cell.strip() for cell in row.strip().strip("|").split("|")][-2:]
         assert promise and [file for file, _ in NAMED_TEST.findall(tests) if file], f"no test named for: {promise}"
+
+
+def test_the_readmes_links_into_docs_are_pages():
+    links = re.findall(r"\]\((docs/[^)#\s]+)", README)
+    assert len(links) >= 8
+    assert not [link for link in links if link not in DOCS], links
+
+
+# --- installing: amplint is on no package index -----------------------------------------------------------------
+
+def test_no_instruction_installs_amplint_from_a_package_index():
+    """`pip install amplint` would install whatever an index holds under that name: every instruction names a
+    checkout (`.`) or a git URL."""
+    from_index = re.compile(r"""pip install[^\n`&;|#]*?(?<![\w@/.-])(["']?)amplint(\[[\w,]+\])?\1(?=[\s`"]|$)(?!\s*@)""")
+    found = [(name, match.group(0)) for name, text in PAGES.items() for match in from_index.finditer(text)]
+    assert not found, found
+    assert 'pip install "amplint @ git+https://github.com/OWNER/amplint@' in README
+    assert "pip install ." in README
+
+
+def pinned_revisions() -> list[tuple[str, str]]:
+    """(page, rev) of every pre-commit `rev:` and every `uses: OWNER/amplint@REV` in the README and docs/."""
+    found = []
+    for name, text in PAGES.items():
+        found += [(name, rev) for rev in re.findall(r"^\s*rev:\s*([^\s#]+)", text, re.M)]
+        found += [(name, rev) for rev in re.findall(r"uses:\s*OWNER/amplint@([^\s#]+)", text)]
+    return found
+
+
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+
+
+def test_pinned_revisions_exist_in_this_repository():
+    """A `rev:` or `uses:` that names no tag or commit of the repository fails pre-commit and the Action at their
+    first run: each one the docs show is a commit (or a tag) of this repository's history."""
+    revisions = pinned_revisions()
+    assert any(rev for name, rev in revisions if name == "docs/integrations.md")
+    try:
+        inside = git("rev-parse", "--is-inside-work-tree")
+    except OSError:
+        pytest.skip("git is not installed")
+    if inside.returncode != 0 or git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
+        pytest.skip("not a complete git checkout: its history cannot be checked")
+    missing = [(name, rev) for name, rev in revisions
+               if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0
+               or git("merge-base", "--is-ancestor", f"{rev}^{{commit}}", "HEAD").returncode != 0]
+    assert not missing, f"revisions that are no commit or tag of this repository's history: {missing}"
+
+
+# --- the test extra: what the tests use -------------------------------------------------------------------------
+
+def modules_the_tests_use() -> set[str]:
+    """Top-level modules the tests import, import with importorskip or run with `python -m`."""
+    modules = set()
+    for path in (REPO / "tests").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr == "importorskip" and node.args and isinstance(node.args[0], ast.Constant):
+                modules.add(str(node.args[0].value).split(".")[0])
+            elif isinstance(node, (ast.List, ast.Tuple)):
+                values = [item.value for item in node.elts if isinstance(item, ast.Constant)]
+                modules |= {str(after) for before, after in zip(values, values[1:]) if before == "-m"}
+    local = {path.stem for path in (REPO / "tests").glob("*.py")} | {"amplint"}
+    return {name for name in modules if name not in sys.stdlib_module_names and name not in local}
+
+
+def normal(requirement: str) -> str:
+    """A requirement's distribution name, normalized (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", re.split(r"[<>=!~;\[ ]", requirement.strip(), maxsplit=1)[0]).lower()
+
+
+def test_the_test_extra_is_what_the_tests_use():
+    """Every distribution of the `test` extra provides a module the tests use (or is what one of amplint's own
+    extras adds, which the tests run: `amplint server` needs pygls), and every installed module the tests use
+    comes from the extra, the runtime dependencies or what the extra's distributions require."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    extra = {normal(name) for name in extras["test"]}
+    features = {normal(name) for key, names in extras.items() if key != "test" for name in names}
+    runtime = {normal(name) for name in project["dependencies"]}
+    providers = {module: {normal(dist) for dist in dists}
+                 for module, dists in metadata.packages_distributions().items()}
+    used = modules_the_tests_use()
+    installed = [dist for dist in extra if dist in set().union(*providers.values())]
+    unused = sorted(dist for dist in installed if dist not in features
+                    and not any(dist in providers.get(module, ()) for module in used))
+    assert not unused, f"the test extra installs what no test uses: {unused}"
+    required = {normal(req) for dist in installed for req in metadata.requires(dist) or () if "extra ==" not in req}
+    unlisted = sorted(module for module in used
+                      if module in providers and not providers[module] & (extra | runtime | required))
+    assert not unlisted, f"the tests use modules that the test extra does not install: {unlisted}"
