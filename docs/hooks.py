@@ -1,9 +1,9 @@
 """The documentation site, generated from the repository at build time (an mkdocs hook: see mkdocs.yml).
 
-No page is written by hand, so none can drift from what it describes:
+Each text has one home, so none can drift from what it describes:
 - a page per rule from the rule's docstring (what `amplint rule CODE` prints), with its runtime evidence: the
-  harness's programs and their specs (`amplint.harness.discover`, no torch imported), the rows of the README's
-  evidence table that `python -m amplint.harness` printed, each program's source and the diff amplint's own
+  harness's programs and their specs (`amplint.harness.discover`, no torch imported), the rows of the evidence
+  table (docs/evidence.md) that `python -m amplint.harness` printed, each program's source and the diff amplint's own
   fixer makes of it;
 - a page per code of a file that could not be analysed (AMP900-AMP902), so every URL a report carries exists;
 - the configuration reference from `amplint.config.KEYS` (types, defaults) and `amplint check`'s options;

@@ -1,7 +1,8 @@
 """The documentation site: it builds in strict mode, and every address a report links to is a page it built.
 
 The site is the reference pages written in docs/ and what docs/hooks.py generates from the rule docstrings, the
-runtime harness's programs, the configuration keys and the README (see mkdocs.yml). Built once per module into a temporary folder (about 2 s).
+runtime harness's programs, the configuration keys and the README (see mkdocs.yml). Built once per module into a
+temporary folder (about 2 s).
 """
 
 from __future__ import annotations

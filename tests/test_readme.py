@@ -20,7 +20,8 @@ from amplint.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text()
-DOCS = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8") for path in sorted((REPO / "docs").glob("*.md"))}
+DOCS = {path.relative_to(REPO).as_posix(): path.read_text(encoding="utf-8")
+        for path in sorted((REPO / "docs").glob("*.md"))}
 PAGES = {"README.md": README, **DOCS}  # what a reader reads: the README first, the reference in docs/
 
 
@@ -99,7 +100,9 @@ def test_the_readmes_links_into_docs_are_pages():
 def test_no_instruction_installs_amplint_from_a_package_index():
     """`pip install amplint` would install whatever an index holds under that name: every instruction names a
     checkout (`.`) or a git URL."""
-    from_index = re.compile(r"""pip install[^\n`&;|#]*?(?<![\w@/.-])(["']?)amplint(\[[\w,]+\])?\1(?=[\s`"]|$)(?!\s*@)""")
+    # `amplint` or `"amplint[server]"` as an argument of `pip install`, not followed by ` @ git+...`
+    from_index = re.compile(r"""pip install[^\n`&;|#]*?(?<![\w@/.-])(["']?)amplint(\[[\w,]+\])?\1"""
+                            r"""(?=[\s`"]|$)(?!\s*@)""")
     found = [(name, match.group(0)) for name, text in PAGES.items() for match in from_index.finditer(text)]
     assert not found, found
     assert 'pip install "amplint @ git+https://github.com/OWNER/amplint@' in README
