@@ -385,6 +385,7 @@ def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
     row = diagnostic.location.row - cell.start
     source_line = cell.lines[row - 1].rstrip("\r") if 0 < row <= len(cell.lines) else diagnostic.source_line
     return dataclasses.replace(diagnostic, message=map_message(diagnostic.message, cell, notebook),
+                               help=diagnostic.help and map_message(diagnostic.help, cell, notebook),
                                location=_cell_location(diagnostic.location, cell),
                                end_location=_cell_location(diagnostic.end_location, cell), fix=fix,
                                cell=cell.number, source_line=source_line)

@@ -85,18 +85,20 @@ def test_github_workflow_command(clip_report):
     end = diagnostic.end_location
     assert render("github", clip_report) == (
         f"::error file=pkg/train.py,line={CLIP_ROW},col={CLIP_COLUMN},endLine={end.row},endColumn={end.column},"
-        f"title=AMP003 clip-without-unscale::{diagnostic.message}\n"
+        f"title=AMP003 clip-without-unscale::{diagnostic.message}%0Ahelp: {diagnostic.help}\n"
     )
+    assert diagnostic.help == "Insert `scaler.unscale_(optimizer)` before the clip"
 
 
 def test_github_escaping_follows_the_workflow_command_rules():
     # Data (the message): %, CR and LF; properties additionally `:` and `,`. `%` goes first, never twice.
     assert escape_data("100% a\r\nb: c, d") == "100%25 a%0D%0Ab: c, d"
     assert escape_property("C:\\x,y%\n") == "C%3A\\x%2Cy%25%0A"
-    diagnostic = dataclasses.replace(lint(CLIP, "a,b:c%.py")[0], message="50% off\nnext: line, here")
+    diagnostic = dataclasses.replace(lint(CLIP, "a,b:c%.py")[0], message="50% off\nnext: line, here",
+                                     help="do 100%\r")
     line = render("github", Report([diagnostic]))
     assert line.startswith("::error file=a%2Cb%3Ac%25.py,line=9,")
-    assert line.endswith("title=AMP003 clip-without-unscale::50%25 off%0Anext: line, here\n")
+    assert line.endswith("title=AMP003 clip-without-unscale::50%25 off%0Anext: line, here%0Ahelp: do 100%25%0D\n")
     assert line.count("\n") == 1
 
 
@@ -143,8 +145,9 @@ def test_grouped_puts_diagnostics_under_their_file():
 def test_gitlab_code_quality_issue(clip_report):
     [issue] = json.loads(render("gitlab", clip_report))
     diagnostic = clip_report.diagnostics[0]
-    assert set(issue) == {"description", "check_name", "fingerprint", "severity", "location"}
+    assert set(issue) == {"description", "check_name", "fingerprint", "severity", "location", "content"}
     assert issue["description"] == f"AMP003 {diagnostic.message}"
+    assert issue["content"] == {"body": f"help: {diagnostic.help}"}
     assert issue["check_name"] == "AMP003"
     assert issue["severity"] == "major"
     assert issue["location"] == {"path": "pkg/train.py", "lines": {"begin": CLIP_ROW, "end": CLIP_ROW}}
@@ -288,7 +291,8 @@ def test_sarif_result_location_and_fix(clip_report):
     assert result["ruleId"] == "AMP003"
     assert run["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "AMP003"
     assert result["level"] == "error"
-    assert result["message"] == {"text": diagnostic.message}
+    assert result["message"] == {"text": diagnostic.message,
+                                 "markdown": f"{diagnostic.message}\n\n**help:** {diagnostic.help}"}
     [location] = result["locations"]
     physical = location["physicalLocation"]
     assert physical["artifactLocation"] == {"uri": "pkg/train.py", "uriBaseId": "%SRCROOT%"}

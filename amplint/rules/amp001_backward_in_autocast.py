@@ -97,7 +97,7 @@ class BackwardInAutocast(Rule):
             region, chain = facts.effective_region(event.frame)
             if region is None or not region.active:
                 continue
-            message = (f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs inside "
+            message = (f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs in "
                        f"{describe_region(facts, region, chain)}")
             fix = region_fix(facts, region, chain, event)
             yield Finding(event.node, message, fix, help=None if fix else "Call it after the autocast block")

@@ -77,7 +77,7 @@ class StepInAutocast(Rule):
             region, chain = facts.effective_region(event.frame)
             if region is None or not region.active:
                 continue
-            message = f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs inside {describe_region(facts, region, chain)}"
+            message = f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` runs in {describe_region(facts, region, chain)}"
             fix = region_fix(facts, region, chain, event)
             yield Finding(event.node, message, fix, help=self._advice(event) if fix is None else None)
 

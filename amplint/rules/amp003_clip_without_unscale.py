@@ -95,7 +95,7 @@ class ClipWithoutUnscale(Rule):
             if backward is None:
                 continue
             scaler = backward.scaler
-            if facts.scaler_disabled(scaler):
+            if index.scaler_disabled(scaler):
                 continue  # GradScaler(enabled=False) scales nothing
             step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index)
             if step is None:
@@ -113,7 +113,7 @@ class ClipWithoutUnscale(Rule):
             clipped = snippet(facts, clip.node.func, 32)
             if late_unscale is not None:
                 message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}`: the `unscale_` at line "
-                           f"{facts.line_of(late_unscale.node)} comes after it")
+                           f"{facts.line_of(late_unscale.node)} comes later")
                 fix = self._move_unscale(facts, clip, late_unscale, step, index)
                 advice = "Unscale before clipping"
             else:
@@ -391,11 +391,18 @@ class _Index:
         self.facts = facts
         self._functions: dict[int, _FunctionEvents] = {}
         self._owners: dict[tuple[str, int], set[str] | None] = {}
+        self._disabled: dict[str | None, bool] = {}
 
     def function(self, function) -> _FunctionEvents:
         if id(function) not in self._functions:
             self._functions[id(function)] = _FunctionEvents(self.facts.events_in(function))
         return self._functions[id(function)]
+
+    def scaler_disabled(self, scaler: str | None) -> bool:
+        """`ModuleFacts.scaler_disabled`, once per scaler (it reads every construction of the name)."""
+        if scaler not in self._disabled:
+            self._disabled[scaler] = self.facts.scaler_disabled(scaler)
+        return self._disabled[scaler]
 
     def optimizer_owners(self, name: str, frame) -> set[str] | None:
         """`_optimizer_owners`, once per name and function (what it reads depends on the function only)."""

@@ -13,7 +13,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
@@ -28,7 +28,7 @@ def eval_like(name: str) -> bool:
 
 # What each scaler call does where no backward runs, in a message's few words (the docstring says more).
 CONSEQUENCE = {
-    EventKind.SCALER_SCALE: "its result is multiplied by the loss scale",
+    EventKind.SCALER_SCALE: "it multiplies by the loss scale",
     EventKind.SCALER_STEP: "it raises AssertionError",
     EventKind.SCALER_UPDATE: "it raises AssertionError",
     EventKind.SCALER_UNSCALE: "there are no gradients to unscale",
@@ -123,7 +123,7 @@ class ScalerInInference(Rule):
             if where is None:
                 continue
             what = snippet(facts, event.node)
-            message = f"`{snippet(facts, event.node, MESSAGE_SNIPPET)}` {where}: {CONSEQUENCE[event.kind]}"
+            message = f"`{snippet(facts, event.node, 32)}` {where}: {CONSEQUENCE[event.kind]}"
             fix = None
             if event.kind is EventKind.SCALER_SCALE and len(event.node.args) == 1 \
                     and event.node.args[0].keyword is None and not event.node.args[0].star:
@@ -131,7 +131,8 @@ class ScalerInInference(Rule):
                 fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
                               lambda event=event, arg=argument: self._unscaled(facts, event, arg, functions),
                               Applicability.UNSAFE)
-            advice = ADVICE.get(event.kind, f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward")
+            advice = ADVICE.get(event.kind,
+                                f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward")
             yield Finding(event.node, message, fix, help=None if fix else advice)
 
     @staticmethod
@@ -187,7 +188,7 @@ class ScalerInInference(Rule):
         named = eval_like(function.name) and (not module_has_backward or opener is not None or (
             event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
         if calls_eval or named:
-            return f"runs in `{function.name}()`, which runs no backward"
+            return f"runs in `{function.name}()`, which has no backward"
         return None
 
 

@@ -140,7 +140,7 @@ class DeprecatedAmpApi(Rule):
         plan = _Plan(facts, scan, self.torch)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
-        findings: list[tuple[cst.CSTNode, str, FixPlan | None]] = []
+        findings: list[tuple[cst.CSTNode, str, FixPlan | None, str]] = []
         for site in scan.sites:
             if site.skip or site.kind in ("reference", "base"):
                 continue  # references (isinstance, annotations, base classes) do not warn by themselves
@@ -151,14 +151,14 @@ class DeprecatedAmpApi(Rule):
                 f"use {_advice(spelling, device)}" if spelling is not None else "")
             why_not = plan.why_not(site) if fixed is None else None
             warned = _public(site.qualified)
-            message = (
-                f"`{snippet(facts, site.report)}` uses `{warned}`, deprecated since torch 2.4: {_when(site)} it warns "
-                f"\"FutureWarning: `{warned}(args...)` is deprecated. Please use `{_new_spelling(new_name, device)}` "
-                f"instead.\"; {'; '.join(part for part in (use, why_not) if part)}"
-            )
+            used = snippet(facts, site.report, 28)
+            message = (f"`{warned}` is deprecated since torch 2.4 and {_when(site)}" if used.startswith(warned)
+                       else f"`{used}` is the deprecated `{warned}` ({_when(site)})")
+            advice = "; ".join(part for part in (use, why_not) if part) or \
+                f"use `{_new_spelling(new_name, device)}`"
             if new_name == "autocast" and site.kind == "call" and _positional(site.node):
-                message += " (the legacy first positional argument is `enabled`, not the device)"
-            findings.append((site.report, message, fix if fixed is not None else None))
+                advice += " (the legacy first positional argument is `enabled`, not the device)"
+            findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
         warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
         for statement, names in scan.import_sites:
             names = [name for name in names if name in warned]  # an import alone warns nothing
@@ -168,14 +168,10 @@ class DeprecatedAmpApi(Rule):
             module = dotted_name(statement.module) or ""
             listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
             advice = _import_advice(plan, scan, statement, names)
-            message = (
-                f"`from {module} import ...` imports the deprecated {listed}: every call warns \"FutureWarning: "
-                f"`{module.split('.autocast_mode')[0].split('.grad_scaler')[0]}.<name>(args...)` is deprecated\" "
-                f"since torch 2.4; {'; '.join(advice)}"
-            )
-            findings.append((statement, message, fix if moved else None))
-        for node, message, fix_plan in findings:
-            yield Finding(node, message, fix_plan)
+            message = f"{listed} imported from `{module}`, deprecated since torch 2.4"
+            findings.append((statement, message, fix if moved else None, _sentence("; ".join(advice))))
+        for node, message, fix_plan, advice in findings:
+            yield Finding(node, message, fix_plan, help=advice or None)
 
 
 def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) -> list[str]:
@@ -207,6 +203,11 @@ def _public(qualified: str) -> str:
     return f"torch.{device}.amp.{new_name}"
 
 
+def _sentence(text: str) -> str:
+    """A help line starts as a sentence does."""
+    return text[:1].upper() + text[1:]
+
+
 def _advice(spelling: str, device: str) -> str:
     """How to call the replacement (`torch.amp.autocast`, or `torch.autocast` for an older oldest torch)."""
     if spelling.endswith(("autocast", "GradScaler")):
@@ -216,10 +217,10 @@ def _advice(spelling: str, device: str) -> str:
 
 def _when(site: "_Site") -> str:
     if site.kind == "decorator":
-        return "when the decorated function is defined"
+        return "warns when the function is defined"
     if site.kind == "partial":
-        return "each time the partial is called"
-    return "each time it runs"
+        return "warns on each call of the partial"
+    return "warns on each call"
 
 
 def _new_spelling(new_name: str, device: str) -> str:

@@ -12,7 +12,7 @@ from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
 class StepBypassesScaler(Rule):
@@ -110,23 +110,16 @@ class StepBypassesScaler(Rule):
             has_update = bool(updates)
             per_step = not updates or any(_updates_every_step(facts, step, update) for update in updates)
             optimizer = step.optimizer
-            message = (
-                f"`{snippet(facts, step.node)}` steps `{optimizer}` with the gradients `{scaler}` scaled at line "
-                f"{facts.line_of(backward.node)} (`{snippet(facts, backward.node)}`): they are still multiplied by "
-                f"the loss scale (65536 by default), so with SGD the update is 65536x too large, a float16 overflow "
-                f"step is not skipped (NaN parameters with Adam)"
-                + (f", and `{scaler}.update()` raises `AssertionError: No inf checks were recorded prior to update.`"
-                   if has_update else "")
-                + f"; use `{scaler}.step({optimizer})`" + ("" if has_update else f" and `{scaler}.update()`")
-                + ("" if per_step else f", with `{scaler}.update()` after it in every iteration (an update only "
-                                       f"after the loop makes the second `{scaler}.step(...)` raise)")
-            )
+            message = (f"`{snippet(facts, step.node, MESSAGE_SNIPPET)}` bypasses `{scaler}`: it steps on gradients "
+                       f"still scaled by the loss scale (line {facts.line_of(backward.node)})")
+            advice = (f"Use `{scaler}.step({optimizer})`" + ("" if has_update else f" and `{scaler}.update()`")
+                      + ("" if per_step else f", with `{scaler}.update()` after it in every iteration"))
             fix = None
             if per_step and (has_update or not _may_update_elsewhere(facts, scaler, step)):
                 fix = self._fix(facts, step, scaler, has_update)
             if fix is not None and not facts.optimizer_known(step.optimizer, step.frame):
                 fix.applicability = Applicability.UNSAFE
-            yield Finding(step.node, message, fix)
+            yield Finding(step.node, message, fix, help=advice)
 
     @staticmethod
     def _fix(facts: ModuleFacts, step: Event, scaler: str, has_update: bool) -> FixPlan | None:

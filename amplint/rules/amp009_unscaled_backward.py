@@ -13,7 +13,7 @@ from amplint.facts.module import exclusive, loops_within, may_follow, scaler_ena
 from amplint.facts.names import dotted_name
 from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 # Receivers of `.backward(...)` that are not tensors: frameworks that scale the loss themselves.
 FRAMEWORK_RECEIVERS = re.compile(r"(^|_)(accelerator|fabric|engine|trainer|deepspeed|amp|self|model)$")
@@ -97,14 +97,11 @@ class UnscaledBackward(Rule):
             receiver = backward.node.func.value
             loss = snippet(facts, receiver)
             optimizer = step.optimizer or "optimizer"
-            message = (
-                f"`{snippet(facts, backward.node)}` backpropagates a loss that `{scaler}` never scaled, but "
-                f"`{snippet(facts, step.node)}` at line {facts.line_of(step.node)} divides the gradients of "
-                f"`{optimizer}` by the loss scale: if nothing was scaled yet the step raises `AssertionError: "
-                f"Attempted step but _scale is None.`, otherwise the update is 65536x too small (measured SGD update "
-                f"ratio 1.5e-5) and float16 gradients may underflow; use `{scaler}.scale({loss}).backward()`"
-            )
-            yield Finding(backward.node, message, self._fix(facts, backward, scaler))
+            message = (f"`{snippet(facts, receiver, MESSAGE_SNIPPET)}` is backpropagated unscaled, but "
+                       f"`{scaler}.step({optimizer})` at line {facts.line_of(step.node)} unscales")
+            fix = self._fix(facts, backward, scaler)
+            yield Finding(backward.node, message, fix,
+                          help=None if fix else f"Use `{scaler}.scale({loss}).backward()`")
 
     @staticmethod
     def _separate_scaled_backward(facts: ModuleFacts, other: Event, backward: Event, scaler: str) -> bool:

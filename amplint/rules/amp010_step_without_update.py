@@ -13,7 +13,7 @@ from amplint.facts.module import scaler_enabled
 from amplint.facts.names import dotted_name
 from amplint.facts.walk import walk
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
 class StepWithoutUpdate(Rule):
@@ -115,14 +115,11 @@ class StepWithoutUpdate(Rule):
             elif self._unknown_methods(facts, scaler, iteration):
                 continue
             where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}" if iteration is not None
-                     else f"in `{function.name}()`, called from the loop at line {facts.line_of(caller.node)},")
-            message = (
-                f"`{snippet(facts, last.node)}` runs {where} but `{scaler}.update()` is never called: the second "
-                f"iteration's step raises `RuntimeError: step() has already been called since the last update().` "
-                f"(and the loss scale never adapts); call `{scaler}.update()` after the last `{scaler}.step(...)` of "
-                f"each iteration"
-            )
-            yield Finding(last.node, message, self._fix(facts, scaler, steps, iteration))
+                     else f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})")
+            message = f"`{snippet(facts, last.node, MESSAGE_SNIPPET)}` runs {where} with no `{scaler}.update()`"
+            fix = self._fix(facts, scaler, steps, iteration)
+            yield Finding(last.node, message, fix, help=None if fix else (
+                f"Call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration"))
 
     @staticmethod
     def _updates(calls: _Calls, scaler: str, function: Frame | None) -> tuple[list, bool]:
@@ -151,13 +148,11 @@ class StepWithoutUpdate(Rule):
         if last.frame.kind is not FrameKind.LOOP or last.frame is not iteration:
             return None  # a conditional step (accumulation boundary) may run once per loop
         update = updates[0]
-        message = (
-            f"`{snippet(facts, last.node)}` runs every iteration of the loop at line {facts.line_of(iteration.node)} "
-            f"but `{scaler}.update()` (line {facts.line_of(update.node)}) only runs outside it: the second "
-            f"iteration's step raises `RuntimeError: step() has already been called since the last update().`; "
-            f"call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration instead"
-        )
-        return Finding(last.node, message, None)
+        message = (f"`{snippet(facts, last.node, MESSAGE_SNIPPET)}` runs every iteration of the loop at line "
+                   f"{facts.line_of(iteration.node)}, `{scaler}.update()` only after it (line "
+                   f"{facts.line_of(update.node)})")
+        return Finding(last.node, message, None, help=(
+            f"Call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration instead"))
 
     @staticmethod
     def _handed_over(calls: _Calls, scaler: str, function: Frame | None) -> bool:

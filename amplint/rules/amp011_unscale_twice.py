@@ -12,10 +12,7 @@ from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import may_follow, scaler_enabled
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
-
-ERROR = "RuntimeError: unscale_() has already been called on this optimizer since the last update()."
-AFTER_STEP = "RuntimeError: unscale_() is being called after step()."
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
 class UnscaleTwice(Rule):
@@ -94,24 +91,21 @@ class UnscaleTwice(Rule):
             earlier = self._earlier(facts, events, indexes, unscale)
             if earlier is not None:
                 after_step = earlier.kind is EventKind.SCALER_STEP
-                message = (
-                    f"`{snippet(facts, unscale.node)}` unscales `{optimizer}` again after "
-                    f"`{snippet(facts, earlier.node)}` at line {facts.line_of(earlier.node)} with no "
-                    f"`{scaler}.update()` in between: it raises `{AFTER_STEP if after_step else ERROR}`; "
-                    + ("unscale before the step" if after_step else "remove the second call")
-                )
-                yield Finding(unscale.node, message, None if after_step else self._remove(facts, unscale))
+                earlier_call = f"`{scaler}.step(...)`" if after_step else "`unscale_`"
+                message = (f"`{snippet(facts, unscale.node, MESSAGE_SNIPPET)}` raises: {earlier_call} at line "
+                           f"{facts.line_of(earlier.node)} came first, with no `update()` between")
+                fix = None if after_step else self._remove(facts, unscale)
+                yield Finding(unscale.node, message, fix, help=None if fix else (
+                    "Unscale before the step" if after_step else "Remove the second call"))
                 continue
             loop = self._repeating_loop(facts, events, unscale)
             if loop is None:
                 continue
-            message = (
-                f"`{snippet(facts, unscale.node)}` runs every iteration of the loop at line "
-                f"{facts.line_of(loop.node)}, but not every iteration reaches `{scaler}.update()`: the second "
-                f"iteration raises `{ERROR}` (gradient accumulation: unscale once, at the step boundary); move it "
-                f"just before `{scaler}.step({optimizer})`"
-            )
-            yield Finding(unscale.node, message, self._move(facts, events, unscale, loop))
+            message = (f"`{snippet(facts, unscale.node, MESSAGE_SNIPPET)}` repeats in the loop at line "
+                       f"{facts.line_of(loop.node)} with no `update()` between: the second call raises")
+            fix = self._move(facts, events, unscale, loop)
+            yield Finding(unscale.node, message, fix, help=None if fix else (
+                f"Move it just before `{scaler}.step({optimizer})` (unscale once, at the step boundary)"))
 
     @staticmethod
     def _earlier(facts: ModuleFacts, events: list[Event], indexes: list[int], unscale: Event) -> Event | None:

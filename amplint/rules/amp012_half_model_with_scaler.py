@@ -11,7 +11,7 @@ from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
 from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, Rule
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 HALF_DTYPES = frozenset({"torch.float16", "torch.half"})
 
@@ -101,14 +101,11 @@ class HalfModelWithScaler(Rule):
                 use = next((e for e in uses if e.optimizer == optimizer and self._related(call, built, e)), None)
                 if use is None or self._converted_back(facts, conversions.get(model, ()), call):
                     continue
-                message = (
-                    f"`{_tail(facts, call.node)}` makes the parameters of `{model}` float16, and `{optimizer}` "
-                    f"(built over `{model}.parameters()` at line {facts.line_of(built.value)}) is stepped through "
-                    f"`{use.scaler}` at line {facts.line_of(use.node)}: `{snippet(facts, use.node)}` raises "
-                    f"`ValueError: Attempting to unscale FP16 gradients.`; keep the parameters float32 and run the "
-                    f"forward pass under `torch.autocast(..., dtype=torch.float16)` instead"
-                )
-                yield Finding(call.node, message)
+                message = (f"`{_tail(facts, call.node, 32)}` makes `{model}` float16: "
+                           f"`{snippet(facts, use.node, MESSAGE_SNIPPET)}` at line {facts.line_of(use.node)} raises")
+                yield Finding(call.node, message, help=(
+                    f"Keep `{model}` float32 and run the forward pass under "
+                    f"`torch.autocast(..., dtype=torch.float16)`"))
                 break
 
     @staticmethod
@@ -177,10 +174,10 @@ def _to_half(facts: ModuleFacts, call: Call) -> bool:
     return False
 
 
-def _tail(facts: ModuleFacts, node: cst.CSTNode) -> str:
+def _tail(facts: ModuleFacts, node: cst.CSTNode, limit: int = 60) -> str:
     """The end of a long method chain (`...cuda().half()`), which is the part that matters here."""
     text = " ".join(facts.code(node).split())
-    return text if len(text) <= 60 else "..." + text[-57:]
+    return text if len(text) <= limit else "..." + text[3 - limit:]
 
 
 def _reads_parameters(node: cst.CSTNode, model: str) -> bool:

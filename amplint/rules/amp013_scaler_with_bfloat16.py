@@ -15,7 +15,6 @@ from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
 
 # Any of these in the module means float16 may be in play somewhere: stay silent.
 FLOAT16_HINT = re.compile(r"(?<![bB])float16|\.half\(|torch\.half\b|fp16|\"half\"|'half'")
@@ -102,14 +101,10 @@ class ScalerWithBfloat16(Rule):
                 continue
             if key not in index.used:
                 continue
-            message = (
-                f"`{snippet(facts, build.node)}` scales the losses of code that autocasts only to bfloat16 "
-                f"(`{snippet(facts, region.opener)}` at line {facts.line_of(region.opener)}): bfloat16 has float32's "
-                f"exponent range, so gradients do not underflow and loss scaling changes nothing (measured: parameters "
-                f"bit-identical to training without a scaler over 300 steps); `{key}` only adds an unscale pass "
-                f"and inf checks every step; remove it"
-            )
-            yield Finding(build.node, message, _RemoveScaler(facts, build, index).plan())
+            message = (f"`{key}` scales losses for bfloat16 autocast only (line {facts.line_of(region.opener)}), "
+                       f"where loss scaling changes nothing")
+            fix = _RemoveScaler(facts, build, index).plan()
+            yield Finding(build.node, message, fix, help=None if fix else f"Remove `{key}`")
 
     @staticmethod
     def _regions(facts: ModuleFacts) -> list[Region]:
@@ -142,6 +137,7 @@ class _Index:
         self.used = {e.scaler for e in facts.events if e.kind in self.USES}
         self._names = {b.bound_to for b in builds} | {b.node.func.value for b in builds
                                                        if isinstance(b.node.func, cst.Name)}
+        self._removed_calls: dict[str, tuple[dict, list, int] | None] = {}
 
     @cached_property
     def references(self) -> dict[str, int]:
@@ -157,6 +153,15 @@ class _Index:
         for call in self.facts.calls:
             by_receiver.setdefault(call.receiver, []).append(call)
         return by_receiver
+
+    def removed_calls(self, key: str) -> tuple[dict, list, int] | None:
+        """What removing scaler `key` makes of its calls (once per name: every scaler of that name shares them):
+        the calls rewritten (`key.scale(loss)` -> `loss`, `key.step(opt)` -> `opt.step()`), the statements
+        removed (`key.update()`, `key.unscale_(opt)`) and how many calls that is; None when a call is of another
+        kind."""
+        if key not in self._removed_calls:
+            self._removed_calls[key] = _removed_calls(self.calls.get(key, ()))
+        return self._removed_calls[key]
 
     @cached_property
     def blocks(self) -> dict[int, tuple[int, int]]:
@@ -189,6 +194,28 @@ class _Index:
         return lines
 
 
+def _removed_calls(calls) -> tuple[dict, list, int] | None:
+    """`_Index.removed_calls` of the calls of one scaler name."""
+    replacements: dict = {}
+    removed: list[cst.CSTNode] = []
+    handled = 0
+    for call in calls:
+        node = call.node
+        if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
+                and not node.args[0].star:
+            replacements[node] = _parenthesized(node.args[0].value)
+        elif call.method == "step" and len(node.args) == 1 and node.args[0].keyword is None \
+                and dotted_name(node.args[0].value):
+            replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
+        elif call.method in ("update", "unscale_") and _single(call.statement, cst.Expr) and \
+                call.statement.body[0].value is node:
+            removed.append(call.statement)
+        else:
+            return None
+        handled += 1
+    return replacements, removed, handled
+
+
 def _local_name(alias: cst.ImportAlias) -> str | None:
     return (alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name)
             else dotted_name(alias.name))
@@ -212,33 +239,19 @@ class _RemoveScaler:
                        lambda: replace_nodes(self.facts.module, replacements), Applicability.UNSAFE)
 
     def _replacements(self) -> dict | None:
-        key = self.key
-        handled = 0
-        replacements: dict = {}
-        removed_statements: list[cst.CSTNode] = []
         build_statement = self.build.call.statement
         if not _single(build_statement, cst.Assign) or build_statement.body[0].value is not self.build.node:
             return None
-        removed_statements.append(build_statement)
-        handled += 1
-        for call in self.index.calls.get(key, ()):
-            node = call.node
-            if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
-                    and not node.args[0].star:
-                replacements[node] = _parenthesized(node.args[0].value)
-            elif call.method == "step" and len(node.args) == 1 and node.args[0].keyword is None \
-                    and dotted_name(node.args[0].value):
-                replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
-            elif call.method in ("update", "unscale_") and _single(call.statement, cst.Expr) and \
-                    call.statement.body[0].value is node:
-                removed_statements.append(call.statement)
-            else:
-                return None
-            handled += 1
-        if handled != self.index.references.get(key, 0):
+        uses = self.index.removed_calls(self.key)
+        if uses is None:
+            return None  # a call of the scaler we cannot undo
+        rewritten, removed_uses, handled = uses
+        if 1 + handled != self.index.references.get(self.key, 0):
             return None  # used some other way: saved, passed along, get_scale()...
+        removed_statements = [build_statement, *removed_uses]
         if not self._blocks_survive(removed_statements):
             return None
+        replacements = dict(rewritten)
         for statement in removed_statements:
             replacements[statement] = cst.RemoveFromParent()
         self._drop_unused_import(replacements)

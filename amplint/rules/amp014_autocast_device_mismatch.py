@@ -21,11 +21,8 @@ from amplint.facts.names import (
     dotted_name,
 )
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import snippet
+from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
-VALUE_ERROR = "ValueError(\"Expected `device_type` of type `str`, got: `<class '{kind}'>`\")"
-TYPE_ERROR = "TypeError(\"autocast.__init__() missing 1 required positional argument: 'device_type'\")"
-CPU_WARNING = "UserWarning(\"In CPU autocast, but the target dtype is not supported. Disabling autocast.\")"
 def _equal() -> cst.AssignEqual:
     """`=` of a keyword argument, without spaces."""
     return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
@@ -117,27 +114,27 @@ class AutocastDeviceMismatch(Rule):
         starred = any(arg.star for arg in args)
         if device is None:
             if not starred:
-                yield Finding(node, (
-                    f"`{snippet(facts, node)}` has no `device_type`: entering it raises {TYPE_ERROR} "
-                    f"(`torch.autocast` takes the device first, unlike the legacy `torch.cuda.amp.autocast`); "
-                    f"pass it, for example `torch.autocast(\"cuda\", ...)` or `torch.autocast(x.device.type, ...)`"
-                ), self._add_device(facts, call, None))
+                fix = self._add_device(facts, call, None)
+                message = f"`{snippet(facts, node, MESSAGE_SNIPPET)}` has no `device_type`: entering it raises TypeError"
+                yield Finding(node, message, fix, help=None if fix else (
+                    "Pass the device first, for example `torch.autocast(\"cuda\", ...)` or "
+                    "`torch.autocast(x.device.type, ...)`"))
             return
         positional = args[0].keyword is None and not args[0].star
         qualified = facts.imports.qualify(device)
         if positional and (qualified in LOW_DTYPES or qualified in FLOAT32_DTYPES):
+            fix = self._add_device(facts, call, "dtype")
             yield Finding(node, (
-                f"`{snippet(facts, node)}` passes the dtype `{snippet(facts, device)}` where the device type goes: "
-                f"it raises {VALUE_ERROR.format(kind='torch.dtype')}; write "
-                f"`torch.autocast(<device type>, dtype={snippet(facts, device)})`"
-            ), self._add_device(facts, call, "dtype"))
+                f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes the dtype `{snippet(facts, device, 24)}` as the "
+                f"device type: it raises ValueError"
+            ), fix, help=None if fix else f"Write `torch.autocast(<device type>, dtype={snippet(facts, device)})`")
             return
         if positional and literal_bool(device) is not None:
+            fix = self._add_device(facts, call, "enabled")
             yield Finding(node, (
-                f"`{snippet(facts, node)}` passes `{device.value}` where the device type goes (the legacy "
-                f"`torch.cuda.amp.autocast` took `enabled` first): it raises {VALUE_ERROR.format(kind='bool')}; "
-                f"write `torch.autocast(<device type>, enabled={device.value})`"
-            ), self._add_device(facts, call, "enabled"))
+                f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes `{device.value}` as the device type (the legacy "
+                f"`enabled` came first): it raises ValueError"
+            ), fix, help=None if fix else f"Write `torch.autocast(<device type>, enabled={device.value})`")
             return
         finding = self._torch_device(facts, call, device)
         if finding is not None:
@@ -151,10 +148,8 @@ class AutocastDeviceMismatch(Rule):
         replacement, origin = self._device_type_of(facts, call, device)
         if replacement is None:
             return None
-        message = (
-            f"`device_type` of `{snippet(facts, call.node)}` is a `torch.device`{origin}, not a string: entering it "
-            f"raises {VALUE_ERROR.format(kind='torch.device')}; pass `{facts.module.code_for_node(replacement)}`"
-        )
+        message = (f"`{snippet(facts, device, 32)}` is a `torch.device`{origin}, not a `device_type` string: "
+                   f"it raises ValueError")
         fix = FixPlan(f"Pass `{facts.module.code_for_node(replacement)}`",
                       lambda: replace_nodes(facts.module, {device: replacement}))
         return Finding(device, message, fix)
@@ -173,13 +168,13 @@ class AutocastDeviceMismatch(Rule):
         if "." not in key and key in _locally_bound(call):
             # A parameter, loop or `with ... as` name of this function: only its annotation tells.
             if self._annotated_device(facts, call, key):
-                return cst.Attribute(value=device, attr=cst.Name("type")), f" (parameter `{key}: torch.device`)"
+                return cst.Attribute(value=device, attr=cst.Name("type")), " (its annotation)"
             return None, ""
         bindings = facts.bindings(key, call.frame)
         if bindings and all(isinstance(a.value, cst.Call) and facts.imports.qualify(a.value.func) in TORCH_DEVICE
                             for a in bindings):
             line = facts.line_of(bindings[-1].value)
-            return cst.Attribute(value=device, attr=cst.Name("type")), f" (`{key} = torch.device(...)`, line {line})"
+            return cst.Attribute(value=device, attr=cst.Name("type")), f" (line {line})"
         return None, ""
 
     @staticmethod
@@ -205,13 +200,11 @@ class AutocastDeviceMismatch(Rule):
         enabled = call_argument(node, enabled_position, "enabled")
         if enabled is not None and literal_bool(enabled) is False:
             return None
-        message = (
-            f"`{snippet(facts, node)}` asks CPU autocast for {snippet(facts, dtype)}, which it does not support "
-            f"(only bfloat16 and float16): torch warns {CPU_WARNING} each time the region opens and runs it "
-            f"without autocast; write `enabled=False` to disable autocast here, or `dtype=torch.bfloat16` for mixed "
-            f"precision"
-        )
-        return Finding(node, message, self._disable(facts, node, dtype, enabled))
+        message = (f"`{snippet(facts, node, MESSAGE_SNIPPET)}` asks CPU autocast for float32: it warns and runs "
+                   f"without autocast")
+        fix = self._disable(facts, node, dtype, enabled)
+        return Finding(node, message, fix, help=None if fix else (
+            "Write `enabled=False` to disable autocast here, or `dtype=torch.bfloat16` for mixed precision"))
 
     # fixes ------------------------------------------------------------------------------------------
     @staticmethod

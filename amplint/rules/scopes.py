@@ -56,7 +56,7 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
         text = f"the {dtype}autocast decorator at line {facts.line_of(region.opener)}"
     if chain:
         call = chain[0]
-        text += f" via `{snippet(facts, call.node.func, 24)}(...)` at line {facts.line_of(call.node)}"
+        text += f" via `{snippet(facts, call.node.func, 20)}()` at line {facts.line_of(call.node)}"
     if region.state is RegionState.MAYBE:
         text += " (maybe enabled)"
     return text
