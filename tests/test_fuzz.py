@@ -28,7 +28,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("AMPLINT_FUZZ_EXAMPLES", "5"))
 EXPLORE = bool(os.environ.get("AMPLINT_FUZZ_EXPLORE"))  # new random examples each run, instead of CI's fixed ones
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize=not EXPLORE, database=None,
                 suppress_health_check=list(HealthCheck))
