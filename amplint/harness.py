@@ -38,7 +38,8 @@ When the fixer changes it, the original and the fixed program are run: the fixed
 must give the same values for the `same` keys. Safety programs live in a rule's folder or in
 `fixtures/safe-fixes/runtime/`.
 
-`python -m amplint.harness` prints the evidence as a Markdown table and exits 1 when any row fails.
+`python -m amplint.harness` prints the evidence as a Markdown table and exits 1 when any row fails. With
+`--plots DIR` it also draws the flagged and fixed runs of the programs that have a picture (amplint.plots).
 """
 
 from __future__ import annotations
@@ -475,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per program run")
     parser.add_argument("--fixtures", type=Path, default=FIXTURES)
     parser.add_argument("--keep-fixed", type=Path, metavar="DIR", help="write the fixed programs here")
+    parser.add_argument("--plots", type=Path, metavar="DIR",
+                        help="draw each pictured program's flagged and fixed runs here (PNG; needs matplotlib)")
     args = parser.parse_args(argv)
     try:
         programs = discover(args.fixtures)
@@ -487,10 +490,25 @@ def main(argv: list[str] | None = None) -> int:
     if not programs:
         print("error: no runtime programs found", file=sys.stderr)
         return 2
+    if args.plots is not None:
+        from amplint import plots
+        try:
+            plots.require_matplotlib()
+        except plots.PlotError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
     pairs = targets(devices)
     rows = run_rows(programs, pairs, workers=args.workers, timeout=args.timeout, keep=args.keep_fixed)
     print(table(rows))
+    if args.plots is not None:
+        try:
+            written = plots.draw(rows, args.plots)
+        except (plots.PlotError, OSError) as error:
+            print(f"error: cannot draw the pictures: {error}", file=sys.stderr)
+            return 2
+        print(f"\n{len(written)} pictures written to {args.plots}" if written
+              else "\nnone of these programs has a picture")
     if "cuda" in devices and not any(device == "cuda" for device, _ in pairs):
         print("\nCUDA not available: the CUDA rows (float16, bfloat16) were not run.")
     failed = [row for row in rows if not row.confirmed]
