@@ -587,6 +587,16 @@ class ModuleFacts:
         return builds
 
     @cached_property
+    def scaler_builds_by_function(self) -> dict[tuple[str | None, int], list[Event]]:
+        """SCALER_BUILD events by (the name they are bound to, id of the function they run in: None for module
+        level), in source order (an index: rules ask per scaler event)."""
+        builds: dict[tuple[str | None, int], list[Event]] = {}
+        for event in self.events:
+            if event.kind is EventKind.SCALER_BUILD:
+                builds.setdefault((event.bound_to, id(event.frame.function())), []).append(event)
+        return builds
+
+    @cached_property
     def _assignments_by_scope(self) -> tuple[dict, dict]:
         """Assignments by (target, id of the function they run in) and by (target, class of that method), in
         source order (an index for `bindings`)."""
@@ -735,11 +745,10 @@ def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> 
 
     With `frame`, a local name (`scaler`, not `self.scaler`) only looks at the constructions of that frame's
     function (else at the module-level ones)."""
-    builds = list(facts.scaler_builds.get(key, ()))
+    builds = facts.scaler_builds.get(key, [])
     if frame is not None and "." not in key:
-        function = frame.function()
-        builds = [e for e in builds if e.frame.function() is function] or [
-            e for e in builds if e.frame.function() is None]
+        by_function = facts.scaler_builds_by_function
+        builds = by_function.get((key, id(frame.function()))) or by_function.get((key, id(None)), [])
     flags = []
     for event in builds:
         qualified = event.call.qualified or ""
