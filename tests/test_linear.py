@@ -305,3 +305,17 @@ def scalers_with_bfloat16(k: int) -> str:
 
 def test_scalers_with_bfloat16_cost_linear_work():
     assert_linear(scalers_with_bfloat16, {"AMP013"}, rules=[ScalerWithBfloat16()])
+
+
+def scalers_of_one_name_with_bfloat16(k: int) -> str:
+    """k functions that each build a local `scaler` for bfloat16 autocast: k AMP013 findings (each once read every
+    construction of the name, and every call of it)."""
+    functions = "".join(
+        f"def train{i}(model, opt, x):\n    scaler = torch.amp.GradScaler('cuda')\n"
+        "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
+        "    scaler.scale(loss).backward()\n    scaler.step(opt)\n    scaler.update()\n" for i in range(k))
+    return f"import torch\n{functions}"
+
+
+def test_scalers_of_one_name_with_bfloat16_cost_linear_work():
+    assert_linear(scalers_of_one_name_with_bfloat16, {"AMP013"}, n=40, rules=[ScalerWithBfloat16()])
