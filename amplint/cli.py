@@ -358,7 +358,7 @@ def clean(cache_dir, config_path) -> None:
 
 @main.command()
 def server() -> None:
-    """Run the language server (LSP over stdio) for editors; needs `pip install "amplint[server]"`."""
+    """Run the language server (LSP over stdio) for editors; needs pygls (`pip install pygls`, or the `server` extra: `pip install ".[server]"` from a checkout)."""
     from amplint.server import serve  # pygls is imported only here
 
     sys.exit(serve())

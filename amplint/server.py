@@ -13,7 +13,7 @@ answered, with a JSON-RPC error for one that cannot be served (see `FrameReader`
 amplint is a message to the user, not a traceback.
 
 pygls is imported only when the server starts, so the rest of amplint never needs it:
-`pip install "amplint[server]"`. Both pygls 1.x and 2.x are supported (their module layouts differ).
+pygls (`pip install pygls`, or the `server` extra: `pip install ".[server]"` from a checkout). Both pygls 1.x and 2.x are supported (their module layouts differ).
 """
 
 from __future__ import annotations
@@ -671,7 +671,7 @@ def serve() -> int:
         server = create_server()
     except PyglsMissing as error:
         print(f"amplint server needs pygls, which is not installed ({error}); "
-              f"install it with: pip install \"amplint[server]\"", file=sys.stderr)
+              f"install it with: pip install pygls (or pip install \".[server]\" from a checkout of amplint)", file=sys.stderr)
         return 2
     try:
         server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
