@@ -3,8 +3,8 @@
 Each text has one home, so none can drift from what it describes:
 - a page per rule from the rule's docstring (what `amplint rule CODE` prints), with its runtime evidence: the
   harness's programs and their specs (`amplint.harness.discover`, no torch imported), the rows of the evidence
-  table (docs/evidence.md) that `python -m amplint.harness` printed, each program's source and the diff amplint's own
-  fixer makes of it;
+  table (docs/evidence.md) that `python -m amplint.harness` printed, its picture (docs/plots/), each program's
+  source and the diff amplint's own fixer makes of it;
 - a page per code of a file that could not be analysed (AMP900-AMP902), so every URL a report carries exists;
 - the configuration reference from `amplint.config.KEYS` (types, defaults) and `amplint check`'s options;
 - the README's `## ` sections (the README is their one home: what a newcomer reads first), each on the page
@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # the checkout's amplint, even when another one is installed
 
+PLOTS = ROOT / "docs" / "plots"  # the committed pictures of the runtime evidence (amplint.plots)
 log = get_plugin_logger("amplint-docs")  # its warnings fail a --strict build
 
 # page -> (title, the README's `## ` sections it shows, in order). A page of one section takes the section's
@@ -164,6 +165,23 @@ def _fix_diff(program, fixed_text: str | None) -> str:
     return "".join(diff)
 
 
+def picture(program) -> str:
+    """The program's picture committed under docs/plots/ (amplint.plots), as Markdown. The build runs no torch, so
+    the pictures are drawn beforehand; a pictured program whose picture is missing is a warning."""
+    from amplint import plots
+
+    if program.name not in plots.PICTURES:
+        return ""
+    name = plots.filename(program.rule, program.path.stem)
+    if not (PLOTS / name).is_file():
+        log.warning(f"docs/plots/{name} is missing: run `python -m amplint.harness --device cpu --rule "
+                    f"{program.rule} --plots docs/plots` and commit the picture")
+        return ""
+    return (f"The CPU runs side by side, flagged on the left, fixed on the right (drawn by `python -m "
+            f"amplint.harness --plots docs/plots`):\n\n![{program.rule} {program.path.stem}: "
+            f"{plots.PICTURES[program.name].title}, flagged and fixed runs](../plots/{name})\n")
+
+
 def program_section(program, rows: list[list[str]]) -> str:
     from amplint import harness
 
@@ -178,6 +196,7 @@ def program_section(program, rows: list[list[str]]) -> str:
         table += [f"| {device} | {dtype} | {flagged} | {fixed} | {confirmed} |"
                   for _, _, device, dtype, _, flagged, fixed, confirmed in rows]
         parts.append("\n".join(table) + "\n")
+    parts.append(picture(program))
     parts.append("The program:\n\n" + _fence(program.text, "python"))
     if program.fix:
         fixed = harness.fix_program(program)

@@ -6,6 +6,7 @@ harness on a stand-in program that prints a recorded result (a subprocess withou
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -115,3 +116,16 @@ def test_without_matplotlib_the_flag_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "pip install" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_each_pictured_program_shows_its_picture_on_its_rule_page() -> None:
+    pytest.importorskip("mkdocs")
+    spec = importlib.util.spec_from_file_location("amplint_docs_hooks_plots", REPO / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    for name in plots.PICTURES:
+        program = PROGRAMS[name]
+        link = f"](../plots/{plots.filename(program.rule, program.path.stem)})"
+        assert link in hooks.program_section(program, []), name
+    unpictured = next(p for p in PROGRAMS.values() if p.name not in plots.PICTURES)
+    assert "](../plots/" not in hooks.program_section(unpictured, [])
