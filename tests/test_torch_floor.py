@@ -356,7 +356,7 @@ def run(args: list[str], cwd: Path, monkeypatch):
 def test_command_line_wins_over_requirements(tmp_path, monkeypatch) -> None:
     write(tmp_path, "requirements.txt", "torch>=2.1\n")
     write(tmp_path, "train.py", "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n")
-    inferred = run(["check", "--no-cache", "--select", "AMP007", "--output-format", "concise", "train.py",
+    inferred = run(["check", "--no-cache", "--select", "AMP007", "--output-format", "full", "train.py",
                     "--exit-non-zero-on-warning"], tmp_path, monkeypatch)  # AMP007 is a warning
     assert inferred.exit_code == 1 and "[*]" not in inferred.output and "torch 2.1" in inferred.output
     given = run(["check", "--no-cache", "--select", "AMP007", "--target-torch-version", "2.4", "--fix", "train.py"],
@@ -521,7 +521,7 @@ def test_calls_that_raise_already_get_no_fix(call: str) -> None:
     TypeError as written; the rewrite would not even compile for some. Reported, left unchanged."""
     source = f"import torch\n\ndef f(x):\n    return x\n\nflag = True\nmade = {call}\n"
     (diagnostic,) = lint_text(source, "snippet.py", [RULES_BY_CODE["AMP007"]()]).diagnostics
-    assert diagnostic.fix is None and "TypeError" in diagnostic.message
+    assert diagnostic.fix is None and "TypeError" in diagnostic.help
     assert migrate(source) == source
     with pytest.raises(TypeError):
         build(source)
@@ -543,9 +543,9 @@ def test_floor_decides_the_spelling() -> None:
     rule.torch = TorchSupport("1.13", "2.0")
     assert lint_text(source, "snippet.py", [rule]).diagnostics == []  # no supported torch warns
     rule.torch = TorchSupport("1.13")
-    messages = [d.message for d in lint_text(source, "snippet.py", [rule]).diagnostics]
-    assert any("`torch.amp.GradScaler` exists only from torch 2.3 on and the project supports torch 1.13" in m
-               for m in messages)
+    helps = [d.help for d in lint_text(source, "snippet.py", [rule]).diagnostics]
+    assert any("`torch.amp.GradScaler` exists only from torch 2.3 on and the project supports torch 1.13" in h
+               for h in helps)
 
 
 def test_from_imports_follow_the_floor() -> None:
