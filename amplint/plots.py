@@ -11,7 +11,7 @@ after changing a plotted program::
 
     python -m amplint.harness --device cpu --rule AMP003 --rule AMP004 --rule AMP005 --rule AMP006 --plots docs/plots
 
-matplotlib is an optional extra (`pip install amplint[plots]`); it is imported only when a picture is drawn, with
+matplotlib is an optional extra (`pip install matplotlib`, or `pip install ".[plots]"` from a checkout); it is imported only when a picture is drawn, with
 the Agg backend (no display). Nothing here imports torch.
 """
 
@@ -37,7 +37,7 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise PlotError("--plots needs matplotlib: pip install 'amplint[plots]' (or pip install matplotlib)") from None
+        raise PlotError("--plots needs matplotlib: pip install matplotlib (or pip install '.[plots]' from a checkout)") from None
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as pyplot
 
