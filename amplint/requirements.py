@@ -274,18 +274,26 @@ def _line_of(text: str, needle: str) -> int | None:
     return None
 
 
+def _toml(path: Path) -> tuple[str, dict | None]:
+    """The text of a TOML file and its table; None for a file that cannot be read or parsed (a broken file that is
+    not amplint's configuration is not ours to report)."""
+    text = _read(path)
+    if text is None:
+        return "", None
+    try:
+        return text, tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return text, None
+
+
 def _strings(value: object) -> list[str]:
     return [item for item in value if isinstance(item, str)] if isinstance(value, list) else []
 
 
 def from_pyproject(path: Path) -> Iterator[Declared]:
-    text = _read(path)
-    if text is None:
+    text, data = _toml(path)
+    if data is None:
         return
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return  # a broken pyproject.toml that is not amplint's configuration is not ours to report
     project = data.get("project") if isinstance(data.get("project"), dict) else {}
     requirements = _strings(project.get("dependencies"))
     optional = project.get("optional-dependencies")
@@ -369,12 +377,8 @@ def poetry_constraint(text: str) -> Range:
 
 def from_pipfile(path: Path) -> Iterator[Declared]:
     """Pipenv's `[packages]` and `[dev-packages]`: `torch = ">=2.1"` (PEP 440), `"*"`, or a table."""
-    text = _read(path)
-    if text is None:
-        return
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+    text, data = _toml(path)
+    if data is None:
         return
     tables = [data.get("packages"), data.get("dev-packages")]
     yield from _keyed_tables(text, path, tables, lambda version: intersect(_clauses(version)))
