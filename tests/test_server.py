@@ -218,6 +218,8 @@ def run_session(client: Client, workspace: Path) -> None:
     assert clip["range"]["start"] == {"line": 15, "character": 12}
     assert clip["source"] == "amplint" and clip["severity"] == 1  # AMP003 is an error (a warning is 2)
     assert clip["codeDescription"]["href"].endswith("AMP003.html")
+    what, what_to_do = clip["message"].split("\n")  # what is wrong, then the help line
+    assert "clips gradients still scaled by `scaler`" in what and what_to_do.startswith("help: Insert `scaler.unscale_(")
 
     # a quick fix at the clip: its edit gives the text the fix describes
     actions = client.request("textDocument/codeAction", {
