@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from samples import FLAGGED
 
 yaml = pytest.importorskip("yaml", reason="PyYAML comes with pre-commit (the `test` extra)")
 
@@ -29,15 +30,6 @@ EXPRESSION = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="the action's steps are bash scripts")
 
-FLAGGED = textwrap.dedent("""\
-    import torch
-
-    def train(model, x, optimizer):
-        with torch.autocast("cuda"):
-            loss = model(x).sum()
-            loss.backward()
-        optimizer.step()
-""")
 DEPRECATED = textwrap.dedent("""\
     import torch
 

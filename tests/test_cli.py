@@ -14,18 +14,10 @@ from click.testing import CliRunner
 
 from amplint import __version__
 from amplint.cli import main
+from samples import FLAGGED
 
 REPO = Path(__file__).resolve().parents[1]
 
-FLAGGED = textwrap.dedent("""\
-    import torch
-
-    def train(model, x, optimizer):
-        with torch.autocast("cuda"):
-            loss = model(x).sum()
-            loss.backward()
-        optimizer.step()
-""")
 CLEAN = textwrap.dedent("""\
     import torch
 

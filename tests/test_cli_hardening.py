@@ -20,16 +20,8 @@ from amplint.cli import main
 from amplint.config import KEYS, ConfigError, load_settings, settings_from_table
 from amplint.output import FORMAT_NAMES, Report, render
 from test_output_formats import validate_sarif
+from samples import FLAGGED
 
-FLAGGED = textwrap.dedent("""\
-    import torch
-
-    def train(model, x, optimizer):
-        with torch.autocast("cuda"):
-            loss = model(x).sum()
-            loss.backward()
-        optimizer.step()
-""")
 # One safe fix (moving backward and step out of the region) takes away two findings, AMP001 and AMP002.
 TWO_IN_ONE = textwrap.dedent("""\
     import torch

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import tomllib
 from pathlib import Path
 
@@ -16,18 +15,9 @@ from click.testing import CliRunner
 from amplint.cli import main
 from amplint.config import DEFAULT_EXCLUDE, KEYS, Settings, settings_from_table
 from amplint.discovery import discover
+from samples import FLAGGED
 
 REPO = Path(__file__).resolve().parents[1]
-
-FLAGGED = textwrap.dedent("""\
-    import torch
-
-    def train(model, x, optimizer):
-        with torch.autocast("cuda"):
-            loss = model(x).sum()
-            loss.backward()
-        optimizer.step()
-""")
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from amplint.lazy import libcst as cst
 from amplint.output import Report, render
 from amplint.rules import ALL_RULES
 from amplint.rules.base import Finding, FixPlan
+from samples import CLIP
 
 REPO = Path(__file__).resolve().parents[1]
 FLAGGED = sorted(REPO.glob("fixtures/AMP*-*/flagged/*.py"))
@@ -58,21 +59,6 @@ def test_help_defaults_to_the_fix_title():
     assert Finding(node, "m", fix).help_line() == fix.message
     assert Finding(node, "m", fix, help="Do this").help_line() == "Do this"
     assert Finding(node, "m").help_line() is None
-
-
-CLIP = """\
-import torch
-
-
-def train(model, optimizer, loader, scaler):
-    for inputs, targets in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(inputs).sum()
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-"""
 
 
 def clip_report(**options) -> Report:

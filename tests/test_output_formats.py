@@ -19,23 +19,10 @@ from amplint.engine import lint_text
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.output.github import escape_data, escape_property
 from amplint.rules import ALL_RULES
+from samples import CLIP
 
 SARIF_SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "sarif-schema-2.1.0.json"
 
-# AMP003 (with a safe fix) at 9:9 and nothing else.
-CLIP = """\
-import torch
-
-
-def train(model, optimizer, loader, scaler):
-    for inputs, targets in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(inputs).sum()
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-"""
 CLIP_ROW, CLIP_COLUMN = 9, 9
 
 # The same mistake twice, on two identical lines: fingerprints must still differ.

@@ -22,23 +22,11 @@ from amplint.config import ConfigError, Settings, load_settings, resolve_severit
 from amplint.diagnostics import Severity
 from amplint.rules.base import Rule
 from amplint.runner import Mode, process_file, rules_for
+from samples import CLIP
 
 WARNINGS = {"AMP007", "AMP013"}  # a deprecated spelling; a scaler that only adds work (bit-identical results)
 
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP007 only
-CLIP = """\
-import torch
-
-
-def train(model, optimizer, loader, scaler):
-    for inputs, targets in loader:
-        with torch.autocast("cuda", dtype=torch.float16):
-            loss = model(inputs).sum()
-        scaler.scale(loss).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        scaler.step(optimizer)
-        scaler.update()
-"""  # AMP003 only
 
 
 @pytest.fixture
