@@ -53,6 +53,12 @@ AUTOMAGIC = frozenset({
     "rerun", "reset", "reset_selective", "rm", "rmdir", "run", "save", "sc", "set_env", "store", "sx", "system",
     "tb", "time", "timeit", "unalias", "unload_ext", "uv", "who", "who_ls", "whos", "xdel", "xmode"
 })
+# Pasted prompts, as IPython's PromptStripper reads them: (the first line's pattern, every line's pattern). The
+# classic `>>> ` / `... ` prompts, then IPython's own `In [3]: ` / `   ...: ` (vi mode's `[ins] ` in front).
+PROMPTS = (
+    (re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
+    (re.compile(r"^(((\[nav\]|\[ins\])? )?In \[\d+\]: |\s*\.{3,}: ?)"),) * 2,
+)
 AUTOMAGIC_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<rest>(?:[ \t].*)?)$")
 LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
@@ -70,11 +76,18 @@ class CodeCell:
     start: int  # 0-based index of the cell's first line in the joined text
     python: bool = True  # False for a `%%bash`-like cell: blanked, never edited
     indent: str = ""  # the first line's indentation, which IPython removes from every line that has it
+    removed: list[str] = field(default_factory=list)  # what IPython removes from each line: indentation, prompt
+    prompted: bool = False  # pasted prompts (`>>> `, `In [1]: `) are removed
+
     error: Diagnostic | None = None  # the cell's own syntax error (rows of the joined text); the cell is blanked
 
     def masks(self, index: int) -> bool:
         """Is line `index` replaced by a placeholder (or blanked) in the joined text?"""
-        return self.masked[index] != undent(self.lines[index], self.indent)
+        return self.masked[index] != self.stripped(index)
+
+    def stripped(self, index: int) -> str:
+        """Line `index` as IPython reads it, without the indentation or prompt it removes."""
+        return self.lines[index][len(self.removed[index]) if index < len(self.removed) else 0:]
 
     @property
     def end(self) -> int:
@@ -201,8 +214,10 @@ def parse_notebook(text: str) -> Notebook:
             continue
         lines = join_source(cell.get("source", ""), f"cell {position + 1}").split("\n")
         masked, python = mask_ipython(lines)
-        notebook.cells.append(CodeCell(position + 1, position, lines, masked, start, python,
-                                       leading_indent(lines) if python else ""))
+        removed = removed_prefixes(lines) if python else [""] * len(lines)
+        indent = leading_indent(lines) if python else ""
+        notebook.cells.append(CodeCell(position + 1, position, lines, masked, start, python, indent, removed,
+                                       removed != [undent_prefix(line, indent) for line in lines]))
         start += len(lines)
     return notebook
 
@@ -220,22 +235,39 @@ def leading_indent(lines: list[str]) -> str:
     return first[: len(first) - len(first.lstrip(" \t"))]
 
 
-def undent(line: str, indent: str) -> str:
-    return line[len(indent):] if indent and line.startswith(indent) else line
+def undent_prefix(line: str, indent: str) -> str:
+    return indent if indent and line.startswith(indent) else ""
+
+
+def removed_prefixes(lines: list[str]) -> list[str]:
+    """What IPython removes from the front of each line before reading the cell: the first line's indentation
+    (from every line that has it), then pasted prompts, as its PromptStripper does: each prompt pattern in turn,
+    applied to every line, only when the first non-blank line matches the first-line pattern or the line after
+    it matches the prompt pattern (a `...` alone is Python's Ellipsis, so it does not start a prompted cell)."""
+    indent = leading_indent(lines)
+    prefixes = [undent_prefix(line, indent) for line in lines]
+    first = next((index for index, line in enumerate(lines) if line.strip()), None)
+    if first is None:
+        return prefixes
+    for initial, prompt in PROMPTS:
+        work = [line[len(prefix):] for line, prefix in zip(lines, prefixes)]
+        if initial.match(work[first]) or (first + 1 < len(work) and prompt.match(work[first + 1])):
+            prefixes = [prefix + (match.group(0) if (match := prompt.match(line)) and index >= first else "")
+                        for index, (prefix, line) in enumerate(zip(prefixes, work))]
+    return prefixes
 
 
 def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:
     """The cell's lines as the Python that IPython runs, one line for one line; (masked lines, is the cell Python).
 
-    The first line's indentation is removed from every line that has it. A cell whose first non-blank line is
+    The first line's indentation is removed from every line that has it, then pasted prompts. A cell whose first non-blank line is
     a cell magic (`%%bash`) is not Python: every line becomes blank, except for the few cell magics whose body
     is Python (`%%time`), where only the magic line is masked. Line magics, shell escapes, `x = !cmd`, help
     lines (`obj?`, `?obj`), autocall escapes (`/f x`) and, in a one-line cell that is not Python, automagic
     (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation lines included, but
     only where a new statement starts (not inside strings or brackets).
     """
-    indent = leading_indent(lines)
-    work = [undent(line, indent) for line in lines]
+    work = [line[len(prefix):] for line, prefix in zip(lines, removed_prefixes(lines))]
     first = next((index for index, line in enumerate(work) if line.strip()), None)
     cell_magic = None
     if first is not None and work[first].startswith("%%"):
@@ -363,11 +395,11 @@ def ipython_spans(lines: list[str], skip: int | None = None) -> list[tuple[int, 
 
 def _cell_location(location: Location, cell: CodeCell) -> Location:
     """A location of the joined text within its cell: the row counted from the cell's first line, the column
-    moved right by the indentation IPython removed from that line."""
+    moved right by what IPython removed from that line (indentation, prompt)."""
     row = location.row - cell.start
     column = location.column
-    if cell.indent and 0 < row <= len(cell.lines) and cell.lines[row - 1].startswith(cell.indent):
-        column += len(cell.indent)
+    if 0 < row <= len(cell.removed):
+        column += len(cell.removed[row - 1])
     return Location(row, column)
 
 
@@ -468,6 +500,7 @@ def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
     new_lines = new_text.split("\n")
     owner: list[CodeCell] = [cell for cell in notebook.cells for _ in cell.lines]
     pieces: dict[int, list[str]] = {cell.position: [] for cell in notebook.cells}
+    fixed: dict[int, list[str]] = {cell.position: [] for cell in notebook.cells}  # the fixer's lines, per cell
     changed: set[int] = set()
     matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
@@ -475,20 +508,25 @@ def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
             for offset in range(i2 - i1):
                 cell = owner[i1 + offset]
                 pieces[cell.position].append(cell.lines[i1 + offset - cell.start])
+                fixed[cell.position].append(new_lines[j1 + offset])
             continue
         if tag == "insert":
             cell = _insertion_cell(notebook, i1, new_lines[j1:j2])
-            originals: list[tuple[str, str]] = []
+            originals: list[tuple[str, str, str]] = []
         else:
             first, last = owner[i1], owner[i2 - 1]
             if first is not last:
                 raise CrossCellEdit(f"a fix changes cells {first.number} and {last.number} together")
             cell = first
-            originals = [(cell.lines[index - cell.start], cell.masked[index - cell.start]) for index in range(i1, i2)
-                         if cell.masks(index - cell.start)]
+            originals = [(cell.lines[index], cell.masked[index], cell.removed[index])
+                         for index in range(i1 - cell.start, i2 - cell.start) if cell.masks(index)]
         if not cell.python:
             raise CrossCellEdit(f"a fix changes cell {cell.number}, which is not Python")
-        pieces[cell.position].extend(_restore_magics(new_lines[j1:j2], originals, cell))
+        # A line rewritten in place keeps the prompt it had; any other line gets the indentation alone.
+        prefixes = cell.removed[i1 - cell.start:i2 - cell.start] if tag == "replace" and i2 - i1 == j2 - j1 \
+            else None
+        pieces[cell.position].extend(_restore_magics(new_lines[j1:j2], originals, cell, prefixes))
+        fixed[cell.position].extend(new_lines[j1:j2])
         changed.add(cell.position)
     result = {}
     for cell in notebook.cells:
@@ -499,6 +537,9 @@ def split_fixed_text(notebook: Notebook, new_text: str) -> dict[int, str]:
         if magic.lstrip().startswith("%%") and next((line for line in source.split("\n") if line.strip()), "") != magic:
             raise CrossCellEdit(f"a fix would move the cell magic of cell {cell.number} from the cell's first line")
         masked_new, _ = mask_ipython(source.split("\n"))
+        if cell.prompted and masked_new != fixed[cell.position]:
+            # The prompts put back must make IPython read exactly the fixed lines, or nothing is written.
+            raise CrossCellEdit(f"a fix in cell {cell.number} cannot keep its pasted prompts (`>>> `, `In [1]: `)")
         if _parses("\n".join(cell.masked)) and not _parses("\n".join(masked_new)):
             raise CrossCellEdit(f"cell {cell.number} would no longer be valid Python on its own")
         result[cell.position] = source
@@ -515,27 +556,31 @@ def _insertion_cell(notebook: Notebook, index: int, inserted: list[str]) -> Code
     return notebook.cells[-1]
 
 
-def _restore_magics(new_lines: list[str], originals: list[tuple[str, str]], cell: CodeCell) -> list[str]:
+def _restore_magics(new_lines: list[str], originals: list[tuple[str, str, str]], cell: CodeCell,
+                    prefixes: list[str] | None = None) -> list[str]:
     """The cell's lines for a changed run of the joined text: each placeholder turned back into its IPython line
-    (`originals`: (line, placeholder) in order), moved by as much as the fix moved the placeholder, and the
-    indentation IPython removed put back on every line."""
+    (`originals`: (line, placeholder, what IPython removed from it) in order), moved by as much as the fix moved the placeholder, and what
+    IPython removed put back on every line: `prefixes`, one for each line, where the run was rewritten line for
+    line, else the indentation (on every line that is not blank)."""
     found = [(index, PLACEHOLDER_LINE.match(line)) for index, line in enumerate(new_lines)]
     placeholders = [(index, match) for index, match in found if match]
     if [bool(match.group("continued")) for _, match in placeholders] != \
-            [bool(PLACEHOLDER_LINE.match(masked).group("continued")) for _, masked in originals]:
+            [bool(PLACEHOLDER_LINE.match(masked).group("continued")) for _, masked, _ in originals]:
         raise CrossCellEdit(f"a fix moves IPython lines (magics, `!` commands) in cell {cell.number}")
-    restored = [cell.indent + line if line.strip() else line for line in new_lines]
+    restored = [prefix + line for prefix, line in zip(prefixes, new_lines)] if prefixes is not None else \
+        [cell.indent + line if line.strip() else line for line in new_lines]
     previous = {index: match for index, match in placeholders}
-    for (index, match), (original, masked) in zip(placeholders, originals):
+    for (index, match), (original, masked, removed) in zip(placeholders, originals):
         old = PLACEHOLDER_LINE.match(masked).group("indent")
         new = match.group("indent")
         if match.group("continued"):
             head = previous.get(index - 1)  # the line above, the run's first line aside, must be its head
             if (head.group("indent") if head else None if index else old) != new:
                 raise CrossCellEdit(f"a fix splits an IPython command of cell {cell.number}")
-        text = undent(original, cell.indent)
+        prefix = removed if prefixes is None else prefixes[index]
+        text = original[len(removed):]
         text = new + (text[len(old):] if text.startswith(old) else text.lstrip(" \t"))
-        restored[index] = cell.indent + text if cell.indent and original.startswith(cell.indent) else text
+        restored[index] = prefix + text
     return restored
 
 

@@ -183,8 +183,10 @@ IPYTHON_FORMS = {
     "automagic": [("AMP001", 6, 4)],
     "cell_magic_other": [("AMP001", 13, 4)],
     "cell_magic_python": [("AMP001", 5, 5)],
+    "classic_prompt": [("AMP001", 4, 4)],
     "help": [("AMP001", 7, 4)],
     "indented_first_line": [("AMP001", 4, 4)],
+    "ipython_prompt": [("AMP001", 4, 4)],
     "magic_assignment": [("AMP001", 4, 4)],
     "magic_continued": [("AMP001", 5, 4)],
     "shell_continued": [("AMP001", 4, 4)],
@@ -289,6 +291,42 @@ def test_an_indented_cell_keeps_its_columns_indentation_and_magics_through_a_fix
         "    with torch.autocast('cuda', dtype=torch.bfloat16):\n        loss = model(x).sum()\n"
         "    loss.backward()\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n"
         "        !echo done \\\n           --twice\n        %time val = model(x)\n")
+
+
+@pytest.mark.parametrize("lines, removed", [
+    ([">>> x = 1", "... y = 2", "...", "z = 3"], [">>> ", "... ", "...", ""]),
+    (["", ">>>", "...     x"], ["", ">>>", "... "]),
+    (["x = [", "... ]"], ["", "... "]),  # a prompt on the second line is enough
+    (["...", "x = 1"], ["", ""]),  # `...` first is Python's Ellipsis: no prompts
+    ([">>>x = 1", "y"], ["", ""]),  # a prompt is followed by a space or the end of the line
+    (["  >>> a = 1", "  ... b", "... c"], ["  >>> ", "  ... ", "... "]),  # the indentation goes first
+    (["In [12]: x = 1", "   ...: y = 2", "    ...:", "[ins] In [3]: z"], ["In [12]: ", "   ...: ", "    ...:",
+                                                                        "[ins] In [3]: "]),
+    (["x = 1", "y", "In [1]: z"], ["", "", ""]),  # only the first two lines decide
+    ([">>> x = 1", "In [1]: y"], [">>> ", "In [1]: "]),  # each kind of prompt in turn
+])
+def test_pasted_prompts_are_removed_as_ipython_removes_them(lines, removed):
+    assert nb.removed_prefixes(lines) == removed
+
+
+def test_a_finding_in_a_prompted_cell_is_reported_at_its_column_and_fixed_keeping_the_prompts(tmp_path):
+    cell = (">>> import torch\n>>> with torch.autocast('cuda', dtype=torch.bfloat16):\n...     loss = model(x).sum()\n"
+            "...     loss.backward()\n...\n>>> %time val = model(x)")
+    path = write_notebook(tmp_path / "n.ipynb", [code(cell)])
+    [found] = lint(path)
+    assert (found.code, found.cell, found.location.row, found.location.column) == ("AMP001", 1, 4, 9)
+    assert found.source_line == "...     loss.backward()"
+    assert fix(path).fixed == 1
+    assert "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"]) == cell.replace(
+        "...     loss.backward()", "... loss.backward()")
+
+
+def test_a_fix_that_cannot_keep_the_prompts_is_refused():
+    notebook = nb.parse_notebook(json.dumps({"nbformat": 4, "cells": [code(">>> x = 1\n>>> y = 2")]}))
+    assert notebook.text == "x = 1\ny = 2" and notebook.cells[0].prompted
+    assert nb.split_fixed_text(notebook, "x = 1\ny = 3") == {0: ">>> x = 1\n>>> y = 3"}
+    with pytest.raises(nb.CrossCellEdit, match="pasted prompts"):
+        nb.split_fixed_text(notebook, "z = 0\n\nx = 1\ny = 2")  # IPython would no longer see the prompts
 
 
 def test_a_fix_may_not_split_a_continued_command():
