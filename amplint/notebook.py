@@ -260,11 +260,11 @@ def removed_prefixes(lines: list[str]) -> list[str]:
 def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:
     """The cell's lines as the Python that IPython runs, one line for one line; (masked lines, is the cell Python).
 
-    The first line's indentation is removed from every line that has it, then pasted prompts. A cell whose first non-blank line is
-    a cell magic (`%%bash`) is not Python: every line becomes blank, except for the few cell magics whose body
-    is Python (`%%time`), where only the magic line is masked. Line magics, shell escapes, `x = !cmd`, help
-    lines (`obj?`, `?obj`), autocall escapes (`/f x`) and, in a one-line cell that is not Python, automagic
-    (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation lines included, but
+    The first line's indentation is removed from every line that has it, then pasted prompts. A cell whose
+    first non-blank line is a cell magic (`%%bash`) is not Python: every line becomes blank, except for the few
+    cell magics whose body is Python (`%%time`), where only the magic line is masked. Line magics, shell escapes,
+    `x = !cmd`, help lines (`obj?`, `?obj`), autocall escapes (`/f x`) and, in a one-line cell that is not
+    Python, automagic (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation lines included, but
     only where a new statement starts (not inside strings or brackets).
     """
     work = [line[len(prefix):] for line, prefix in zip(lines, removed_prefixes(lines))]
@@ -559,9 +559,9 @@ def _insertion_cell(notebook: Notebook, index: int, inserted: list[str]) -> Code
 def _restore_magics(new_lines: list[str], originals: list[tuple[str, str, str]], cell: CodeCell,
                     prefixes: list[str] | None = None) -> list[str]:
     """The cell's lines for a changed run of the joined text: each placeholder turned back into its IPython line
-    (`originals`: (line, placeholder, what IPython removed from it) in order), moved by as much as the fix moved the placeholder, and what
-    IPython removed put back on every line: `prefixes`, one for each line, where the run was rewritten line for
-    line, else the indentation (on every line that is not blank)."""
+    (`originals`: (line, placeholder, what IPython removed from the line) in order), moved by as much as the fix
+    moved the placeholder, and what IPython removed put back on every line: `prefixes`, one for each line, where
+    the run was rewritten line for line, else the indentation (on every line that is not blank)."""
     found = [(index, PLACEHOLDER_LINE.match(line)) for index, line in enumerate(new_lines)]
     placeholders = [(index, match) for index, match in found if match]
     if [bool(match.group("continued")) for _, match in placeholders] != \
