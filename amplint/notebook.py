@@ -264,8 +264,8 @@ def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:
     first non-blank line is a cell magic (`%%bash`) is not Python: every line becomes blank, except for the few
     cell magics whose body is Python (`%%time`), where only the magic line is masked. Line magics, shell escapes,
     `x = !cmd`, help lines (`obj?`, `?obj`), autocall escapes (`/f x`) and, in a one-line cell that is not
-    Python, automagic (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation lines included, but
-    only where a new statement starts (not inside strings or brackets).
+    Python, automagic (`cd data`) become `pass  # amplint: magic` with the line's indentation, continuation
+    lines included, but only where a new statement starts (not inside strings or brackets).
     """
     work = [line[len(prefix):] for line, prefix in zip(lines, removed_prefixes(lines))]
     first = next((index for index, line in enumerate(work) if line.strip()), None)
