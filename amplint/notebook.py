@@ -26,7 +26,7 @@ from amplint.diagnostics import Diagnostic, Fix, Location
 from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.rules.base import Rule
-from amplint.runner import FileOutcome, Mode
+from amplint.outcome import FileOutcome, Mode
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write_atomically
 
 SUFFIX = ".ipynb"

@@ -4,38 +4,17 @@ from __future__ import annotations
 
 import difflib
 import functools
-from dataclasses import dataclass, field
 
 from amplint import rules as registry
 from amplint.config import Settings
-from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, error_diagnostic, lint_text
 from amplint.facts.versions import TorchSupport, rule_applies
 from amplint.fixer import fix_text
 from amplint.output.common import diff_path
+from amplint.outcome import FileOutcome, Mode
 from amplint.prefilter import prefilter_for
 from amplint.rules.base import Rule
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, decode_source, read_source, write_atomically
-
-
-@dataclass(frozen=True)
-class Mode:
-    fix: bool = False
-    unsafe: bool = False
-    diff: bool = False  # compute fixes, report them as a diff, write nothing
-
-
-@dataclass
-class FileOutcome:
-    path: str
-    diagnostics: list[Diagnostic] = field(default_factory=list)
-    fixed: int = 0  # fixes applied (the file is written when there are any)
-    removed: int = 0  # findings the fixes took away: found before minus remaining (what `Fixed N` counts)
-    diff: str = ""
-    fixed_text: str | None = None  # the fixed source
-    output: bytes | None = None  # what `check - --fix` prints: the fixed source's bytes, else the input unchanged
-    message: str | None = None
-    internal_error: bool = False
 
 
 _INSTANCES: dict[tuple[type[Rule], TorchSupport], Rule] = {}  # rules keep no state: one per rule and torch range
