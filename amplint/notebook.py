@@ -18,6 +18,7 @@ import dataclasses
 import difflib
 import json
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from amplint.lazy import libcst as cst
@@ -55,10 +56,15 @@ AUTOMAGIC = frozenset({
 })
 # Pasted prompts, as IPython's PromptStripper reads them: (the first line's pattern, every line's pattern). The
 # classic `>>> ` / `... ` prompts, then IPython's own `In [3]: ` / `   ...: ` (vi mode's `[ins] ` in front).
-PROMPTS = (
-    (re.compile(r"^>>>( |$)"), re.compile(r"^(>>>|\.\.\.)( |$)")),
-    (re.compile(r"^(((\[nav\]|\[ins\])? )?In \[\d+\]: |\s*\.{3,}: ?)"),) * 2,
-)
+# IPython's `In [1]: ` / `...: ` prompt stripper: (first-line pattern, every-line pattern).
+IPYTHON_PROMPT = (re.compile(r"^(((\[nav\]|\[ins\])? )?In \[\d+\]: |\s*\.{3,}: ?)"),) * 2
+# Its classic `>>>` stripper runs in doctest mode (IPython 9): indented prompts too (`    >>> x`), `...`
+# continuations only in a block that has a `>>>` line, nothing inside a triple-quoted string, then each stripped
+# run dedented.
+DOCTEST_PS1 = re.compile(r"^\s*>>>[ \t]?")
+DOCTEST_PS2 = re.compile(r"^\s*\.\.\.[ \t]?")
+TRIPLE_QUOTE = re.compile(r"(?<!\\)(\"\"\"|\'\'\')")
+STRING_PREFIX = re.compile(r"(?i)^[rubf]*$")
 AUTOMAGIC_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<rest>(?:[ \t].*)?)$")
 LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
@@ -241,20 +247,71 @@ def undent_prefix(line: str, indent: str) -> str:
 
 def removed_prefixes(lines: list[str]) -> list[str]:
     """What IPython removes from the front of each line before reading the cell: the first line's indentation
-    (from every line that has it), then pasted prompts, as its PromptStripper does: each prompt pattern in turn,
-    applied to every line, only when the first non-blank line matches the first-line pattern or the line after
-    it matches the prompt pattern (a `...` alone is Python's Ellipsis, so it does not start a prompted cell)."""
+    (from every line that has it), then pasted prompts, as its PromptStripper does: classic `>>>` prompts in
+    doctest mode (`doctest_prefixes`), then `In [1]: ` prompts, applied to every line, only when the first non-blank
+    line matches the first-line pattern or the line after it matches the prompt pattern."""
     indent = leading_indent(lines)
     prefixes = [undent_prefix(line, indent) for line in lines]
     first = next((index for index, line in enumerate(lines) if line.strip()), None)
     if first is None:
         return prefixes
-    for initial, prompt in PROMPTS:
-        work = [line[len(prefix):] for line, prefix in zip(lines, prefixes)]
-        if initial.match(work[first]) or (first + 1 < len(work) and prompt.match(work[first + 1])):
-            prefixes = [prefix + (match.group(0) if (match := prompt.match(line)) and index >= first else "")
-                        for index, (prefix, line) in enumerate(zip(prefixes, work))]
+    work = [line[len(prefix):] for line, prefix in zip(lines, prefixes)]
+    prefixes = [prefix + more for prefix, more in zip(prefixes, doctest_prefixes(work))]
+    work = [line[len(prefix):] for line, prefix in zip(lines, prefixes)]
+    initial, prompt = IPYTHON_PROMPT
+    if initial.match(work[first]) or (first + 1 < len(work) and prompt.match(work[first + 1])):
+        prefixes = [prefix + (match.group(0) if (match := prompt.match(line)) and index >= first else "")
+                    for index, (prefix, line) in enumerate(zip(prefixes, work))]
     return prefixes
+
+
+def doctest_prefixes(lines: list[str]) -> list[str]:
+    """What IPython's classic prompt stripper (doctest mode) removes from each line: `>>>` and `...` prompts,
+    indented or not, outside triple-quoted strings, when the block has a `>>>` line there; then each run of lines
+    outside strings where a prompt went is dedented. Nothing when the block has no such `>>>` line."""
+    inside = _in_triple_quotes(lines)
+    if not any(not quoted and DOCTEST_PS1.match(line) for line, quoted in zip(lines, inside)):
+        return [""] * len(lines)
+    prefixes = []
+    for line, quoted in zip(lines, inside):
+        match = None if quoted else (DOCTEST_PS1.match(line) or DOCTEST_PS2.match(line))
+        prefixes.append(match.group(0) if match else "")
+    start = 0
+    while start < len(lines):  # runs of lines alike (inside a string or not)
+        end = start
+        while end < len(lines) and inside[end] == inside[start]:
+            end += 1
+        if not inside[start] and any(prefixes[start:end]):
+            rest = [line[len(prefix):] for line, prefix in zip(lines[start:end], prefixes[start:end])]
+            dedented = textwrap.dedent("\n".join(rest)).split("\n")
+            for index, (before, after) in enumerate(zip(rest, dedented), start):
+                prefixes[index] += before[: len(before) - len(after)]
+        start = end
+    return prefixes
+
+
+def _in_triple_quotes(lines: list[str]) -> list[bool]:
+    """Per line: is it inside a triple-quoted string whose prompts IPython keeps (a string opened with no prompt
+    in front of it, or before any prompt)? IPython's own heuristic, line by line."""
+    mask: list[bool] = []
+    quote: str | None = None
+    keep = False
+    seen_prompt = False
+    for line in lines:
+        mask.append(quote is not None and keep)
+        for match in TRIPLE_QUOTE.finditer(line):
+            if quote is None:
+                quote = match.group(1)
+                before = line[: match.start()]
+                stripped = DOCTEST_PS2.sub("", DOCTEST_PS1.sub("", before, count=1), count=1)
+                prompted = stripped != before and seen_prompt
+                keep = bool(not prompted and STRING_PREFIX.match(stripped.strip()))
+                mask[-1] = keep
+            elif quote == match.group(1):
+                quote = None
+                keep = False
+        seen_prompt = seen_prompt or bool(DOCTEST_PS1.match(line))
+    return mask
 
 
 def mask_ipython(lines: list[str]) -> tuple[list[str], bool]:

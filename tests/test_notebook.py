@@ -295,17 +295,22 @@ def test_an_indented_cell_keeps_its_columns_indentation_and_magics_through_a_fix
 
 @pytest.mark.parametrize("lines, removed", [
     ([">>> x = 1", "... y = 2", "...", "z = 3"], [">>> ", "... ", "...", ""]),
-    (["", ">>>", "...     x"], ["", ">>>", "... "]),
-    (["x = [", "... ]"], ["", "... "]),  # a prompt on the second line is enough
+    (["", ">>>", "...     x"], ["", ">>>", "...     "]),  # a stripped run is dedented (IPython 9, doctest mode)
+    (["x = [", "... ]"], ["", ""]),  # `...` is a prompt only in a block with a `>>>` line
     (["...", "x = 1"], ["", ""]),  # `...` first is Python's Ellipsis: no prompts
-    ([">>>x = 1", "y"], ["", ""]),  # a prompt is followed by a space or the end of the line
+    ([">>>x = 1", "y"], [">>>", ""]),  # doctest mode: the space after `>>>` is optional
     (["  >>> a = 1", "  ... b", "... c"], ["  >>> ", "  ... ", "... "]),  # the indentation goes first
     (["In [12]: x = 1", "   ...: y = 2", "    ...:", "[ins] In [3]: z"], ["In [12]: ", "   ...: ", "    ...:",
                                                                         "[ins] In [3]: "]),
     (["x = 1", "y", "In [1]: z"], ["", "", ""]),  # only the first two lines decide
     ([">>> x = 1", "In [1]: y"], [">>> ", "In [1]: "]),  # each kind of prompt in turn
+    ([">>> a = 1", "", " >>> b = a"], [">>> ", "", " >>> "]),  # doctest mode: indented prompts too
+    (["x = '''", ">>> s", "'''", ">>> y = 2"], ["", ">>> ", "", ">>> "]),  # a string opened after code: stripped
+    (["'''", ">>> kept", "'''", ">>> y = 2"], ["", "", "", ">>> "]),  # a plain string keeps its prompts
 ])
 def test_pasted_prompts_are_removed_as_ipython_removes_them(lines, removed):
+    """Each case as IPython 9.18 strips it (leading_indent, classic_prompt in doctest mode, ipython_prompt),
+    checked against IPython itself when the cases were written."""
     assert nb.removed_prefixes(lines) == removed
 
 
@@ -325,8 +330,10 @@ def test_a_fix_that_cannot_keep_the_prompts_is_refused():
     notebook = nb.parse_notebook(json.dumps({"nbformat": 4, "cells": [code(">>> x = 1\n>>> y = 2")]}))
     assert notebook.text == "x = 1\ny = 2" and notebook.cells[0].prompted
     assert nb.split_fixed_text(notebook, "x = 1\ny = 3") == {0: ">>> x = 1\n>>> y = 3"}
+    # a line without a prompt before them: IPython (doctest mode) still strips the prompts below it
+    assert nb.split_fixed_text(notebook, "z = 0\n\nx = 1\ny = 2") == {0: "z = 0\n\n>>> x = 1\n>>> y = 2"}
     with pytest.raises(nb.CrossCellEdit, match="pasted prompts"):
-        nb.split_fixed_text(notebook, "z = 0\n\nx = 1\ny = 2")  # IPython would no longer see the prompts
+        nb.split_fixed_text(notebook, "x = 1\n...\ny = 2")  # IPython would read the new `...` as a prompt
 
 
 def test_a_fix_may_not_split_a_continued_command():
