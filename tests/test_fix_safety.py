@@ -30,7 +30,7 @@ from amplint.fixer import compile_error, fix_text, parse_error
 from amplint.notebook import parse_notebook, process_notebook_text
 from amplint.rules import ALL_RULES
 from amplint.runner import Mode
-from test_fixtures import FIXTURES, fixture_files, fixture_id
+from test_fixtures import FIXTURES, fixture_files, fixture_id, with_known_failures
 
 RULES = [rule() for rule in ALL_RULES]
 CORPUS = FIXTURES / "correct-programs"
@@ -43,15 +43,6 @@ KNOWN_FLAGGED: dict[str, str] = {}
 KNOWN_CHANGED: dict[str, str] = {}
 
 
-def _params(paths: list[Path], known: dict[str, str]) -> list:
-    params = []
-    for path in paths:
-        reason = known.get(fixture_id(path))
-        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-        params.append(pytest.param(path, id=fixture_id(path), marks=marks))
-    return params
-
-
 # --- correct code: nothing to fix --------------------------------------------------------------------------
 
 def assert_safe_fixes_change_nothing(text: str, filename: str) -> None:
@@ -60,12 +51,12 @@ def assert_safe_fixes_change_nothing(text: str, filename: str) -> None:
     assert applied == [] and outcome.text == text, "a safe fix changed correct code"
 
 
-@pytest.mark.parametrize("path", _params(fixture_files("clean") + CORRECT, KNOWN_CHANGED))
+@pytest.mark.parametrize("path", with_known_failures(fixture_files("clean") + CORRECT, KNOWN_CHANGED))
 def test_safe_fixes_change_nothing_in_correct_code(path: Path) -> None:
     assert_safe_fixes_change_nothing(path.read_text(encoding="utf-8"), str(path))
 
 
-@pytest.mark.parametrize("path", _params(CORRECT, KNOWN_FLAGGED))
+@pytest.mark.parametrize("path", with_known_failures(CORRECT, KNOWN_FLAGGED))
 def test_correct_program_is_not_flagged(path: Path) -> None:
     diagnostics = lint_text(path.read_text(encoding="utf-8"), str(path), RULES).diagnostics
     assert [f"{d.location.row}:{d.location.column} {d.code} {d.message}" for d in diagnostics] == []
@@ -195,7 +186,7 @@ def check_moved_comments(after: str, pairs: list[tuple[str, str]]) -> None:
             lines[at[0]].lstrip())], f"{comment!r} is not at the indentation of {code!r}"
 
 
-@pytest.mark.parametrize("path", _params(fixture_files("flagged"), KNOWN_COMMENT_FAILURES))
+@pytest.mark.parametrize("path", with_known_failures(fixture_files("flagged"), KNOWN_COMMENT_FAILURES))
 def test_fix_keeps_every_comment_not_on_a_deleted_line(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
     outcome = fix_text(text, str(path), rules=RULES, unsafe=True)
