@@ -143,9 +143,7 @@ DELETED_COMMENTS: dict[str, list[str]] = {
     "AMP013-scaler-with-bfloat16/flagged/trainer_attributes.py": ["# expect: AMP013:23"],
 }
 # fixture -> comments a fix repeats: splitting a region reopens it with its `with` line, trailing comment included.
-COPIED_COMMENTS: dict[str, list[str]] = {
-    "AMP001-backward-in-autocast/flagged/block_footer_comment.py": ["# bf16 region"],
-}
+COPIED_COMMENTS: dict[str, list[str]] = {}
 # fixture -> (own-line comment, the code line right below it) for statements a fix moves: after fixing, each comment
 # is still right above its code, at its indentation (a moved statement takes its comments along).
 MOVED_COMMENTS: dict[str, list[tuple[str, str]]] = {

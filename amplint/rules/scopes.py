@@ -309,6 +309,7 @@ def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None =
 
     def rebuild() -> cst.Module:
         new: list[cst.BaseStatement] = []
+        first_in = next((index for index, (kind, _) in enumerate(groups) if kind == "in"), None)
         for index, (kind, statements) in enumerate(groups):
             if kind == "out":
                 if index == 0 and single:
@@ -317,7 +318,10 @@ def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None =
                                                                      *first.leading_lines]), *statements[1:]]
                 new.extend(statements)
                 continue
-            block = with_node.body.with_changes(body=statements, footer=footer if index == last_in else ())
+            # The `with` line's own comment stays on the block it opened; a reopened block starts bare.
+            block = with_node.body.with_changes(body=statements, footer=footer if index == last_in else (),
+                                                header=with_node.body.header if index == first_in
+                                                else cst.TrailingWhitespace())
             if single:
                 new.append(with_node.with_changes(body=block, leading_lines=with_node.leading_lines if index == 0
                                                   else ()))
