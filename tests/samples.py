@@ -25,3 +25,30 @@ def train(model, optimizer, loader, scaler):
         scaler.step(optimizer)
         scaler.update()
 """
+
+
+def as_nobody(call):
+    """`call()`'s result (anything JSON can carry), computed by a forked child that became `nobody`: root reads and
+    writes every file, so only another user meets real permissions. The child runs with the modules the parent has
+    loaded; load any it needs first (another user may not be able to reach them)."""
+    import json
+    import os
+
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child process
+        status = 1
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write_end, json.dumps(call()).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as handle:
+        data = handle.read()
+    assert os.waitpid(child, 0)[1] == 0, "the child that became nobody failed"
+    return json.loads(data)

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,7 +21,7 @@ from amplint.cli import main
 from amplint.config import KEYS, ConfigError, load_settings, settings_from_table
 from amplint.output import FORMAT_NAMES, Report, render
 from test_output_formats import validate_sarif
-from samples import FLAGGED
+from samples import FLAGGED, as_nobody
 
 # One safe fix (moving backward and step out of the region) takes away two findings, AMP001 and AMP002.
 TWO_IN_ONE = textwrap.dedent("""\
@@ -244,22 +245,34 @@ def test_an_unreadable_file_named_on_the_command_line_is_amp901_and_the_run_goes
     assert "flagged.py:6:9: AMP001" in result.stdout
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
-                    reason="root reads every file and folder: the monkeypatched tests above stand in for it")
-def test_real_permissions(project):
-    (project / "locked").mkdir()
-    (project / "locked" / "hidden.py").write_text(FLAGGED)
-    (project / "locked.py").write_text(FLAGGED)
-    os.chmod(project / "locked", 0)
-    os.chmod(project / "locked.py", 0)
+@pytest.mark.skipif(not hasattr(os, "geteuid") or (os.geteuid() == 0 and not hasattr(os, "fork")),
+                    reason="root reads every file and folder: it lints as another user in a forked child")
+def test_real_permissions():
+    import shutil
+
+    project = Path(tempfile.mkdtemp(prefix="amplint-permissions-"))  # under /tmp: reachable by another user
     try:
-        walked = run(["--output-format", "concise", "."], project)
-        named = run(["--output-format", "concise", "locked.py", "flagged.py"], project)
+        os.chmod(project, 0o755)
+        (project / "flagged.py").write_text(FLAGGED)
+        (project / "locked").mkdir()
+        (project / "locked" / "hidden.py").write_text(FLAGGED)
+        (project / "locked.py").write_text(FLAGGED)
+        walk = ["--output-format", "concise", "."]
+        name = ["--output-format", "concise", "locked.py", "flagged.py"]
+        run(walk, project)  # loads every lazily imported module (as root: read, so no AMP901 yet)
+        os.chmod(project / "locked", 0)
+        os.chmod(project / "locked.py", 0)
+
+        def lint_both():
+            return [(result.exit_code, result.stdout) for result in (run(walk, project), run(name, project))]
+
+        (walked, named) = as_nobody(lint_both) if os.geteuid() == 0 else lint_both()
     finally:
         os.chmod(project / "locked", 0o755)
         os.chmod(project / "locked.py", 0o644)
-    assert walked.exit_code == 1 and "locked:1:1: AMP901" in walked.stdout and "locked.py:1:1: AMP901" in walked.stdout
-    assert named.exit_code == 1 and "locked.py:1:1: AMP901" in named.stdout and "flagged.py:6:9" in named.stdout
+        shutil.rmtree(project)
+    assert walked[0] == 1 and "locked:1:1: AMP901" in walked[1] and "locked.py:1:1: AMP901" in walked[1], walked
+    assert named[0] == 1 and "locked.py:1:1: AMP901" in named[1] and "flagged.py:6:9" in named[1], named
 
 
 def test_a_missing_path_is_a_usage_error_in_one_line(project):

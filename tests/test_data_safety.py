@@ -25,6 +25,7 @@ from amplint.cli import main
 from amplint.config import Settings
 from amplint.rules import ALL_RULES
 from amplint.runner import Mode, process_file, rules_for
+from samples import as_nobody
 
 FLAGGED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP007, a safe fix
 FIXED = 'import torch\nscaler = torch.amp.GradScaler("cuda")\n'
@@ -262,31 +263,14 @@ def test_read_only_files_are_not_rewritten_and_findings_are_reported(tmp_path, m
 
 
 def _fix_as_nobody(paths: list[Path]) -> list[tuple[int, str | None, list[str]]]:
-    """(fixes applied, message, codes found) for each file, fixed by a forked child that became `nobody` (the
-    interpreter and every module it needs are already loaded: another user may not be able to reach them)."""
+    """(fixes applied, message, codes found) for each file, fixed as `nobody`."""
     process_file(str(paths[0]), _rules(), Mode(diff=True))  # load every lazily imported module first
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the child process
-        status = 1
-        try:
-            os.close(read_end)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            results = []
-            for path in paths:
-                outcome = process_file(str(path), _rules(), Mode(fix=True))
-                results.append((outcome.fixed, outcome.message, [d.code for d in outcome.diagnostics]))
-            os.write(write_end, json.dumps(results).encode())
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as handle:
-        data = handle.read()
-    assert os.waitpid(child, 0)[1] == 0
-    return [tuple(result) for result in json.loads(data)]
+
+    def fix_each():
+        return [(outcome.fixed, outcome.message, [d.code for d in outcome.diagnostics])
+                for outcome in (process_file(str(path), _rules(), Mode(fix=True)) for path in paths)]
+
+    return [tuple(result) for result in as_nobody(fix_each)]
 
 
 @pytest.mark.skipif(not IS_ROOT or not hasattr(os, "fork"), reason="becoming another user needs root and fork")
