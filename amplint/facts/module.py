@@ -570,6 +570,38 @@ class ModuleFacts:
         return list(self._events_by_function.get(id(function), ()))
 
     @cached_property
+    def _calls_by_function(self) -> dict[int, list[Call]]:
+        """Calls grouped by the function their code belongs to (an index: rules ask per scaler and function)."""
+        grouped: dict[int, list[Call]] = {}
+        for call in self.calls:
+            grouped.setdefault(id(call.frame.function()), []).append(call)
+        return grouped
+
+    @cached_property
+    def updates_by_last_name(self) -> dict[str, int]:
+        """Last part of a receiver -> how many `.update()` calls the module makes on a receiver ending so."""
+        counts: dict[str, int] = {}
+        for call in self.calls:
+            if call.method == "update" and call.receiver:
+                last = call.receiver.rsplit(".", 1)[-1]
+                counts[last] = counts.get(last, 0) + 1
+        return counts
+
+    def scaler_handed_over(self, scaler: str, function: Frame | None) -> bool:
+        """Is the scaler (or its owner, for `self.scaler`) passed by `function`'s code to a call other than the
+        scaler's own step/scale/unscale_? The callee may update it: a rule that adds or asks for an `update()`
+        could then make a second one per iteration."""
+        owner = scaler.split(".", 1)[0] if "." in scaler else None
+        for call in self._calls_by_function.get(id(function), ()):
+            if call.method in ("step", "scale", "unscale_"):
+                continue
+            for arg in call.node.args:
+                name = dotted_name(arg.value)
+                if name is not None and (name == scaler or (owner is not None and name == owner)):
+                    return True
+        return False
+
+    @cached_property
     def _events_by_function(self) -> dict[int, list[Event]]:
         """Events grouped by the function their code belongs to (an index: rules ask per event)."""
         grouped: dict[int, list[Event]] = {}

@@ -10,7 +10,6 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
-from amplint.facts.names import dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
@@ -146,18 +145,8 @@ def _may_update_elsewhere(facts: ModuleFacts, scaler: str, step: Event) -> bool:
     """Can the scaler be updated outside the step's function: an `.update()` on a scaler of that name anywhere in
     the module, or the scaler (or its owner) passed to a call of the function? Then an added `update()` may be
     a second one per iteration, which raises `No inf checks were recorded prior to update.`"""
-    last = scaler.rsplit(".", 1)[-1]
-    owner = scaler.split(".", 1)[0] if "." in scaler else None
-    function = step.frame.function()
-    for call in facts.calls:
-        if call.method == "update" and call.receiver and call.receiver.rsplit(".", 1)[-1] == last:
-            return True
-        if call.frame.function() is function and call.method not in ("step", "scale", "unscale_"):
-            for arg in call.node.args:
-                name = dotted_name(arg.value)
-                if name is not None and name in (scaler, owner):
-                    return True
-    return False
+    return (facts.updates_by_last_name.get(scaler.rsplit(".", 1)[-1], 0) > 0
+            or facts.scaler_handed_over(scaler, step.frame.function()))
 
 
 def _updates_every_step(facts: ModuleFacts, step: Event, update: Event) -> bool:

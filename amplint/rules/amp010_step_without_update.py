@@ -10,7 +10,6 @@ from amplint.lazy import visitor_class
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import scaler_enabled
-from amplint.facts.names import dotted_name
 from amplint.facts.walk import walk
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
@@ -90,16 +89,16 @@ class StepWithoutUpdate(Rule):
             if event.kind is EventKind.SCALER_STEP and event.scaler:
                 key = (event.scaler, id(event.frame.function()))
                 steps_by_scaler.setdefault(key, []).append(event)
-        calls = _Calls(facts)
+        updates = _update_calls(facts)
         for (scaler, _), steps in steps_by_scaler.items():
             last = steps[-1]
             function = last.frame.function()
-            local_updates, updated_elsewhere = self._updates(calls, scaler, function)
+            local_updates, updated_elsewhere = self._updates(facts, updates, scaler, function)
             if updated_elsewhere or scaler_enabled(facts, scaler, last.frame) is False:
                 continue
             if facts.no_grad_opener(last.frame) is not None:
                 continue  # AMP005's business
-            if self._handed_over(calls, scaler, function):
+            if facts.scaler_handed_over(scaler, function):
                 continue
             iteration = self._iteration_loop(last)
             if local_updates:
@@ -122,11 +121,11 @@ class StepWithoutUpdate(Rule):
                 f"Call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration"))
 
     @staticmethod
-    def _updates(calls: _Calls, scaler: str, function: Frame | None) -> tuple[list, bool]:
+    def _updates(facts: ModuleFacts, updates: dict, scaler: str, function: Frame | None) -> tuple[list, bool]:
         """(`.update()` calls on this scaler in the steps' own function, whether any other function of the
         module calls `.update()` on a scaler of that name: a helper that may run every iteration)."""
-        local = calls.updates.get((scaler, id(function)), [])
-        return local, calls.updates_named.get(scaler.rsplit(".", 1)[-1], 0) > len(local)
+        local = updates.get((scaler, id(function)), [])
+        return local, facts.updates_by_last_name.get(scaler.rsplit(".", 1)[-1], 0) > len(local)
 
     def _update_after_loop(self, facts: ModuleFacts, scaler: str, steps: list[Event], iteration: Frame | None,
                            updates: list) -> Finding | None:
@@ -153,19 +152,6 @@ class StepWithoutUpdate(Rule):
                    f"{facts.line_of(update.node)})")
         return Finding(last.node, message, None, help=(
             f"Call `{scaler}.update()` after the last `{scaler}.step(...)` of each iteration instead"))
-
-    @staticmethod
-    def _handed_over(calls: _Calls, scaler: str, function: Frame | None) -> bool:
-        """Is the scaler (or its owner, for `self.scaler`) passed to a call that might update it?"""
-        owner = scaler.split(".", 1)[0] if "." in scaler else None
-        for call in calls.by_function.get(id(function), ()):
-            if call.method in ("step", "scale", "unscale_"):
-                continue
-            for arg in call.node.args:
-                name = dotted_name(arg.value)
-                if name is not None and (name == scaler or (owner is not None and name == owner)):
-                    return True
-        return False
 
     @staticmethod
     def _iteration_loop(step: Event) -> Frame | None:
@@ -219,21 +205,14 @@ class StepWithoutUpdate(Rule):
         return FixPlan(f"Add `{scaler}.update()` after the last `{scaler}.step(...)` of the iteration", rebuild)
 
 
-class _Calls:
-    """The module's calls as AMP010 asks about them for each scaler it checks, indexed once: so that a module
-    of N functions that each step a scaler costs N lookups, not N scans of every call."""
-
-    def __init__(self, facts: ModuleFacts) -> None:
-        self.by_function: dict[int, list] = {}  # id of the function the call runs in -> calls, in source order
-        self.updates: dict[tuple[str, int], list] = {}  # (receiver, id of function) -> its `.update()` calls
-        self.updates_named: dict[str, int] = {}  # last part of a receiver -> how many `.update()` calls it has
-        for call in facts.calls:
-            function = call.frame.function()
-            self.by_function.setdefault(id(function), []).append(call)
-            if call.method == "update" and call.receiver:
-                self.updates.setdefault((call.receiver, id(function)), []).append(call)
-                last = call.receiver.rsplit(".", 1)[-1]
-                self.updates_named[last] = self.updates_named.get(last, 0) + 1
+def _update_calls(facts: ModuleFacts) -> dict[tuple[str, int], list]:
+    """(receiver, id of the function it runs in) -> its `.update()` calls, in source order: indexed once, so that
+    a module of N functions that each step a scaler costs N lookups, not N scans of every call."""
+    updates: dict[tuple[str, int], list] = {}
+    for call in facts.calls:
+        if call.method == "update" and call.receiver:
+            updates.setdefault((call.receiver, id(call.frame.function())), []).append(call)
+    return updates
 
 
 class _EarlyExits:  # a libcst visitor once made one with amplint.lazy.visitor_class
