@@ -1,4 +1,4 @@
-"""Small programs several test files lint: one home for each."""
+"""Small programs several test files lint, and the helpers several test files run them with: one home for each."""
 
 # AMP001: a backward inside an autocast region (a safe fix moves it out).
 FLAGGED = """\
@@ -52,3 +52,19 @@ def as_nobody(call):
         data = handle.read()
     assert os.waitpid(child, 0)[1] == 0, "the child that became nobody failed"
     return json.loads(data)
+
+
+def invoke_in(folder, args, input=None):
+    """The command line run in-process from `folder` (relative paths start there); exceptions propagate."""
+    import os
+
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    old = os.getcwd()
+    os.chdir(folder)
+    try:
+        return CliRunner().invoke(main, args, input=input, catch_exceptions=False)
+    finally:
+        os.chdir(old)

@@ -10,11 +10,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from amplint import __version__
-from amplint.cli import main
-from samples import FLAGGED
+from samples import FLAGGED, invoke_in
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,13 +39,7 @@ CLIP = textwrap.dedent("""\
 
 
 def run(args, cwd: Path, input: bytes | None = None):
-    runner = CliRunner()
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return runner.invoke(main, args, input=input, catch_exceptions=False)
-    finally:
-        os.chdir(old)
+    return invoke_in(cwd, args, input)
 
 
 @pytest.fixture

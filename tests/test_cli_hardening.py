@@ -14,14 +14,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import amplint.source
-from amplint.cli import main
 from amplint.config import KEYS, ConfigError, load_settings, settings_from_table
 from amplint.output import FORMAT_NAMES, Report, render
 from test_output_formats import validate_sarif
-from samples import FLAGGED, as_nobody
+from samples import FLAGGED, as_nobody, invoke_in
 
 # One safe fix (moving backward and step out of the region) takes away two findings, AMP001 and AMP002.
 TWO_IN_ONE = textwrap.dedent("""\
@@ -54,12 +52,7 @@ NOT_PYTHON = "import torch  # autocast\ndef f(:\n    pass\n"
 
 
 def run(args, cwd: Path):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, ["check", "--no-cache", *args], catch_exceptions=False)
-    finally:
-        os.chdir(old)
+    return invoke_in(cwd, ["check", "--no-cache", *args])
 
 
 @pytest.fixture

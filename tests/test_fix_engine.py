@@ -4,21 +4,19 @@
 from __future__ import annotations
 
 import json
-import os
 import types
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import amplint.runner
-from amplint.cli import main
 from amplint.diagnostics import Applicability
 from amplint.engine import lint_text
 from amplint.fixer import fix_text
 from amplint.rules import RULES_BY_CODE
 from amplint.rules.base import Rule
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
+from samples import invoke_in
 from test_fixtures import fixture_files, fixture_id, folder_code, with_known_failures
 
 # fixture path -> why amplint's fix differs from fixed/ today. Strict xfails: remove an entry once it passes.
@@ -129,12 +127,7 @@ def evaluate(model, loader, optimizer, scaler):
 
 
 def cli(*args: str, cwd: Path):
-    old = os.getcwd()
-    os.chdir(cwd)
-    try:
-        return CliRunner().invoke(main, ["check", "--select", CORE, *args], catch_exceptions=False)
-    finally:
-        os.chdir(old)
+    return invoke_in(cwd, ["check", "--select", CORE, *args])
 
 
 def write(tmp_path: Path, data: bytes, name: str = "train.py") -> Path:
