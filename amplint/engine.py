@@ -163,15 +163,18 @@ def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: st
     )
 
 
-def syntax_error_location(text: str, error: cst.ParserSyntaxError) -> tuple[int, int, str]:
-    """Row, 1-based column and message of a syntax error; CPython's own are the most precise when it agrees."""
+def cpython_syntax_error(text: str) -> tuple[int, int, str] | None:
+    """Row, 1-based column and message of CPython's syntax error in `text` (more precise than libcst's, so
+    preferred when libcst fails too); None when CPython parses it. Warnings are not errors and are not shown."""
     try:
-        ast.parse(text)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ast.parse(text)
     except SyntaxError as syntax_error:
         return syntax_error.lineno or 1, max(syntax_error.offset or 1, 1), syntax_error.msg
-    except (ValueError, RecursionError, MemoryError) as other:  # null bytes, nesting
+    except (ValueError, RecursionError, MemoryError, OverflowError) as other:  # null bytes, nesting
         return 1, 1, str(other)
-    return error.raw_line, error.raw_column + 1, error.message
+    return None
 
 
 def parse(text: str) -> cst.Module:
@@ -212,9 +215,10 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
     try:
         module = parse(text)
     except cst.ParserSyntaxError as error:
-        if mixed_newlines(text) and _compiles(text):
+        cpython = cpython_syntax_error(text)  # one CPython parse: does it compile, else where it fails
+        if cpython is None and mixed_newlines(text):
             return _lint_with_uniform_newlines(text, filename, rules, index)
-        row, column, message = syntax_error_location(text, error)
+        row, column, message = cpython or (error.raw_line, error.raw_column + 1, error.message)
         line = index.line(row) if row <= len(index.starts) else ""
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {message}", row, column, line)])
     except TooDeeplyNested as error:  # refused before libcst, which would crash (amplint/parsing.py)
@@ -233,16 +237,6 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
 def mixed_newlines(text: str) -> bool:
     """Does the text end its lines in more than one way (`\r\n`, `\r`, `\n`)?"""
     return "\r" in text and len(set(LINE_BREAK.findall(text))) > 1
-
-
-def _compiles(text: str) -> bool:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ast.parse(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-        return False
-    return True
 
 
 def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], index: LineIndex) -> FileResult:
