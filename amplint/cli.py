@@ -16,14 +16,14 @@ import click
 from amplint import __version__
 from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
-from amplint.config import ConfigError, describe, infer_target_torch, load_settings, validate_selectors
+from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
+                            validate_selectors)
 from amplint.diagnostics import Severity, with_severities
 from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
-from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.output.common import FILE_ERRORS, printable
-from amplint.output.concise import line as concise_line, summary
+from amplint.output.concise import line as concise_line, plural, summary
 from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
 
@@ -111,10 +111,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                 settings.set_by(key, value, f"--{key}")
         levels = settings.severity_levels()  # checked when the configuration was read
         if target_torch_version is not None:
-            try:
-                parse_version(target_torch_version)
-            except ValueError as error:
-                raise ConfigError(f"--target-torch-version: {error}") from None
+            check_torch_version(target_torch_version, "--target-torch-version")
             settings.set_by("target-torch-version", target_torch_version, "--target-torch-version")
             settings.target_torch_source = "--target-torch-version"
         infer_target_torch(settings, [stdin_filename or "-"] if list(paths) == ["-"] else list(paths) or ["."])
@@ -127,9 +124,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     if show_settings:
         click.echo(describe(settings), nl=False)
         sys.exit(EXIT_CLEAN)
-    format_name = settings.output_format or "full"
-    if format_name not in FORMAT_NAMES:
-        raise click.UsageError(f"unknown output format {format_name!r} (choose from {', '.join(FORMAT_NAMES)})")
+    format_name = settings.output_format or "full"  # checked by click.Choice or when the configuration was read
     mode = Mode(fix=fix or fix_only, unsafe=unsafe_fixes, diff=diff)
 
     outcomes: list[FileOutcome] = []
@@ -170,7 +165,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         changed = sum(1 for o in outcomes if o.diff)
         _say_file_errors(outcomes)
         if not quiet:
-            click.echo(f"{changed} file{'s' if changed != 1 else ''} would be changed.", err=True)
+            click.echo(f"{plural(changed, 'file')} would be changed.", err=True)
         sys.exit(_fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
 
     diagnostics = sorted((d for o in outcomes for d in o.diagnostics), key=lambda d: d.sort_key())
@@ -186,7 +181,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     if fix_only:
         _say_file_errors(outcomes)
         if not quiet:
-            click.echo(f"Fixed {report.fixed} problem{'s' if report.fixed != 1 else ''}.")
+            click.echo(f"Fixed {plural(report.fixed, 'problem')}.")
         sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
         _emit(_statistics(report, quiet), output_file)

@@ -318,10 +318,7 @@ def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplin
         raise ConfigError(f"{path}: unknown `output-format` {settings.output_format!r} "
                           f"(known: {', '.join(FORMAT_NAMES)})")
     if settings.target_torch_version is not None:
-        try:
-            parse_version(settings.target_torch_version)
-        except ValueError as error:
-            raise ConfigError(f"{path}: `target-torch-version`: {error}") from None
+        check_torch_version(settings.target_torch_version, f"{path}: `target-torch-version`")
         settings.target_torch_source = str(path)
     validate_selectors(settings, str(path))
     try:
@@ -329,6 +326,15 @@ def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplin
     except ValueError as error:
         raise ConfigError(f"{path}: {error}") from None
     return settings
+
+
+def check_torch_version(text: str, where: str) -> None:
+    """A torch version given by the user (the configuration or `--target-torch-version`), or a ConfigError that
+    starts with `where`."""
+    try:
+        parse_version(text)
+    except ValueError as error:
+        raise ConfigError(f"{where}: {error}") from None
 
 
 def infer_target_torch(settings: Settings, paths: list[str]) -> None:
