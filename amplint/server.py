@@ -35,7 +35,7 @@ from amplint import __version__
 from amplint import rules as registry
 from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_severities
-from amplint.engine import INTERNAL_ERROR, LINE_BREAK, error_diagnostic, lint_text
+from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic, lint_text
 from amplint.fixer import fix_text
 from amplint.parallel import die_with
 from amplint.runner import rules_for
@@ -63,7 +63,7 @@ class Positions:
         self.text = text
         self.encoding = str(getattr(encoding, "value", encoding)).lower()
         # LSP counts `\r\n`, `\r` and `\n` as line breaks, as Python (and amplint's rows) do
-        self.starts = [0] + [match.end() for match in LINE_BREAK.finditer(text)]
+        self.starts = LineIndex(text).starts
 
     def units(self, text: str) -> int:
         if self.encoding == "utf-8":
