@@ -50,7 +50,7 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _loss_scale(ax, r: dict, dtype: str) -> str:
+def _loss_scale(ax, r: dict) -> str:
     """AMP004: the scale each step used; a step whose weights did not change (skipped) in red."""
     scales, skipped = r["scales"], r.get("skipped_at") or [False] * len(r["scales"])
     steps = range(1, len(scales) + 1)
@@ -67,7 +67,7 @@ def _loss_scale(ax, r: dict, dtype: str) -> str:
     return f"{r['skipped_steps']}/{r['steps']} steps skipped"
 
 
-def _clip_norm(ax, r: dict, dtype: str) -> str:
+def _clip_norm(ax, r: dict) -> str:
     """AMP003: the norm clip_grad_norm_ saw (and clipped to max_norm=1) against the gradient's true norm."""
     values = [r["clip_norm"], r["true_norm"]]
     bars = ax.bar(["norm clip_grad_norm_\nreturned (step 1)", "true gradient\nnorm"], values,
@@ -81,32 +81,34 @@ def _clip_norm(ax, r: dict, dtype: str) -> str:
     return f"size of the first update {r['first_update']:.2g}"
 
 
-def _prediction_scale(ax, r: dict, dtype: str) -> str:
+def _against_reference(ax, xs: list, ys: list, span: tuple, unchanged: bool) -> None:
+    """AMP005's two panels: each sample as evaluated (ys) against its reference (xs), beside the y = x line over
+    `span` that a program which leaves its outputs alone lies on; green when it does."""
+    ax.plot(span, span, color="grey", linestyle="--", linewidth=1, label="y = x (unchanged)")
+    ax.scatter(xs, ys, s=14, color=GOOD if unchanged else BAD, label="16 samples")
+    ax.legend(fontsize=7, loc="best")
+
+
+def _prediction_scale(ax, r: dict) -> str:
     """AMP005 (outputs): each prediction as evaluated against the model's plain output; y = x is right."""
-    xs, ys = r["reference_sample"], r["pred_sample"]
-    low, high = min(xs), max(xs)
-    ax.plot([low, high], [low, high], color="grey", linestyle="--", linewidth=1, label="y = x (unchanged)")
-    ax.scatter(xs, ys, s=14, color=GOOD if abs(r["pred_ratio"] - 1) < 1e-6 else BAD, label="16 samples")
+    xs = r["reference_sample"]
+    _against_reference(ax, xs, r["pred_sample"], (min(xs), max(xs)), abs(r["pred_ratio"] - 1) < 1e-6)
     ax.set_xlabel("model's plain output")
     ax.set_ylabel("prediction as evaluated")
-    ax.legend(fontsize=7, loc="best")
     return f"predictions / outputs = {r['pred_ratio']:.6g}"
 
 
-def _prediction_probability(ax, r: dict, dtype: str) -> str:
+def _prediction_probability(ax, r: dict) -> str:
     """AMP005 (softmax): the predicted probability of class 1 against the one from the plain outputs."""
-    xs, ys = r["reference_prob_sample"], r["prob_sample"]
-    ax.plot([0, 1], [0, 1], color="grey", linestyle="--", linewidth=1, label="y = x (unchanged)")
-    ax.scatter(xs, ys, s=14, color=GOOD if r["max_prob_diff"] < 1e-6 else BAD, label="16 samples")
+    _against_reference(ax, r["reference_prob_sample"], r["prob_sample"], (0, 1), r["max_prob_diff"] < 1e-6)
     ax.set_xlim(-0.05, 1.05)
     ax.set_ylim(-0.05, 1.05)
     ax.set_xlabel("P(class 1) from the plain outputs")
     ax.set_ylabel("P(class 1) as predicted")
-    ax.legend(fontsize=7, loc="best")
     return f"logits x{r['logit_ratio']:.6g}, largest error {r['max_prob_diff']:.3g}"
 
 
-def _island_error(ax, r: dict, dtype: str) -> str:
+def _island_error(ax, r: dict) -> str:
     """AMP006 (penalty): the relative error of the island's sum at each step; inf drawn at the top."""
     errors = r["rel_errs"]
     finite = [e for e in errors if _finite(e) and e > 0]
@@ -124,7 +126,7 @@ def _island_error(ax, r: dict, dtype: str) -> str:
     return f"the island computes in {r['penalty_dtype']}"
 
 
-def _island_dtype(ax, r: dict, dtype: str) -> str:
+def _island_dtype(ax, r: dict) -> str:
     """AMP006 (head): the dtype the float32 head receives, and the loss of each step that ran (or the error)."""
     losses = r.get("losses") or []
     if losses:
@@ -146,7 +148,7 @@ def _island_dtype(ax, r: dict, dtype: str) -> str:
 @dataclass(frozen=True)
 class Picture:
     title: str  # what the picture shows, after the rule and the program
-    draw: Callable[..., str]  # (ax, the run's JSON, dtype) -> draws one panel, returns its one-line summary
+    draw: Callable[..., str]  # (ax, the run's JSON) -> draws one panel, returns its one-line summary
     sharey: bool = True  # flagged and fixed on the same y axis (False where one would flatten the other)
 
 
@@ -169,7 +171,7 @@ def filename(rule: str, stem: str, device: str = "cpu") -> str:
 
 # --- figures -----------------------------------------------------------------------------------------------------
 
-def _panel(ax, picture: Picture, data: dict | None, dtype: str, error: str | None) -> str:
+def _panel(ax, picture: Picture, data: dict | None, error: str | None) -> str:
     """Draw one run; its summary for the panel's title."""
     if data is None:
         ax.text(0.5, 0.5, (error or "not run")[-120:], transform=ax.transAxes, ha="center",
@@ -178,7 +180,7 @@ def _panel(ax, picture: Picture, data: dict | None, dtype: str, error: str | Non
         ax.set_yticks([])
         return "no result"
     try:
-        return picture.draw(ax, data, dtype)
+        return picture.draw(ax, data)
     except (KeyError, TypeError, ValueError) as problem:
         raise PlotError(f"the run's JSON lacks what its picture needs: {type(problem).__name__}: {problem}") from None
 
@@ -198,7 +200,7 @@ def plot_program(name: str, rule: str, device: str, results: dict, out: Path, un
         for row, dtype in enumerate(dtypes):
             for column, (key, label) in enumerate(((FLAGGED, "flagged (as written)"), (FIXED, fixed_label))):
                 ax = axes[row][column]
-                summary = _panel(ax, picture, results[dtype].get(key), dtype, results[dtype].get(f"{key}_error"))
+                summary = _panel(ax, picture, results[dtype].get(key), results[dtype].get(f"{key}_error"))
                 ax.set_title(f"{dtype} on {device}: {label}\n{summary}", fontsize=9,
                              color=BAD if key == FLAGGED else GOOD)
                 ax.tick_params(labelsize=8, labelleft=True)
