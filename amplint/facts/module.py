@@ -587,6 +587,22 @@ class ModuleFacts:
                 counts[last] = counts.get(last, 0) + 1
         return counts
 
+    def block_of(self, statement: cst.CSTNode) -> tuple[tuple, int, bool] | None:
+        """(the statements of the indented block or module body that holds `statement`, its position there,
+        whether that is the module body); None for a node that is no statement of a block."""
+        return self._blocks.get(id(statement))
+
+    @cached_property
+    def _blocks(self) -> dict[int, tuple[tuple, int, bool]]:
+        """The index `block_of` reads: one walk of the module, for the rules that move or remove statements."""
+        body = tuple(self.module.body)
+        visitor = visitor_class(_Blocks)()
+        walk(self.module, visitor)
+        blocks = visitor.blocks
+        for position, statement in enumerate(body):
+            blocks[id(statement)] = (body, position, True)
+        return blocks
+
     def scaler_handed_over(self, scaler: str, function: Frame | None) -> bool:
         """Is the scaler (or its owner, for `self.scaler`) passed by `function`'s code to a call other than the
         scaler's own step/scale/unscale_? The callee may update it: a rule that adds or asks for an `update()`
@@ -664,6 +680,21 @@ class ModuleFacts:
         """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
         return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
             id(c.frame.function()) for c in self.calls if c.method in ("manual_backward", "backward")}
+
+
+class _Blocks:  # a libcst visitor once made one with amplint.lazy.visitor_class
+    """id of each statement of an indented block -> (that block's statements, the statement's position there,
+    False)."""
+
+    walks_trivia = False
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, tuple[tuple, int, bool]] = {}
+
+    def visit_IndentedBlock(self, block: cst.IndentedBlock) -> None:
+        statements = tuple(block.body)
+        for position, statement in enumerate(statements):
+            self.blocks.setdefault(id(statement), (statements, position, False))
 
 
 class _ParamGroups:  # a libcst visitor once made one with amplint.lazy.visitor_class

@@ -109,7 +109,6 @@ class ClipWithoutUnscale(Rule):
             if events.unscale_between(scaler, counted, backward.index, clip.index) is not None:
                 continue
             late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
-            optimizer = tied or step.optimizer or "optimizer"
             clipped = snippet(facts, clip.node.func, 32)
             if late_unscale is not None:
                 message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}`: the `unscale_` at line "
@@ -384,8 +383,8 @@ class _FunctionEvents:
 
 class _Index:
     """What AMP003 looks up for each clip, built once per module as it is first asked for: each function's
-    events, each optimizer's owners, each function's assignments, the block around each statement and the
-    events in each statement. So N clips cost N lookups, not N scans of the module."""
+    events, each optimizer's owners, each function's assignments and the events in each statement (the block
+    around each statement is `ModuleFacts.block_of`'s). So N clips cost N lookups, not N scans of the module."""
 
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
@@ -422,34 +421,16 @@ class _Index:
         """The assignments whose code belongs to `function`, in source order."""
         return self._assignments.get(id(function), [])
 
-    @cached_property
-    def _blocks(self) -> dict[int, tuple[tuple, int, bool]]:
-        """id of a statement -> (the statements of its block or of the module body, its position there, whether
-        that is the module body)."""
-        blocks: dict[int, tuple[tuple, int, bool]] = {}
-        body = tuple(self.facts.module.body)
-        for position, statement in enumerate(body):
-            blocks[id(statement)] = (body, position, True)
-
-        class Blocks(cst.CSTVisitor):
-            def visit_IndentedBlock(self, block: cst.IndentedBlock) -> None:
-                statements = tuple(block.body)
-                for position, statement in enumerate(statements):
-                    blocks.setdefault(id(statement), (statements, position, False))
-
-        self.facts.module.visit(Blocks())
-        return blocks
-
     def block_around(self, statements: tuple) -> tuple[tuple | None, int]:
         """The statements of the block (or module body) that holds the innermost of `statements`, and its
         position there."""
-        found = self._blocks.get(id(statements[-1]))
+        found = self.facts.block_of(statements[-1])
         if found is None or (not found[2] and len(statements) < 2):
             return None, -1
         return found[0], found[1]
 
     def position_in(self, block: tuple, statement: cst.CSTNode) -> int | None:
-        found = self._blocks.get(id(statement))
+        found = self.facts.block_of(statement)
         return found[1] if found is not None and found[0] is block else None
 
     @cached_property

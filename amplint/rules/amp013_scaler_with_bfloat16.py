@@ -164,19 +164,6 @@ class _Index:
         return self._removed_calls[key]
 
     @cached_property
-    def blocks(self) -> dict[int, tuple[int, int]]:
-        """id of each statement of an indented block -> (id of that block, how many statements it has)."""
-        blocks: dict[int, tuple[int, int]] = {}
-
-        class Blocks(cst.CSTVisitor):
-            def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-                for statement in node.body:
-                    blocks[id(statement)] = (id(node), len(node.body))
-
-        self.facts.module.visit(Blocks())
-        return blocks
-
-    @cached_property
     def imports(self) -> dict[str, list[cst.SimpleStatementLine]]:
         """The lines that are one `from ... import` (not `*`) binding a local name, by that name, in source order."""
         lines: dict[str, list[cst.SimpleStatementLine]] = {}
@@ -259,12 +246,13 @@ class _RemoveScaler:
 
     def _blocks_survive(self, removed: list[cst.CSTNode]) -> bool:
         """No block may lose all of its statements."""
-        taken: dict[int, int] = {}  # id of a block -> how many of its statements are removed
+        taken: dict[int, int] = {}  # id of a block's statements -> how many of them are removed
         for statement in {id(r): r for r in removed}.values():
-            block = self.index.blocks.get(id(statement))
-            if block is not None:
-                taken[block[0]] = taken.get(block[0], 0) + 1
-                if taken[block[0]] == block[1]:
+            found = self.facts.block_of(statement)
+            if found is not None and not found[2]:
+                block = found[0]
+                taken[id(block)] = taken.get(id(block), 0) + 1
+                if taken[id(block)] == len(block):
                     return False
         return True
 
