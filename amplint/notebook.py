@@ -13,6 +13,7 @@ included, so "cell 3" is the third cell from the top whatever the kinds of the c
 from __future__ import annotations
 
 import bisect
+import codecs
 import copy
 import dataclasses
 import difflib
@@ -861,6 +862,12 @@ def decode_notebook(raw: bytes) -> str:
         raise SourceError(f"cannot decode as utf-8: {error}") from None
 
 
+def encode_notebook(text: str, raw: bytes) -> bytes:
+    """The notebook's JSON text as bytes, with the byte order mark the original bytes `raw` had (if any)."""
+    bom = codecs.BOM_UTF8 if raw.startswith(codecs.BOM_UTF8) else b""
+    return bom + text.encode("utf-8")
+
+
 def process_notebook_bytes(raw: bytes, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
     """A notebook read from stdin (nothing is written; `fixed_text` holds the result)."""
     try:
@@ -876,8 +883,6 @@ def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None,
     try:
         raw = read_bytes(path, max_size)  # a regular file, not too large (amplint/source.py)
         text = decode_notebook(raw)
-    except OSError as error:
-        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, f"cannot read: {error.strerror or error}")])
     except SourceError as error:
         return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
     if cache is not None and not (mode.fix or mode.diff):
@@ -886,11 +891,8 @@ def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None,
         return FileOutcome(path, found, internal_error=any(d.code == "AMP902" for d in found))
     outcome = process_notebook_text(text, path, rules, mode)
     if mode.fix and not mode.diff and outcome.fixed:
-        data = outcome.fixed_text.encode("utf-8")
-        if raw.startswith(b"\xef\xbb\xbf"):
-            data = b"\xef\xbb\xbf" + data
         try:
-            write_atomically(path, data, raw)
+            write_atomically(path, encode_notebook(outcome.fixed_text, raw), raw)
         except (SourceError, OSError) as error:
             original = process_notebook_text(text, path, rules, Mode())
             original.message = f"{path}: fixes not written: {error}"

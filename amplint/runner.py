@@ -102,12 +102,11 @@ def process_stdin(raw: bytes, filename: str, rules: list[Rule], mode: Mode) -> F
     in the input's own encoding and BOM, and the input's bytes unchanged whenever nothing was fixed (it could
     not be decoded, does not parse, has nothing to fix, or the fix cannot be encoded)."""
     if filename.endswith(".ipynb"):
-        from amplint.notebook import process_notebook_bytes
+        from amplint.notebook import encode_notebook, process_notebook_bytes
 
         outcome = process_notebook_bytes(raw, filename, rules, mode)
         if outcome.fixed and outcome.fixed_text is not None:
-            bom = b"\xef\xbb\xbf" if raw.startswith(b"\xef\xbb\xbf") else b""
-            outcome.output = bom + outcome.fixed_text.encode("utf-8")
+            outcome.output = encode_notebook(outcome.fixed_text, raw)
         else:
             outcome.output = raw
         return outcome
