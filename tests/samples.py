@@ -68,3 +68,15 @@ def invoke_in(folder, args, input=None):
         return CliRunner().invoke(main, args, input=input, catch_exceptions=False)
     finally:
         os.chdir(old)
+
+
+def amplint_process(*args, cwd):
+    """This checkout's command line (`python -m amplint ARGS`) run as a real child process from `cwd`: text out."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True,
+                          env=environment, timeout=600)

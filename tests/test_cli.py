@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from amplint import __version__
-from samples import FLAGGED, invoke_in
+from samples import FLAGGED, amplint_process, invoke_in
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -256,11 +255,9 @@ def test_internal_error_is_reported_with_exit_code_2(project, monkeypatch):
 
 
 def test_subprocess_entry_point(project):
-    result = subprocess.run([sys.executable, "-m", "amplint", "check", "flagged.py"], cwd=project,
-                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = amplint_process("check", "flagged.py", cwd=project)
     assert result.returncode == 1 and "AMP001" in result.stdout
-    bad = subprocess.run([sys.executable, "-m", "amplint", "check", "--select", "ZZZ"], cwd=project,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    bad = amplint_process("check", "--select", "ZZZ", cwd=project)
     assert bad.returncode == 2 and "ZZZ" in bad.stderr and "Traceback" not in bad.stderr
 
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,9 +13,7 @@ from click.testing import CliRunner
 from amplint.cli import main
 from amplint.config import DEFAULT_EXCLUDE, KEYS, Settings, settings_from_table
 from amplint.discovery import discover
-from samples import FLAGGED
-
-REPO = Path(__file__).resolve().parents[1]
+from samples import FLAGGED, amplint_process
 
 
 @pytest.fixture
@@ -244,9 +240,7 @@ def test_show_settings_with_a_broken_configuration_is_a_usage_error(project):
 
 def test_show_settings_through_the_installed_command(project):
     """The same through a real process (the console entry point): exit 0, the table on stdout, nothing else."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-m", "amplint", "check", "--show-settings", "--ignore", "AMP001"],
-                            cwd=project, capture_output=True, text=True, env=environment, timeout=120)
+    result = amplint_process("check", "--show-settings", "--ignore", "AMP001", cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert 'ignore = ["AMP001"]  # --ignore' in result.stdout
@@ -254,11 +248,8 @@ def test_show_settings_through_the_installed_command(project):
 
 def test_a_named_excluded_folder_through_the_installed_command(project):
     """A real process: the folder is linted without --force-exclude, skipped and explained with it."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-
     def amplint(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "amplint", "check", "--no-cache", "--output-format", "concise",
-                               *args], cwd=project, capture_output=True, text=True, env=environment, timeout=120)
+        return amplint_process("check", "--no-cache", "--output-format", "concise", *args, cwd=project)
 
     linted = amplint("build")
     assert linted.returncode == 1 and linted.stdout.startswith("build/gen.py:6:9: AMP001")

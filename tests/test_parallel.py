@@ -19,15 +19,14 @@ from amplint.discovery import discover
 from amplint.parallel import Progress, check_path, lint_paths
 from amplint.rules import ALL_RULES
 from amplint.runner import Mode
+from samples import amplint_process
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
 
 
-def _amplint(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    environment = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "amplint", *args], capture_output=True, text=True, cwd=cwd,
-                          env=environment, timeout=600)
+def _amplint(*args: str) -> subprocess.CompletedProcess:
+    return amplint_process(*args, cwd=REPO)
 
 
 @pytest.mark.parametrize("output_format", ["json", "full"])
