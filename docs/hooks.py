@@ -182,15 +182,20 @@ def picture(program) -> str:
             f"{plots.PICTURES[program.name].title}, flagged and fixed runs](../plots/{name})\n")
 
 
+def _program_intro(program, heading: str, shows: str) -> list[str]:
+    """The opening of a runtime program's section: its heading, its path and observable, then `shows` (what its
+    runs show), and its spec's note."""
+    parts = [f"### `{program.path.stem}`{heading}\n",
+             f"`{program.path.relative_to(ROOT).as_posix()}`: {program.observable}. {shows}\n"]
+    if program.note:
+        parts.append(f"Note from its spec: {program.note}\n")
+    return parts
+
+
 def program_section(program, rows: list[list[str]]) -> str:
     from amplint import harness
 
-    relative = program.path.relative_to(ROOT).as_posix()
-    parts = [f"### `{program.path.stem}`\n",
-             f"`{relative}`: {program.observable}. The harm shows with "
-             f"{', '.join(program.dtypes)}.\n"]
-    if program.note:
-        parts.append(f"Note from its spec: {program.note}\n")
+    parts = _program_intro(program, "", f"The harm shows with {', '.join(program.dtypes)}.")
     if rows:
         table = ["| device | dtype | flagged run | fixed run | confirmed |", "|---|---|---|---|---|"]
         table += [f"| {device} | {dtype} | {flagged} | {fixed} | {confirmed} |"
@@ -204,7 +209,7 @@ def program_section(program, rows: list[list[str]]) -> str:
         if diff:
             parts.append("What amplint's fixer makes of it (the fixed run runs this):\n\n" + _fence(diff, "diff"))
         else:
-            log.warning(f"{relative}: amplint's fixer gives no fixed program: {'; '.join(fixed.problems)}")
+            log.warning(f"{program.path.relative_to(ROOT).as_posix()}: amplint's fixer gives no fixed program: {'; '.join(fixed.problems)}")
     else:
         parts.append("The rule offers no fix, so only the flagged program is run.\n")
     return "\n".join(parts)
@@ -213,12 +218,9 @@ def program_section(program, rows: list[list[str]]) -> str:
 def safety_section(program) -> str:
     from amplint import harness
 
-    relative = program.path.relative_to(ROOT).as_posix()
-    parts = [f"### `{program.path.stem}` (a fix that must not change results)\n",
-             f"`{relative}`: {program.observable}. The fixed program must give the same "
-             f"{', '.join(f'`{key}`' for key in program.same)} as the original.\n"]
-    if program.note:
-        parts.append(f"Note from its spec: {program.note}\n")
+    same = ", ".join(f"`{key}`" for key in program.same)
+    parts = _program_intro(program, " (a fix that must not change results)",
+                           f"The fixed program must give the same {same} as the original.")
     diff = _fix_diff(program, harness.fix_program(program).text)
     parts.append("What amplint's safe fixer makes of it:\n\n" + _fence(diff, "diff") if diff
                  else "amplint's safe fixer leaves it unchanged.\n")
