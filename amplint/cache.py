@@ -45,6 +45,7 @@ from typing import Callable, Sequence
 from amplint import __version__
 from amplint import diagnostics as diagnostics_module
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from amplint.source import SourceError, read_bytes
 
 DEFAULT_DIRECTORY = ".amplint_cache"
 ENTRIES = "entries"
@@ -183,22 +184,11 @@ def entry_diagnostics(key: str, raw: bytes) -> list[Diagnostic] | None:
 
 def read_regular_file(path: str | os.PathLike, limit: int) -> bytes | None:
     """The bytes of a regular file of at most `limit` bytes; None for anything else (missing, a folder, a FIFO,
-    a device, a symlink, too big). A FIFO is opened without blocking and never read."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    a device, a symlink, too big): `source.read_bytes`, which never blocks on a FIFO, without following links."""
     try:
-        descriptor = os.open(path, flags)
-    except OSError:
+        return read_bytes(path, limit, follow=False)
+    except SourceError:
         return None
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        data = os.read(descriptor, info.st_size + 1)  # one read; a file that grows meanwhile fails its checks
-        return data if len(data) <= limit else None
-    except OSError:
-        return None
-    finally:
-        os.close(descriptor)
 
 
 def _schema() -> str:

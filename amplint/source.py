@@ -50,8 +50,9 @@ def read_source(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> SourceText:
     return decode_source(read_bytes(path, max_size))
 
 
-def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
-    """The bytes of the regular file at `path`, at most `max_size` of them; SourceError for anything else.
+def read_bytes(path: str | os.PathLike, max_size: int = DEFAULT_MAX_FILE_SIZE, follow: bool = True) -> bytes:
+    """The bytes of the regular file at `path`, at most `max_size` of them; SourceError for anything else (with
+    `follow=False`, a symlink too: the cache reads its own files so).
 
     Only a regular file has an end: a FIFO named `x.py` would block the run until something writes to it, a
     link to `/dev/zero` would be read until memory runs out. The path is checked before it is opened (opening a
@@ -60,8 +61,8 @@ def read_bytes(path: str, max_size: int = DEFAULT_MAX_FILE_SIZE) -> bytes:
     file that grows past the limit while it is read is refused too.
     """
     try:
-        _check_regular(os.stat(path), max_size)
-        descriptor = os.open(path, _OPEN_FLAGS)
+        _check_regular(os.stat(path, follow_symlinks=follow), max_size)
+        descriptor = os.open(path, _OPEN_FLAGS if follow else _OPEN_FLAGS | getattr(os, "O_NOFOLLOW", 0))
         try:
             info = os.fstat(descriptor)
             _check_regular(info, max_size)
