@@ -617,6 +617,17 @@ class ModuleFacts:
                     return True
         return False
 
+    def assignments_in(self, function: Frame | None) -> list[Assignment]:
+        """The assignments whose code belongs to `function` (None: module level), in source order."""
+        return self._assignments_by_function.get(id(function), [])
+
+    @cached_property
+    def _assignments_by_function(self) -> dict[int, list[Assignment]]:
+        grouped: dict[int, list[Assignment]] = {}
+        for assignment in self.assignments:
+            grouped.setdefault(id(assignment.frame.function()), []).append(assignment)
+        return grouped
+
     @cached_property
     def _events_by_function(self) -> dict[int, list[Event]]:
         """Events grouped by the function their code belongs to (an index: rules ask per event)."""

@@ -383,8 +383,8 @@ class _FunctionEvents:
 
 class _Index:
     """What AMP003 looks up for each clip, built once per module as it is first asked for: each function's
-    events, each optimizer's owners, each function's assignments and the events in each statement (the block
-    around each statement is `ModuleFacts.block_of`'s). So N clips cost N lookups, not N scans of the module."""
+    events, each optimizer's owners and the events in each statement (the block around each statement is
+    `ModuleFacts.block_of`'s). So N clips cost N lookups, not N scans of the module."""
 
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
@@ -409,17 +409,6 @@ class _Index:
         if key not in self._owners:
             self._owners[key] = _optimizer_owners(self.facts, name, frame, self)
         return self._owners[key]
-
-    @cached_property
-    def _assignments(self) -> dict[int, list]:
-        by_function: dict[int, list] = {}
-        for assignment in self.facts.assignments:
-            by_function.setdefault(id(assignment.frame.function()), []).append(assignment)
-        return by_function
-
-    def assignments_in(self, function) -> list:
-        """The assignments whose code belongs to `function`, in source order."""
-        return self._assignments.get(id(function), [])
 
     def block_around(self, statements: tuple) -> tuple[tuple | None, int]:
         """The statements of the block (or module body) that holds the innermost of `statements`, and its
@@ -458,7 +447,7 @@ def _optimizer_owners(facts: ModuleFacts, name: str, frame, index: _Index) -> se
         return None
     # `self.model = model` next to `self.opt = Adam(model.parameters())`: the same module under both names.
     function = bound[0].frame.function()
-    for assignment in index.assignments_in(function):
+    for assignment in facts.assignments_in(function):
         if dotted_name(assignment.value) in owners:
             owners = owners | set(assignment.targets)
     return owners

@@ -93,8 +93,10 @@ class DisabledAutocastWithoutCast(Rule):
             outer = facts.region_of(frame.parent)
             if outer is None or not outer.active or outer.frame is None:
                 continue
-            low = low_precision_names(facts.assignments, outer.frame, frame.start_index, frame.function())
-            floats = floating_names(facts.assignments, outer.frame, frame.start_index, frame.function(), facts)
+            function = frame.function()
+            assigned = facts.assignments_in(function)
+            low = low_precision_names(assigned, outer.frame, frame.start_index, function)
+            floats = floating_names(assigned, outer.frame, frame.start_index, function, facts)
             yield from self._report(facts, frame.node.body, low, outer, region, parameters=False, floats=floats,
                                     frame=frame)
         for info in facts.functions:
@@ -113,7 +115,8 @@ class DisabledAutocastWithoutCast(Rule):
             outer, chain = facts.effective_region(site.frame)
             if outer is None or not outer.active or chain or outer.frame is None:
                 continue
-            low = set(low_precision_names(facts.assignments, outer.frame, site.index, site.frame.function()))
+            function = site.frame.function()
+            low = set(low_precision_names(facts.assignments_in(function), outer.frame, site.index, function))
             for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
                 if is_low_precision(argument, low):
                     fed.setdefault(name, site)
