@@ -98,28 +98,31 @@ def uri_to_path(uri: str) -> str | None:
     return path
 
 
+def _document_rules(path: str | None, root: str | None):
+    """(settings, filename, rules) for one open document: the configuration that applies to its folder (or the
+    workspace root); ConfigError for a broken one."""
+    settings = load_settings(start=Path(path).parent if path else Path(root or os.getcwd()))
+    filename = path or "untitled.py"
+    rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
+    return settings, filename, rules_for(filename, rule_classes, settings)
+
+
 def lint_document(text: str, path: str | None, root: str | None = None) -> list[Diagnostic]:
     """Lint one open document with the configuration that applies to its folder (or the workspace root).
 
     Raises ConfigError for a broken configuration, so that the server can tell the user.
     """
-    start = Path(path).parent if path else Path(root or os.getcwd())
-    settings = load_settings(start=start)
-    filename = path or "untitled.py"
+    settings, filename, rules = _document_rules(path, root)
     if path and settings.force_exclude and settings.excluded(path):
         return []
-    rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
-    diagnostics = lint_text(text, filename, rules_for(filename, rule_classes, settings)).diagnostics
+    diagnostics = lint_text(text, filename, rules).diagnostics
     return with_severities(diagnostics, settings.severity_levels())  # `[tool.amplint.severity]`
 
 
 def fix_all(text: str, path: str | None, root: str | None = None) -> str:
     """The document with every safe fix applied (the `--fix` result)."""
-    start = Path(path).parent if path else Path(root or os.getcwd())
-    settings = load_settings(start=start)
-    filename = path or "untitled.py"
-    rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
-    return fix_text(text, filename, rules_for(filename, rule_classes, settings)).text
+    _, filename, rules = _document_rules(path, root)
+    return fix_text(text, filename, rules).text
 
 
 def kind_wanted(kind: str, only: list[str] | None) -> bool:
