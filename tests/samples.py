@@ -80,3 +80,12 @@ def amplint_process(*args, cwd):
     environment = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     return subprocess.run([sys.executable, "-m", "amplint", *args], cwd=cwd, capture_output=True, text=True,
                           env=environment, timeout=600)
+
+
+def notebook_json(sources: list) -> str:
+    """A version 4 notebook of one code cell per source (a string or a list of lines), as JSON text."""
+    import json
+
+    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}
+             for source in sources]
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})

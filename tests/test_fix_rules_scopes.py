@@ -14,6 +14,7 @@ import pytest
 
 from amplint.fixer import fix_text
 from amplint.rules import RULES_BY_CODE
+from samples import notebook_json
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -149,11 +150,8 @@ def test_notebook_magic_after_backward_stays_in_the_region(tmp_path: Path) -> No
 
     source = ('with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\n'
               '    loss.backward()\n    %time val = model(x)\n')
-    cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
-              "source": "import torch\n"},
-             {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": source}]
     path = tmp_path / "n.ipynb"
-    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    path.write_text(notebook_json(["import torch\n", source]))
     process_file(str(path), [rule() for rule in ALL_RULES], Mode(fix=True))
     written = "".join(json.loads(path.read_text())["cells"][1]["source"])
     split = ('with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\nloss.backward()\n'

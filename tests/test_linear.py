@@ -8,7 +8,6 @@ grow at all. N is small: the quadratic costs these tests guard against showed at
 
 from __future__ import annotations
 
-import json
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,6 +25,7 @@ from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale
 from amplint.rules.amp005_scaler_in_inference import ScalerInInference
 from amplint.rules.amp013_scaler_with_bfloat16 import ScalerWithBfloat16
 from amplint.rules.amp011_unscale_twice import UnscaleTwice
+from samples import notebook_json
 
 RULES = [rule() for rule in ALL_RULES]
 AMPLINT = str(Path(amplint.__file__).parent)
@@ -141,9 +141,7 @@ def test_a_clean_notebook_of_many_cells_costs_linear_work():
                           "        loss = model(x).sum()\n", "    scaler.scale(loss).backward()\n",
                           "    scaler.step(opt)\n", "    scaler.update()\n"])
             cells.append([f"x{i} = {i}\n", f"print(x{i})"])
-        return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
-            for source in cells]})
+        return notebook_json(cells)
 
     def cost(k: int) -> dict[str, int]:
         parsed = parse_notebook(notebook(k))
@@ -228,9 +226,7 @@ def test_a_notebook_with_a_finding_in_every_cell_costs_linear_work():
     def notebook(k: int) -> str:
         cells = [["import torch\n"]] + [["with torch.autocast('cuda'):\n", f"    loss{i} = model(x).sum()\n",
                                          f"    loss{i}.backward()"] for i in range(k)]
-        return json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
-            {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": source}
-            for source in cells]})
+        return notebook_json(cells)
 
     def cost(k: int) -> dict[str, int]:
         parsed = parse_notebook(notebook(k))
