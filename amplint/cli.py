@@ -177,6 +177,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         messages=[o.message for o in outcomes if o.message],
         rules=rule_classes,
         severities=levels,
+        summary=not quiet,
     )
     if fix_only:
         _say_file_errors(outcomes)
@@ -184,12 +185,11 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             click.echo(f"Fixed {plural(report.fixed, 'problem')}.")
         sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
-        _emit(_statistics(report, quiet), output_file)
+        _emit(_statistics(report), output_file)
     else:
         text = render(format_name, report)
-        if quiet and format_name in ("full", "concise", "grouped"):
-            text = "".join(line + "\n" for line in text.splitlines()
-                           if line and not line.startswith(("Found ", "[*] ", "All checks", "Fixed ")))
+        if quiet and format_name in ("full", "concise", "grouped"):  # no summary (Report.summary), no blank lines
+            text = "".join(line + "\n" for line in text.splitlines() if line)
         _emit(text, output_file)
     sys.exit(_exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
@@ -213,8 +213,8 @@ def _emit(text: str, output_file: str | None) -> None:
         sys.exit(EXIT_ERROR)
 
 
-def _statistics(report: Report, quiet: bool = False) -> str:
-    """A count per rule, most frequent first; then, unless quiet, the notes about files and the summary the
+def _statistics(report: Report) -> str:
+    """A count per rule, most frequent first; then, unless --quiet, the notes about files and the summary the
     other human formats end with: the total ("Found 3 errors and 2 warnings."), or that nothing was found."""
     counts = Counter((d.code, d.name, d.severity.value) for d in report.diagnostics)
     fixable = Counter(d.code for d in report.diagnostics if d.fixable(report.unsafe_fixes))
@@ -222,7 +222,7 @@ def _statistics(report: Report, quiet: bool = False) -> str:
     for (code, name, level), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         marker = "[*]" if fixable[code] else "   "
         lines.append(f"{count:>5}\t{code}\t{level}\t{marker} {name}\n")
-    if not quiet:
+    if report.summary:  # not with --quiet
         lines.extend(printable(message) + "\n" for message in report.messages)
         lines.append(summary(report) + "\n")
     return "".join(lines)

@@ -256,3 +256,10 @@ def test_a_named_excluded_folder_through_the_installed_command(project):
     skipped = amplint("--force-exclude", "build")
     assert skipped.returncode == 0
     assert skipped.stderr.splitlines()[0].startswith("amplint: build is not linted: `build` (the default `exclude`)")
+
+
+def test_quiet_keeps_a_finding_whose_file_name_starts_like_the_summary(project):
+    (project / "Found it.py").write_text(FLAGGED)
+    result = check("--quiet", "--output-format", "concise", "Found it.py")
+    assert result.exit_code == 1
+    assert result.output.startswith("Found it.py:") and "AMP001" in result.output

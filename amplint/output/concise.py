@@ -55,5 +55,6 @@ def summary(report) -> str:
 def render(report) -> str:
     lines = [line(d, report.unsafe_fixes) for d in report.diagnostics]
     lines.extend(printable(message) for message in report.messages)
-    lines.append(summary(report))
+    if report.summary:
+        lines.append(summary(report))
     return "\n".join(lines) + "\n"

@@ -44,5 +44,6 @@ def render(report) -> str:
         lines.extend(help_lines(diagnostic, report.show_fixes))
         lines.append("")
     lines.extend(printable(message) for message in report.messages)
-    lines.append(concise.summary(report))
+    if report.summary:
+        lines.append(concise.summary(report))
     return "\n".join(lines) + "\n"
