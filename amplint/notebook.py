@@ -122,7 +122,6 @@ class JsonStyle:
 class Notebook:
     data: dict
     cells: list[CodeCell] = field(default_factory=list)
-    style: JsonStyle = field(default_factory=JsonStyle)
     python: bool = True  # False when the kernel's language is not Python (nothing is linted)
     _ends: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # for `cell_at`
     isolated: bool = field(default=False, init=False, repr=False, compare=False)  # broken cells looked for
@@ -210,7 +209,7 @@ def parse_notebook(text: str) -> Notebook:
     if data.get("nbformat") != 4:
         raise NotebookError(f"unsupported notebook format (nbformat {data.get('nbformat')!r}); "
                             f"amplint reads nbformat 4")
-    notebook = Notebook(data, style=detect_style(text, data))
+    notebook = Notebook(data)
     language = kernel_language(data)
     notebook.python = language is None or language == "python"
     start = 0
@@ -779,10 +778,11 @@ def splice_sources(text: str, notebook: Notebook, sources: dict[int, str]) -> st
         raise NotebookError(f"cannot locate the cells in the notebook's text: {error}") from None
     if set(spans) != set(sources):
         raise NotebookError("cannot locate every edited cell in the notebook's text")
+    style = detect_style(text, notebook.data)  # only here: it dumps the whole notebook, outputs included
     pieces = []
     position = 0
     for cell, (start, end) in sorted(spans.items(), key=lambda item: item[1]):
-        pieces += [text[position:start], _source_value(text, (start, end), sources[cell], notebook.style)]
+        pieces += [text[position:start], _source_value(text, (start, end), sources[cell], style)]
         position = end
     return "".join(pieces) + text[position:]
 
