@@ -37,7 +37,6 @@ Version = tuple[int, int, int]
 
 PIP_NAMES = frozenset({"torch"})
 CONDA_NAMES = frozenset({"torch", "pytorch", "pytorch-cpu", "pytorch-gpu"})  # the last two pin pytorch's version
-PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "environment.yml", "environment.yaml", "Pipfile")
 REQUIREMENT_GLOBS = ("requirements*.txt", "requirements/*.txt")
 MAX_INCLUDES = 64  # requirement files followed through -r, per project
 
@@ -591,23 +590,21 @@ def _is(path: Path, question) -> bool:
         return False
 
 
+# The project files that may declare torch, each with its reader, in the order they are read; any other declaration
+# file is a requirements file (REQUIREMENT_GLOBS).
+READERS = {"pyproject.toml": from_pyproject, "setup.cfg": from_setup_cfg, "setup.py": from_setup_py,
+           "environment.yml": from_environment_yml, "environment.yaml": from_environment_yml,
+           "Pipfile": from_pipfile}
+PROJECT_FILES = tuple(READERS)
+
+
 def declared_torch(root: Path) -> TorchRequirement:
     """Every torch requirement declared in this project root."""
     declared: list[Declared] = []
-    seen: set[Path] = set()
+    seen: set[Path] = set()  # requirements files already read through `-r`
     for path in requirement_files(root):
-        if path.name == "pyproject.toml":
-            declared += from_pyproject(path)
-        elif path.name == "setup.cfg":
-            declared += from_setup_cfg(path)
-        elif path.name == "setup.py":
-            declared += from_setup_py(path)
-        elif path.name.startswith("environment."):
-            declared += from_environment_yml(path)
-        elif path.name == "Pipfile":
-            declared += from_pipfile(path)
-        else:
-            declared += from_requirements_txt(path, seen)
+        reader = READERS.get(path.name)
+        declared += reader(path) if reader is not None else from_requirements_txt(path, seen)
     return TorchRequirement(tuple(declared))
 
 
