@@ -160,18 +160,15 @@ class ClipWithoutUnscale(Rule):
             return None
 
         def rebuild():
-            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+            from amplint.rules.rewrite import MOVED, split_blank_lines  # libcst's code generator, when a fix is built
 
             # The unscale_ takes its own comments along; the blank lines above the clip go above it and the clip
             # keeps its comments.
-            lines = list(clip_statement.leading_lines)
-            blank = 0
-            while blank < len(lines) and lines[blank].comment is None:
-                blank += 1
-            moved = unscale_statement.with_changes(leading_lines=[*lines[:blank], *unscale_statement.leading_lines])
+            blank, comments = split_blank_lines(clip_statement)
+            moved = unscale_statement.with_changes(leading_lines=[*blank, *unscale_statement.leading_lines])
             return replace_nodes(facts.module, {
                 unscale_statement: MOVED,
-                clip_statement: cst.FlattenSentinel([moved, clip_statement.with_changes(leading_lines=lines[blank:])]),
+                clip_statement: cst.FlattenSentinel([moved, clip_statement.with_changes(leading_lines=comments)]),
             })
 
         return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild, applicability)

@@ -157,18 +157,14 @@ class ScalerPerIteration(Rule):
         safe = not conditional and not calls
 
         def rebuild():
-            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+            from amplint.rules.rewrite import MOVED, split_blank_lines  # libcst's code generator, when a fix is built
 
             # Blank lines above the loop go above the hoisted statement; comments stay with their statements.
-            loop_lines = list(loop.node.leading_lines)
-            blank = 0
-            while blank < len(loop_lines) and loop_lines[blank].comment is None:
-                blank += 1
-            hoisted = statement.with_changes(leading_lines=[*loop_lines[:blank], *statement.leading_lines])
+            blank, comments = split_blank_lines(loop.node)
+            hoisted = statement.with_changes(leading_lines=[*blank, *statement.leading_lines])
             return replace_nodes(facts.module, {
                 statement: MOVED,
-                loop.node: lambda updated: cst.FlattenSentinel(
-                    [hoisted, updated.with_changes(leading_lines=loop_lines[blank:])]),
+                loop.node: lambda updated: cst.FlattenSentinel([hoisted, updated.with_changes(leading_lines=comments)]),
             })
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,

@@ -201,16 +201,13 @@ class UnscaleTwice(Rule):
             return None
 
         def rebuild() -> cst.Module:
-            from amplint.rules.rewrite import MOVED  # libcst's code generator, when a fix is built
+            from amplint.rules.rewrite import MOVED, split_blank_lines  # libcst's code generator, when a fix is built
 
             # The moved statements take their own comments along; the blank lines above the step go above them
             # and the step keeps its comments.
-            lines = list(target.leading_lines)
-            blank = 0
-            while blank < len(lines) and lines[blank].comment is None:
-                blank += 1
-            first = moved[0].with_changes(leading_lines=[*lines[:blank], *moved[0].leading_lines])
-            placed = [first, *moved[1:], target.with_changes(leading_lines=lines[blank:])]
+            blank, comments = split_blank_lines(target)
+            first = moved[0].with_changes(leading_lines=[*blank, *moved[0].leading_lines])
+            placed = [first, *moved[1:], target.with_changes(leading_lines=comments)]
             replacements: dict = {s: MOVED for s in moved}
             replacements[target] = cst.FlattenSentinel(placed)
             return replace_nodes(facts.module, replacements)

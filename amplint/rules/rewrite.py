@@ -80,6 +80,16 @@ class ReplaceNodes(cst.CSTTransformer):
         return result
 
 
+def split_blank_lines(target: cst.CSTNode) -> tuple[list[cst.EmptyLine], list[cst.EmptyLine]]:
+    """The leading lines of a statement that a fix puts others in front of, split where its first comment line
+    starts: the blank lines above go above the statements put in front, the comments stay with `target`."""
+    lines = list(target.leading_lines)
+    blank = 0
+    while blank < len(lines) and lines[blank].comment is None:
+        blank += 1
+    return lines[:blank], lines[blank:]
+
+
 def kept_comment_lines(statement: cst.CSTNode) -> list[cst.EmptyLine]:
     """The own-line comments of a statement being deleted, as lines to keep at its block's indentation: the lines
     above it down to its last comment (blank lines between them too), then the comment lines inside it."""
