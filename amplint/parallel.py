@@ -215,7 +215,7 @@ def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
     come back) is left without outcomes."""
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_worker,
                                initargs=(*setup, os.getpid()))
-    children.add(lambda: list((getattr(pool, "_processes", None) or {}).values()))
+    children.add(lambda: pool_processes(pool))
     try:
         futures = {pool.submit(_run_chunk, [paths[i] for i in chunk]): chunk for chunk in chunks}
         for future in as_completed(futures):
@@ -308,6 +308,20 @@ def _crashed(path: str, exitcode: int | None) -> FileOutcome:
     return FileOutcome(path, [error_diagnostic(INTERNAL_ERROR, path, message)], internal_error=True)
 
 
+def pool_processes(pool: ProcessPoolExecutor) -> list:
+    """The worker processes a pool has started and not yet collected."""
+    return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def kill_processes(processes: Iterable) -> None:
+    """SIGKILL each process; one already gone is skipped."""
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, ValueError, AttributeError):
+            pass  # already gone
+
+
 class _Children:
     """The child processes of a run, killed as soon as the run is interrupted: by Ctrl-C, or by SIGTERM (a CI
     timeout), after which the run exits 143. Without this, a worker busy on a long file goes on at full CPU
@@ -324,14 +338,9 @@ class _Children:
     def kill(self) -> None:
         for source in self.sources:
             try:
-                processes = list(source())
+                kill_processes(source())
             except RuntimeError:  # changed while read: a pool's bookkeeping thread at work
-                processes = []
-            for process in processes:
-                try:
-                    process.kill()
-                except (OSError, ValueError, AttributeError):
-                    pass  # already gone
+                pass
 
     def _terminated(self, signum, frame) -> None:
         self.kill()

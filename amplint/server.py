@@ -37,7 +37,7 @@ from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_severities
 from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic, lint_text
 from amplint.fixer import fix_text
-from amplint.parallel import die_with
+from amplint.parallel import die_with, kill_processes, pool_processes
 from amplint.runner import rules_for
 
 DEBOUNCE_SECONDS = 0.3
@@ -407,11 +407,7 @@ class Linter:
 
     @staticmethod
     def _kill(pool: ProcessPoolExecutor) -> None:
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            try:
-                process.kill()
-            except (OSError, ValueError, AttributeError):
-                pass  # already gone
+        kill_processes(pool_processes(pool))
 
 
 def crashed_diagnostic(path: str | None) -> Diagnostic:
