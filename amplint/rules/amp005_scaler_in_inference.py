@@ -194,12 +194,11 @@ class ScalerInInference(Rule):
 
 class _Functions:
     """What AMP005 asks about the function of each scaler event, read once per module or per function: which
-    functions call `.eval()`, the scaler constructions of each function, how many times each name appears in a
-    function's code. So N scaler events cost N lookups, not N scans of the module or of their function."""
+    functions call `.eval()` and how many times each name appears in a function's code (the scaler constructions
+    of each function are `ModuleFacts.scaler_builds_by_function`). So N scaler events cost N lookups, not N scans of the module or of their function."""
 
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
-        self._constructions: dict[int, dict[str, cst.SimpleStatementLine | None]] = {}
         self._names: dict[int, Counter[str]] = {}
 
     @cached_property
@@ -212,17 +211,11 @@ class _Functions:
 
     def construction(self, function: Frame, name: str) -> cst.SimpleStatementLine | None:
         """The statement of the function's first `name = GradScaler(...)` that is a statement of its own line."""
-        if id(function) not in self._constructions:
-            first: dict[str, cst.SimpleStatementLine | None] = {}
-            for build in self.facts.events_in(function):
-                if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None or build.bound_to in first:
-                    continue
-                statement = build.call.statement
-                alone = isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
-                if alone:
-                    first[build.bound_to] = statement
-            self._constructions[id(function)] = first
-        return self._constructions[id(function)].get(name)
+        for build in self.facts.scaler_builds_by_function.get((name, id(function)), ()):
+            statement = build.call.statement
+            if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+                return statement
+        return None
 
     def mentions(self, function: Frame, name: str) -> int:
         """How many times `name` appears as a name in the function's code (never in comments or strings)."""
