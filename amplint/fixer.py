@@ -25,6 +25,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Diagnostic, Edit
 from amplint.engine import lint_text
+from amplint.parsing import parse_module
 from amplint.rules.base import Rule
 
 # The safety bound on rounds: MIN_ROUNDS plus, per fixable finding, two rounds per block level of the file. Only
@@ -89,11 +90,13 @@ def compile_error(text: str, filename: str) -> str | None:
 
 
 def parse_error(text: str) -> str | None:
-    """Why libcst would not parse `text` (None when it does)."""
+    """Why the engine's parse (libcst, amplint/parsing.py) would not take `text` (None when it does)."""
     try:
-        cst.parse_module(text)
+        parse_module(text)
     except cst.ParserSyntaxError as error:
         return error.message
+    except RecursionError as error:  # TooDeeplyNested: refused before libcst, which would crash
+        return str(error) or "too deeply nested"
     return None
 
 

@@ -22,11 +22,9 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from amplint.lazy import libcst as cst
-
 from amplint.diagnostics import Diagnostic, Fix, Location
 from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
-from amplint.fixer import fix_text
+from amplint.fixer import fix_text, parse_error
 from amplint.rules.base import Rule
 from amplint.outcome import FileOutcome, Mode
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write_atomically
@@ -642,11 +640,7 @@ def _restore_magics(new_lines: list[str], originals: list[tuple[str, str, str]],
 
 
 def _parses(text: str) -> bool:
-    try:
-        cst.parse_module(text)
-    except (cst.ParserSyntaxError, RecursionError):
-        return False
-    return True
+    return parse_error(text) is None
 
 
 # The JSON text is edited where the edited cells' `source` values lie; every other byte stays as it was (a
