@@ -114,3 +114,19 @@ def test_amp011_moved_statements_take_their_comments() -> None:
         "    # once per step\n    scaler.unscale_(optimizer)\n"
         "    # clip after unscaling\n    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)\n"
         "    scaler.step(optimizer)\n    scaler.update()\n")
+
+
+def test_amp011_names_in_comments_and_strings_do_not_hold_back_its_move():
+    """Whether the kept clip norm is read again in the loop is asked of the code only: a comment or a string naming
+    `norm` is not a read (comments and strings are never code)."""
+    from amplint.rules import ALL_RULES
+
+    text = (Path(__file__).resolve().parents[1] / "fixtures/AMP011-unscale-twice/flagged/trainer_micro_batches.py"
+            ).read_text(encoding="utf-8")
+    commented = text.replace("            norm = torch.nn", "            # norm: logged by the caller\n"
+                                                            "            norm = torch.nn").replace(
+        "        self.scaler.step(", "        print('norm')\n        self.scaler.step(")
+    rules = [rule() for rule in ALL_RULES if rule.code == "AMP011"]
+    assert [d.code for d in lint_text(commented, "t.py", rules).diagnostics] == ["AMP011"]
+    fixed = fix_text(commented, "t.py", rules)
+    assert fixed.applied and "        norm = torch.nn.utils.clip_grad_norm_" in fixed.text

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import bisect
-import re
+from collections import Counter
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
+from amplint.facts.names import dotted_name
 from amplint.facts.module import may_follow, scaler_enabled
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
@@ -183,7 +184,7 @@ class UnscaleTwice(Rule):
         if len(moved) == len(body):
             return None  # the block would be empty
         # Nothing the moved statements read may be assigned between here and the step (or by the loop).
-        used = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "".join(facts.code(s) for s in moved)))
+        used = {name for s in moved for name in _references(s)}
         assigned = set()
         if isinstance(loop.node, cst.For) and not step.frame.is_within(loop):
             assigned.update(name.split(".")[0] for name in target_names(loop.node.target))
@@ -196,8 +197,8 @@ class UnscaleTwice(Rule):
             return None
         # A clip whose result is kept (`norm = clip_grad_norm_(...)`) must not be read later in the loop.
         stored = {name for s in moved[1:] for a in facts.assignments if a.statement is s for name in a.targets}
-        loop_code = facts.code(loop.node)
-        if any(len(re.findall(rf"\b{re.escape(name)}\b", loop_code)) > 1 for name in stored):
+        in_loop = _references(loop.node)
+        if any(in_loop[name] > 1 for name in stored):
             return None
 
         def rebuild() -> cst.Module:
@@ -252,3 +253,21 @@ def _block_of(frame: Frame) -> list | None:
 def _single_call_statement(statement: cst.CSTNode, call: cst.Call) -> bool:
     return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
             and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call)
+
+
+def _references(node: cst.CSTNode) -> Counter[str]:
+    """How often each name and each dotted chain (`self.norm`, and `self`) is read or written in the code of
+    `node`: code only, never its comments or strings."""
+    found: Counter[str] = Counter()
+
+    class References(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found[name.value] += 1
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            dotted = dotted_name(attribute)
+            if dotted is not None:
+                found[dotted] += 1
+
+    node.visit(References())
+    return found
