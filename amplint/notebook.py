@@ -29,7 +29,6 @@ from amplint.rules.base import Rule
 from amplint.outcome import FileOutcome, Mode
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write_atomically
 
-SUFFIX = ".ipynb"
 PLACEHOLDER = "pass  # amplint: magic"
 CONTINUED = PLACEHOLDER + " (continued)"  # a continuation line of the IPython statement above it
 PLACEHOLDER_LINE = re.compile(
