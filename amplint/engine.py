@@ -199,14 +199,15 @@ def cyclic_gc_paused():
             gc.enable()
 
 
-def lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True) -> FileResult:
+def lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True, project=None) -> FileResult:
     """Lint one decoded source text with the given rules. `line_noqa=False` keeps findings that a line's `# noqa`
-    suppresses (flake8 applies its own); the file-level `# amplint: noqa` always applies."""
+    suppresses (flake8 applies its own); the file-level `# amplint: noqa` always applies. `project`: the project
+    index seen from this file (`amplint.index.ModuleView`), or None to analyse the text alone."""
     with cyclic_gc_paused():
-        return _lint_text(text, filename, rules, line_noqa)
+        return _lint_text(text, filename, rules, line_noqa, project)
 
 
-def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True) -> FileResult:
+def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True, project=None) -> FileResult:
     index = LineIndex(text)
     if not line_noqa:
         index.suppresses = False
@@ -217,7 +218,7 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
     except cst.ParserSyntaxError as error:
         cpython = cpython_syntax_error(text)  # one CPython parse: does it compile, else where it fails
         if cpython is None and mixed_newlines(text):
-            return _lint_with_uniform_newlines(text, filename, rules, index)
+            return _lint_with_uniform_newlines(text, filename, rules, index, project)
         row, column, message = cpython or (error.raw_line, error.raw_column + 1, error.message)
         line = index.line(row) if row <= len(index.starts) else ""
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {message}", row, column, line)])
@@ -227,7 +228,7 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
     except RecursionError:
         return FileResult([error_diagnostic(IO_ERROR, filename, "too deeply nested to analyse")])
     try:
-        diagnostics = [d for d in diagnose(module, text, filename, rules, index) if not suppressed(d, index)]
+        diagnostics = [d for d in diagnose(module, text, filename, rules, index, project) if not suppressed(d, index)]
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         return FileResult([internal_error(filename, error)], internal_error=True)
     diagnostics.sort(key=Diagnostic.sort_key)
@@ -239,7 +240,8 @@ def mixed_newlines(text: str) -> bool:
     return "\r" in text and len(set(LINE_BREAK.findall(text))) > 1
 
 
-def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], index: LineIndex) -> FileResult:
+def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], index: LineIndex,
+                                project=None) -> FileResult:
     """A text that CPython compiles but libcst does not parse because of its mixed newlines (libcst 1.0 says
     "Found newline ... but it's not EOL"), analysed with every line break made `\n`: rows and columns are the
     same in both texts, so the diagnostics are the text's own. Their fixes are left out: they would be edits
@@ -253,7 +255,7 @@ def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], ind
     except RecursionError as error:
         return FileResult([error_diagnostic(IO_ERROR, filename, str(error))])
     try:
-        found = diagnose(module, uniform, filename, rules, LineIndex(uniform))
+        found = diagnose(module, uniform, filename, rules, LineIndex(uniform), project)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         return FileResult([internal_error(filename, error)], internal_error=True)
     diagnostics = [replace(d, fix=None if d.fix is not None and d.fix.edits else d.fix,
@@ -263,10 +265,11 @@ def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], ind
     return FileResult(diagnostics)
 
 
-def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex) -> list[Diagnostic]:
+def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex,
+             project=None) -> list[Diagnostic]:
     """Every finding of `rules` on the parsed module as a diagnostic with its fix, before any `# noqa`."""
     with recursion_room(text):  # libcst's code generation recurses per level of the tree
-        facts = ModuleFacts(module, text)
+        facts = ModuleFacts(module, text, project=project)
         findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
         built = build_fixes([finding for _, finding in findings], facts, index)
         return [to_diagnostic(rule, finding, facts, filename, index, built) for rule, finding in findings]

@@ -149,7 +149,8 @@ def _try_round(text: str, chosen: list[Diagnostic], judge: _Judge, refused: dict
     return None, []
 
 
-def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: bool = False) -> FixOutcome:
+def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: bool = False,
+             project=None) -> FixOutcome:
     """Fix `text` as far as the fixes allow. Idempotent: fixing the result again changes nothing."""
     if rules is None:
         from amplint.rules import ALL_RULES
@@ -159,7 +160,7 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
     judge = _Judge(text, filename)
     seen = {text}
     refused: dict[tuple, str] = {}
-    diagnostics = outcome.found = outcome.remaining = lint_text(text, filename, rules).diagnostics
+    diagnostics = outcome.found = outcome.remaining = lint_text(text, filename, rules, project=project).diagnostics
     limit = None
     rounds = 0
     stopped = None
@@ -178,7 +179,7 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
         if candidate in seen:
             stopped = "fixes keep changing the file in a cycle; stopped"
             break
-        after = lint_text(candidate, filename, rules).diagnostics
+        after = lint_text(candidate, filename, rules, project=project).diagnostics
         left = {_key(d) for d in after if d.fixable(unsafe)}
         if all(_key(d) in left for d in chosen):
             stopped = f"fixes did not remove their findings ({', '.join(sorted({d.code for d in chosen}))}); stopped"

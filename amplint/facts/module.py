@@ -63,10 +63,13 @@ def call_argument(call: cst.Call | list[cst.Arg], position: int | None, keyword:
 
 
 class ModuleFacts:
-    def __init__(self, module: cst.Module, source: str | None = None) -> None:
-        """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated)."""
+    def __init__(self, module: cst.Module, source: str | None = None, project=None) -> None:
+        """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated).
+        `project`: the project index seen from this module (`amplint.index.ModuleView`), which answers for
+        calls that leave it; None when the module is analysed alone."""
         self.module = module
         self._source = source
+        self.project = project
         collector = visitor_class(Collector)()
         walk(module, collector)
         self.imports = collector.imports
