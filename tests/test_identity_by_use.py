@@ -20,7 +20,7 @@ from amplint.engine import lint_text
 from amplint.facts import ModuleFacts
 from amplint.facts import names
 from amplint.lazy import libcst as cst
-from amplint.prefilter import Summary
+from amplint.index.summary import Summary
 from amplint.rules import RULES_BY_CODE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def exact_summary(text: str) -> Summary:
     """A summary that answers from the parsed tree (as the prefilter does for a file that passes its words)."""
     summary = Summary(textwrap.dedent(text))
     summary.exact = True
-    summary._tree()
+    summary.parse_tree()
     return summary
 
 

@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from amplint import runner
 from amplint.engine import lint_text
-from amplint.prefilter import Prefilter, Summary, Verdict, prefilter_for
+from amplint.index.summary import Summary
+from amplint.prefilter import Prefilter, Verdict, prefilter_for
+from amplint.rules.amp006_disabled_autocast_without_cast import disabled_region_possible
 from amplint.rules import ALL_RULES
 from amplint.rules.base import Rule
 from amplint.runner import Mode, process_text, rules_for
@@ -474,7 +476,7 @@ def test_summary_questions():
     assert summary.calls_method_outside_functions("update") and not summary.calls_method_outside_functions("scale")
     assert summary.defines_function(re.compile("train")) and not summary.defines_function(re.compile("eval"))
     assert not summary.accelerator_named()
-    assert summary.regions_possible() and summary.disabled_region_possible()
+    assert summary.regions_possible() and disabled_region_possible(summary)
     assert summary.calls_in_region("grad") and summary.calls_in_region("scale")  # the decorated function
     assert not summary.calls_in_region("update")  # module level, no region there
 
@@ -525,10 +527,10 @@ def test_no_region_without_an_opener():
 
 
 def test_disabled_regions():
-    assert _exact("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n").disabled_region_possible()
-    assert _exact("from functools import partial as p\nimport torch\nf = p(torch.autocast, 'cuda', None, False)\n"
-                  ).disabled_region_possible()
-    assert not _exact("import torch\nwith torch.autocast('cuda'):\n    print(x, False)\n").disabled_region_possible()
+    assert disabled_region_possible(_exact("import torch\nwith torch.autocast('cuda', enabled=False):\n    pass\n"))
+    assert disabled_region_possible(
+        _exact("from functools import partial as p\nimport torch\nf = p(torch.autocast, 'cuda', None, False)\n"))
+    assert not disabled_region_possible(_exact("import torch\nwith torch.autocast('cuda'):\n    print(x, False)\n"))
 
 
 @pytest.mark.parametrize("body, analysed, flagged", [

@@ -12,6 +12,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
+from amplint.index.summary import FUNCTIONS
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
@@ -109,10 +110,10 @@ class ScalerInInference(Rule):
         no_grad = ("no_grad", "inference_mode", "set_grad_enabled")
         return summary.scaler_possible() and (
             summary.calls_under(builds, no_grad) or summary.calls_under(("scale",), no_grad, on_scaler=True)
-            or (summary.module_without_backward() and (
+            or (module_without_backward(summary) and (
                 summary.calls_under(uses, no_grad, on_scaler=True)
                 or summary.calls_outside_functions(*uses, on_scaler=True)))
-            or summary.calls_in_function_without_backward(uses, EVAL_NAME, calling=("eval",), on_scaler=True))
+            or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions = _Functions(facts)
@@ -249,3 +250,28 @@ def _names(node: cst.CSTNode) -> Counter[str]:
 
     node.visit(Names())
     return found
+
+
+def _functions_with_backward(summary) -> set[int]:
+    """Functions (ids; 0 for module level) whose body calls a method `backward`/`manual_backward`: the facts layer
+    surely sees a backward there."""
+    return summary.functions_calling_backward()
+
+
+def module_without_backward(summary) -> bool:
+    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
+    return summary.ask(True, lambda: not _functions_with_backward(summary))
+
+
+def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
+    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
+    name `pattern` finds or that calls one of `calling`."""
+    def exact() -> bool:
+        with_backward = _functions_with_backward(summary)
+        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
+        return any(type(function) in FUNCTIONS and id(function) not in with_backward
+                   and (pattern.search(function.name) or id(function) in calling_functions)
+                   for function, _ in summary.sites(names, on_scaler))
+
+    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
+                                                        or summary.written_call(calling)), exact)

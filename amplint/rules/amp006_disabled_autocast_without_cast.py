@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -82,8 +83,8 @@ class DisabledAutocastWithoutCast(Rule):
     def maybe_applies(cls, summary) -> bool:
         # A disabled region nested in an active one (lexically, in one function), or a function decorated with
         # a disabled autocast called from an active region.
-        return (summary.regions_possible() and summary.disabled_region_possible()
-                and summary.region_in_region_possible())
+        return (summary.regions_possible() and disabled_region_possible(summary)
+                and region_in_region_possible(summary))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -171,3 +172,34 @@ def bind_arguments(function: cst.FunctionDef, call: cst.Call, skip_self: bool) -
         elif arg.keyword is not None and arg.keyword.value in names:
             bound[arg.keyword.value] = arg.value
     return bound
+
+
+def disabled_region_possible(summary) -> bool:
+    """The screen's question: a call that can open a disabled region, one passing a literal `False` (positionally
+    or as `enabled=False`) to something that can open a region, or to a `partial`."""
+    return summary.ask(summary.has_token("False"), lambda: any(
+        summary.callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
+        or (type(call.func) is ast.Name and (call.func.id == "partial"
+                                             or "partial" in summary.import_bound.get(call.func.id, ())))
+        for call in summary.false_calls))
+
+
+def region_in_region_possible(summary) -> bool:
+    """A region can open inside another in the same function: a with-statement that can open one inside a
+    with-statement (or a function decorated with a call) that can; or a function decorated with a call that can
+    open one, called (by its name) from code that runs in a region of its own function. The facts layer nests a
+    region only these ways (`region_of`, lexical; a decorated function's call sites)."""
+    def exact() -> bool:
+        if any(summary.with_can_open(node) and summary.context_can_open(function, withs)
+               for node, function, withs in summary.withs):
+            return True
+        for function_id, decorators in summary.call_decorators.items():
+            if not any(summary.can_open(decorator) for decorator in decorators):
+                continue
+            name = summary.function_names_by_id[function_id]
+            if any(summary.context_can_open(caller, withs)
+                   for caller, withs, _, _, _ in summary.call_sites_by_name.get(name, ())):
+                return True
+        return False
+
+    return summary.ask(summary.has_token("with") or "@" in summary.text, exact)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import bisect
 from collections import Counter
 from typing import Iterator
@@ -12,6 +13,7 @@ from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
 from amplint.facts.module import may_follow, scaler_enabled
+from amplint.index.summary import names_in
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
@@ -73,7 +75,7 @@ class UnscaleTwice(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # A second unscale_ (or a step) before it in the same function, or a loop that repeats it.
-        return summary.calls_method("unscale_") and summary.calls_again("unscale_")
+        return summary.calls_method("unscale_") and can_run_again(summary, "unscale_")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
@@ -271,3 +273,25 @@ def _references(node: cst.CSTNode) -> Counter[str]:
 
     node.visit(References())
     return found
+
+
+def can_run_again(summary, *names: str) -> bool:
+    """The screen's question for this rule: a method call to one of the names that can run twice with nothing
+    between: in a loop's body (in its function) other than only `for x in ...` loops over its first argument, or
+    with another method call to one of the names, or to `step`, in the same function."""
+    def exact() -> bool:
+        sites = [site for name in names for site in summary.call_sites_by_name.get(name, ()) if site[2] is not None]
+        calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
+        for site in sites + [site for site in summary.call_sites_by_name.get("step", ()) if site[2] is not None]:
+            calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
+        for function, _, _, loops, call in sites:
+            argument = call.args[0] if call.args else None
+            argument = argument.id if type(argument) is ast.Name else None
+            if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
+                        and argument in names_in(loop.target)) for loop in loops):
+                return True
+            if len(calls_by_function[id(function)]) > 1:  # another call besides this one
+                return True
+        return False
+
+    return summary.ask(summary.has_token(*names, kind="method"), exact)

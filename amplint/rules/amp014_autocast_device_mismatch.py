@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import weakref
 from typing import Iterator
 
@@ -20,8 +21,10 @@ from amplint.facts.names import (
     TORCH_DEVICE,
     dotted_name,
 )
+from amplint.index.summary import DTYPE_NAMES, PARTIAL_API, argument, dotted, is_float32_name, last_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+
 
 def _equal() -> cst.AssignEqual:
     """`=` of a keyword argument, without spaces."""
@@ -89,7 +92,7 @@ class AutocastDeviceMismatch(Rule):
         # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that
         # can be wrong; or the legacy CPU autocast with a float32 dtype
         cpu_legacy = [name for name, device in AUTOCAST_LEGACY.items() if device == "cpu"]
-        return summary.imports_module("torch") and summary.autocast_device_suspect(AUTOCAST_NEW, cpu_legacy)
+        return summary.imports_module("torch") and device_suspect_possible(summary, AUTOCAST_NEW, cpu_legacy)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
@@ -332,3 +335,39 @@ def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
     if isinstance(last.comma, cst.Comma):
         return [*args, new]
     return [*args[:-1], last.with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))), new]
+
+
+def device_suspect(call: ast.Call, device_names: set[str], device_parameters: set[str]) -> bool:
+    """Can AMP014 see a wrong device in this autocast call? (Conservative: see `device_suspect_possible`.)"""
+    device = argument(call, 0, "device_type")
+    if device is None:
+        starred = any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
+        return not starred
+    if type(device) is ast.Constant:
+        if device.value == "cpu":
+            return is_float32_name(argument(call, 1, "dtype"))
+        return type(device.value) is bool
+    if type(device) is ast.Call:
+        return last_name(device.func) == "device"
+    name = dotted(device)
+    return name is not None and (name.rsplit(".", 1)[-1] in DTYPE_NAMES or name in device_names
+                                 or name in device_parameters)
+
+
+def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
+    """The screen's question: a call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of
+    it, whose device can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a
+    `<...>.device(...)` call, a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32
+    dtype; or a call to `cpu_legacy` with a float32 dtype."""
+    def exact() -> bool:
+        device_names = {name for targets, value in summary.assignments
+                        if type(value) is ast.Call and last_name(value.func) == "device" for name in targets}
+        suspects = (*summary.api_calls(autocast), *(
+            ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
+            for call in summary.api_calls(PARTIAL_API) if call.args and summary.resolves(call.args[0], autocast)))
+        for call in suspects:
+            if device_suspect(call, device_names, summary.device_parameters):
+                return True
+        return any(is_float32_name(argument(call, 1, "dtype")) for call in summary.api_calls(cpu_legacy))
+
+    return summary.ask(summary.has_token("autocast"), exact)
