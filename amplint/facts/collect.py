@@ -117,10 +117,15 @@ class Collector:
 
     # records ----------------------------------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
-        self.imports.add(node)
+        self._import(node)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        self.imports.add(node)
+        self._import(node)
+
+    def _import(self, node: cst.Import | cst.ImportFrom) -> None:
+        line = self.statements[-1]
+        module_level = all(frame.kind not in (FrameKind.FUNCTION, FrameKind.CLASS) for frame in self.frame.ancestors())
+        self.imports.add(node, line if isinstance(line, cst.SimpleStatementLine) else None, module_level)
 
     def visit_Call(self, node: cst.Call) -> None:
         func = node.func

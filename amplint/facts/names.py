@@ -7,6 +7,8 @@ head of a dotted expression through them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from amplint.lazy import libcst as cst
 
 # Canonical name -> every qualified spelling that means it.
@@ -76,37 +78,50 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     return ".".join(reversed(parts))
 
 
+@dataclass(eq=False)
+class ImportBinding:
+    """One local name bound by one import statement: `from torch.cuda.amp import autocast as ac` binds `ac` to
+    `torch.cuda.amp.autocast`. `alias` is None for a name a star import binds (`from torch.cuda.amp import *`)."""
+
+    local: str
+    qualified: str
+    statement: cst.Import | cst.ImportFrom
+    alias: cst.ImportAlias | None
+    line: cst.SimpleStatementLine | None  # the line holding the statement, when it is a line of its own kind
+    module_level: bool  # outside every function and class body
+
+
+# What `from <module> import *` binds, for the modules whose AMP names a rule asks about (their `__all__`, or
+# their public names where they have none: torch 2.13). A star import from any other module binds names nobody
+# here can list (a project module's `from common import *` is the project index's to follow).
+STAR_EXPORTS = {
+    "torch.cuda.amp": ("autocast", "custom_bwd", "custom_fwd", "GradScaler"),
+    "torch.cpu.amp": ("autocast", "GradScaler"),
+    "torch.amp": ("autocast", "custom_bwd", "custom_fwd", "GradScaler"),
+}
+
+
 class ImportMap:
-    """Local names bound by import statements -> the qualified names they stand for."""
+    """Local names bound by import statements -> the qualified names they stand for: the one import model of
+    the facts layer. `bindings` holds what each name stands for after the last import of it (what `qualify`
+    reads); `records` holds every binding of each name with the statement that made it, in source order."""
 
     def __init__(self) -> None:
         self.bindings: dict[str, str] = {}
+        self.records: dict[str, list[ImportBinding]] = {}
 
-    def add(self, node: cst.Import | cst.ImportFrom) -> None:
-        if isinstance(node, cst.Import):
-            for alias in node.names:
-                full = dotted_name(alias.name)
-                if full is None:
-                    continue
-                if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                    self.bindings[alias.asname.name.value] = full
-                else:
-                    head = full.split(".", 1)[0]
-                    self.bindings[head] = head
-            return
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return
-        module = dotted_name(node.module)
-        if module is None:
-            return
-        for alias in node.names:
-            name = dotted_name(alias.name)
-            if name is None:
-                continue
-            local = name
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                local = alias.asname.name.value
-            self.bindings[local] = f"{module}.{name}"
+    def add(self, node: cst.Import | cst.ImportFrom, line: cst.SimpleStatementLine | None = None,
+            module_level: bool = True) -> None:
+        for local, qualified, alias in _bound_names(node):
+            self.bindings[local] = qualified
+            self.records.setdefault(local, []).append(
+                ImportBinding(local, qualified, node, alias, line, module_level))
+        if isinstance(node, cst.ImportFrom) and isinstance(node.names, cst.ImportStar) and \
+                _star_module(node) not in STAR_EXPORTS:
+            # An unknown module's `*` may rebind any name: what an earlier star import bound is no longer known.
+            for local, records in self.records.items():
+                if records[-1].alias is None:
+                    self.bindings.pop(local, None)
 
     def qualify(self, node: cst.CSTNode) -> str | None:
         """The qualified name of a dotted expression whose head was imported, else None."""
@@ -118,6 +133,48 @@ class ImportMap:
         if target is None:
             return None
         return f"{target}.{rest}" if rest else target
+
+    def star_imports(self) -> list[cst.ImportFrom]:
+        """The `from <module> import *` statements whose names are known (STAR_EXPORTS), in source order."""
+        found = {id(r.statement): r.statement for records in self.records.values() for r in records
+                 if r.alias is None}
+        return list(found.values())
+
+
+def _star_module(node: cst.ImportFrom) -> str | None:
+    return None if node.relative or node.module is None else dotted_name(node.module)
+
+
+def _bound_names(node: cst.Import | cst.ImportFrom) -> list[tuple[str, str, cst.ImportAlias | None]]:
+    """(local name, qualified name, its alias) for each name an import statement binds (relative imports and
+    star imports of unknown modules bind nothing known)."""
+    if isinstance(node, cst.Import):
+        bound = []
+        for alias in node.names:
+            full = dotted_name(alias.name)
+            if full is None:
+                continue
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                bound.append((alias.asname.name.value, full, alias))
+            else:
+                head = full.split(".", 1)[0]
+                bound.append((head, head, alias))
+        return bound
+    module = _star_module(node)
+    if module is None:
+        return []
+    if isinstance(node.names, cst.ImportStar):
+        return [(name, f"{module}.{name}", None) for name in STAR_EXPORTS.get(module, ())]
+    bound = []
+    for alias in node.names:
+        name = dotted_name(alias.name)
+        if name is None:
+            continue
+        local = name
+        if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+            local = alias.asname.name.value
+        bound.append((local, f"{module}.{name}", alias))
+    return bound
 
 
 # Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the

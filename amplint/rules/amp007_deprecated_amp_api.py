@@ -11,7 +11,7 @@ from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
-from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, dotted_name
+from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, dotted_name
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
@@ -25,6 +25,7 @@ LEGACY_PARAMETERS = {
     "custom_fwd": ("fwd",),  # custom_fwd(fwd=None, *, cast_inputs=None)
     "custom_bwd": ("bwd",),
 }
+LEGACY_NAMES = tuple(LEGACY_PARAMETERS)  # the AMP names the legacy modules hold
 LEGACY_KEYWORD_ONLY = {"custom_fwd": ("cast_inputs",)}
 # The dtype a legacy autocast passes when the call names none. `torch.amp.autocast(device)` without a dtype takes
 # the current autocast dtype instead, which an enclosing region sets: inside `torch.autocast("cuda",
@@ -44,7 +45,10 @@ class DeprecatedAmpApi(Rule):
     `torch.cuda.amp.GradScaler`, `torch.cpu.amp.GradScaler`, `torch.cuda.amp.custom_fwd` and
     `torch.cuda.amp.custom_bwd` (called, used as decorators, or wrapped in `functools.partial`), under every
     import spelling (`import torch as th`, `import torch.cuda.amp as amp`, `from torch.cuda import amp`), and for
-    the `from torch.cuda.amp import ...` / `from torch.cpu.amp import ...` lines that import them.
+    the `from torch.cuda.amp import ...` / `from torch.cpu.amp import ...` lines that import them. Also behind a
+    name: an assignment that binds a legacy API or module (`autocast = torch.cuda.amp.autocast if args.amp else
+    contextlib.suppress`, `amp_mod = torch.cuda.amp`) and a `from torch.cuda.amp import *`, each reported where
+    the legacy spelling is written (the assignment, the star import) with the calls that go through it.
 
     Applies to torch >= 1.6 (where these spellings appeared), unless every torch the project supports predates
     the warnings: a project whose requirements say `torch>=1.13,<2` is never warned, so it is not reported. A
@@ -108,13 +112,22 @@ class DeprecatedAmpApi(Rule):
     autocast passed around as a value, `*args`, a partial called with positional arguments), where the call
     already raises TypeError (`autocast(True, enabled=flag)` passes `enabled` twice; an unknown keyword), where the
     default dtype cannot be written (no `import torch`; `**kwargs` that may hold a dtype), and for a name whose
-    import serves a use that cannot be migrated.
+    import serves a use that cannot be migrated. No fix behind a name: a name bound to a legacy API or module by
+    an assignment is called with the legacy arguments (`Scaler(2.0**14)` through `Scaler = torch.cuda.amp.GradScaler`
+    would pass the scale as the device once the name is rebound), and a star import has no safe rewrite
+    (`from torch.amp import *` binds other names than `from torch.cuda.amp import *`, which the module may rely on,
+    and the calls keep the legacy arguments): both are reported without a fix, with what to bind instead.
 
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
     `hasattr`, a version, or `torch.amp`, and for names bound both to a legacy and to a `torch.amp` import.
     An import line is reported only when the module calls one of its names (importing alone warns nothing; a
-    legacy class used only in `isinstance` is left alone). `from torch.cuda.amp import *` is not followed.
+    legacy class used only in `isinstance` is left alone); likewise a name bound to a legacy API or module, or a
+    star import, is reported only when this module calls through it. A star import of a module other than
+    `torch.cuda.amp`, `torch.cpu.amp` and `torch.amp` may rebind any name, so the names an earlier star import
+    bound are no longer followed after it. Not followed: `torch` (or a legacy name) reached through a project
+    module's star import (`from common import *` where `common.py` imports torch), which needs the project index,
+    and aliases across modules.
     """
 
     code = "AMP007"
@@ -127,23 +140,30 @@ class DeprecatedAmpApi(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an
-        # import or a reference alone warns nothing).
-        return summary.imports_module("torch") and summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
+        # import or a reference alone warns nothing), or a call through a name bound to a legacy API or module
+        # (`amp_mod = torch.cuda.amp`, `from torch.cuda.amp import *`). The summary cannot follow those names,
+        # so it is asked for their words: a legacy module's parts and an AMP name.
+        return summary.imports_module("torch") and (
+            summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
+            or (summary.mentions("amp") and summary.mentions("cuda", "cpu") and summary.mentions(*LEGACY_NAMES)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         if not self.torch.reaches(AMP_DEPRECATED_SINCE):
             return  # every supported torch predates the warnings (`torch>=1.13,<2`): nothing ever warns
         scan = visitor_class(_Scan)(facts)
         walk(facts.module, scan)
-        if not scan.sites and not scan.import_sites:
+        if not scan.sites and not scan.import_sites and not scan.star_sites and not scan.module_references:
             return
+        aliases = _aliases(facts, scan)  # before the plan: a name bound to a legacy API is never rewritten
         plan = _Plan(facts, scan, self.torch)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
         findings: list[tuple[cst.CSTNode, str, FixPlan | None, str]] = []
+        starred = plan.star_bound()
         for site in scan.sites:
-            if site.skip or site.kind in ("reference", "base"):
-                continue  # references (isinstance, annotations, base classes) do not warn by themselves
+            if site.skip or site.kind in ("reference", "base", "alias") or site.head in starred:
+                continue  # references (isinstance, annotations, base classes) do not warn by themselves; aliases
+                # and names from a star import are reported where the legacy spelling is written
             new_name, device = DEPRECATED_AMP[site.qualified]
             fixed = plan.fixed_sites.get(id(site))
             spelling = plan.spelling(new_name)
@@ -159,7 +179,23 @@ class DeprecatedAmpApi(Rule):
             if new_name == "autocast" and site.kind == "call" and _positional(site.node):
                 advice += " (the legacy first positional argument is `enabled`, not the device)"
             findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
+        for alias in aliases:
+            if not alias.skip:
+                findings.append((alias.reference, _alias_message(facts, alias), None, _alias_advice(plan, alias)))
         warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
+        warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases if not alias.skip}
+        for statement, names in scan.star_sites:
+            uses = {name: [site for site in scan.sites if site.head == name and not site.skip
+                           and site.kind in ("call", "decorator", "partial")] for name in names}
+            names = [name for name in names if uses[name]]
+            if names:
+                calls = " and ".join(_uses(facts, [site.node for site in uses[name]]) for name in names)
+                message = (f"`from {dotted_name(statement.module)} import *` binds the deprecated "
+                           f"{', '.join(f'`{name}`' for name in names)} (since torch 2.4): {calls} "
+                           f"{'warns' if sum(len(uses[name]) for name in names) == 1 else 'warn'} on each call")
+                advice = _import_advice(plan, scan, statement, names) + [
+                    "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
+                findings.append((statement, message, None, _sentence("; ".join(advice))))
         for statement, names in scan.import_sites:
             names = [name for name in names if name in warned]  # an import alone warns nothing
             if not names:
@@ -235,7 +271,7 @@ def _positional(call: cst.Call) -> bool:
 
 @dataclass(eq=False)
 class _Site:
-    kind: str  # "call" | "decorator" | "partial" | "reference" | "base" (a class's base)
+    kind: str  # "call" | "decorator" | "partial" | "reference" | "base" (a class's base) | "alias" (see _Alias)
     node: cst.CSTNode  # the Call (call, partial), the decorator expression, or the reference expression
     reference: cst.BaseExpression  # the dotted expression that names the deprecated API
     qualified: str
@@ -248,25 +284,140 @@ class _Site:
 
 
 @dataclass(eq=False)
-class _Binding:
-    local: str
-    qualified: str
-    line: cst.SimpleStatementLine | None
-    statement: cst.Import | cst.ImportFrom
-    alias: cst.ImportAlias
-    module_level: bool
-    guarded: bool
+class _Alias:
+    """A name an assignment binds to a legacy API or module (`autocast = torch.cuda.amp.autocast if amp else
+    contextlib.suppress`, `amp_mod = torch.cuda.amp`), with the calls that go through it: each warns."""
+
+    reference: cst.BaseExpression  # where the legacy spelling is written: the value, or a branch of it
+    target: str  # the name bound
+    qualified: str  # what the reference names: a key of DEPRECATED_AMP, or of DEPRECATED_AMP_MODULES
+    uses: list[tuple[cst.CSTNode, str]]  # (a call or decorator through the name, the legacy API it reaches)
+    skip: bool = False  # inside a compatibility shim, or its head is ambiguous
+
+
+def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The expressions an assignment's value may evaluate to: both branches of `a if test else b`."""
+    if isinstance(value, cst.IfExp):
+        return _branches(value.body) + _branches(value.orelse)
+    return [value]
+
+
+def _aliases(facts: ModuleFacts, scan: "_Scan") -> list[_Alias]:
+    """Names bound by an assignment to a legacy API or module, and called through (an alias never called warns
+    nothing: silent). Their reference sites become "alias" sites, which no migration rewrites: a call through
+    the name passes the legacy arguments (`autocast()`, `Scaler(2.0**14)`), which the new signature reads
+    otherwise."""
+    sites = {id(site.reference): site for site in scan.sites}
+    aliases = []
+    for assignment in facts.assignments:
+        if len(assignment.targets) != 1:
+            continue
+        target = assignment.targets[0]
+        for branch in _branches(assignment.value):
+            qualified = facts.imports.qualify(branch)
+            site = sites.get(id(branch))
+            if site is None and id(branch) not in scan.module_references:
+                continue
+            uses = _uses_of(facts, assignment, target, qualified)
+            if not uses:
+                continue
+            if site is not None:
+                site.kind = "alias"
+            aliases.append(_Alias(branch, target, qualified, uses))
+    return aliases
+
+
+def _uses_of(facts: ModuleFacts, assignment, target: str, qualified: str) -> list[tuple[cst.CSTNode, str]]:
+    """The calls (and bare decorators) that reach a legacy API through the name `target` bound by
+    `assignment`: `target(...)` for an API, `target.autocast(...)` for a module."""
+    def reached(dotted: str | None) -> str | None:
+        if dotted == target and qualified in DEPRECATED_AMP:
+            return qualified
+        if dotted is not None and qualified in DEPRECATED_AMP_MODULES and dotted.startswith(f"{target}."):
+            api = f"{qualified}.{dotted[len(target) + 1:]}"
+            return api if api in DEPRECATED_AMP else None
+        return None
+
+    def bound_here(frame) -> bool:
+        return any(binding is assignment for binding in facts.bindings(target, frame))
+
+    uses = []
+    for call in facts.calls:
+        api = reached(call.dotted)
+        if api is not None and bound_here(call.frame):
+            uses.append((call.node, api))
+    for function in facts.functions:
+        for decorator in function.decorators:
+            api = reached(dotted_name(decorator.decorator))
+            if api is not None and bound_here(function.frame.parent):
+                uses.append((decorator.decorator, api))
+    return uses
+
+
+def _uses(facts: ModuleFacts, nodes: list[cst.CSTNode]) -> str:
+    """"`autocast()` (line 12)", or "`autocast()` (line 12) and 2 more"."""
+    first = f"`{snippet(facts, nodes[0], 28)}` (line {facts.line_of(nodes[0])})"
+    return first if len(nodes) == 1 else f"{first} and {len(nodes) - 1} more"
+
+
+def _alias_message(facts: ModuleFacts, alias: _Alias) -> str:
+    written = snippet(facts, alias.reference, 28)
+    calls = _uses(facts, [node for node, _ in alias.uses])
+    warns = "warns on each call" if len(alias.uses) == 1 else "warn on each call"
+    if alias.qualified in DEPRECATED_AMP_MODULES:
+        named = f"`{alias.qualified}`" if written == alias.qualified else f"`{written}` (`{alias.qualified}`)"
+        return (f"`{alias.target}` is bound to {named}, whose AMP names are deprecated since torch 2.4: "
+                f"{calls} {warns}")
+    legacy = _public(alias.qualified)
+    named = f"the deprecated `{legacy}`" if written == legacy else f"`{written}`, the deprecated `{legacy}`"
+    return f"`{alias.target}` is bound to {named} (since torch 2.4): {calls} {warns}"
+
+
+def _alias_advice(plan: "_Plan", alias: _Alias) -> str:
+    """What to bind instead; no fix: each call through the name would have to change with it."""
+    if alias.qualified in DEPRECATED_AMP_MODULES:
+        device = DEPRECATED_AMP_MODULES[alias.qualified]
+        missing = sorted({DEPRECATED_AMP[api][0] for _, api in alias.uses
+                          if plan.spelling(DEPRECATED_AMP[api][0]) != f"torch.amp.{DEPRECATED_AMP[api][0]}"})
+        if missing:
+            return _sentence(f"the project supports torch {plan.support.floor}, which has no "
+                             f"{', '.join(f'`torch.amp.{name}`' for name in missing)}: no replacement to bind")
+        return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
+                         f"(`{alias.target}.{DEPRECATED_AMP[alias.uses[0][1]][0]}(\"{device}\", ...)`); no fix: "
+                         f"every call through the name changes with it")
+    new_name, device = DEPRECATED_AMP[alias.qualified]
+    spelling = plan.spelling(new_name)
+    if spelling is None:
+        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
+                         f"and the project supports torch {plan.support.floor}: no replacement to bind")
+    if new_name in ("autocast", "GradScaler"):
+        extra = f", dtype=torch.{LEGACY_AUTOCAST_DTYPE[device]}" if new_name == "autocast" else ""
+        bound = f'functools.partial({spelling}, "{device}"{extra})'
+    else:
+        bound = f'functools.partial({spelling}, device_type="{device}")'
+    return _sentence(f"bind `{bound}` instead, and pass keyword arguments where a call through "
+                     f"`{alias.target}` passes the legacy positional ones; no fix: every call through the name "
+                     f"changes with it")
 
 
 class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
-    """Import bindings, references to deprecated AMP names (with their role), and name loads, in one walk."""
+    """References to deprecated AMP names (with their role), the imports that sit in compatibility shims, and
+    name loads, in one walk. What each import binds is the facts layer's (`facts.imports`); this walk only adds,
+    per name, its bindings in source order and whether a shim guards them."""
 
     def __init__(self, facts: ModuleFacts) -> None:
         super().__init__()
         self.facts = facts
-        self.bindings: dict[str, list[_Binding]] = {}
+        self.bindings: dict[str, list[ImportBinding]] = {}
+        self.guarded: set[int] = set()  # ids of the import statements inside a compatibility shim
+        self._by_statement: dict[int, list[ImportBinding]] = {}
+        for records in facts.imports.records.values():
+            for record in records:
+                self._by_statement.setdefault(id(record.statement), []).append(record)
         self.sites: list[_Site] = []
         self.import_sites: list[tuple[cst.ImportFrom, list[str]]] = []
+        self.star_sites: list[tuple[cst.ImportFrom, list[str]]] = []  # (star import, deprecated names it binds)
+        self.module_references: dict[int, bool] = {}  # id of a name of a legacy module -> inside a shim
         self.imported_as: dict[tuple[int, str], str] = {}
         self.qualified_of: dict[tuple[int, str], str] = {}
         self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
@@ -274,7 +425,6 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         self.guards: list[bool] = []
         self.in_bases = False
         self.scope_depth = 0
-        self.line: cst.SimpleStatementLine | None = None
         self.quotes = {'"': 0, "'": 0}
 
     # scopes and guards ------------------------------------------------------------------------------
@@ -349,51 +499,39 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
     def guard_depth(self) -> int:
         return sum(self.guards)
 
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self.line = node
-
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         quote = node.quote[-1:]
         if quote in self.quotes:
             self.quotes[quote] += 1
 
     # imports ----------------------------------------------------------------------------------------
-    def _bind(self, local: str, qualified: str, statement, alias) -> None:
-        self.bindings.setdefault(local, []).append(_Binding(
-            local, qualified, self.line, statement, alias, self.scope_depth == 0, self.guard_depth > 0))
+    def _bind(self, node: cst.Import | cst.ImportFrom) -> list[ImportBinding]:
+        """The bindings of one import statement (from the facts layer), noted in source order."""
+        if self.guard_depth:
+            self.guarded.add(id(node))
+        records = self._by_statement.get(id(node), [])
+        for record in records:
+            self.bindings.setdefault(record.local, []).append(record)
+        return records
 
     def visit_Import(self, node: cst.Import) -> bool:
-        for alias in node.names:
-            full = dotted_name(alias.name)
-            if full is None:
-                continue
-            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
-                self._bind(alias.asname.name.value, full, node, alias)
-            else:
-                head = full.split(".", 1)[0]
-                self._bind(head, head, node, alias)
+        self._bind(node)
         return False
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        if node.relative or node.module is None or isinstance(node.names, cst.ImportStar):
-            return False
-        module = dotted_name(node.module)
-        if module is None:
-            return False
         deprecated = []
-        for alias in node.names:
-            name = dotted_name(alias.name)
-            if name is None:
-                continue
-            local = alias.asname.name.value if alias.asname is not None and isinstance(
-                alias.asname.name, cst.Name) else name
-            self._bind(local, f"{module}.{name}", node, alias)
-            if f"{module}.{name}" in DEPRECATED_AMP and not self.guard_depth:
-                deprecated.append(local)
-                self.imported_as[(id(node), local)] = name if local == name else f"{name} as {local}"
-                self.qualified_of[(id(node), local)] = f"{module}.{name}"
+        for record in self._bind(node):
+            if record.qualified in DEPRECATED_AMP and not self.guard_depth:
+                deprecated.append(record.local)
+                self.qualified_of[(id(node), record.local)] = record.qualified
+                if record.alias is None:
+                    continue  # a star import's name: reported with its statement
+                name = dotted_name(record.alias.name)
+                self.imported_as[(id(node), record.local)] = name if record.local == name else \
+                    f"{name} as {record.local}"
         if deprecated:
-            self.import_sites.append((node, deprecated))
+            sites = self.star_sites if isinstance(node.names, cst.ImportStar) else self.import_sites
+            sites.append((node, deprecated))
         return False
 
     # references -------------------------------------------------------------------------------------
@@ -430,20 +568,23 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         walk(node.value, self)
         return False
 
+    def _reference(self, node: cst.Attribute | cst.Name) -> None:
+        if id(node) in self.consumed:
+            return
+        qualified = self.facts.imports.qualify(node)
+        if qualified in DEPRECATED_AMP:
+            self._site("reference", node, node, qualified)
+        elif qualified in DEPRECATED_AMP_MODULES:
+            self.module_references[id(node)] = self.guard_depth > 0
+
     def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if id(node) not in self.consumed:
-            qualified = self._deprecated(node)
-            if qualified is not None:
-                self._site("reference", node, node, qualified)
+        self._reference(node)
         walk(node.value, self)
         return False
 
     def visit_Name(self, node: cst.Name) -> None:
         self.loads[node.value] = self.loads.get(node.value, 0) + 1
-        if id(node) not in self.consumed:
-            qualified = self._deprecated(node)
-            if qualified is not None:
-                self._site("reference", node, node, qualified)
+        self._reference(node)
 
 
 class _Plan:
@@ -472,7 +613,8 @@ class _Plan:
         for site in self.scan.sites:
             bindings = self.scan.bindings.get(site.head, [])
             targets = {b.qualified for b in bindings}
-            guarded = any(b.guarded and (b.qualified in DEPRECATED_AMP or b.qualified in DEPRECATED_AMP_MODULES)
+            guarded = any(id(b.statement) in self.scan.guarded
+                          and (b.qualified in DEPRECATED_AMP or b.qualified in DEPRECATED_AMP_MODULES)
                           for b in bindings)
             if len(targets) > 1 or guarded or site.head in assigned | defined:
                 site.skip = True
@@ -481,6 +623,10 @@ class _Plan:
         self.scan.import_sites = [(statement, [n for n in names if n not in ambiguous])
                                   for statement, names in self.scan.import_sites]
         self.scan.import_sites = [(s, names) for s, names in self.scan.import_sites if names]
+
+    def star_bound(self) -> set[str]:
+        """The names some star import binds (`from torch.cuda.amp import *`)."""
+        return {name for name, bindings in self.scan.bindings.items() if any(b.alias is None for b in bindings)}
 
     def _torch_name(self) -> str | None:
         names = [local for local, bindings in self.scan.bindings.items()
@@ -493,10 +639,11 @@ class _Plan:
             if not site.skip:
                 by_head.setdefault(site.head, []).append(site)
         torch_name = self.torch_name
+        starred = self.star_bound()
         for head, sites in by_head.items():
             binding = self.scan.bindings[head][0] if self.scan.bindings.get(head) else None
-            if binding is None:
-                continue
+            if binding is None or head in starred:
+                continue  # a star import's names: no safe rewrite (see the Fix safety section)
             if binding.qualified == "torch":
                 self._rewrite_under(head, sites)
             elif binding.qualified in DEPRECATED_AMP:
@@ -579,7 +726,7 @@ class _Plan:
         new_name = DEPRECATED_AMP[site.qualified][0]
         if site.kind == "reference":
             return new_name == "GradScaler"  # isinstance()/annotations: the base class accepts both
-        if site.kind == "base":
+        if site.kind in ("base", "alias"):
             return False
         if site.kind == "decorator":
             return new_name in ("custom_fwd", "custom_bwd")
@@ -659,14 +806,14 @@ class _Plan:
     def _keyword(self, keyword: str, device: str) -> cst.Arg:
         return cst.Arg(self._string(device), keyword=cst.Name(keyword), equal=_equal())
 
-    def _move_import(self, binding: _Binding, target_module: str) -> None:
+    def _move_import(self, binding: ImportBinding, target_module: str) -> None:
         self.moved.add((id(binding.statement), binding.local))
         self._statement_change(binding, target_module)
 
-    def _drop_import(self, binding: _Binding) -> None:
+    def _drop_import(self, binding: ImportBinding) -> None:
         self._statement_change(binding, None)
 
-    def _statement_change(self, binding: _Binding, target_module: str | None) -> None:
+    def _statement_change(self, binding: ImportBinding, target_module: str | None) -> None:
         """Queue moving (or dropping) one alias of an import statement; applied per statement in rewrite()."""
         entry = self.import_changes.setdefault(binding.statement, (binding.line, []))
         entry[1].append((binding.alias, target_module))
