@@ -55,6 +55,20 @@ def _declares_structure(rule: type) -> bool:
     return method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies.__func__
 
 
+def _declares_across(rule: type) -> bool:
+    from amplint.rules.base import Rule
+
+    method = getattr(rule, "maybe_applies_across", None)
+    return method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies_across.__func__
+
+
+def _asked_safely(rule: type, view) -> bool:
+    try:
+        return bool(rule.maybe_applies_across(view))
+    except Exception:  # noqa: BLE001 - a failing question must cost time, never a finding
+        return True
+
+
 class Prefilter:
     """The two stages for one set of enabled rules (classes or instances)."""
 
@@ -69,6 +83,7 @@ class Prefilter:
         # it is searched.
         self.pattern = (re.compile("|".join(re.escape(w) for w in sorted(self.words, key=lambda w: (-len(w), w))))
                         if self.words else None)
+        self.across = [rule for rule in classes if _declares_across(rule)]
         self.always = not classes or any(not _declares_structure(rule) and not _declares_words(rule)
                                          for rule in classes)
 
@@ -90,12 +105,19 @@ class Prefilter:
     def decide(self, text: str) -> Verdict:
         return self.select(text)[0]
 
-    def select(self, text: str) -> tuple[Verdict, list[type]]:
+    def select(self, text: str, view=None) -> tuple[Verdict, list[type]]:
         """The verdict and, when the file is to be analysed, the enabled rules that can fire on it (each rule
-        is asked alone, so the engine need not run the others)."""
+        is asked alone, so the engine need not run the others). `view`: the project index seen from the file,
+        for the rules whose findings here can come from other files (`Rule.maybe_applies_across`)."""
         if not self.has_words(text):
             return Verdict.SKIP_WORDS, []
         verdict, candidates = self._structure(text)
+        if view is not None and self.across and not self.always:
+            more = [rule for rule in self.across if rule not in candidates
+                    and (not _declares_words(rule) or any(word in text for word in rule.words))
+                    and _asked_safely(rule, view)]
+            if more:
+                verdict, candidates = Verdict.ANALYSE, [rule for rule in self.rules if rule in candidates or rule in more]
         if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text
             return Verdict.SKIP_NOQA, []
         return verdict, candidates

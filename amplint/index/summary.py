@@ -211,6 +211,7 @@ class Summary:
         self._present: dict[tuple[str, str], bool] = {}
         self._words: dict[str, bool] = {}  # word -> in the text (each searched once per file)
         self._tree_done = False
+        self.tree: ast.Module | None = None  # the parsed tree, once a question needed it (`parse_tree`)
         self._unparsable = False
         self.identifiers: set[str] = set()
         self.methods: set[str] = set()
@@ -279,6 +280,7 @@ class Summary:
         except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
             self._unparsable = True
             raise _Unparsable from None
+        self.tree = tree
         self._collect(tree)
 
     def _collect(self, tree: ast.AST) -> None:
@@ -558,7 +560,7 @@ class Summary:
             return {expr.id} | self.import_bound.get(expr.id, set())
         return set()
 
-    def _scaler_names(self) -> set[str]:
+    def scaler_names(self) -> set[str]:
         """Dotted names that can hold a GradScaler: assigned a value that uses a name `GradScaler` (or an
         import alias of one), or used the way only a scaler is."""
         if self._scalers is None:
@@ -583,7 +585,7 @@ class Summary:
             optimizers: set[str] = set()
             for method in ("step", "unscale_"):
                 for _, _, receiver, _, call in self.call_sites_by_name.get(method, ()):
-                    if receiver and receiver in self._scaler_names():
+                    if receiver and receiver in self.scaler_names():
                         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
                             name = dotted(argument)
                             if name:
@@ -605,7 +607,7 @@ class Summary:
         method calls whose receiver can hold a GradScaler; with `looped`, only calls in a loop's body."""
         for name in self._names_for(names):
             for function, withs, receiver, in_loop, _ in self.call_sites_by_name.get(name, ()):
-                if on_scaler and not (receiver and receiver in self._scaler_names()):
+                if on_scaler and not (receiver and receiver in self.scaler_names()):
                     continue
                 if looped and not in_loop:
                     continue
@@ -758,7 +760,7 @@ class Summary:
         receivers = None
         if on_scaler or on_stepper:
             def receivers(receiver: str | None) -> bool:
-                return bool(receiver) and (receiver in self._scaler_names() or (
+                return bool(receiver) and (receiver in self.scaler_names() or (
                     on_stepper and receiver in self._optimizer_names()))
         return self.ask(written and (self.has_token("with") or "@" in self.text),
                          lambda: self._in_region_possible(names, receivers))

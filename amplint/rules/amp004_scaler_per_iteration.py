@@ -105,14 +105,58 @@ class ScalerPerIteration(Rule):
                 fix = self._hoist(facts, build, loop)
                 yield Finding(build.node, message, fix, help=None if fix else "Construct it once, before the loop")
                 continue
-            if loops or any(use.frame.loops_up_to_function() for use in uses) or "." in key:
+            if loops or "." in key:
                 continue
-            caller_loop = facts.calling_loop(build.frame)
+            per_step = not any(use.frame.loops_up_to_function() for use in uses)
+            caller_loop = facts.calling_loop(build.frame) if per_step else None
             if caller_loop is not None:
                 function = build.frame.function()
                 message = (f"`{key}` is a new GradScaler on every call of `{function.name}()` from the loop at "
                            f"line {facts.line_of(caller_loop.node)}, so its loss scale never adapts")
                 yield Finding(build.node, message, help="Build the scaler once outside and pass it in")
+                continue
+            finding = self._called_per_iteration(facts, build, uses, same_function)
+            if finding is not None:
+                yield finding
+
+    @staticmethod
+    def _called_per_iteration(facts: ModuleFacts, build: Event, uses: list[Event], events: list[Event]
+                              ) -> Finding | None:
+        """The function that builds and uses the scaler runs once per iteration of a loop in a caller (in this
+        module or another, a few callers up: the project index's `called_per_iteration`): per epoch, per batch.
+        Silent when the function builds the optimizer it steps too (a fresh run per call: folds, trials), hands
+        the scaler on (returns, stores or passes it: the index's `keeps_scaler`), or has no caller in a loop."""
+        view = facts.project
+        info = facts.function_info(build.frame)
+        if view is None or info is None:
+            return None
+        from amplint.index.project import Target
+
+        target = Target(view.path, info.qualname)
+        summary = view.function(target)
+        if summary is None or "keeps_scaler" in summary.does or facts.scaler_handed_over(build.bound_to, build.frame.function()):
+            return None
+        stepped = {use.optimizer for use in uses if use.optimizer}
+        if any(stepped.intersection(a.targets) for a in facts.assignments_in(build.frame.function())):
+            return None  # a fresh optimizer each call: a new run, a new scaler is right
+        chain = view.called_per_iteration(target)
+        if chain is None:
+            return None
+        site = chain[-1]
+        module = view.project.names.get(site.caller.module, "?")
+        where = "this module" if site.caller.module == view.path else f"`{module}`"
+        through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
+        message = (f"`{build.bound_to}` is a new GradScaler on every call of `{info.qualname}()`, which "
+                   f"`{site.caller.qualname}()` in {where} calls in a loop (line {site.call.line}){through}: its loss "
+                   f"scale restarts at 65536 each time and never adapts")
+        return Finding(build.node, message, help="Build the scaler once, where the loop is, and pass it in")
+
+    @classmethod
+    def maybe_applies_across(cls, view) -> bool:
+        # a function of this file that builds a scaler is called in a loop somewhere in the project
+        from amplint.index.project import functions_doing
+
+        return any(view.called_per_iteration(target) for target in functions_doing(view, "builds_scaler"))
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:

@@ -54,7 +54,7 @@ class Rule:
     # Choose words that every spelling of what the rule looks for must contain, imports and aliases included.
     words: ClassVar[tuple[str, ...] | None] = None
     min_torch: ClassVar[str | None] = None
-    # The torch releases the linted code supports (set per run by amplint.runner): a fix writes only spellings
+    # The torch releases the linted code supports (set per run by amplint.selection): a fix writes only spellings
     # every one of them has. The default knows nothing and allows every spelling.
     torch: TorchSupport = TorchSupport()
     # What --fix can do for this rule's findings: "safe", "unsafe", "sometimes" (safe or unsafe depending on
@@ -82,6 +82,14 @@ class Rule:
         overridden) is True: the file is always analysed.
         """
         return True
+
+    @classmethod
+    def maybe_applies_across(cls, view) -> bool:
+        """Prefilter, across modules: can this rule fire on the file because of what other files of the project
+        do (`view`: the project index seen from the file, `amplint.index.ModuleView`)? Asked only when one of
+        `words` is in the file and `maybe_applies` said no. Conservative like `maybe_applies`; the default: no
+        finding of the rule depends on other files."""
+        return False
 
     @classmethod
     def summary(cls) -> str:

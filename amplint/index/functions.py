@@ -1,0 +1,352 @@
+"""Per-function summaries of one file, the project index's record of it (phase 1).
+
+Built from the same `ast` walk as the screen's `Summary` (amplint/index/summary.py): one parse per file. What a
+function does is a set of facts, named once here (`FACTS`), from the same definitions the screen and the libcst
+facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled backward is
+`<scaler>.scale(loss).backward()`; an autocast region is a with-item the screen's `can_open` accepts):
+
+- `builds_scaler`: constructs a GradScaler (not with a literal `enabled=False`); `keeps_scaler`: returns it,
+  stores it on an object (`self.scaler = ...`), passes it to a call, or restores it with `load_state_dict`;
+- `backward` (a method `backward()`/`manual_backward()` or `torch.autograd.backward`), `scaled_backward`;
+- `unscale`, `clip` (`clip_grad_norm_`/`clip_grad_value_`, a torch clip, not a framework's method), `step`
+  (a method `step()`), `scaler_step`, `scaler_update` (on something that can hold a GradScaler);
+- `region` (opens an autocast region not written disabled), `disabled_region`, `no_grad`
+  (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
+
+Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
+can be enabled, under no_grad. Calls to what the file imports from outside the project are kept too (the index
+does not know yet which modules are the project's); the project index drops them when resolving.
+
+A `FileIndex` is plain data (`to_json`/`from_json`) so that the cache can keep it by content.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+from amplint.facts.names import GRAD_SCALERS
+from amplint.index.summary import FUNCTIONS, Summary, dotted
+
+FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "scaler_step",
+         "scaler_update", "region", "disabled_region", "no_grad", "enable_grad", "eval", "loop")
+CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
+NO_GRAD_NAMES = frozenset({"no_grad", "inference_mode"})
+# Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
+_NOT_PROJECT = frozenset({
+    "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
+    "float", "str", "list", "dict", "tuple", "set", "min", "max", "sum", "abs", "sorted", "open", "type", "iter",
+    "next", "map", "filter", "any", "all", "round", "repr", "format", "vars", "id", "bool", "object"})
+
+
+@dataclass
+class CallRecord:
+    callee: str  # as written: "train_one_epoch", "self.optimizer_step", "utils.clip", "self.helper.run", "fn"
+    line: int
+    in_loop: bool = False  # in a loop's body of its function
+    in_region: bool = False  # in an autocast region that can be enabled (a with or the function's decorator)
+    no_grad: bool = False  # under no_grad/inference_mode (a with or the function's decorator)
+
+    def to_json(self) -> list:
+        return [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
+
+    @classmethod
+    def from_json(cls, data: list) -> CallRecord:
+        return cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]))
+
+
+@dataclass
+class FunctionSummary:
+    qualname: str  # "train" or "Trainer.train_step" (as the facts layer's FunctionInfo.qualname)
+    line: int
+    params: tuple[str, ...] = ()
+    does: set[str] = field(default_factory=set)
+    lines: dict[str, int] = field(default_factory=dict)  # fact -> line of its first occurrence
+    calls: list[CallRecord] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
+                "dl": self.lines, "c": [call.to_json() for call in self.calls]}
+
+    @classmethod
+    def from_json(cls, data: dict) -> FunctionSummary:
+        return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
+                   [CallRecord.from_json(call) for call in data["c"]])
+
+
+@dataclass
+class FileIndex:
+    """What one file holds for the project index."""
+
+    functions: dict[str, FunctionSummary] = field(default_factory=dict)
+    # local name -> (module as written, name in it or None for `import x` / `import x as y`, relative level)
+    imports: dict[str, tuple[str, str | None, int]] = field(default_factory=dict)
+    star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) of `from x import *`
+    classes: dict[str, list[str]] = field(default_factory=dict)  # class -> its bases as written
+    # "Class.attr" or a module-level/local name -> the callee of the call it is assigned (`self.h = Helper()`)
+    instances: dict[str, str] = field(default_factory=dict)
+    module_calls: list[CallRecord] = field(default_factory=list)  # calls at module level (scripts)
+    module_does: set[str] = field(default_factory=set)  # facts of the module-level code
+
+    def to_json(self) -> dict:
+        return {"f": {name: summary.to_json() for name, summary in self.functions.items()},
+                "i": {name: list(value) for name, value in self.imports.items()},
+                "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
+                "m": [call.to_json() for call in self.module_calls], "md": sorted(self.module_does)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> FileIndex:
+        return cls({name: FunctionSummary.from_json(value) for name, value in data["f"].items()},
+                   {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
+                   [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
+                   [CallRecord.from_json(call) for call in data["m"]], set(data["md"]))
+
+    def digest(self) -> str:
+        """A fingerprint of what other files can read of this one (the cache keys dependants by it)."""
+        return hashlib.blake2b(json.dumps(self.to_json(), sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def index_text(text: str, summary: Summary | None = None) -> FileIndex | None:
+    """The file's index record, from the summary's `ast` walk (parsed here when the screen has not); None when the
+    text does not parse."""
+    summary = summary if summary is not None else Summary(text)
+    try:
+        summary.parse_tree()
+    except Exception:  # noqa: BLE001 - unparsable: the engine reports it; the index has nothing to say
+        return None
+    return _Builder(summary).build()
+
+
+class _Builder:
+    def __init__(self, summary: Summary) -> None:
+        self.summary = summary
+        self.index = FileIndex()
+        self.by_id: dict[int, FunctionSummary] = {}
+        self.scalers = summary.scaler_names()
+        self.assigned_calls: dict[str, set[str]] = {}  # `_instances`: name -> callees of the calls assigned to it
+
+    def build(self) -> FileIndex:
+        tree = self.summary.tree
+        self._definitions(tree.body, "")
+        self._imports(tree)
+        self._calls()
+        self._regions()
+        self._scaler_builds()
+        self.index.instances = {key: next(iter(callees)) for key, callees in self.assigned_calls.items()
+                                if len(callees) == 1 and "" not in callees}  # assigned twice: either, unknown
+        return self.index
+
+    # definitions -------------------------------------------------------------------------------------------
+    def _definitions(self, body: list, class_name: str) -> None:
+        """Every def with its qualname (as the facts layer names it: "Class.method", else the bare name)."""
+        pending = [(body, class_name)]
+        while pending:
+            statements, owner = pending.pop()
+            for node in statements:
+                kind = type(node)
+                if kind in FUNCTIONS:
+                    qualname = f"{owner}.{node.name}" if owner else node.name
+                    arguments = node.args
+                    params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+                    summary = FunctionSummary(qualname, node.lineno, params)
+                    self.index.functions.setdefault(qualname, summary)
+                    self.by_id[id(node)] = summary
+                    for decorator in node.decorator_list:
+                        name = dotted(decorator.func if type(decorator) is ast.Call else decorator) or ""
+                        if name.rsplit(".", 1)[-1] in NO_GRAD_NAMES:
+                            self._note(summary, "no_grad", node.lineno)
+                    pending.append((node.body, ""))
+                    self._instances(node, owner, qualname)
+                elif kind is ast.ClassDef:
+                    self.index.classes[node.name] = [name for name in map(dotted, node.bases) if name]
+                    pending.append((node.body, node.name))
+                else:
+                    for child in ast.iter_child_nodes(node):
+                        if type(child) in FUNCTIONS or type(child) is ast.ClassDef:
+                            pending.append(([child], owner))
+                        elif hasattr(child, "body") and isinstance(getattr(child, "body"), list):
+                            pending.append((child.body, owner))
+                            pending.append((getattr(child, "orelse", []) or [], owner))
+
+    def _instances(self, function: ast.AST, class_name: str, qualname: str) -> None:
+        """What a name holds when it is assigned a call (`self.helper = Helper(...)` in a method: "Class.helper";
+        `h = Helper(...)` in a function: "qualname:h"), so that `self.helper.run()` and `h()` can be resolved to
+        the class's `run` and `__call__`. A name assigned twice holds either: it is left out."""
+        for node in ast.walk(function):
+            if type(node) is not ast.Assign or type(node.value) is not ast.Call or len(node.targets) != 1:
+                continue
+            target = node.targets[0]
+            if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self" \
+                    and class_name:
+                key = f"{class_name}.{target.attr}"
+            elif type(target) is ast.Name:
+                key = f"{qualname}:{target.id}"
+            else:
+                continue
+            self.assigned_calls.setdefault(key, set()).add(dotted(node.value.func) or "")
+
+    def _imports(self, tree: ast.Module) -> None:
+        for node in ast.walk(tree):
+            if type(node) is ast.Import:
+                for alias in node.names:
+                    if alias.asname:
+                        self.index.imports[alias.asname] = (alias.name, None, 0)
+                    else:
+                        head = alias.name.split(".")[0]
+                        self.index.imports.setdefault(head, (head, None, 0))
+            elif type(node) is ast.ImportFrom:
+                module = node.module or ""
+                for alias in node.names:
+                    if alias.name == "*":
+                        self.index.star_imports.append((module, node.level))
+                    else:
+                        self.index.imports[alias.asname or alias.name] = (module, alias.name, node.level)
+
+    # calls -------------------------------------------------------------------------------------------------
+    def _owner(self, function) -> FunctionSummary | None:
+        return self.by_id.get(id(function)) if type(function) in FUNCTIONS else None
+
+    def _note(self, summary: FunctionSummary | None, fact: str, line: int) -> None:
+        if summary is None:
+            self.index.module_does.add(fact)
+            return
+        summary.does.add(fact)
+        summary.lines.setdefault(fact, line)
+
+    def _calls(self) -> None:
+        summary = self.summary
+        scalers = self.scalers
+        for name, sites in summary.call_sites_by_name.items():
+            for function, withs, receiver, loops, call in sites:
+                if type(function) is ast.Lambda:
+                    continue
+                owner = self._owner(function)
+                line = call.lineno
+                if loops:
+                    self._note(owner, "loop", line)
+                self._fact_of_call(owner, name, receiver, call, line, scalers)
+                callee = dotted(call.func)
+                if callee is None or callee in _NOT_PROJECT:
+                    continue
+                record = CallRecord(callee, line, bool(loops), self._in_region(function, withs),
+                                    self._no_grad(function, withs))
+                (owner.calls if owner is not None else self.index.module_calls).append(record)
+
+    def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers) -> None:
+        method = receiver is not None
+        if name in ("backward", "manual_backward") and method:
+            self._note(owner, "backward", line)
+            inner = call.func.value
+            if type(inner) is ast.Call and type(inner.func) is ast.Attribute and inner.func.attr == "scale":
+                self._note(owner, "scaled_backward", line)
+        elif name == "backward" and self.summary.resolves(call.func, {"torch.autograd.backward"}):
+            self._note(owner, "backward", line)
+        elif name == "unscale_" and method:
+            self._note(owner, "unscale", line)
+        elif name in CLIP_NAMES and (not method or self.summary.resolves(call.func, _CLIP_API)
+                                     or receiver.rsplit(".", 1)[-1] in ("utils", "clip_grad")):
+            self._note(owner, "clip", line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
+        elif name == "step" and method:
+            self._note(owner, "scaler_step" if receiver in scalers else "step", line)
+        elif name == "update" and method and receiver in scalers:
+            self._note(owner, "scaler_update", line)
+        elif name == "eval" and method and not call.args:
+            self._note(owner, "eval", line)
+        elif name == "enable_grad" or name == "set_grad_enabled":
+            self._note(owner, "enable_grad", line)
+
+    def _in_region(self, function, withs) -> bool:
+        summary = self.summary
+        return any(self._enabled_opener(with_node) for with_node in withs) or (
+            function is not None and any(summary.can_open(d) and not _disabled(d)
+                                         for d in summary.call_decorators.get(id(function), ())))
+
+    def _enabled_opener(self, with_node) -> bool:
+        return any(self.summary.can_open(item.context_expr) and not _disabled(item.context_expr)
+                   for item in with_node.items)
+
+    def _no_grad(self, function, withs) -> bool:
+        for with_node in withs:
+            for item in with_node.items:
+                expr = item.context_expr.func if type(item.context_expr) is ast.Call else item.context_expr
+                if (dotted(expr) or "").rsplit(".", 1)[-1] in NO_GRAD_NAMES:
+                    return True
+        owner = self._owner(function)
+        return owner is not None and "no_grad" in owner.does
+
+    def _regions(self) -> None:
+        for with_node, function, _ in self.summary.withs:
+            if type(function) is ast.Lambda:
+                continue
+            owner = self._owner(function)
+            for item in with_node.items:
+                expr = item.context_expr
+                if self.summary.can_open(expr):
+                    self._note(owner, "disabled_region" if _disabled(expr) else "region", with_node.lineno)
+                name = (dotted(expr.func if type(expr) is ast.Call else expr) or "").rsplit(".", 1)[-1]
+                if name in NO_GRAD_NAMES:
+                    self._note(owner, "no_grad", with_node.lineno)
+                elif name in ("enable_grad", "set_grad_enabled"):
+                    self._note(owner, "enable_grad", with_node.lineno)
+        for function_id, decorators in self.summary.call_decorators.items():
+            owner = self.by_id.get(function_id)
+            if owner is not None and any(self.summary.can_open(d) and not _disabled(d) for d in decorators):
+                self._note(owner, "region", owner.line)
+
+    def _scaler_builds(self) -> None:
+        """GradScaler constructions (resolved through the imports, as the facts layer's `GRAD_SCALERS`), and
+        whether the function keeps the scaler beyond its call."""
+        for call in self.summary.api_calls(GRAD_SCALERS):
+            if any(k.arg == "enabled" and type(k.value) is ast.Constant and k.value.value is False
+                   for k in call.keywords):
+                continue
+            for function, _, _, _, site in self.summary.call_sites_by_name.get(call.func.attr if type(
+                    call.func) is ast.Attribute else getattr(call.func, "id", ""), ()):
+                if site is call:
+                    owner = self._owner(function)
+                    self._note(owner, "builds_scaler", call.lineno)
+                    if owner is not None and _keeps(function, call):
+                        self._note(owner, "keeps_scaler", call.lineno)
+                    break
+
+
+_CLIP_API = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
+                       "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_"})
+
+
+def _disabled(expr: ast.AST) -> bool:
+    """Written disabled: a literal `enabled=False`, or a literal False passed positionally."""
+    if type(expr) is not ast.Call:
+        return False
+    return any(k.arg == "enabled" and type(k.value) is ast.Constant and k.value.value is False
+               for k in expr.keywords) or any(type(a) is ast.Constant and a.value is False for a in expr.args)
+
+
+def _keeps(function: ast.AST, build: ast.Call) -> bool:
+    """Does the function hand the scaler it builds to anything that outlives its call: returned, stored on an
+    object or in a container, passed to a call, yielded, or restored (`load_state_dict`)? Conservative: any use of
+    the bound name other than calling its scale/step/update/unscale_ methods counts as keeping it."""
+    bound: set[str] = set()
+    for node in ast.walk(function):
+        if type(node) in (ast.Assign, ast.AnnAssign) and node.value is build:
+            targets = node.targets if type(node) is ast.Assign else [node.target]
+            for target in targets:
+                if type(target) is ast.Name:
+                    bound.add(target.id)
+                else:
+                    return True  # self.scaler = GradScaler(), a subscript, a tuple: kept
+        elif type(node) in (ast.Return, ast.Yield, ast.YieldFrom) and node.value is build:
+            return True
+        elif type(node) is ast.Call and build in node.args:
+            return True
+        elif type(node) is ast.keyword and node.value is build:
+            return True
+    if not bound:
+        return False
+    harmless = {"scale", "step", "update", "unscale_", "get_scale", "is_enabled"}
+    method_receivers = {id(node.value) for node in ast.walk(function)
+                        if type(node) is ast.Attribute and node.attr in harmless}
+    return any(type(node) is ast.Name and node.id in bound and type(node.ctx) is ast.Load
+               and id(node) not in method_receivers for node in ast.walk(function))

@@ -1,0 +1,356 @@
+"""The project index: every file's `FileIndex`, imports resolved to the project's own modules, and calls resolved
+to functions across modules (phase 1's result, what phase 2 asks about calls that leave a function).
+
+Module names come from the files' places: a file in a package (folders holding `__init__.py`) is named from the
+top-most package down (`pkg/sub/mod.py`: `pkg.sub.mod`); a file outside packages by its stem, as Python names a
+script's sibling that the script imports (`train.py` beside `engine.py`: `import engine`). When two files have
+one name (two folders of scripts), an import resolves to the one nearest the importing file.
+
+A call leaves its function through: a module-level function of the same module or of an imported project module
+(`f()`, `mod.f()`, `from pkg import f` through a package's `__init__` re-exports, `from x import *`), a method of
+the same class or of a project base class (`self.f()`), a method of an object whose class is known
+(`self.helper = Helper()` then `self.helper.run()`; `h = Helper()` then `h.run()`), and the `__call__` of such
+an object (`h(x)`). Functions passed as arguments are not followed. Every question is bounded (`MAX_DEPTH`
+calls deep) and safe on cycles.
+
+`ModuleView` is the index seen from one module. It records which other modules its answers read
+(`read_modules`), so that a file's cached result can be keyed by the facts it used (amplint/cache.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterator
+
+from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
+
+MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
+
+
+@dataclass(frozen=True)
+class Target:
+    module: str
+    qualname: str
+
+    def describe(self, here: str | None = None) -> str:
+        """`train_one_epoch` in this module, else `engine.train_one_epoch`."""
+        return self.qualname if self.module == here else f"{self.module}.{self.qualname}"
+
+
+@dataclass(frozen=True)
+class CallerSite:
+    caller: Target
+    call: CallRecord
+
+
+def module_name(path: str) -> str:
+    """The module name Python gives the file (see the module's docstring)."""
+    path = os.path.abspath(path)
+    folder, filename = os.path.split(path)
+    stem = filename.rsplit(".", 1)[0]
+    parts = [] if stem == "__init__" else [stem]
+    while os.path.isfile(os.path.join(folder, "__init__.py")) or os.path.isfile(os.path.join(folder, "__init__.pyi")):
+        folder, package = os.path.split(folder)
+        parts.insert(0, package)
+        if not package:
+            break
+    return ".".join(part for part in parts if part) or stem
+
+
+class ProjectIndex:
+    def __init__(self) -> None:
+        self.files: dict[str, FileIndex] = {}  # path -> its index
+        self.names: dict[str, str] = {}  # path -> module name
+        self.by_name: dict[str, list[str]] = {}  # module name -> paths
+        self.packages: set[str] = set()  # paths of `__init__` files
+        self._digests: dict[str, str] = {}
+        self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
+
+    def add(self, path: str, index: FileIndex, name: str | None = None) -> None:
+        path = os.path.abspath(path)
+        name = name or module_name(path)
+        self.remove(path)
+        self._calls = None
+        self.files[path] = index
+        self.names[path] = name
+        self.by_name.setdefault(name, []).append(path)
+        if os.path.basename(path).startswith("__init__."):
+            self.packages.add(path)
+
+    def remove(self, path: str) -> None:
+        path = os.path.abspath(path)
+        if path in self.files:
+            self._calls = None
+            del self.files[path]
+            self._digests.pop(path, None)
+            self.packages.discard(path)
+            name = self.names.pop(path)
+            self.by_name[name] = [p for p in self.by_name.get(name, []) if p != path]
+
+    def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
+        """(path, calling function or None at module level, call) of every call whose callee's last name is
+        `last`; with None, every call to a plain name or a method (a `__call__` can be reached by any)."""
+        if self._calls is None:
+            self._calls = {}
+            for path, index in self.files.items():
+                for qualname, summary in index.functions.items():
+                    for call in summary.calls:
+                        self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
+                for call in index.module_calls:
+                    self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, None, call))
+        if last is None:
+            return [site for sites in self._calls.values() for site in sites]
+        return self._calls.get(last, [])
+
+    def view(self, path: str) -> ModuleView:
+        return ModuleView(self, os.path.abspath(path))
+
+    def digest(self, path: str) -> str:
+        if path not in self._digests:
+            self._digests[path] = self.files[path].digest()
+        return self._digests[path]
+
+    # modules -------------------------------------------------------------------------------------------------
+    def find_module(self, name: str, near: str) -> str | None:
+        """The path of the project module `name`, the nearest to the file `near` when several have that name."""
+        paths = self.by_name.get(name)
+        if not paths:
+            return None
+        if len(paths) == 1:
+            return paths[0]
+        folder = os.path.dirname(near)
+        return max(paths, key=lambda p: (len(os.path.commonpath([folder, os.path.dirname(p)])), -len(p)))
+
+    def absolute(self, path: str, module: str, level: int) -> str:
+        """The absolute module name of a (possibly relative) import written in the file at `path`."""
+        if not level:
+            return module
+        package = self.names[path].split(".")
+        if path not in self.packages:
+            package = package[:-1]
+        package = package[:len(package) - (level - 1)] if level > 1 else package
+        return ".".join([*package, module] if module else package)
+
+
+class ModuleView:
+    """The project index seen from one file."""
+
+    def __init__(self, project: ProjectIndex, path: str) -> None:
+        self.project = project
+        self.path = path
+        self.read_modules: set[str] = set()  # paths of other files whose index an answer used
+
+    @property
+    def name(self) -> str:
+        return self.project.names.get(self.path, "")
+
+    def _file(self, path: str) -> FileIndex | None:
+        if path != self.path:
+            self.read_modules.add(path)
+        return self.project.files.get(path)
+
+    def dependencies(self) -> dict[str, str]:
+        """path -> digest of every other file an answer read (for the cache key of this file's result)."""
+        return {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.files}
+
+    # resolving calls -----------------------------------------------------------------------------------------
+    def resolve(self, caller: str | None, callee: str, path: str | None = None) -> Target | None:
+        """The project function a call `callee(...)` written in function `caller` (a qualname; None at module
+        level) of the file at `path` (this view's by default) runs, if the index can tell."""
+        path = path or self.path
+        return self._resolve(path, caller, callee, MAX_DEPTH)
+
+    def _resolve(self, path: str, caller: str | None, callee: str, depth: int) -> Target | None:
+        index = self._file(path)
+        if index is None or depth < 0:
+            return None
+        parts = callee.split(".")
+        class_name = caller.split(".")[0] if caller and "." in caller else None
+        if parts[0] in ("self", "cls") and class_name:
+            if len(parts) == 2:
+                return self._method(path, class_name, parts[1], depth)
+            if len(parts) == 3:  # self.helper.run(): the helper's class
+                held = index.instances.get(f"{class_name}.{parts[1]}")
+                return self._method_of_callee(path, held, parts[2], depth) if held else None
+            return None
+        if len(parts) == 1:
+            held = index.instances.get(f"{caller}:{parts[0]}") if caller else None
+            if held:  # h = Helper(); h(x)
+                return self._method_of_callee(path, held, "__call__", depth)
+            return self._name(path, parts[0], depth)
+        if len(parts) == 2:
+            held = index.instances.get(f"{caller}:{parts[0]}") if caller else None
+            if held:  # h = Helper(); h.run()
+                return self._method_of_callee(path, held, parts[1], depth)
+        module = self._module_of(path, parts[:-1])
+        if module is not None:
+            return self._name(module, parts[-1], depth - 1)
+        return None
+
+    def _name(self, path: str, name: str, depth: int) -> Target | None:
+        """A module-level function named `name` in the file, or what the file imports under that name."""
+        index = self._file(path)
+        if index is None or depth < 0:
+            return None
+        if name in index.functions and "." not in name:
+            return Target(path, name)
+        if name in index.classes:
+            return None  # a class: its construction, not a call into its methods
+        imported = index.imports.get(name)
+        if imported is not None:
+            module, attribute, level = imported
+            absolute = self.project.absolute(path, module, level)
+            if attribute is None:
+                return None  # `import x` called as `x()`: not a function of ours
+            target = self.project.find_module(absolute, path)
+            return self._name(target, attribute, depth - 1) if target is not None else None
+        for module, level in index.star_imports:
+            target = self.project.find_module(self.project.absolute(path, module, level), path)
+            if target is not None:
+                found = self._name(target, name, depth - 1)
+                if found is not None:
+                    return found
+        return None
+
+    def _module_of(self, path: str, parts: list[str]) -> str | None:
+        """The project module a dotted receiver names (`utils`, `pkg.utils`, an `import pkg.utils as u`)."""
+        index = self._file(path)
+        if index is None:
+            return None
+        imported = index.imports.get(parts[0])
+        if imported is None:
+            return None
+        module, attribute, level = imported
+        absolute = self.project.absolute(path, module, level)
+        if attribute is not None:
+            absolute = f"{absolute}.{attribute}" if absolute else attribute
+        name = ".".join([absolute, *parts[1:]])
+        return self.project.find_module(name, path)
+
+    def _method(self, path: str, class_name: str, method: str, depth: int, seen: frozenset = frozenset()
+                ) -> Target | None:
+        """`method` of the class or of a project base class (bases followed `depth` deep)."""
+        index = self._file(path)
+        if index is None or depth < 0 or (path, class_name) in seen:
+            return None
+        qualname = f"{class_name}.{method}"
+        if qualname in index.functions:
+            return Target(path, qualname)
+        for base in index.classes.get(class_name, ()):
+            located = self._class(path, base, depth)
+            if located is not None:
+                found = self._method(located[0], located[1], method, depth - 1, seen | {(path, class_name)})
+                if found is not None:
+                    return found
+        return None
+
+    def _class(self, path: str, written: str, depth: int) -> tuple[str, str] | None:
+        """(path, class name) of a class named as written in the file (`Helper`, `helpers.Helper`)."""
+        index = self._file(path)
+        if index is None or depth < 0:
+            return None
+        parts = written.split(".")
+        if len(parts) == 1:
+            if parts[0] in index.classes:
+                return path, parts[0]
+            imported = index.imports.get(parts[0])
+            if imported is not None and imported[1] is not None:
+                target = self.project.find_module(self.project.absolute(path, imported[0], imported[2]), path)
+                if target is not None:
+                    return self._class(target, imported[1], depth - 1)
+            for module, level in index.star_imports:
+                target = self.project.find_module(self.project.absolute(path, module, level), path)
+                if target is not None:
+                    found = self._class(target, parts[0], depth - 1)
+                    if found is not None:
+                        return found
+            return None
+        module = self._module_of(path, parts[:-1])
+        return self._class(module, parts[-1], depth - 1) if module else None
+
+    def _method_of_callee(self, path: str, constructor: str, method: str, depth: int) -> Target | None:
+        located = self._class(path, constructor, depth)
+        return self._method(located[0], located[1], method, depth) if located else None
+
+    # questions ---------------------------------------------------------------------------------------------
+    def function(self, target: Target) -> FunctionSummary | None:
+        index = self._file(target.module)
+        return index.functions.get(target.qualname) if index else None
+
+    def reaches(self, target: Target, facts: tuple[str, ...], depth: int = MAX_DEPTH
+                ) -> tuple[list[Target], str] | None:
+        """Does the function, or a function it calls (`depth` calls deep), do one of `facts`? The chain of
+        functions from `target` to the one that does, and the fact; None when none does (or the index cannot
+        tell). Breadth first: the shortest chain."""
+        frontier: list[tuple[Target, list[Target]]] = [(target, [target])]
+        seen = {target}
+        for _ in range(depth + 1):
+            following = []
+            for current, chain in frontier:
+                summary = self.function(current)
+                if summary is None:
+                    continue
+                for fact in facts:
+                    if fact in summary.does:
+                        return chain, fact
+                for call in summary.calls:
+                    callee = self._resolve(current.module, current.qualname, call.callee, MAX_DEPTH)
+                    if callee is not None and callee not in seen:
+                        seen.add(callee)
+                        following.append((callee, [*chain, callee]))
+            frontier = following
+        return None
+
+    def callers(self, target: Target) -> Iterator[CallerSite]:
+        """Every call site in the project that the index resolves to `target`."""
+        last = target.qualname.rsplit(".", 1)[-1]
+        for path, caller, call in self.project.calls_named(last if last != "__call__" else None):
+            self._file(path)
+            if self._resolve(path, caller, call.callee, MAX_DEPTH) == target:
+                yield CallerSite(Target(path, caller or "<module>"), call)
+
+    def called_per_iteration(self, target: Target, depth: int = MAX_DEPTH) -> list[CallerSite] | None:
+        """The chain of call sites through which the function runs once per iteration of a loop: a call in a
+        loop's body, or a call from a function that is itself so called (`depth` callers up). None when no
+        such chain is known."""
+        frontier: list[tuple[Target, list[CallerSite]]] = [(target, [])]
+        seen = {target}
+        for _ in range(depth):
+            following = []
+            for current, chain in frontier:
+                for site in self.callers(current):
+                    if site.call.in_loop:
+                        return [*chain, site]
+                    if site.caller not in seen and site.caller.qualname != "<module>":
+                        seen.add(site.caller)
+                        following.append((site.caller, [*chain, site]))
+            frontier = following
+        return None
+
+
+def _noted(view: ModuleView) -> FileIndex | None:
+    return view.project.files.get(view.path)
+
+
+def functions_doing(view: ModuleView, fact: str) -> list[Target]:
+    """The functions of the view's file that do `fact` themselves."""
+    index = _noted(view)
+    if index is None:
+        return []
+    return [Target(view.path, qualname) for qualname, summary in index.functions.items() if fact in summary.does]
+
+
+def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, CallRecord, Target]]:
+    """(calling function or None, call, target) of every call of the view's file that runs `where` ("in_region",
+    "in_loop", "no_grad") and that the index resolves to a function of another file."""
+    index = _noted(view)
+    if index is None:
+        return
+    sites = [(qualname, call) for qualname, summary in index.functions.items() for call in summary.calls]
+    sites += [(None, call) for call in index.module_calls]
+    for qualname, call in sites:
+        if getattr(call, where):
+            target = view.resolve(qualname, call.callee)
+            if target is not None and target.module != view.path:
+                yield qualname, call, target
