@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from amplint import __version__
+from amplint import __version__, pipeline, sources
 from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
@@ -24,8 +24,9 @@ from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.output.common import FILE_ERRORS, printable
 from amplint.output.concise import line as concise_line, plural, summary
+from amplint.outcome import FileOutcome, Mode
 from amplint.parallel import Progress, lint_paths, tune_gc
-from amplint.runner import FileOutcome, Mode, process_stdin, rules_for
+from amplint.selection import enabled, rules_for
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 SEVERITY_MEANING = {
@@ -116,7 +117,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             settings.target_torch_source = "--target-torch-version"
         infer_target_torch(settings, [stdin_filename or "-"] if list(paths) == ["-"] else list(paths) or ["."])
         validate_selectors(settings, "command line")
-        rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
+        rule_classes = enabled(settings)
         if not rule_classes:
             raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
     except ConfigError as error:
@@ -130,7 +131,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     outcomes: list[FileOutcome] = []
     if list(paths) == ["-"]:
         name = stdin_filename or "-"
-        outcome = process_stdin(sys.stdin.buffer.read(), name, rules_for(name, rule_classes, settings), mode)
+        outcome = pipeline.run(sources.from_bytes(sys.stdin.buffer.read(), name), rules_for(name, rule_classes, settings),
+                               mode)
         outcomes.append(outcome)
         _apply_levels(outcomes, levels)
         if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came

@@ -10,22 +10,19 @@ from __future__ import annotations
 import ast
 from typing import Iterator
 
-from amplint import __version__
-from amplint import rules as registry
+from amplint import __version__, pipeline, sources
 from amplint.diagnostics import Diagnostic
-from amplint.engine import SYNTAX_ERROR, lint_text
-from amplint.prefilter import prefilter_for
+from amplint.engine import SYNTAX_ERROR
+from amplint.outcome import Mode
+from amplint.selection import all_rules
 
 
 def unsuppressed_diagnostics(text: str, filename: str) -> list[Diagnostic]:
-    """All rules' diagnostics for one source through the engine's one path, before any line `# noqa` is applied
-    (flake8 applies its own). The prefilter spares libcst the files no rule can fire on. Syntax errors are left
+    """All rules' diagnostics for one source through the one pipeline, before any line `# noqa` is applied
+    (flake8 applies its own). The screen spares libcst the files no rule can fire on. Syntax errors are left
     to flake8 (E999); a file amplint refuses to analyse (too deeply nested) is reported as AMP901."""
-    verdict, candidates = prefilter_for(registry.ALL_RULES).select(text)
-    if verdict.skipped:
-        return []
-    result = lint_text(text, filename, [rule() for rule in candidates], line_noqa=False)
-    return [d for d in result.diagnostics if d.code != SYNTAX_ERROR[0]]
+    outcome = pipeline.run(sources.from_text(text, filename, line_noqa=False), all_rules(), Mode())
+    return [d for d in outcome.diagnostics if d.code != SYNTAX_ERROR[0]]
 
 
 class AmplintChecker:

@@ -19,7 +19,7 @@ the buggy shape a rule flags. It reads its device and low dtype from `AMPLINT_DE
 
 The expressions see `r` (the JSON object), `device`, `dtype` (strings) and `math`.
 
-For each program the harness lints it (the rule must report it), fixes it with `amplint.fixer.fix_text`
+For each program the harness lints it (the rule must report it), fixes it through `amplint.pipeline.run`
 (the fixed twin is never written by hand; it must differ and the rule must no longer report it), then runs
 both versions in fresh `sys.executable` subprocesses for CPU x {bfloat16, float16}, plus CUDA x {float16,
 bfloat16} when a subprocess finds `torch.cuda.is_available()`. This module never imports torch itself.
@@ -182,21 +182,23 @@ class FixedProgram:
 def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True,
          safety: bool = False) -> FixedProgram:
     try:
-        from amplint.engine import lint_text
-        from amplint.fixer import fix_text
-        from amplint.rules import ALL_RULES
+        from amplint import pipeline
+        from amplint.outcome import Mode
+        from amplint.selection import all_rules
+        from amplint.sources import from_text
     except ImportError as error:
         return FixedProgram(None, problems=(f"amplint's fixer is unavailable: {error}",))
-    filename = str(path)
-    flagged = lint_text(text, filename, [rule_class() for rule_class in ALL_RULES])
-    flagged_codes = tuple(d.code for d in flagged.diagnostics)
-    outcome = fix_text(text, filename, unsafe=unsafe)
-    safe = fix_text(text, filename, unsafe=False) if unsafe else outcome
-    safe_text = safe.text if safe.text not in (text, outcome.text) else None
-    applied = tuple(d.code for d in outcome.applied)
-    remaining = tuple(d.code for d in outcome.remaining)
+    source = from_text(text, str(path), screened=False)  # the judge of every rule: nothing screened out
+    rules = all_rules()
+    flagged_codes = tuple(d.code for d in pipeline.run(source, rules, Mode()).diagnostics)
+    outcome = pipeline.run(source, rules, Mode(fix=True, unsafe=unsafe))
+    safe = pipeline.run(source, rules, Mode(fix=True)) if unsafe else outcome
+    fixed_text, safe_fixed = outcome.fixed_text, safe.fixed_text
+    safe_text = safe_fixed if safe_fixed not in (text, fixed_text) else None
+    applied = outcome.applied
+    remaining = tuple(d.code for d in outcome.diagnostics)
     if safety:  # nothing to show: what the fixer makes of it is run only when it changed something
-        changed = outcome.text if outcome.text != text else None
+        changed = fixed_text if fixed_text != text else None
         return FixedProgram(changed, flagged_codes, applied, remaining, (), safe_text)
     problems = []
     if rule not in flagged_codes:
@@ -205,14 +207,14 @@ def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True
         if rule in applied:
             problems.append(f"the spec says {rule} has no fix, but the fixer applied one")
         return FixedProgram(None, flagged_codes, applied, remaining, tuple(problems),
-                            safe.text if safe.text != text else None)
-    if outcome.error:
-        problems.append(f"fixer: {outcome.error}")
-    if outcome.text == text:
+                            safe_fixed if safe_fixed != text else None)
+    if outcome.note:
+        problems.append(f"fixer: {outcome.note}")
+    if fixed_text == text:
         problems.append("the fixer left the program unchanged" + ("" if unsafe else " (safe fixes only)"))
     if rule in remaining:
         problems.append(f"{rule} still reports the fixed program")
-    return FixedProgram(outcome.text, flagged_codes, applied, remaining, tuple(problems), safe_text)
+    return FixedProgram(fixed_text, flagged_codes, applied, remaining, tuple(problems), safe_text)
 
 
 def fix_program(program: Program) -> FixedProgram:

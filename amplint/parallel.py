@@ -27,7 +27,9 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Iterable, Sequence
 
 from amplint.engine import INTERNAL_ERROR, error_diagnostic
-from amplint.runner import FileOutcome, Mode, process_file, rules_for
+from amplint.outcome import FileOutcome, Mode
+from amplint.pipeline import process_file
+from amplint.selection import rules_for
 
 SERIAL_BELOW = 8  # fewer files than this are linted in this process: starting workers would cost more
 MAX_CHUNK = 64  # files

@@ -31,14 +31,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from amplint import __version__
-from amplint import rules as registry
+from amplint import __version__, pipeline, sources
 from amplint.config import ConfigError, load_settings
 from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_severities
-from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic, lint_text
-from amplint.fixer import fix_text
+from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic
+from amplint.outcome import Mode
 from amplint.parallel import die_with, kill_processes, pool_processes
-from amplint.runner import rules_for
+from amplint.selection import enabled, rules_for
 
 DEBOUNCE_SECONDS = 0.3
 NAME = "amplint"
@@ -98,13 +97,13 @@ def uri_to_path(uri: str) -> str | None:
     return path
 
 
-def _document_rules(path: str | None, root: str | None):
-    """(settings, filename, rules) for one open document: the configuration that applies to its folder (or the
-    workspace root); ConfigError for a broken one."""
+def _document(text: str, path: str | None, root: str | None):
+    """(settings, source, rules) for one open document: the configuration that applies to its folder (or the
+    workspace root); ConfigError for a broken one. The buffer is not screened: its syntax errors are shown."""
     settings = load_settings(start=Path(path).parent if path else Path(root or os.getcwd()))
     filename = path or "untitled.py"
-    rule_classes = registry.select(settings.select, settings.ignore, settings.extend_select)
-    return settings, filename, rules_for(filename, rule_classes, settings)
+    source = sources.from_text(text, filename, screened=False)
+    return settings, source, rules_for(filename, enabled(settings), settings)
 
 
 def lint_document(text: str, path: str | None, root: str | None = None) -> list[Diagnostic]:
@@ -112,17 +111,17 @@ def lint_document(text: str, path: str | None, root: str | None = None) -> list[
 
     Raises ConfigError for a broken configuration, so that the server can tell the user.
     """
-    settings, filename, rules = _document_rules(path, root)
+    settings, source, rules = _document(text, path, root)
     if path and settings.force_exclude and settings.excluded(path):
         return []
-    diagnostics = lint_text(text, filename, rules).diagnostics
+    diagnostics = pipeline.run(source, rules, Mode()).diagnostics
     return with_severities(diagnostics, settings.severity_levels())  # `[tool.amplint.severity]`
 
 
 def fix_all(text: str, path: str | None, root: str | None = None) -> str:
     """The document with every safe fix applied (the `--fix` result)."""
-    _, filename, rules = _document_rules(path, root)
-    return fix_text(text, filename, rules).text
+    _, source, rules = _document(text, path, root)
+    return pipeline.run(source, rules, Mode(fix=True)).fixed_text
 
 
 def kind_wanted(kind: str, only: list[str] | None) -> bool:

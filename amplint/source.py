@@ -19,7 +19,7 @@ class SourceError(Exception):
 class SourceText:
     text: str
     encoding: str  # as detected; "utf-8-sig" means the file starts with a BOM
-    raw: bytes
+    raw: bytes | None  # None for a text handed over as text (an editor's buffer): no bytes to write back
 
     def encode(self, text: str) -> bytes:
         return text.encode(self.encoding)

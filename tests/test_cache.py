@@ -11,13 +11,15 @@ import pytest
 from click.testing import CliRunner
 
 from amplint import cache as cache_module
-from amplint import runner
+from amplint import pipeline
 from amplint.cache import Cache, decode, encode
 from amplint.cli import main
 from amplint.config import Settings
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode, process_file, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_file
+from amplint.selection import rules_for
 
 FLAGGED = """\
 import torch
@@ -45,13 +47,13 @@ def _entries(directory: Path) -> list[Path]:
 def engine_calls(monkeypatch):
     """Counts the engine's analyses (the cache must spare them)."""
     calls = []
-    original = runner.lint_text
+    original = pipeline.lint_text
 
-    def counting(text, path, rules):
+    def counting(text, path, rules, **options):
         calls.append(path)
-        return original(text, path, rules)
+        return original(text, path, rules, **options)
 
-    monkeypatch.setattr(runner, "lint_text", counting)
+    monkeypatch.setattr(pipeline, "lint_text", counting)
     return calls
 
 
@@ -294,11 +296,9 @@ def test_cache_is_picklable_for_workers(tmp_path):
 def test_notebooks_are_cached_with_their_cells(tmp_path, monkeypatch):
     import shutil
 
-    import amplint.notebook
-
     calls = []
-    original = amplint.notebook.lint_text
-    monkeypatch.setattr(amplint.notebook, "lint_text", lambda *args: calls.append(args[1]) or original(*args))
+    original = pipeline.lint_text
+    monkeypatch.setattr(pipeline, "lint_text", lambda *args, **options: calls.append(args[1]) or original(*args, **options))
     source = Path(__file__).resolve().parents[1] / "fixtures" / "notebooks" / "flagged" / "scaler_per_batch.ipynb"
     path = str(shutil.copy(source, tmp_path / "train.ipynb"))
     cache = Cache.open(tmp_path / "cache")

@@ -185,7 +185,7 @@ def test_internal_error_under_diff_and_fix_only_is_exit_2(project, monkeypatch, 
     def explode(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("amplint.runner.fix_text", explode)
+    monkeypatch.setattr("amplint.pipeline.fix_text", explode)
     result = run([flag, "flagged.py"], project)
     assert result.exit_code == 2
     assert "flagged.py:1:1: AMP902" in result.stderr and "boom" in result.stderr

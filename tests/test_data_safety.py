@@ -24,7 +24,9 @@ from amplint.cache import Cache, CacheRefused
 from amplint.cli import main
 from amplint.config import Settings
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode, process_file, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_file
+from amplint.selection import rules_for
 from samples import as_nobody
 
 FLAGGED = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP007, a safe fix
@@ -444,7 +446,8 @@ JSON_VALUES = st.recursive(
        indent=st.sampled_from([None, 1, 2, "\t"]), ensure_ascii=st.booleans(), as_list=st.booleans(),
        crlf=st.booleans())
 def test_random_notebooks_change_only_the_edited_source(metadata, before, indent, ensure_ascii, as_list, crlf):
-    from amplint.notebook import _source_spans, process_notebook_text
+    from amplint.pipeline import process_text as process_notebook_text
+    from amplint.sources.notebook import _source_spans
 
     source = "import torch\nscaler = torch.cuda.amp.GradScaler()\n"
     flagged = {"cell_type": "code", "execution_count": None, "metadata": metadata, "outputs": [],

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import amplint.runner
+import amplint.sources.file
 from amplint.diagnostics import Applicability
 from amplint.engine import lint_text
 from amplint.fixer import fix_text
@@ -229,14 +229,14 @@ def test_fix_exits_0_when_everything_is_fixed(tmp_path: Path) -> None:
 def test_file_changed_on_disk_is_not_overwritten(tmp_path: Path, monkeypatch) -> None:
     path = write(tmp_path, SAMPLE.encode())
     edited = (SAMPLE + "# edited in the editor meanwhile\n").encode()
-    real_read = amplint.runner.read_source
+    real_read = amplint.sources.file.read_source
 
     def read_then_edit(name, *args, **kwargs):
         source = real_read(name, *args, **kwargs)
         Path(name).write_bytes(edited)  # somebody saves the file after amplint read it
         return source
 
-    monkeypatch.setattr(amplint.runner, "read_source", read_then_edit)
+    monkeypatch.setattr(amplint.sources.file, "read_source", read_then_edit)
     result = cli("--fix", path.name, cwd=tmp_path)
     assert path.read_bytes() == edited
     assert "changed on disk" in result.output

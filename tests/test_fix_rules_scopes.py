@@ -146,7 +146,8 @@ def test_notebook_magic_after_backward_stays_in_the_region(tmp_path: Path) -> No
     import json
 
     from amplint.rules import ALL_RULES
-    from amplint.runner import Mode, process_file
+    from amplint.outcome import Mode
+    from amplint.pipeline import process_file
 
     source = ('with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(x).sum()\n'
               '    loss.backward()\n    %time val = model(x)\n')

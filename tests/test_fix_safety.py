@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 from amplint.engine import lint_text
 from amplint.fixer import compile_error, fix_text, parse_error
-from amplint.notebook import parse_notebook, process_notebook_text
+from amplint.pipeline import process_text as process_notebook_text
+from amplint.sources.notebook import parse_notebook
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode
+from amplint.outcome import Mode
 from test_fixtures import FIXTURES, fixture_files, fixture_id, with_known_failures
 
 RULES = [rule() for rule in ALL_RULES]

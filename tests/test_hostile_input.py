@@ -13,7 +13,7 @@ import pytest
 from amplint.config import ConfigError, Settings, settings_from_table
 from amplint.parallel import lint_paths
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode
+from amplint.outcome import Mode
 from amplint import source
 from amplint.source import SourceError, read_bytes
 
@@ -124,7 +124,7 @@ from amplint.engine import lint_text
 from amplint.parallel import lint_paths
 from amplint.config import Settings
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode
+from amplint.outcome import Mode
 rules = [rule() for rule in ALL_RULES]
 texts = {"parens": "x = " + "(" * 2000 + "a" + ")" * 2000 + "\n",  # libcst dies at 1,500
          "sum": "import torch\n" + "x = " + "+".join(["a"] * 8000) + "\n"}  # libcst dies at 8,000

@@ -18,7 +18,8 @@ import amplint
 
 from amplint.engine import lint_text
 from amplint.facts import ModuleFacts
-from amplint.notebook import lint_notebook, parse_notebook
+from amplint.pipeline import lint_program as lint_notebook
+from amplint.sources.notebook import parse_notebook
 from amplint.rules import ALL_RULES
 from amplint.rules.amp001_backward_in_autocast import BackwardInAutocast
 from amplint.rules.amp003_clip_without_unscale import ClipWithoutUnscale

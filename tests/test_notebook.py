@@ -9,13 +9,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from amplint import notebook as nb
+from amplint import pipeline
+from amplint.sources import notebook as nb
 from amplint.cli import main
 from amplint.config import Settings
 from amplint.discovery import discover
 from amplint.fixer import FixOutcome
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode, process_file
+from amplint.outcome import Mode
+from amplint.pipeline import process_file
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
 FLAGGED = sorted((FIXTURES / "flagged").glob("*.ipynb"))
@@ -440,17 +442,17 @@ def test_cross_cell_edits_are_refused(tmp_path, monkeypatch):
     path = tmp_path / "n.ipynb"
     shutil.copy(FIXTURES / "flagged" / "scaler_across_cells.ipynb", path)
     original = path.read_bytes()
-    real = nb.fix_text
+    real = pipeline.fix_text
 
-    def merging_fix(text, filename, rules=None, unsafe=False):
-        outcome = real(text, filename, rules, unsafe)
+    def merging_fix(text, filename, rules=None, unsafe=False, **options):
+        outcome = real(text, filename, rules, unsafe, **options)
         # a fix that rewrites the last line of cell 3 and the first line of cell 5 as one change
         merged = outcome.text.replace("scaler = torch.amp.GradScaler(device)  # built once, stepped in the loop below"
                                       "\npass  # amplint: magic", "scaler = torch.amp.GradScaler(device)", 1)
         assert merged != outcome.text
         return FixOutcome(merged, outcome.applied, outcome.remaining)
 
-    monkeypatch.setattr(nb, "fix_text", merging_fix)
+    monkeypatch.setattr(pipeline, "fix_text", merging_fix)
     outcome = fix(path)
     assert outcome.fixed == 0 and path.read_bytes() == original
     assert "fixes not applied: a fix changes cells 3 and 5 together" in outcome.message

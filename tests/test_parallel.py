@@ -18,7 +18,7 @@ from amplint.config import Settings
 from amplint.discovery import discover
 from amplint.parallel import Progress, check_path, lint_paths
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode
+from amplint.outcome import Mode
 from samples import amplint_process
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,14 +17,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amplint import runner
+from amplint import pipeline
 from amplint.engine import lint_text
 from amplint.index.summary import Summary
 from amplint.prefilter import Prefilter, Verdict, prefilter_for
 from amplint.rules.amp006_disabled_autocast_without_cast import disabled_region_possible
 from amplint.rules import ALL_RULES
 from amplint.rules.base import Rule
-from amplint.runner import Mode, process_text, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_text
+from amplint.selection import rules_for
 from amplint.source import read_source
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,7 +41,7 @@ def _lint_all(text: str) -> tuple:
     return tuple(lint_text(text, "t.py", ALL).diagnostics)
 
 
-def _lint(text: str, path: str, rules: list) -> _Result:
+def _lint(text: str, path: str, rules: list, **_options) -> _Result:
     """What the engine reports with `rules`: rules are independent, so it is the all-rules result of the text
     (computed once) restricted to their codes (and the file errors)."""
     codes = {rule.code for rule in rules}
@@ -50,7 +52,7 @@ def _lint(text: str, path: str, rules: list) -> _Result:
 def memo_engine(monkeypatch):
     """Both runs of a file (with and without the prefilter) go through `process_text`; the text is analysed
     once."""
-    monkeypatch.setattr(runner, "lint_text", _lint)
+    monkeypatch.setattr(pipeline, "lint_text", _lint)
 
 
 class _Result:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from amplint.rules import ALL_RULES
-from amplint.runner import Mode, process_file, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_file
+from amplint.selection import rules_for
 from amplint.config import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,9 @@ import pytest
 from amplint.config import Settings
 from amplint.rules import ALL_RULES, RULES_BY_CODE
 from amplint.rules.base import DOC_SECTIONS
-from amplint.runner import Mode, process_text, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_text
+from amplint.selection import rules_for
 
 FIX_KINDS = {"safe", "unsafe", "sometimes", "none"}
 

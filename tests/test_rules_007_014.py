@@ -23,7 +23,7 @@ from amplint.facts.versions import parse_version, rule_applies
 from amplint.fixer import fix_text
 from amplint.rules import ALL_RULES, RULES_BY_CODE
 from amplint.rules.base import DOC_SECTIONS
-from amplint.runner import rules_for
+from amplint.selection import rules_for
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"

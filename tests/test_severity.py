@@ -21,7 +21,9 @@ from amplint.cli import main
 from amplint.config import ConfigError, Settings, load_settings, resolve_severity
 from amplint.diagnostics import Severity
 from amplint.rules.base import Rule
-from amplint.runner import Mode, process_file, rules_for
+from amplint.outcome import Mode
+from amplint.pipeline import process_file
+from amplint.selection import rules_for
 from samples import CLIP
 
 WARNINGS = {"AMP007", "AMP013"}  # a deprecated spelling; a scaler that only adds work (bit-identical results)

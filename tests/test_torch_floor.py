@@ -28,7 +28,7 @@ from amplint.requirements import (Range, conda_requirement, declared_torch, from
                                   from_pyproject, from_requirements_txt, from_setup_cfg, from_setup_py,
                                   pip_requirement, poetry_constraint, project_root, project_torch, roots_for)
 from amplint.rules import RULES_BY_CODE
-from amplint.runner import rules_for
+from amplint.selection import rules_for
 from test_fixtures import expected_marks
 
 REPO = Path(__file__).resolve().parents[1]

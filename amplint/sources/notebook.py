@@ -23,11 +23,10 @@ import textwrap
 from dataclasses import dataclass, field
 
 from amplint.diagnostics import Diagnostic, Fix, Location
-from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
-from amplint.fixer import fix_text, parse_error
-from amplint.rules.base import Rule
-from amplint.outcome import FileOutcome, Mode
-from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, read_bytes, write_atomically
+from amplint.engine import SYNTAX_ERROR, lint_text
+from amplint.fixer import parse_error
+from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText, read_bytes, write_atomically
+from amplint.sources.base import FixRefused, Source
 
 PLACEHOLDER = "pass  # amplint: magic"
 CONTINUED = PLACEHOLDER + " (continued)"  # a continuation line of the IPython statement above it
@@ -67,8 +66,8 @@ AUTOMAGIC_LINE = re.compile(r"^(?P<name>[A-Za-z_]\w*)(?P<rest>(?:[ \t].*)?)$")
 LINE_REFERENCE = re.compile(r"\bline (\d+)\b")
 
 
-class NotebookError(Exception):
-    """A file that is not a notebook amplint can read; the message is shown to the user."""
+class NotebookError(SourceError):
+    """A file that is not a notebook amplint can read; the message is shown to the user (AMP901)."""
 
 
 @dataclass
@@ -120,13 +119,43 @@ class Notebook:
     data: dict
     cells: list[CodeCell] = field(default_factory=list)
     python: bool = True  # False when the kernel's language is not Python (nothing is linted)
+    document: str = field(default="", repr=False, compare=False)  # the JSON text it was read from
     _ends: list[int] | None = field(default=None, init=False, repr=False, compare=False)  # for `cell_at`
     isolated: bool = field(default=False, init=False, repr=False, compare=False)  # broken cells looked for
 
+    # The notebook is the program its source is analysed as (amplint/sources/base.py, PythonProgram).
     @property
     def text(self) -> str:
         """The joined program: every code cell's masked lines, cells separated by a newline."""
         return "\n".join(line for cell in self.cells for line in cell.masked)
+
+    @property
+    def analysable(self) -> bool:
+        """Is there Python to analyse (a Python kernel, some code cell)?"""
+        return self.python and bool(self.cells)
+
+    def isolate(self, filename: str) -> bool:
+        """After a syntax error: blank the cells that do not parse alone (see `isolate_broken_cells`)."""
+        return isolate_broken_cells(self, filename)
+
+    def map(self, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
+        """The program's findings, and the broken cells' syntax errors, with rows counted within their cells."""
+        return [map_diagnostic(d, self) for d in with_cell_errors(diagnostics, self)]
+
+    def content(self, fixed: str) -> str:
+        """The notebook's JSON text with the fixed program split back into the cells' sources, every other byte
+        as it was; FixRefused when a fix cannot be split back or the splice would change more than sources."""
+        try:
+            sources = split_fixed_text(self, fixed)
+            written = splice_sources(self.document, self, sources)
+            check_only_sources_changed(self.data, written, set(sources))
+        except (CrossCellEdit, NotebookError) as error:
+            raise FixRefused(f"{error}; the notebook is left as it was") from None
+        return written
+
+    def diff(self, path: str, fixed: str) -> str:
+        """The fixed program as a patch of each changed cell (`path:cell N`)."""
+        return cell_diff(path, self, split_fixed_text(self, fixed))
 
     def cell_at(self, row: int) -> CodeCell:
         """The code cell holding a 1-based row of the joined text (the last cell for rows past the end). Found by
@@ -206,7 +235,7 @@ def parse_notebook(text: str) -> Notebook:
     if data.get("nbformat") != 4:
         raise NotebookError(f"unsupported notebook format (nbformat {data.get('nbformat')!r}); "
                             f"amplint reads nbformat 4")
-    notebook = Notebook(data)
+    notebook = Notebook(data, document=text)
     language = kernel_language(data)
     notebook.python = language is None or language == "python"
     start = 0
@@ -487,19 +516,6 @@ def map_message(message: str, cell: CodeCell, notebook: Notebook) -> str:
         return f"line {row - other.start} of cell {other.number}"
 
     return LINE_REFERENCE.sub(replace, message)
-
-
-def lint_notebook(notebook: Notebook, filename: str, rules: list[Rule]) -> list[Diagnostic]:
-    if not notebook.python or not notebook.cells:
-        return []
-    found = lint_text(notebook.text, filename, rules).diagnostics
-    if has_syntax_error(found) and isolate_broken_cells(notebook, filename):
-        found = lint_text(notebook.text, filename, rules).diagnostics
-    return [map_diagnostic(d, notebook) for d in with_cell_errors(found, notebook)]
-
-
-def has_syntax_error(diagnostics: list[Diagnostic]) -> bool:
-    return any(d.code == SYNTAX_ERROR[0] for d in diagnostics)
 
 
 def with_cell_errors(diagnostics: list[Diagnostic], notebook: Notebook) -> list[Diagnostic]:
@@ -804,90 +820,41 @@ def cell_diff(path: str, notebook: Notebook, sources: dict[int, str]) -> str:
     return "".join(chunks)
 
 
-# --- the runner's entry points ---------------------------------------------------------------------------------
+# --- the source ------------------------------------------------------------------------------------------------
 
 
-def process_notebook_text(text: str, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
-    """Lint (or fix) one notebook's JSON text. With fixes, `fixed_text` is the notebook JSON to write."""
+class NotebookSource(Source):
+    """A notebook, from its path (fixes are written back), from bytes (stdin) or from its JSON text.
+
+    Never screened: a malformed notebook, or a cell that does not parse, is reported whatever its words."""
+
+    screened = False
+
+    def __init__(self, path: str, raw: bytes | None = None, text: str | None = None,
+                 max_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
+        self.path = path
+        self.raw = raw
+        self.text = text
+        self.max_size = max_size
+        self.writes = raw is None and text is None
+
+    def read(self) -> SourceText:
+        if self.text is not None:
+            return SourceText(self.text, "utf-8", None)
+        raw = self.raw if self.raw is not None else read_bytes(self.path, self.max_size)  # amplint/source.py
+        return decode_notebook(raw)
+
+    def program(self, text: str) -> Notebook:
+        return parse_notebook(text)
+
+    def write(self, data: bytes, expected: bytes) -> None:
+        write_atomically(self.path, data, expected)
+
+
+def decode_notebook(raw: bytes) -> SourceText:
+    """A notebook's bytes as UTF-8 text; written back with the byte order mark they had, if any."""
     try:
-        notebook = parse_notebook(text)
-    except NotebookError as error:
-        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
-    if not (mode.fix or mode.diff) or not notebook.python or not notebook.cells:
-        diagnostics = lint_notebook(notebook, path, rules)
-        return FileOutcome(path, diagnostics, fixed_text=text,
-                           internal_error=any(d.code == "AMP902" for d in diagnostics))
-    outcome = fix_text(notebook.text, path, rules, unsafe=mode.unsafe)
-    if not outcome.applied and has_syntax_error(outcome.remaining) and isolate_broken_cells(notebook, path):
-        outcome = fix_text(notebook.text, path, rules, unsafe=mode.unsafe)  # the other cells still get fixed
-    message = f"{path}: {outcome.error}" if outcome.error else None
-    if not outcome.applied:
-        diagnostics = [map_diagnostic(d, notebook) for d in with_cell_errors(outcome.remaining, notebook)]
-        return FileOutcome(path, diagnostics, fixed_text=text, message=message,
-                           internal_error=any(d.code == "AMP902" for d in diagnostics))
-    try:
-        sources = split_fixed_text(notebook, outcome.text)
-        written = splice_sources(text, notebook, sources)
-        check_only_sources_changed(notebook.data, written, set(sources))
-    except (CrossCellEdit, NotebookError) as error:
-        diagnostics = lint_notebook(notebook, path, rules)
-        return FileOutcome(path, diagnostics, fixed_text=text,
-                           message=f"{path}: fixes not applied: {error}; the notebook is left as it was",
-                           internal_error=any(d.code == "AMP902" for d in diagnostics))
-    if mode.diff:
-        diagnostics = lint_notebook(notebook, path, rules)
-        return FileOutcome(path, diagnostics, diff=cell_diff(path, notebook, sources), fixed_text=text,
-                           message=message)
-    fixed = parse_notebook(written)
-    if fixed.text == outcome.text:
-        diagnostics = [map_diagnostic(d, fixed) for d in outcome.remaining]
-    else:
-        diagnostics = lint_notebook(fixed, path, rules)
-    return FileOutcome(path, diagnostics, fixed=len(outcome.applied), removed=outcome.removed, fixed_text=written,
-                       message=message,
-                       internal_error=any(d.code == "AMP902" for d in diagnostics))
-
-
-def decode_notebook(raw: bytes) -> str:
-    try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise SourceError(f"cannot decode as utf-8: {error}") from None
-
-
-def encode_notebook(text: str, raw: bytes) -> bytes:
-    """The notebook's JSON text as bytes, with the byte order mark the original bytes `raw` had (if any)."""
-    bom = codecs.BOM_UTF8 if raw.startswith(codecs.BOM_UTF8) else b""
-    return bom + text.encode("utf-8")
-
-
-def process_notebook_bytes(raw: bytes, path: str, rules: list[Rule], mode: Mode) -> FileOutcome:
-    """A notebook read from stdin (nothing is written; `fixed_text` holds the result)."""
-    try:
-        text = decode_notebook(raw)
-    except SourceError as error:
-        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
-    return process_notebook_text(text, path, rules, mode)
-
-
-def process_notebook(path: str, rules: list[Rule], mode: Mode, cache=None,
-                     max_size: int = DEFAULT_MAX_FILE_SIZE) -> FileOutcome:
-    """Lint (or fix, writing atomically) the notebook at `path`; lint results come from `cache` when given."""
-    try:
-        raw = read_bytes(path, max_size)  # a regular file, not too large (amplint/source.py)
-        text = decode_notebook(raw)
-    except SourceError as error:
-        return FileOutcome(path, [error_diagnostic(IO_ERROR, path, str(error))])
-    if cache is not None and not (mode.fix or mode.diff):
-        found = cache.lint(raw, text, rules, path, lambda: process_notebook_text(text, path, rules, mode).diagnostics,
-                           words_decide=False)
-        return FileOutcome(path, found, internal_error=any(d.code == "AMP902" for d in found))
-    outcome = process_notebook_text(text, path, rules, mode)
-    if mode.fix and not mode.diff and outcome.fixed:
-        try:
-            write_atomically(path, encode_notebook(outcome.fixed_text, raw), raw)
-        except (SourceError, OSError) as error:
-            original = process_notebook_text(text, path, rules, Mode())
-            original.message = f"{path}: fixes not written: {error}"
-            return original
-    return outcome
+    return SourceText(text, "utf-8-sig" if raw.startswith(codecs.BOM_UTF8) else "utf-8", raw)
