@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
-from amplint.index.project import calls_leaving
+from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
 from amplint.rules.base import Finding, Rule
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
@@ -96,38 +96,16 @@ class BackwardInAutocast(Rule):
 
     @classmethod
     def maybe_applies_across(cls, view) -> bool:
-        # a call in a region (of this file) to a function of another file that runs a backward, calls deep
-        return any(view.reaches(target, BACKWARDS) for _, _, target in calls_leaving(view, "in_region"))
+        return reaches_from_region(view, BACKWARDS)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)
-        if facts.project is not None:
-            yield from self._calls_to_backward(facts)
-
-    def _calls_to_backward(self, facts: ModuleFacts) -> Iterator[Finding]:
-        """A call in an active region to a function of another module that runs a backward (the index's
-        `reaches`, a few calls deep): the backward runs in the region."""
-        view = facts.project
-        for call in facts.calls:
-            if call.dotted is None or (call.qualified or "").startswith("torch.") or call.method == "backward":
-                continue  # an expression's method, torch's own API, or a backward reported as one
-            region, chain = facts.effective_region(call.frame)
-            if region is None or not region.active:
-                continue
-            info = facts.function_info(call.frame)
-            target = view.resolve(info.qualname if info else None, call.dotted)
-            if target is None or target.module == view.path:
-                continue  # this module's functions: their backward is reported where it is
-            reached = view.reaches(target, BACKWARDS)
-            if reached is None:
-                continue
-            functions, _ = reached
-            doer = view.function(functions[-1])
-            where = " -> ".join(f"`{t.qualname}()`" for t in functions)
-            message = (f"`{snippet(facts, call.node, MESSAGE_SNIPPET)}` runs a backward ({where} in "
-                       f"`{view.project.names.get(functions[-1].module, '?')}`, line {doer.lines.get('backward', doer.line)}) "
-                       f"in {describe_region(facts, region, chain)}")
-            yield Finding(call.node, message, help="Call it after the autocast block")
+        for reached in calls_in_regions_reaching(facts, BACKWARDS):
+            if reached.call.method == "backward":
+                continue  # `x.backward()` is a backward event, reported above
+            message = (f"`{snippet(facts, reached.call.node, MESSAGE_SNIPPET)}` runs a backward "
+                       f"({reached.describe(facts)}) in {describe_region(facts, reached.region, reached.region_chain)}")
+            yield Finding(reached.call.node, message, help="Call it after the autocast block")
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

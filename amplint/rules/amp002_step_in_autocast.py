@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Iterator
 
 from amplint.facts import EventKind, ModuleFacts
+from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
 from amplint.rules.base import Finding, Rule
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+# The index's facts for a function that steps or updates a GradScaler itself (an optimizer's own `step()` is not
+# known across modules: the index cannot tell an optimizer from a scheduler there).
+SCALER_UPDATES = ("scaler_step", "scaler_update")
 
 
 class StepInAutocast(Rule):
@@ -70,7 +74,21 @@ class StepInAutocast(Rule):
             summary.calls_in_region("step", on_stepper=True)
             or (summary.scaler_possible() and summary.calls_in_region("update", on_scaler=True)))
 
+    @classmethod
+    def maybe_applies_across(cls, view) -> bool:
+        return reaches_from_region(view, SCALER_UPDATES)
+
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        yield from self._step_events(facts)
+        for reached in calls_in_regions_reaching(facts, SCALER_UPDATES):
+            if reached.call.method in ("step", "update"):
+                continue  # a step or update named as such is an event of its own (reported above, when known)
+            what = "`scaler.update()`" if reached.fact == "scaler_update" else "`scaler.step(optimizer)`"
+            message = (f"`{snippet(facts, reached.call.node, MESSAGE_SNIPPET)}` runs {what} "
+                       f"({reached.describe(facts)}) in {describe_region(facts, reached.region, reached.region_chain)}")
+            yield Finding(reached.call.node, message, help="Call it after the autocast block")
+
+    def _step_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
             if event.kind not in STEP_EVENTS:
                 continue

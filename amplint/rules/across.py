@@ -1,0 +1,60 @@
+"""What rules ask the project index about calls that leave a module (amplint/index/project.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from amplint.facts import ModuleFacts
+from amplint.facts.model import Call, Region
+from amplint.index.project import Target, calls_leaving
+
+
+@dataclass
+class Reached:
+    """A call of this module, in an active autocast region, to a function of another module that does `fact`
+    itself or through its callees (`chain`: from the called function to the one that does it)."""
+
+    call: Call
+    region: Region
+    region_chain: list[Call]  # same-module callers through which the region is reached (facts.effective_region)
+    chain: list[Target]
+    fact: str
+    line: int  # where the last function of the chain does it
+
+    def describe(self, facts: ModuleFacts) -> str:
+        """"`backward_and_step()` in `steps`, line 5" (the module of the function that does it)."""
+        names = " -> ".join(f"`{target.qualname}()`" for target in self.chain)
+        module = facts.project.project.names.get(self.chain[-1].module, "?")
+        return f"{names} in `{module}`, line {self.line}"
+
+
+def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> Iterator[Reached]:
+    """Calls in an active region (lexical, or through this module's callers) to another module's function that
+    does one of the index facts `wanted`, a few calls deep. torch's own API and method calls named like the
+    facts themselves (`x.backward()`, reported as events) are not calls that leave."""
+    view = facts.project
+    if view is None:
+        return
+    for call in facts.calls:
+        if call.dotted is None or (call.qualified or "").startswith("torch."):
+            continue
+        region, region_chain = facts.effective_region(call.frame)
+        if region is None or not region.active:
+            continue
+        info = facts.function_info(call.frame)
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        if target is None or target.module == view.path:
+            continue  # this module's functions: what they do is reported where it is
+        reached = view.reaches(target, wanted)
+        if reached is None:
+            continue
+        chain, fact = reached
+        doer = view.function(chain[-1])
+        yield Reached(call, region, region_chain, chain, fact, doer.lines.get(fact, doer.line))
+
+
+def reaches_from_region(view, wanted: tuple[str, ...]) -> bool:
+    """The screen's question: does a call in a region of the view's file reach, in another module, a function
+    doing one of `wanted`?"""
+    return any(view.reaches(target, wanted) for _, _, target in calls_leaving(view, "in_region"))
