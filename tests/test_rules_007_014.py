@@ -375,3 +375,117 @@ def test_target_version_in_configuration(tmp_path, monkeypatch) -> None:
     assert result.exit_code == 2 and "target-torch-version" in result.output
     with pytest.raises(ConfigError, match="target-torch-version"):
         settings_from_table({"target-torch-version": "latest"}, tmp_path / "amplint.toml")
+
+
+# --- AMP007 behind a name: aliases and star imports, one import model -------------------------------------------
+def test_amp007_reads_every_import_binding_from_the_facts_layer() -> None:
+    """AMP007 keeps no import model of its own: each binding it weighs is a record of `facts.imports`."""
+    from amplint.facts import ModuleFacts
+    from amplint.facts.walk import walk
+    from amplint.lazy import libcst as cst, visitor_class
+    from amplint.rules.amp007_deprecated_amp_api import _Scan
+
+    text = ("import torch as th\nfrom torch.cuda.amp import autocast as ac\nfrom torch.cpu.amp import *\n"
+            "def f():\n    import torch.cuda.amp as tca\n    with ac():\n        tca.GradScaler()\n")
+    facts = ModuleFacts(cst.parse_module(text))
+    scan = visitor_class(_Scan)(facts)
+    walk(facts.module, scan)
+    assert set(scan.bindings) == {"th", "ac", "tca", "autocast", "GradScaler"}
+    for name, bindings in scan.bindings.items():
+        assert [id(b) for b in bindings] == [id(r) for r in facts.imports.records[name]], name
+    assert [b.module_level for b in scan.bindings["tca"]] == [False]
+    assert [b.alias for b in scan.bindings["GradScaler"]] == [None]  # bound by the star import
+
+
+def test_facts_follow_a_known_star_import_until_an_unknown_one() -> None:
+    from amplint.facts import ModuleFacts
+    from amplint.lazy import libcst as cst
+
+    def qualified(text: str) -> str | None:
+        facts = ModuleFacts(cst.parse_module(text + "autocast()\n"))
+        return facts.calls[-1].qualified
+
+    assert qualified("from torch.cuda.amp import *\n") == "torch.cuda.amp.autocast"
+    assert qualified("from torch.amp import *\n") == "torch.amp.autocast"
+    assert qualified("from torch.cuda.amp import *\nfrom common import *\n") is None  # may bind it again
+    assert qualified("from common import *\nfrom torch.cuda.amp import *\n") == "torch.cuda.amp.autocast"
+    assert qualified("from torch.cuda.amp import *\nfrom torch.amp import autocast\n") == "torch.amp.autocast"
+    assert qualified("from .amp import *\n") is None
+
+
+def test_a_region_opened_through_a_star_import_is_a_region() -> None:
+    text = ("import torch\nfrom torch.cuda.amp import *\n\n\ndef step(model, x):\n    with autocast():\n"
+            "        model(x).sum().backward()\n")
+    assert findings(text, "t.py", codes=("AMP001",)) == {("AMP001", 7, 9)}
+
+
+@pytest.mark.parametrize("body, flagged", [
+    ("ctx = torch.cuda.amp.autocast if amp else contextlib.suppress\nwith ctx():\n    pass\n", {1}),
+    ("ctx = torch.cuda.amp.autocast if amp else contextlib.suppress\n", set()),  # never called: warns nothing
+    ("m = torch.cuda.amp\ns = m.GradScaler()\n", {1}),
+    ("m = torch.cuda.amp\nprint(m.__name__)\n", set()),
+    ("from torch.cuda.amp import *\ns = GradScaler()\n", {1}),
+    ("from torch.cuda.amp import *\nprint(GradScaler)\n", set()),
+    ("m = torch.amp\ns = m.GradScaler('cuda')\n", set()),
+    ("try:\n    m = torch.amp\nexcept AttributeError:\n    m = torch.cuda.amp\ns = m.GradScaler()\n", set()),
+])
+def test_amp007_behind_a_name_is_screened_and_reported_at_the_written_spelling(body, flagged) -> None:
+    """The screen keeps every file the rule flags (it follows the same names), and the finding sits on the line
+    that spells the legacy name."""
+    from amplint.prefilter import Prefilter, Verdict
+
+    text = "import contextlib\nimport torch\n" + body
+    rows = {row - 2 for _, row, _ in findings(text, "t.py", codes=("AMP007",))}
+    assert rows == flagged
+    if flagged:
+        assert Prefilter([RULES_BY_CODE["AMP007"]]).decide(text) is Verdict.ANALYSE
+
+
+def test_amp007_alias_message_names_the_calls_and_offers_no_fix() -> None:
+    text = ("import torch\nScaler = torch.cuda.amp.GradScaler\n\n\ndef fit():\n    a = Scaler(2.0**14)\n"
+            "    b = Scaler()\n    return a, b\n")
+    (diagnostic,) = lint_text(text, "x.py", [RULES_BY_CODE["AMP007"]()]).diagnostics
+    assert diagnostic.location.row == 2 and diagnostic.fix is None
+    assert diagnostic.message == ("`Scaler` is bound to the deprecated `torch.cuda.amp.GradScaler` (since torch "
+                                  "2.4): `Scaler(2.0**14)` (line 6) and 1 more warn on each call")
+    assert 'functools.partial(torch.amp.GradScaler, "cuda")' in diagnostic.help
+
+
+@pytest.mark.runtime
+def test_amp007_star_exports_are_what_torch_binds() -> None:
+    """`STAR_EXPORTS` lists what `from <module> import *` binds of the AMP names, measured on the installed torch;
+    and calling a star-imported legacy name warns (what the star import's finding says)."""
+    from amplint.facts.names import STAR_EXPORTS
+
+    program = textwrap.dedent("""
+        import json, warnings
+        amp_names = {"autocast", "GradScaler", "custom_fwd", "custom_bwd"}
+        found = {}
+        for module in MODULES:
+            scope = {}
+            exec(f"from {module} import *", scope)
+            found[module] = sorted(amp_names & set(scope))
+        scope = {}
+        exec("from torch.cuda.amp import *", scope)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scope["GradScaler"](enabled=False)
+        found["warned"] = [type(w.message).__name__ for w in caught]
+        print(json.dumps(found))
+    """).replace("MODULES", repr(sorted(STAR_EXPORTS)))
+    completed = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    found = json.loads(completed.stdout.strip().splitlines()[-1])
+    for module, names in STAR_EXPORTS.items():
+        assert found[module] == sorted(names), module
+    assert "FutureWarning" in found["warned"]
+
+
+def test_amp007_migration_leaves_a_called_alias_as_it_is() -> None:
+    """The module's fix migrates the direct calls but never the legacy class behind a name that is called with
+    legacy arguments (`torch.amp.GradScaler(2.0**14)` would take the scale for the device)."""
+    text = ("import torch\nScaler = torch.cuda.amp.GradScaler\n\n\ndef fit():\n    scaler = Scaler(2.0**14)\n"
+            "    with torch.cuda.amp.autocast():\n        pass\n    return scaler\n")
+    outcome = fix("AMP007", text, "x.py")
+    assert outcome.text == text.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda", dtype=torch.float16)')
+    assert findings(outcome.text, "x.py", codes=("AMP007",)) == {("AMP007", 2, 10)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from typing import Iterator
@@ -12,6 +13,7 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
 from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, dotted_name
+from amplint.index.summary import dotted
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
@@ -140,12 +142,10 @@ class DeprecatedAmpApi(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an
-        # import or a reference alone warns nothing), or a call through a name bound to a legacy API or module
-        # (`amp_mod = torch.cuda.amp`, `from torch.cuda.amp import *`). The summary cannot follow those names,
-        # so it is asked for their words: a legacy module's parts and an AMP name.
+        # import or a reference alone warns nothing), or a call through a name bound to one (an alias, a star
+        # import).
         return summary.imports_module("torch") and (
-            summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True)
-            or (summary.mentions("amp") and summary.mentions("cuda", "cpu") and summary.mentions(*LEGACY_NAMES)))
+            summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True) or _called_behind_a_name(summary))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         if not self.torch.reaches(AMP_DEPRECATED_SINCE):
@@ -179,11 +179,11 @@ class DeprecatedAmpApi(Rule):
             if new_name == "autocast" and site.kind == "call" and _positional(site.node):
                 advice += " (the legacy first positional argument is `enabled`, not the device)"
             findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
+        aliases = [alias for alias in aliases if not alias.skipped(plan)]
         for alias in aliases:
-            if not alias.skip:
-                findings.append((alias.reference, _alias_message(facts, alias), None, _alias_advice(plan, alias)))
+            findings.append((alias.reference, _alias_message(facts, alias), None, _alias_advice(plan, alias)))
         warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
-        warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases if not alias.skip}
+        warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases}
         for statement, names in scan.star_sites:
             uses = {name: [site for site in scan.sites if site.head == name and not site.skip
                            and site.kind in ("call", "decorator", "partial")] for name in names}
@@ -192,7 +192,7 @@ class DeprecatedAmpApi(Rule):
                 calls = " and ".join(_uses(facts, [site.node for site in uses[name]]) for name in names)
                 message = (f"`from {dotted_name(statement.module)} import *` binds the deprecated "
                            f"{', '.join(f'`{name}`' for name in names)} (since torch 2.4): {calls} "
-                           f"{'warns' if sum(len(uses[name]) for name in names) == 1 else 'warn'} on each call")
+                           f"{_warn([site.node for name in names for site in uses[name]])}")
                 advice = _import_advice(plan, scan, statement, names) + [
                     "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
                 findings.append((statement, message, None, _sentence("; ".join(advice))))
@@ -208,6 +208,33 @@ class DeprecatedAmpApi(Rule):
             findings.append((statement, message, fix if moved else None, _sentence("; ".join(advice))))
         for node, message, fix_plan, advice in findings:
             yield Finding(node, message, fix_plan, help=advice or None)
+
+
+def _called_behind_a_name(summary) -> bool:
+    """The screen's question for what `_aliases` and the star imports report: a call through a name that an
+    assignment binds to a legacy API or module (either branch of `a if test else b`), or a bare call of an AMP
+    name with a legacy module star-imported. A bare decorator through such a name is looked for in the text
+    (`@name`): more files kept, none dropped."""
+    legacy = (*DEPRECATED_AMP, *DEPRECATED_AMP_MODULES)
+
+    def exact() -> bool:
+        starred = set(LEGACY_NAMES) if summary.imported_modules & set(DEPRECATED_AMP_MODULES) else set()
+        called = set(starred)  # names whose call may reach a legacy API
+        for targets, value in summary.assignments:
+            branches = [value]
+            while branches:
+                branch = branches.pop()
+                if type(branch) is ast.IfExp:
+                    branches += [branch.body, branch.orelse]
+                elif summary.resolves(branch, legacy) or dotted(branch) in starred:
+                    called |= targets
+        for sites in summary.call_sites_by_name.values():
+            for _, _, receiver, _, call in sites:
+                if dotted(call.func) in called or receiver in called:
+                    return True
+        return any(f"@{name}" in summary.text for name in called)
+
+    return summary.ask(summary.has_token("amp") and summary.has_token("cuda", "cpu"), exact)
 
 
 def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) -> list[str]:
@@ -292,7 +319,14 @@ class _Alias:
     target: str  # the name bound
     qualified: str  # what the reference names: a key of DEPRECATED_AMP, or of DEPRECATED_AMP_MODULES
     uses: list[tuple[cst.CSTNode, str]]  # (a call or decorator through the name, the legacy API it reaches)
-    skip: bool = False  # inside a compatibility shim, or its head is ambiguous
+    site: "_Site | None"  # the reference's site, for an API (a module has none)
+    shimmed: bool  # inside a compatibility shim
+
+    def skipped(self, plan: "_Plan") -> bool:
+        """Inside a compatibility shim, or naming a legacy object through an ambiguous name (as its site)."""
+        if self.site is not None:
+            return self.site.skip
+        return self.shimmed or (dotted_name(self.reference) or "").split(".", 1)[0] in plan.ambiguous
 
 
 def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -323,7 +357,7 @@ def _aliases(facts: ModuleFacts, scan: "_Scan") -> list[_Alias]:
                 continue
             if site is not None:
                 site.kind = "alias"
-            aliases.append(_Alias(branch, target, qualified, uses))
+            aliases.append(_Alias(branch, target, qualified, uses, site, scan.module_references.get(id(branch), False)))
     return aliases
 
 
@@ -355,15 +389,26 @@ def _uses_of(facts: ModuleFacts, assignment, target: str, qualified: str) -> lis
 
 
 def _uses(facts: ModuleFacts, nodes: list[cst.CSTNode]) -> str:
-    """"`autocast()` (line 12)", or "`autocast()` (line 12) and 2 more"."""
-    first = f"`{snippet(facts, nodes[0], 28)}` (line {facts.line_of(nodes[0])})"
+    """"`autocast()` (line 12)", or "`autocast()` (line 12) and 2 more"; a bare decorator as "`@name`"."""
+    first = snippet(facts, nodes[0], 28)
+    first = f"`{first if isinstance(nodes[0], cst.Call) else '@' + first}` (line {facts.line_of(nodes[0])})"
     return first if len(nodes) == 1 else f"{first} and {len(nodes) - 1} more"
+
+
+def _warn(nodes: list[cst.CSTNode]) -> str:
+    """When the uses warn: a call on each call, a bare decorator when its function is defined."""
+    verb = "warns" if len(nodes) == 1 else "warn"
+    if all(isinstance(node, cst.Call) for node in nodes):
+        return f"{verb} on each call"
+    if not any(isinstance(node, cst.Call) for node in nodes):
+        return f"{verb} when the decorated function is defined"
+    return f"{verb} on each call or definition"
 
 
 def _alias_message(facts: ModuleFacts, alias: _Alias) -> str:
     written = snippet(facts, alias.reference, 28)
-    calls = _uses(facts, [node for node, _ in alias.uses])
-    warns = "warns on each call" if len(alias.uses) == 1 else "warn on each call"
+    nodes = [node for node, _ in alias.uses]
+    calls, warns = _uses(facts, nodes), _warn(nodes)
     if alias.qualified in DEPRECATED_AMP_MODULES:
         named = f"`{alias.qualified}`" if written == alias.qualified else f"`{written}` (`{alias.qualified}`)"
         return (f"`{alias.target}` is bound to {named}, whose AMP names are deprecated since torch 2.4: "
@@ -618,8 +663,8 @@ class _Plan:
                           for b in bindings)
             if len(targets) > 1 or guarded or site.head in assigned | defined:
                 site.skip = True
-        ambiguous = {name for name, bindings in self.scan.bindings.items()
-                     if len({b.qualified for b in bindings}) > 1 or name in assigned | defined}
+        self.ambiguous = ambiguous = {name for name, bindings in self.scan.bindings.items()
+                                      if len({b.qualified for b in bindings}) > 1 or name in assigned | defined}
         self.scan.import_sites = [(statement, [n for n in names if n not in ambiguous])
                                   for statement, names in self.scan.import_sites]
         self.scan.import_sites = [(s, names) for s, names in self.scan.import_sites if names]
