@@ -489,3 +489,17 @@ def test_amp007_migration_leaves_a_called_alias_as_it_is() -> None:
     outcome = fix("AMP007", text, "x.py")
     assert outcome.text == text.replace("torch.cuda.amp.autocast()", 'torch.amp.autocast("cuda", dtype=torch.float16)')
     assert findings(outcome.text, "x.py", codes=("AMP007",)) == {("AMP007", 2, 10)}
+
+
+@pytest.mark.parametrize("source, flagged", [
+    # a comment is not a shim: neither an `import` in a comment of the try body nor a version in a comment of a test
+    ("try:\n    # import torch.amp once the cluster has torch 2.4\n    s = torch.cuda.amp.GradScaler()\n"
+     "except Exception:\n    s = None\n", True),
+    ("try:\n    import apex\n    s = torch.cuda.amp.GradScaler()\nexcept ImportError:\n    s = None\n", False),
+    ("if (use_amp  # torch 2.4 renamed it\n        and ok):\n    s = torch.cuda.amp.GradScaler()\n", True),
+    ("if (use_amp\n        and torch_version < (2, 4)):\n    s = torch.cuda.amp.GradScaler()\n", False),
+    ("if torch.__version__ < '2.4':\n    s = torch.cuda.amp.GradScaler()\n", False),
+])
+def test_amp007_compatibility_shims_are_read_from_code_not_comments(source, flagged) -> None:
+    text = "import torch\n" + source
+    assert bool(findings(text, "t.py", codes=("AMP007",))) is flagged

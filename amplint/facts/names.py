@@ -78,6 +78,34 @@ def dotted_name(node: cst.CSTNode) -> str | None:
     return ".".join(reversed(parts))
 
 
+def code_words(node: cst.CSTNode) -> list[str]:
+    """What a piece of code says, without its comments and layout: each dotted name (`torch.cuda.amp`, and the
+    names inside it), each string's value and each number, in source order. Rules that weigh words of code (a
+    test naming a version, an AMP switch) read these, never the text, where a comment would count as code."""
+    words: list[str] = []
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, (cst.Name, cst.Attribute)):
+            dotted = dotted_name(current)
+            if dotted is not None:
+                words.append(dotted)
+        elif isinstance(current, cst.SimpleString):
+            value = current.evaluated_value
+            words.append(value if isinstance(value, str) else value.decode("latin-1"))
+            continue
+        elif isinstance(current, cst.FormattedStringText):
+            words.append(current.value)
+            continue
+        elif isinstance(current, (cst.Integer, cst.Float, cst.Imaginary)):
+            words.append(current.value)
+            continue
+        elif isinstance(current, (cst.Comment, cst.TrailingWhitespace, cst.EmptyLine)):
+            continue
+        pending.extend(reversed(current.children))
+    return words
+
+
 @dataclass(eq=False)
 class ImportBinding:
     """One local name bound by one import statement: `from torch.cuda.amp import autocast as ac` binds `ac` to

@@ -12,7 +12,9 @@ from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts
-from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, dotted_name
+from amplint.facts.names import (
+    DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, code_words, dotted_name,
+)
 from amplint.index.summary import dotted
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
@@ -34,10 +36,11 @@ LEGACY_KEYWORD_ONLY = {"custom_fwd": ("cast_inputs",)}
 # dtype=torch.bfloat16)` a legacy `torch.cuda.amp.autocast()` computes in float16, the bare new spelling in
 # bfloat16. The migration writes the legacy default so the region computes as before.
 LEGACY_AUTOCAST_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
-# Tests of an `if` that make its branches a deliberate compatibility shim for old torch versions.
+# Words of an `if` test (names, strings, numbers: `code_words`) that make its branches a deliberate
+# compatibility shim for old torch versions.
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
-# Handlers of a `try: <new spelling> except ...: <old spelling>` shim.
-COMPAT_ERRORS = re.compile(r"^(|.*\b(ImportError|ModuleNotFoundError|AttributeError|TypeError|Exception)\b.*)$")
+# Handlers of a `try: <new spelling> except ...: <old spelling>` shim (a bare `except:` too).
+COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
 
 
 class DeprecatedAmpApi(Rule):
@@ -445,6 +448,22 @@ def _alias_advice(plan: "_Plan", alias: _Alias) -> str:
                      f"changes with it")
 
 
+def _compat_test(test: cst.BaseExpression) -> bool:
+    """Does an `if` test name a version, `hasattr` or `torch.amp` (in its code: a comment says nothing)?"""
+    return any(COMPAT_TEST.search(word) for word in code_words(test))
+
+
+def _small_statements(block: cst.BaseSuite) -> Iterator[cst.CSTNode]:
+    """The simple statements of a block and of the blocks inside it."""
+    pending = [block]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.BaseSmallStatement):
+            yield current
+        elif not isinstance(current, cst.BaseExpression):
+            pending.extend(current.children)
+
+
 class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """References to deprecated AMP names (with their role), the imports that sit in compatibility shims, and
     name loads, in one walk. What each import binds is the facts layer's (`facts.imports`); this walk only adds,
@@ -504,7 +523,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         return False
 
     def visit_If(self, node: cst.If) -> None:
-        self.guards.append(bool(COMPAT_TEST.search(self.facts.code(node.test))))
+        self.guards.append(_compat_test(node.test))
 
     def leave_If(self, node: cst.If) -> None:
         self.guards.pop()
@@ -522,7 +541,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         pushed = 0
         for statement in statements:
             walk(statement, self)
-            if isinstance(statement, cst.If) and COMPAT_TEST.search(self.facts.code(statement.test)) \
+            if isinstance(statement, cst.If) and _compat_test(statement.test) \
                     and isinstance(statement.body, cst.IndentedBlock) and statement.body.body:
                 last = statement.body.body[-1]
                 if isinstance(last, cst.SimpleStatementLine) and isinstance(last.body[-1], (cst.Return, cst.Raise)):
@@ -532,10 +551,11 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 
     def visit_Try(self, node: cst.Try) -> None:
         """`try: <torch.amp spelling or an import> except ImportError/AttributeError: <legacy>` is a shim."""
-        body = self.facts.code(node.body)
-        handlers = [self.facts.code(h.type) if h.type is not None else "" for h in node.handlers]
-        self.guards.append(("import" in body or "torch.amp" in body)
-                           and any(COMPAT_ERRORS.match(h) for h in handlers))
+        body = code_words(node.body)
+        imports = any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in _small_statements(node.body))
+        self.guards.append((imports or any("import" in word or "torch.amp" in word for word in body))
+                           and any(h.type is None or {w.rsplit(".", 1)[-1] for w in code_words(h.type)} & COMPAT_ERRORS
+                                   for h in node.handlers))
 
     def leave_Try(self, node: cst.Try) -> None:
         self.guards.pop()
