@@ -80,12 +80,16 @@ def dotted_name(node: cst.CSTNode) -> str | None:
 
 def code_words(node: cst.CSTNode) -> list[str]:
     """What a piece of code says, without its comments and layout: each dotted name (`torch.cuda.amp`, and the
-    names inside it), each string's value and each number, in source order. Rules that weigh words of code (a
-    test naming a version, an AMP switch) read these, never the text, where a comment would count as code."""
+    names inside it), each string's value and each number, in source order. A string that is a statement of its
+    own (a docstring) says nothing to the program and is left out. Rules that weigh words of code (a test naming
+    a version, an AMP switch, a float16 dtype) read these, never the text, where a comment would count as code."""
     words: list[str] = []
     pending = [node]
     while pending:
         current = pending.pop()
+        if isinstance(current, cst.Expr) and isinstance(current.value, (cst.SimpleString, cst.ConcatenatedString,
+                                                                         cst.FormattedString)):
+            continue
         if isinstance(current, (cst.Name, cst.Attribute)):
             dotted = dotted_name(current)
             if dotted is not None:

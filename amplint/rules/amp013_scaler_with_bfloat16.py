@@ -13,11 +13,13 @@ from amplint.lazy import visitor_class
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
-from amplint.facts.names import GRAD_SCALERS, dotted_name
+from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 
-# Any of these in the module means float16 may be in play somewhere: stay silent.
-FLOAT16_HINT = re.compile(r"(?<![bB])float16|\.half\(|torch\.half\b|fp16|\"half\"|'half'")
+# Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
+# somewhere: stay silent. `torch.float16`, `args.fp16`, `"--fp16"`, `x.half()`, `torch.half`, `"half"`.
+FLOAT16_WORD = re.compile(r"(?<![bB])float16|fp16|(?:^|\.)half$")
+FLOAT16_TEXT = re.compile(r"(?<![bB])float16|fp16|half")  # a superset of the words, searched in the text first
 
 
 class ScalerWithBfloat16(Rule):
@@ -67,7 +69,9 @@ class ScalerWithBfloat16(Rule):
 
     ## Limits
     Silent when any autocast region of the module may be float16 (a dtype that is not a literal bfloat16 is
-    taken as maybe float16), when the module mentions float16/half/fp16 at all, when the scaler is built with an
+    taken as maybe float16), when the module's code mentions float16/half/fp16 at all (a name such as
+    `torch.float16`, `args.fp16` or `x.half()`, or a string value such as `"--fp16"` or `"half"`, which may select
+    float16 at run time; comments and docstrings run nothing and do not count), when the scaler is built with an
     `enabled=` flag (typically tied to the dtype), and when the module has no autocast region.
     """
 
@@ -87,7 +91,7 @@ class ScalerWithBfloat16(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
-        if not builds or FLOAT16_HINT.search(facts.source):
+        if not builds or _float16_in_code(facts):
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]
@@ -114,6 +118,14 @@ class ScalerWithBfloat16(Rule):
             if isinstance(region, Region) and region.opener is call.node:
                 regions.append(region)
         return regions
+
+
+def _float16_in_code(facts: ModuleFacts) -> bool:
+    """Does the module's code name float16 anywhere (not its comments or docstrings: a comment mentioning
+    `torch.float16` runs nothing)? The text is searched first: no word there, none in the code."""
+    if not FLOAT16_TEXT.search(facts.source):
+        return False
+    return any(FLOAT16_WORD.search(word) for word in code_words(facts.module))
 
 
 def _dtype(region: Region) -> str | None:
