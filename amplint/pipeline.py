@@ -49,7 +49,7 @@ def analyse(source: Source, text: str, rules: list[Rule], mode: Mode, project=No
     if not program.analysable:
         return FileOutcome(path, [], fixed_text=text if fixing else None)
     if source.screened:
-        candidates = screen(program.text, rules)
+        candidates = screen(program.text, rules, project)
         if candidates is None:  # no enabled rule can fire here
             return FileOutcome(path, [], fixed_text=text if fixing else None)
         if not fixing:  # only the rules that can fire here; a fix run keeps them all (a fix can wake another)

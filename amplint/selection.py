@@ -55,10 +55,11 @@ def _instance(rule: type[Rule], support: TorchSupport) -> Rule:
     return instance
 
 
-def screen(text: str, rules: list[Rule]) -> list[Rule] | None:
+def screen(text: str, rules: list[Rule], project=None) -> list[Rule] | None:
     """The screen's verdict on a Python text: None when no rule of `rules` can fire on it (it need not reach
-    libcst), else the rules that can, in their order (amplint/prefilter.py)."""
-    verdict, candidates = prefilter_for(rules).select(text)
+    libcst), else the rules that can, in their order (amplint/prefilter.py). `project`: the project index seen
+    from the text's module, for rules whose findings here can come from other files."""
+    verdict, candidates = prefilter_for(rules).select(text, project)
     if verdict.skipped:
         return None
     return [rule for rule in rules if type(rule) in candidates]
