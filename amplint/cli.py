@@ -131,8 +131,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     outcomes: list[FileOutcome] = []
     if list(paths) == ["-"]:
         name = stdin_filename or "-"
-        outcome = pipeline.run(sources.from_bytes(sys.stdin.buffer.read(), name), rules_for(name, rule_classes, settings),
-                               mode)
+        source = sources.from_bytes(sys.stdin.buffer.read(), name)
+        outcome = pipeline.run(source, rules_for(name, rule_classes, settings), mode)
         outcomes.append(outcome)
         _apply_levels(outcomes, levels)
         if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came

@@ -13,7 +13,7 @@ import difflib
 
 from amplint.diagnostics import Diagnostic
 from amplint.output.common import diff_path
-from amplint.source import SourceError, SourceText
+from amplint.source import SourceText
 
 
 class FixRefused(Exception):
@@ -58,7 +58,7 @@ class Source:
 
     path: str  # the name its findings are reported under
     raw: bytes | None = None  # the bytes it was handed over as (stdin): what `check - --fix` prints back unfixed
-    writes = False  # fixes are written back where it was read from (a file); else they are handed back
+    writes = False  # fixes are written back where it was read from (a file: `write(data, expected)`); else handed back
     # The screen (amplint/prefilter.py) may spare it libcst: a text no enabled rule can fire on is not analysed,
     # so a syntax error in it goes unreported. Sources whose syntax errors must be seen are not screened.
     screened = True
@@ -71,7 +71,3 @@ class Source:
     def program(self, text: str) -> PythonProgram:
         """The program `text` is analysed as; SourceError when the text is not a source of this kind."""
         return PythonProgram(text)
-
-    def write(self, data: bytes, expected: bytes) -> None:
-        """Replace the source's bytes `expected` with `data` (only where `writes`)."""
-        raise SourceError("cannot be written back")
