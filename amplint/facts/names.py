@@ -79,8 +79,8 @@ def dotted_name(node: cst.CSTNode) -> str | None:
 
 
 def code_words(node: cst.CSTNode) -> list[str]:
-    """What a piece of code says, without its comments and layout: each dotted name (`torch.cuda.amp`, and the
-    names inside it), each string's value and each number, in source order. A string that is a statement of its
+    """What a piece of code says, without its comments and layout: each dotted name (`torch.cuda.amp`), each
+    string's value and each number, in source order. A string that is a statement of its
     own (a docstring) says nothing to the program and is left out. Rules that weigh words of code (a test naming
     a version, an AMP switch, a float16 dtype) read these, never the text, where a comment would count as code."""
     words: list[str] = []
@@ -94,6 +94,7 @@ def code_words(node: cst.CSTNode) -> list[str]:
             dotted = dotted_name(current)
             if dotted is not None:
                 words.append(dotted)
+                continue
         elif isinstance(current, cst.SimpleString):
             value = current.evaluated_value
             words.append(value if isinstance(value, str) else value.decode("latin-1"))

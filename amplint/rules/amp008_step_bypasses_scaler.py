@@ -10,6 +10,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
+from amplint.facts.names import code_words
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
@@ -178,7 +179,7 @@ def guarded_by_amp_test(facts: ModuleFacts, code: Event, other: Event, scaler: s
         if frame.kind is FrameKind.FUNCTION:
             break
         if frame.kind is FrameKind.IF and not other.frame.is_within(frame):
-            test = facts.code(frame.node.test).lower()
+            test = " ".join(code_words(frame.node.test)).lower()  # the test's code: a comment says nothing
             if AMP_SWITCH.search(test.replace("_", " ")) or re.search(rf"(?<![\w.]){re.escape(name)}\b", test):
                 return True
     return False
