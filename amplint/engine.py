@@ -16,7 +16,8 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
-from amplint.parsing import TooDeeplyNested, parse_module, recursion_room
+from amplint.facts.slicing import slice_module
+from amplint.parsing import MAX_NESTING, TooDeeplyNested, nesting, parse_module, recursion_room
 from amplint.rules.base import Finding, Rule
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
@@ -52,6 +53,20 @@ class LineIndex:
         start = self.starts[row - 1] if row - 1 < len(self.starts) else len(self.text)
         end = self.starts[row] if row < len(self.starts) else len(self.text)
         return self.text[start:end].rstrip("\r\n")
+
+
+class SliceIndex(LineIndex):
+    """The index of a sliced text (amplint/facts/slicing.py): offsets into the slice, which are the original's,
+    and lines read from the original (a diagnostic's `source_line` is the user's code, not the blanks)."""
+
+    def __init__(self, sliced: str, original: LineIndex) -> None:
+        self.text = sliced
+        self.starts = original.starts  # blanking keeps every line break in place
+        self.original = original
+        self.suppresses = original.suppresses
+
+    def line(self, row: int) -> str:
+        return self.original.line(row)
 
 
 def text_edit(old: str, new: str, index: LineIndex, offset: int = 0) -> Edit | None:
@@ -213,6 +228,9 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
         index.suppresses = False
     if FILE_NOQA.search(text):
         return FileResult([])
+    sliced = _lint_sliced(text, filename, rules, index, project) if rules else None
+    if sliced is not None:
+        return sliced
     try:
         module = parse(text)
     except cst.ParserSyntaxError as error:
@@ -231,6 +249,30 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
         diagnostics = [d for d in diagnose(module, text, filename, rules, index, project) if not suppressed(d, index)]
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         return FileResult([internal_error(filename, error)], internal_error=True)
+    diagnostics.sort(key=Diagnostic.sort_key)
+    return FileResult(diagnostics)
+
+
+def _lint_sliced(text: str, filename: str, rules: list[Rule], index: LineIndex, project=None) -> FileResult | None:
+    """The diagnostics of the text, from libcst's parse of its slice (the functions no rule needs blanked:
+    amplint/facts/slicing.py); None when the text is analysed whole: nothing worth blanking, a text nested too
+    deeply (the whole text's refusal is reported), a slice that does not parse or whose analysis fails (the
+    whole text's parse or analysis reports it), a fix whose edits touch a blanked range (it may have been built
+    from the blanks), a fix writing a quote where the blanked strings would have chosen another."""
+    piece = slice_module(text)
+    if piece is None or nesting(text).depth > MAX_NESTING:
+        return None
+    try:
+        module = parse(piece.text)
+        found = diagnose(module, piece.text, filename, rules, SliceIndex(piece.text, index), project)
+    except Exception:  # noqa: BLE001 - the whole text is analysed instead, and reports what is wrong
+        return None
+    edits = [edit for d in found if d.fix is not None for edit in d.fix.edits]
+    if any(piece.touches(edit.start, edit.end) for edit in edits):
+        return None
+    if any("'" in edit.content or '"' in edit.content for edit in edits) and not piece.same_quotes():
+        return None  # a fix writes the module's usual quote, which the blanked strings may have decided
+    diagnostics = [d for d in found if not suppressed(d, index)]
     diagnostics.sort(key=Diagnostic.sort_key)
     return FileResult(diagnostics)
 
