@@ -54,7 +54,7 @@ TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
        "# This file is a cache directory tag created by amplint.\n"
        "# For information about cache directory tags see https://bford.info/cachedir/\n")
 GITIGNORE = "# Created by amplint.\n*\n"
-FORMAT = 3  # the layout of an entry; bump it when `encode`/`decode` change
+FORMAT = 4  # the layout of an entry; bump it when `encode`/`decode` change
 TEMPORARY_PREFIX = ".amplint-tmp-"  # amplint's temporary files (`.tmp-`: the name earlier versions used)
 OWN_NAMES = frozenset({ENTRIES, TAG_NAME, ".gitignore"})
 ENTRY_FOLDER = re.compile(r"[0-9a-f]{2}")
@@ -152,20 +152,22 @@ def _entry_head(key: str) -> bytes:
     return b'{"key":"' + key.encode() + b'","check":"'
 
 
-ENTRY_MIDDLE = b'","diagnostics":'
+ENTRY_MIDDLE = b'","entry":'
 CHECKSUM_LENGTH = 64
 
 
-def entry_bytes(key: str, diagnostics: Sequence[Diagnostic]) -> bytes:
-    """An entry: a JSON object whose first fields, in this order, are the key and the checksum of the rest."""
-    body = json.dumps(encode([dataclasses.replace(d, filename="") for d in diagnostics]),
+def entry_bytes(key: str, diagnostics: Sequence[Diagnostic], dependencies: dict[str, str] | None = None) -> bytes:
+    """An entry: a JSON object whose first fields, in this order, are the key and the checksum of the rest. The
+    rest holds the diagnostics and what they were computed from in other files (`ModuleView.dependencies`)."""
+    body = json.dumps({"diagnostics": encode([dataclasses.replace(d, filename="") for d in diagnostics]),
+                       "dependencies": dict(dependencies or {})},
                       ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     return _entry_head(key) + _checksum(key, body).encode() + ENTRY_MIDDLE + body + b"}"
 
 
-def entry_diagnostics(key: str, raw: bytes) -> list[Diagnostic] | None:
-    """The diagnostics of an entry's bytes, or None unless the entry is exactly what `entry_bytes` writes for
-    this key (key, checksum, shape and types)."""
+def entry_content(key: str, raw: bytes) -> tuple[list[Diagnostic], dict[str, str]] | None:
+    """The diagnostics and dependencies of an entry's bytes, or None unless the entry is exactly what
+    `entry_bytes` writes for this key (key, checksum, shape and types)."""
     head = _entry_head(key)
     start = len(head) + CHECKSUM_LENGTH + len(ENTRY_MIDDLE)
     if not (raw.startswith(head) and raw[start - len(ENTRY_MIDDLE):start] == ENTRY_MIDDLE and raw.endswith(b"}")):
@@ -174,12 +176,22 @@ def entry_diagnostics(key: str, raw: bytes) -> list[Diagnostic] | None:
     if raw[len(head):len(head) + CHECKSUM_LENGTH] != _checksum(key, body).encode():
         return None
     try:
-        diagnostics = decode(json.loads(body))
+        content = json.loads(body)
+        diagnostics = decode(content["diagnostics"])
+        dependencies = content["dependencies"]
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     if type(diagnostics) is not list or not all(is_valid_diagnostic(d) for d in diagnostics):
         return None
-    return diagnostics
+    if type(dependencies) is not dict or not all(type(k) is str and type(v) is str for k, v in dependencies.items()):
+        return None
+    return diagnostics, dependencies
+
+
+def entry_diagnostics(key: str, raw: bytes) -> list[Diagnostic] | None:
+    """The diagnostics of an entry's bytes (`entry_content`), or None."""
+    content = entry_content(key, raw)
+    return content[0] if content is not None else None
 
 
 def read_regular_file(path: str | os.PathLike, limit: int) -> bytes | None:
@@ -340,23 +352,27 @@ class Cache:
         return digest.hexdigest()[:40]
 
     def lint(self, raw: bytes, text: str, rules: Sequence[object], filename: str,
-             compute: Callable[[], list[Diagnostic]], words_decide: bool = True) -> list[Diagnostic]:
+             compute: Callable[[], list[Diagnostic]], words_decide: bool = True, project=None) -> list[Diagnostic]:
         """The diagnostics of a file, from the cache or from `compute()` (then stored).
 
         With `words_decide`, a file without a word of any enabled rule (prefilter stage 1) is decided faster than
         an entry is read: it is neither looked up nor stored. (A notebook is always looked up: a malformed one is
-        reported whatever its words.)
+        reported whatever its words.) `project`: the project index seen from the file (`ModuleView`); an entry
+        holds what its diagnostics read of other files, and is used only while all of it is unchanged (editing
+        the module a function calls into re-lints the caller; editing an unrelated one re-lints nothing).
         """
         from amplint.prefilter import prefilter_for
 
         if words_decide and not prefilter_for(rules).has_words(text):
             return []
         key = self.key(raw, rules, "lint")
-        cached = self.load(key, filename)
+        cached = self.load_entry(key, filename)
         if cached is not None:
-            return cached
+            diagnostics, dependencies = cached
+            if not dependencies or (project is not None and project.project.valid(dependencies)):
+                return diagnostics
         diagnostics = compute()
-        self.store(key, diagnostics)
+        self.store(key, diagnostics, project.dependencies() if project is not None else None)
         return diagnostics
 
     def _path(self, key: str) -> str:
@@ -364,17 +380,22 @@ class Cache:
 
     def load(self, key: str, filename: str) -> list[Diagnostic] | None:
         """The cached diagnostics, reported for `filename`; None when absent or not a valid entry."""
-        raw = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
-        diagnostics = entry_diagnostics(key, raw) if raw is not None else None
-        if diagnostics is None:
-            return None
-        return [dataclasses.replace(d, filename=filename) for d in diagnostics]
+        entry = self.load_entry(key, filename)
+        return entry[0] if entry is not None else None
 
-    def store(self, key: str, diagnostics: Sequence[Diagnostic]) -> None:
+    def load_entry(self, key: str, filename: str) -> tuple[list[Diagnostic], dict[str, str]] | None:
+        """The cached diagnostics (reported for `filename`) and their dependencies; None when absent or invalid."""
+        raw = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
+        content = entry_content(key, raw) if raw is not None else None
+        if content is None:
+            return None
+        return [dataclasses.replace(d, filename=filename) for d in content[0]], content[1]
+
+    def store(self, key: str, diagnostics: Sequence[Diagnostic], dependencies: dict[str, str] | None = None) -> None:
         if any(d.code == "AMP902" for d in diagnostics):
             return  # internal errors may come from the environment (memory, recursion): analyse again
         try:
-            payload = entry_bytes(key, diagnostics)
+            payload = entry_bytes(key, diagnostics, dependencies)
         except (_Uncacheable, TypeError, ValueError):
             return
         path = Path(self._path(key))
@@ -383,6 +404,31 @@ class Cache:
             _write_atomically(path, payload)
         except OSError:
             pass  # a full disk or a read-only cache costs speed, never results
+
+    # the project index's records (phase 1), by content ----------------------------------------------------
+    def index_record(self, raw: bytes, build: Callable[[], object]):
+        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`."""
+        from amplint.index.functions import FileIndex
+
+        key = self.key(raw, (), "index")  # its own key: no rule codes, another mode
+        path = self._path(key)
+        stored = read_regular_file(path, MAX_ENTRY_BYTES)
+        if stored is not None and stored.startswith(_entry_head(key)):
+            body = stored[len(_entry_head(key)) + CHECKSUM_LENGTH + len(ENTRY_MIDDLE):-1]
+            if stored[len(_entry_head(key)):len(_entry_head(key)) + CHECKSUM_LENGTH] == _checksum(key, body).encode():
+                try:
+                    data = json.loads(body)
+                    return None if data is None else FileIndex.from_json(data)
+                except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
+                    pass  # a damaged record is built again
+        record = build()
+        body = json.dumps(record.to_json() if record is not None else None, separators=(",", ":")).encode()
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(Path(path), _entry_head(key) + _checksum(key, body).encode() + ENTRY_MIDDLE + body + b"}")
+        except OSError:
+            pass
+        return record
 
 
 def open_for_run(explicit: str | None, settings, warn: Callable[[str], None]) -> Cache | None:

@@ -59,12 +59,14 @@ def worker_count(jobs: int | None, files: int) -> int:
     return max(1, min(wanted, cores, files))
 
 
-def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, cache=None) -> FileOutcome:
+def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, cache=None,
+               project=None) -> FileOutcome:
     """One file's outcome; an unexpected error becomes an internal-error diagnostic for that file, never the
-    end of the run."""
+    end of the run. `project`: the run's project index (phase 1), seen from the file."""
     try:
+        view = project.view(path) if project is not None else None
         return process_file(path, rules_for(path, list(rule_classes), settings), mode, cache=cache,
-                            max_size=settings.max_file_size)
+                            max_size=settings.max_file_size, project=view)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
         where = traceback.extract_tb(error.__traceback__)[-1]
         message = (f"internal error while processing this file: {type(error).__name__}: {error} "
@@ -76,7 +78,7 @@ def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, ca
 _WORKER: tuple | None = None  # (rule classes, settings, mode, cache) in a worker process
 
 
-def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None) -> None:
+def _start_worker(rule_classes, settings, mode, cache, project=None, parent: int | None = None) -> None:
     global _WORKER
     if parent is not None:
         die_with_parent(parent)
@@ -84,7 +86,7 @@ def _start_worker(rule_classes, settings, mode, cache, parent: int | None = None
     # forked worker must not run the parent's SIGTERM handler (it would kill its siblings).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _WORKER = (rule_classes, settings, mode, cache)
+    _WORKER = (rule_classes, settings, mode, cache, project)
     tune_gc()
 
 
@@ -154,8 +156,8 @@ def tune_gc() -> None:
 
 
 def _run_chunk(paths: list[str]) -> list[FileOutcome]:
-    rule_classes, settings, mode, cache = _WORKER
-    return [check_path(path, rule_classes, settings, mode, cache) for path in paths]
+    rule_classes, settings, mode, cache, project = _WORKER
+    return [check_path(path, rule_classes, settings, mode, cache, project) for path in paths]
 
 
 def _context():
@@ -194,13 +196,15 @@ def plan_chunks(paths: Sequence[str], jobs: int) -> list[list[int]]:
 
 def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mode: Mode, jobs: int | None = None,
                cache=None, progress: Progress | None = None) -> list[FileOutcome]:
-    """Every file's outcome, in the order of `paths`."""
+    """Every file's outcome, in the order of `paths`: phase 1 indexes the project (the files of the run and the
+    Python files beside them, `index_project`), phase 2 lints each file with the index seen from it."""
     paths = list(paths)
     jobs = worker_count(jobs, len(paths))
+    project = index_project(paths, jobs, settings, cache)
     if jobs == 1 or len(paths) < SERIAL_BELOW:
-        return _serial(paths, rule_classes, settings, mode, cache, progress)
+        return _serial(paths, rule_classes, settings, mode, cache, progress, project)
     outcomes: list[FileOutcome | None] = [None] * len(paths)
-    setup = (tuple(rule_classes), settings, mode, cache)
+    setup = (tuple(rule_classes), settings, mode, cache, project)
     chunks = plan_chunks(paths, jobs)
     with _Children() as children:
         _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
@@ -210,6 +214,71 @@ def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mod
     if progress is not None:
         progress.close()
     return outcomes  # type: ignore[return-value]
+
+
+# Phase 1 ------------------------------------------------------------------------------------------------------
+_INDEXING: tuple | None = None  # (max file size, cache) in a phase-1 worker
+
+
+def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
+    """The project index of a run (amplint/index/): its Python files and those beside them, each read once,
+    its record built (or taken from the cache) in the worker pool; then the files that name a function the
+    index found doing something a rule asks about across modules (`expand`)."""
+    from amplint.index.build import expand, sibling_files
+    from amplint.index.project import ProjectIndex
+
+    python = [path for path in dict.fromkeys([*paths, *sibling_files(paths)]) if not path.endswith(".ipynb")]
+    records: list = [None] * len(python)
+    if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
+        _start_indexing(settings.max_file_size, cache)
+        records = _index_chunk(python)
+    else:
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
+                                 initargs=(settings.max_file_size, cache, os.getpid())) as pool:
+            chunks = plan_chunks(python, jobs)
+            futures = {pool.submit(_index_chunk, [python[i] for i in chunk]): chunk for chunk in chunks}
+            for future in as_completed(futures):
+                try:
+                    for index, record in zip(futures[future], future.result(), strict=True):
+                        records[index] = record
+                except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
+                    continue
+    project = ProjectIndex()
+    for path, record in zip(python, records):
+        if record is not None:
+            project.add(path, record)
+    expand(project, {path: _read_text for path in python if path not in project.files})
+    return project
+
+
+def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:
+    global _INDEXING
+    if parent is not None:
+        die_with_parent(parent)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _INDEXING = (max_size, cache)
+
+
+def _index_chunk(paths: list[str]) -> list:
+    from amplint.index.build import read_python
+
+    max_size, cache = _INDEXING
+    records = []
+    for path in paths:
+        try:
+            read = read_python(path, max_size, cache)
+        except Exception:  # noqa: BLE001 - a file the index cannot read is left out of it; phase 2 reports it
+            read = None
+        records.append(read[1] if read is not None else None)
+    return records
+
+
+def _read_text(path: str) -> str | None:
+    from amplint.index.build import read_python
+
+    read = read_python(path, _INDEXING[0] if _INDEXING else 10 * 1024 * 1024)
+    return read[0] if read is not None else None
 
 
 def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
@@ -284,9 +353,9 @@ def _contained(paths, chunks, setup, jobs, outcomes, progress, children) -> None
 def _run_contained(sender, paths: list[str], setup: tuple, parent: int) -> None:
     """A child of `_contained`: each file's outcome, sent as soon as it is known."""
     _start_worker(*setup, parent)
-    rule_classes, settings, mode, cache = setup
+    rule_classes, settings, mode, cache, project = setup
     for path in paths:
-        outcome = check_path(path, rule_classes, settings, mode, cache)
+        outcome = check_path(path, rule_classes, settings, mode, cache, project)
         try:
             sender.send(outcome)
         except Exception as error:  # noqa: BLE001 - an outcome that cannot be sent is that file's error
@@ -360,10 +429,10 @@ class _Children:
             signal.signal(signal.SIGTERM, self.previous)
 
 
-def _serial(paths, rule_classes, settings, mode, cache, progress) -> list[FileOutcome]:
+def _serial(paths, rule_classes, settings, mode, cache, progress, project=None) -> list[FileOutcome]:
     outcomes = []
     for path in paths:
-        outcomes.append(check_path(path, rule_classes, settings, mode, cache))
+        outcomes.append(check_path(path, rule_classes, settings, mode, cache, project))
         if progress is not None:
             progress.advance(1)
     if progress is not None:

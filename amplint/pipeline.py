@@ -29,7 +29,7 @@ def run(source: Source, rules: list[Rule], mode: Mode = Mode(), cache=None, proj
     if cache is not None and not (mode.fix or mode.diff):
         found = cache.lint(loaded.raw, loaded.text, rules, source.path,
                            lambda: analyse(source, loaded.text, rules, mode, project).diagnostics,
-                           words_decide=source.screened)
+                           words_decide=source.screened, project=project)
         return FileOutcome(source.path, found, internal_error=_internal(found))
     outcome = analyse(source, loaded.text, rules, mode, project)
     if outcome.fixed and not mode.diff:

@@ -490,12 +490,13 @@ def _forge(entry: Path, mutate) -> None:
 
 
 @pytest.mark.parametrize("mutate", [
-    lambda data: data.update(diagnostics=[]),  # hides the findings
-    lambda data: data["diagnostics"][0]["fields"].update(fix="oops"),
-    lambda data: data["diagnostics"][0]["fields"].update(location=None),
-    lambda data: data["diagnostics"][0]["fields"]["location"]["fields"].update(row="1"),
-    lambda data: data["diagnostics"][0]["fields"].update(cell=True),
-    lambda data: data["diagnostics"][0]["fields"].update(message=["a"]),
+    lambda data: data["entry"].update(diagnostics=[]),  # hides the findings
+    lambda data: data["entry"].update(dependencies={"x": 1}),
+    lambda data: data["entry"]["diagnostics"][0]["fields"].update(fix="oops"),
+    lambda data: data["entry"]["diagnostics"][0]["fields"].update(location=None),
+    lambda data: data["entry"]["diagnostics"][0]["fields"]["location"]["fields"].update(row="1"),
+    lambda data: data["entry"]["diagnostics"][0]["fields"].update(cell=True),
+    lambda data: data["entry"]["diagnostics"][0]["fields"].update(message=["a"]),
     lambda data: data.update(check="0" * 64),
 ])
 def test_a_forged_or_mistyped_entry_is_ignored_and_recomputed(cached, mutate):
@@ -507,7 +508,7 @@ def test_a_forged_or_mistyped_entry_is_ignored_and_recomputed(cached, mutate):
 
 def test_a_mistyped_entry_never_becomes_an_internal_error(cached, monkeypatch):
     cache, path, entry, fresh = cached
-    _forge(entry, lambda data: data["diagnostics"][0]["fields"].update(fix="oops"))
+    _forge(entry, lambda data: data["entry"]["diagnostics"][0]["fields"].update(fix="oops"))
     monkeypatch.chdir(Path(path).parent)
     result = _invoke(["check", "train.py", "--cache-dir", "cache", "--output-format", "concise"])
     assert result.exit_code == 1 and "internal error" not in result.output and "AMP001" in result.stdout

@@ -186,7 +186,7 @@ def test_workers_are_capped_at_the_cores_and_the_files(tmp_path, monkeypatch):
     monkeypatch.setattr(parallel, "default_jobs", lambda: 2)
     files = _tree(tmp_path, 12)
     outcomes = lint_paths(files, ALL_RULES, Settings(root=tmp_path), Mode(), jobs=1000)
-    assert started == [2] and [o.path for o in outcomes] == files
+    assert started == [2, 2] and [o.path for o in outcomes] == files  # phase 1 (the index), then phase 2
     assert parallel.worker_count(1000, 12) == 2 and parallel.worker_count(None, 1) == 1
     assert parallel.worker_count(1, 12) == 1
 

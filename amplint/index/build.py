@@ -41,28 +41,38 @@ def interesting_names(project: ProjectIndex) -> set[str]:
 def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> ProjectIndex:
     """The project index of these files, read with `read` (the text, or None when unreadable), serially. The
     parallel runner does the same in its workers (`index_file` per file, then `expand`)."""
+    paths = list(paths)
     project = ProjectIndex()
-    texts: dict[str, str] = {}
-    for path in paths:
-        text = read(path)
-        if text is None:
-            continue
-        record = index_file(text)
+    for path, record in zip(paths, (index_file(text) if text is not None else None for text in map(read, paths))):
         if record is not None:
             project.add(path, record)
-        else:
-            texts[path] = text
-    expand(project, texts)
+    expand(project, {path: read for path in paths if path not in project.files})
     return project
 
 
-def expand(project: ProjectIndex, others: dict[str, str]) -> None:
+def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | None] | None:
+    """(text, record) of a Python file for phase 1; None when it cannot be read (phase 2 reports why). The
+    record comes from the cache when it has one for these bytes."""
+    from amplint.source import SourceError, read_source
+
+    try:
+        source = read_source(path, max_size)
+    except (SourceError, OSError):
+        return None
+    if cache is None or not holds_vocabulary(source.text):
+        return source.text, index_file(source.text)
+    return source.text, cache.index_record(source.raw, lambda: index_text(source.text))
+
+
+def expand(project: ProjectIndex, others: dict[str, Callable[[str], str | None]]) -> None:
     """The second round: files outside the index that name an interesting function, or a function that calls one
-    (a caller's caller, up to the index's depth), enter it."""
+    (a caller's caller, up to the index's depth), enter it. `others`: path -> how to read it (read once, when a
+    name is first looked for)."""
     from amplint.index.project import MAX_DEPTH
 
     wanted = interesting_names(project)
     scanned: set[str] = set()
+    texts: dict[str, str | None] = {}
     for _ in range(MAX_DEPTH):
         wanted |= {qualname.rsplit(".", 1)[-1] for index in project.files.values()
                    for qualname, summary in index.functions.items()
@@ -71,10 +81,15 @@ def expand(project: ProjectIndex, others: dict[str, str]) -> None:
         if not names or not others:
             return
         scanned |= names
-        for path in [p for p, text in others.items() if any(name in text for name in names)]:
-            record = index_text(others.pop(path))
-            if record is not None:
-                project.add(path, record)
+        for path in list(others):
+            text = texts[path] if path in texts else texts.setdefault(path, others[path](path))
+            if text is None:
+                del others[path]
+            elif any(name in text for name in names):
+                del others[path]
+                record = index_text(text)
+                if record is not None:
+                    project.add(path, record)
 
 
 def sibling_files(paths: Iterable[str]) -> list[str]:

@@ -103,6 +103,27 @@ class ProjectIndex:
             return [site for sites in self._calls.values() for site in sites]
         return self._calls.get(last, [])
 
+    def calls_digest(self, name: str) -> str:
+        """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
+        import hashlib
+
+        sites = self.calls_named(None if name == "*" else name)
+        text = "\n".join(sorted(f"{path}\0{caller}\0{call.to_json()}" for path, caller, call in sites))
+        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+    def valid(self, dependencies: dict[str, str]) -> bool:
+        """Do these dependencies (`ModuleView.dependencies`) still hold in this index?"""
+        for key, value in dependencies.items():
+            if key.startswith("?"):
+                if self.by_name.get(key[1:]):
+                    return False
+            elif key.startswith("calls:"):
+                if self.calls_digest(key[6:]) != value:
+                    return False
+            elif key not in self.files or self.digest(key) != value:
+                return False
+        return True
+
     def view(self, path: str) -> ModuleView:
         return ModuleView(self, os.path.abspath(path))
 
@@ -140,6 +161,8 @@ class ModuleView:
         self.project = project
         self.path = path
         self.read_modules: set[str] = set()  # paths of other files whose index an answer used
+        self.missing: set[str] = set()  # module names an answer looked for and did not find in the project
+        self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
 
     @property
     def name(self) -> str:
@@ -151,8 +174,19 @@ class ModuleView:
         return self.project.files.get(path)
 
     def dependencies(self) -> dict[str, str]:
-        """path -> digest of every other file an answer read (for the cache key of this file's result)."""
-        return {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.files}
+        """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
+        of its index; "?name" -> "" for a module looked for and absent; "calls:name" -> the digest of every call
+        site named so (a new caller anywhere changes it). A cached result is valid while `valid` holds for it."""
+        found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.files}
+        found.update({f"?{name}": "" for name in sorted(self.missing)})
+        found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
+        return found
+
+    def _find(self, name: str, near: str) -> str | None:
+        found = self.project.find_module(name, near)
+        if found is None:
+            self.missing.add(name)
+        return found
 
     # resolving calls -----------------------------------------------------------------------------------------
     def resolve(self, caller: str | None, callee: str, path: str | None = None) -> Target | None:
@@ -203,10 +237,10 @@ class ModuleView:
             absolute = self.project.absolute(path, module, level)
             if attribute is None:
                 return None  # `import x` called as `x()`: not a function of ours
-            target = self.project.find_module(absolute, path)
+            target = self._find(absolute, path)
             return self._name(target, attribute, depth - 1) if target is not None else None
         for module, level in index.star_imports:
-            target = self.project.find_module(self.project.absolute(path, module, level), path)
+            target = self._find(self.project.absolute(path, module, level), path)
             if target is not None:
                 found = self._name(target, name, depth - 1)
                 if found is not None:
@@ -226,7 +260,7 @@ class ModuleView:
         if attribute is not None:
             absolute = f"{absolute}.{attribute}" if absolute else attribute
         name = ".".join([absolute, *parts[1:]])
-        return self.project.find_module(name, path)
+        return self._find(name, path)
 
     def _method(self, path: str, class_name: str, method: str, depth: int, seen: frozenset = frozenset()
                 ) -> Target | None:
@@ -256,11 +290,11 @@ class ModuleView:
                 return path, parts[0]
             imported = index.imports.get(parts[0])
             if imported is not None and imported[1] is not None:
-                target = self.project.find_module(self.project.absolute(path, imported[0], imported[2]), path)
+                target = self._find(self.project.absolute(path, imported[0], imported[2]), path)
                 if target is not None:
                     return self._class(target, imported[1], depth - 1)
             for module, level in index.star_imports:
-                target = self.project.find_module(self.project.absolute(path, module, level), path)
+                target = self._find(self.project.absolute(path, module, level), path)
                 if target is not None:
                     found = self._class(target, parts[0], depth - 1)
                     if found is not None:
@@ -305,7 +339,9 @@ class ModuleView:
     def callers(self, target: Target) -> Iterator[CallerSite]:
         """Every call site in the project that the index resolves to `target`."""
         last = target.qualname.rsplit(".", 1)[-1]
-        for path, caller, call in self.project.calls_named(last if last != "__call__" else None):
+        name = last if last != "__call__" else None
+        self.asked_calls.add(name or "*")
+        for path, caller, call in self.project.calls_named(name):
             self._file(path)
             if self._resolve(path, caller, call.callee, MAX_DEPTH) == target:
                 yield CallerSite(Target(path, caller or "<module>"), call)

@@ -1,0 +1,171 @@
+"""Project fixtures: folders of several modules whose findings span modules (`fixtures/<CODE>-<name>/projects/<case>/`).
+
+Every `.py` file of a case marks its expected findings as the rule fixtures do (`# expect: CODE:COL`); a case
+without marks must report nothing. Each case is linted as a directory by the command line (phase 1 indexes the
+folder, phase 2 asks the index about calls that leave a module), and each of its files alone, which must report
+only what needs no other file (a subset of the marks).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from amplint.cli import main
+from amplint.index.build import build_index
+from amplint.index.project import module_name
+
+from test_fixtures import NOT_COMPARED_IN_CORE, expected_marks
+
+REPO = Path(__file__).resolve().parents[1]
+# The torch-floor cases of AMP007 (`project/` beside `fixed/`) are tests/test_torch_floor.py's: what crosses files
+# there is the declared torch version, not a call.
+CASES = sorted(path for path in (REPO / "fixtures").glob("AMP*-*/projects/*")
+               if path.is_dir() and not (path / "project").is_dir())
+
+
+def case_id(path: Path) -> str:
+    return path.relative_to(REPO / "fixtures").as_posix()
+
+
+def compared(case: Path, code: str) -> bool:
+    return code not in NOT_COMPARED_IN_CORE or case.parent.parent.name.startswith(code)
+
+
+def marks_of(case: Path) -> set[tuple[str, str, int, int | None]]:
+    return {(path.relative_to(case).as_posix(), code, row, column)
+            for path in sorted(case.rglob("*.py")) for code, row, column in expected_marks(path.read_text())
+            if compared(case, code)}
+
+
+def reported(case: Path) -> list[dict]:
+    result = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json", str(case)],
+                                catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return [d for d in json.loads(result.output) if compared(case, d["code"])]
+
+
+def matches(found: list[dict], case: Path, marks) -> bool:
+    got = {(Path(d["filename"]).resolve().relative_to(case.resolve()).as_posix(), d["code"], d["location"]["row"],
+            d["location"]["column"]) for d in found}
+    wanted = {(path, code, row, column) for path, code, row, column in marks}
+    loose = {(path, code, row) for path, code, row, column in marks if column is None}
+    return {item for item in got if item[:3] not in loose} == {item for item in wanted if item[3] is not None} and \
+        {item[:3] for item in got} >= loose and len(got) == len(wanted)
+
+
+def test_there_are_project_cases():
+    assert len(CASES) >= 8
+    assert any(marks_of(case) for case in CASES) and any(not marks_of(case) for case in CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_project_as_a_directory(case):
+    found = reported(case)
+    assert matches(found, case, marks_of(case)), [(d["filename"], d["code"], d["location"], d["message"])
+                                                  for d in found]
+
+
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_findings_span_modules_only_with_the_index(case):
+    """Each marked finding needs another module: linted with an index of its own file only, it is not reported
+    (the project fixtures test what crosses modules; single-module cases belong in flagged/)."""
+    from amplint.engine import lint_text
+    from amplint.rules import ALL_RULES
+
+    for path in sorted(case.rglob("*.py")):
+        marks = expected_marks(path.read_text())
+        if not marks:
+            continue
+        alone = build_index([str(path)], lambda p: Path(p).read_text())
+        diagnostics = lint_text(path.read_text(), str(path), [rule() for rule in ALL_RULES],
+                                project=alone.view(str(path))).diagnostics
+        assert not {(d.code, d.location.row) for d in diagnostics} & {(code, row) for code, row, _ in marks}, path
+
+
+def test_module_names_follow_packages(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for name in ("pkg/__init__.py", "pkg/sub/__init__.py", "pkg/sub/mod.py", "script.py"):
+        (tmp_path / name).write_text("")
+    assert module_name(str(tmp_path / "pkg/sub/mod.py")) == "pkg.sub.mod"
+    assert module_name(str(tmp_path / "pkg/sub/__init__.py")) == "pkg.sub"
+    assert module_name(str(tmp_path / "script.py")) == "script"
+
+
+# The cache keys a result by what it read of other files ---------------------------------------------------------
+ENGINE = """\
+import torch
+
+
+def train_one_epoch(model, optimizer, loader):
+    scaler = torch.amp.GradScaler("cuda")
+    for inputs in loader:
+        with torch.autocast("cuda"):
+            loss = model(inputs).mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+"""
+MAIN = """\
+from engine import train_one_epoch
+
+
+def main(model, optimizer, loader, epochs):
+    for epoch in range(epochs):
+        train_one_epoch(model, optimizer, loader)
+"""
+UNRELATED = "import torch\n\n\ndef evaluate(model, x):\n    with torch.no_grad():\n        return model(x)\n"
+
+
+@pytest.fixture
+def analysed(monkeypatch):
+    """The files the engine analyses (a cache hit spares them)."""
+    from amplint import pipeline
+
+    calls = []
+    original = pipeline.lint_text
+
+    def counting(text, path, rules, **options):
+        calls.append(Path(path).name)
+        return original(text, path, rules, **options)
+
+    monkeypatch.setattr(pipeline, "lint_text", counting)
+    return calls
+
+
+def _cached_run(tree: Path, cache: Path) -> set[tuple[str, str]]:
+    result = CliRunner().invoke(main, ["check", str(tree), "--cache-dir", str(cache), "--output-format", "json"],
+                                catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return {(Path(d["filename"]).name, d["code"]) for d in json.loads(result.output)}
+
+
+def test_editing_a_caller_relints_the_callee_and_nothing_else(tmp_path, analysed):
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    for name, text in (("engine.py", ENGINE), ("main.py", MAIN), ("unrelated.py", UNRELATED)):
+        (tree / name).write_text(text)
+    assert _cached_run(tree, cache) == {("engine.py", "AMP004")}
+    analysed.clear()
+    assert _cached_run(tree, cache) == {("engine.py", "AMP004")} and analysed == []  # all hits
+    # the caller no longer loops: engine.py's finding came from main.py, so engine.py is analysed again
+    (tree / "main.py").write_text(MAIN.replace("for epoch in range(epochs):\n        ", ""))
+    assert _cached_run(tree, cache) == set()
+    assert "engine.py" in analysed and "unrelated.py" not in analysed
+    analysed.clear()
+    (tree / "unrelated.py").write_text(UNRELATED + "\n\nprint(1)\n")  # reads nothing of the others
+    assert _cached_run(tree, cache) == set()
+    assert "engine.py" not in analysed and "main.py" not in analysed
+
+
+def test_a_new_caller_elsewhere_relints_the_callee(tmp_path, analysed):
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    (tree / "engine.py").write_text(ENGINE)
+    assert _cached_run(tree, cache) == set()
+    (tree / "main.py").write_text(MAIN)
+    analysed.clear()
+    assert _cached_run(tree, cache) == {("engine.py", "AMP004")} and "engine.py" in analysed
