@@ -155,3 +155,47 @@ def test_name_substring_check_can_fail() -> None:
 ])
 def test_the_screen_for_constructions_reads_the_facts_lists(last: str, expected: bool) -> None:
     assert names.may_build_optimizer(last) is expected
+
+
+# --- the names of the objects change nothing ---------------------------------------------------------------
+PROGRAM = """
+    import torch
+    from training.setup import get_optimizer_and_scheduler, make_warmup
+
+
+    def train(model, loader, args):
+        {opt}, {sched} = get_optimizer_and_scheduler(model, args)
+        {warm} = make_warmup({opt})
+        scaler = torch.amp.GradScaler("cuda")
+        for x, y in loader:
+            {opt}.zero_grad()
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = model(x).sum()
+            scaler.scale(loss).backward()
+            scaler.step({opt})
+            scaler.update()
+            {sched}.step()
+            {warm}.step()
+
+
+    def finetune(model, batch, {opt}, {sched}):
+        scaler = torch.amp.GradScaler("cuda")
+        {opt}.zero_grad()
+        with torch.autocast("cuda", dtype=torch.float16):
+            loss = model(batch).sum()
+        scaler.scale(loss).backward()
+        {sched}.step()
+        {opt}.step()
+"""
+NAMES = ["optimizer", "lr_scheduler", "opt_scheduler", "warmup", "scheduler", "optim", "solver", "sched", "opt"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.permutations(NAMES))
+def test_findings_do_not_depend_on_the_names_of_the_objects(names) -> None:
+    """The standard recipe with a factory's optimizer and scheduler and a warm-up object, under any names: only
+    the optimizer's bypassing step (known by its zero_grad) is reported, whatever the objects are called."""
+    opt, sched, warm = names[:3]
+    text = textwrap.dedent(PROGRAM.format(opt=opt, sched=sched, warm=warm))
+    diagnostics = lint_text(text, "t.py", [RULES_BY_CODE[code]() for code in ("AMP002", "AMP008", "AMP010")])
+    assert [(d.code, d.location.row) for d in diagnostics.diagnostics] == [("AMP008", 28)], text
