@@ -9,6 +9,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts.names import code_words
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import Changes
 
@@ -165,8 +166,8 @@ class ScalerPerIteration(Rule):
             if frame.kind is FrameKind.FUNCTION:
                 break
             if frame.kind is FrameKind.IF:
-                test = facts.code(frame.node.test)
-                if build.bound_to in test and re.search(r"\bNone\b|\bnot\b|hasattr", test):
+                test = " ".join(code_words(frame.node.test))  # the test's code: a comment says nothing
+                if build.bound_to in test and (re.search(r"\bNone\b|hasattr", test) or _negates(frame.node.test)):
                     return True
         return any(e.kind is EventKind.SCALER_LOAD and e.scaler == build.bound_to and e.index > build.index
                    for e in events)
@@ -253,3 +254,14 @@ def _has_call(args) -> bool:
     for arg in args:
         arg.visit(Calls())
     return bool(found)
+
+
+def _negates(test: cst.BaseExpression) -> bool:
+    """Does a test hold `not`, `is not` or `not in`?"""
+    pending = [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.Not, cst.IsNot, cst.NotIn)):
+            return True
+        pending.extend(node.children)
+    return False
