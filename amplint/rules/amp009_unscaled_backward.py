@@ -10,7 +10,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
-from amplint.facts.names import dotted_name
+from amplint.facts.names import code_words, dotted_name
 from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
@@ -123,8 +123,7 @@ class UnscaledBackward(Rule):
         if not isinstance(node.func, cst.Attribute) or any(a.keyword is None for a in node.args):
             return False
         receiver = node.func.value
-        text = facts.code(receiver)
-        if "scale" in text.lower():
+        if _says_scale(receiver):
             return False
         name = dotted_name(receiver)
         if name is not None:
@@ -135,7 +134,7 @@ class UnscaledBackward(Rule):
                 return False
             key = (name, id(function))  # a name's bindings depend on its function only (`ModuleFacts.bindings`)
             if key not in scaling_names:
-                scaling_names[key] = any("scale" in facts.code(assignment.value).lower()
+                scaling_names[key] = any(_says_scale(assignment.value)
                                          for assignment in facts.bindings(name, backward.frame))
             if scaling_names[key]:
                 return False
@@ -197,3 +196,8 @@ def _keeps_graph(facts: ModuleFacts, backward: Event) -> bool:
     """Does the backward pass `retain_graph=True` (its graph kept for another backward)?"""
     return any(arg.keyword is not None and arg.keyword.value == "retain_graph"
                and facts.code(arg.value) == "True" for arg in backward.node.args)
+
+
+def _says_scale(node: cst.CSTNode) -> bool:
+    """Does the code of an expression (its names and strings, not its comments) say `scale`?"""
+    return any("scale" in word.lower() for word in code_words(node))
