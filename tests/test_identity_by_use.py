@@ -199,3 +199,65 @@ def test_findings_do_not_depend_on_the_names_of_the_objects(names) -> None:
     text = textwrap.dedent(PROGRAM.format(opt=opt, sched=sched, warm=warm))
     diagnostics = lint_text(text, "t.py", [RULES_BY_CODE[code]() for code in ("AMP002", "AMP008", "AMP010")])
     assert [(d.code, d.location.row) for d in diagnostics.diagnostics] == [("AMP008", 28)], text
+
+
+
+# --- comments are never code: a comment inside an expression changes no finding ----------------------------------
+COMMENTED = {
+    "AMP009": ("""import torch
+
+
+def train(model, loader, optimizer, criterion):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            out = model(x)
+        loss = criterion(
+            out, y,  # averaged, not scaled
+        )
+        loss.backward()
+        scaler.step(optimizer)
+        scaler.update()
+""", [12]),  # "scaled" in a comment of the loss's value: the loss is still unscaled
+    "AMP012": ("""import torch
+
+
+def train(model, loader, device):
+    model.half()
+    model.to(
+        device,  # float32 master weights are kept by the optimizer
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        with torch.autocast("cuda"):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+""", [5]),  # "float32" in a comment of a `.to(...)`: the model is not converted back
+    "AMP004": ("""import torch
+
+
+def train(model, loader, optimizer):
+    for x, y in loader:
+        if (x is not y  # the scaler is None only on the first batch
+                ):
+            scaler = torch.amp.GradScaler("cuda")
+        with torch.autocast("cuda"):
+            loss = model(x).sum()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+""", [8]),  # "scaler", "None" in a comment of a test: no lazy `if scaler is None` guard
+}
+
+
+@pytest.mark.parametrize("code", sorted(COMMENTED))
+def test_a_comment_inside_the_code_changes_no_finding(code: str) -> None:
+    text, rows = COMMENTED[code]
+    assert codes(text, code) == rows
+    # without the comment the finding is the same: the rule reads the code only
+    uncommented = "\n".join(line.split("  #")[0] for line in text.splitlines()) + "\n"
+    assert codes(uncommented, code) == rows

@@ -9,7 +9,7 @@ from amplint.lazy import libcst as cst
 from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
-from amplint.facts.names import dotted_name
+from amplint.facts.names import code_words, dotted_name
 from amplint.rules.base import Finding, Rule
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
@@ -158,7 +158,7 @@ class HalfModelWithScaler(Rule):
         """Is the model converted back to float32 after `half` (`conversions`: its `.float()`/`.to()`/`.type()`
         calls)?"""
         return any(call is not half and call.index > half.index and not _to_half(facts, call)
-                   and (call.method == "float" or "float32" in facts.code(call.node))
+                   and (call.method == "float" or any("float32" in word for word in code_words(call.node)))
                    for call in conversions)
 
 
