@@ -125,7 +125,8 @@ class DeprecatedAmpApi(Rule):
 
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
-    `hasattr`, a version, or `torch.amp`, and for names bound both to a legacy and to a `torch.amp` import.
+    `hasattr`, a version, or `torch.amp` (in their code: a comment mentioning a version or an import makes no
+    shim), and for names bound both to a legacy and to a `torch.amp` import.
     An import line is reported only when the module calls one of its names (importing alone warns nothing; a
     legacy class used only in `isinstance` is left alone); likewise a name bound to a legacy API or module, or a
     star import, is reported only when this module calls through it. A star import of a module other than

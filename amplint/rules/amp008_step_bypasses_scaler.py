@@ -75,9 +75,9 @@ class StepBypassesScaler(Rule):
     `.param_groups`. A name alone says nothing (`lr_scheduler`, unpacked from a factory, is not an optimizer).
     Silent when the backward and the step sit on different code paths (`if use_amp: scaler.scale(loss).backward()
     else: loss.backward()`, then `if use_amp: scaler.step(opt) else: opt.step()`), when the step is guarded by a
-    test on the scaler or the AMP flag, when another backward comes between them, when the scaler is built with
-    `enabled=False`, and for apex (`amp.scale_loss`), accelerate (`accelerator.backward`) and Lightning
-    (`manual_backward`), which unscale by themselves.
+    test on the scaler or the AMP flag (its code, not a comment in it), when another backward comes between them,
+    when the scaler is built with `enabled=False`, and for apex (`amp.scale_loss`), accelerate
+    (`accelerator.backward`) and Lightning (`manual_backward`), which unscale by themselves.
     """
 
     code = "AMP008"
