@@ -4,8 +4,9 @@ libcst is where a run spends its time, and a large module with findings on a few
 reads (torch's 462 KB distributed_test.py: three findings). `slice_module` decides with the stdlib `ast` and the
 text which functions and methods the facts layer (amplint/facts/module.py) and the rules can need, and replaces
 every other one by whitespace of the same length: every line break stays, every other character becomes a
-space. The offsets, rows and columns of everything kept are unchanged, so diagnostics point at the same places
-and a fix (edits on offsets of the text) applies to the original text as it is. A class whose body blanking
+space (a `#` starts a blanked line after the module's last line of code: `_Slicer._comment_tail`). The
+offsets, rows and columns of everything kept are unchanged, so diagnostics point at the same places and a fix
+(edits on offsets of the text) applies to the original text as it is. A class whose body blanking
 empties gets `pass` on the first blanked method's `def` line, at its indentation.
 
 Only top-level functions and the methods of classes (nested classes included) are ever blanked; every other
@@ -327,7 +328,30 @@ class _Slicer:
         sliced = "".join(pieces)
         for offset in self._passes({id(function.node) for function in blanked}):
             sliced = f"{sliced[:offset]}pass{sliced[offset + 4:]}"
-        return Slice(sliced, text, tuple(ranges))
+        return Slice(self._comment_tail(sliced, ranges), text, tuple(ranges))
+
+    def _comment_tail(self, sliced: str, ranges: list[tuple[int, int]]) -> str:
+        """The blanked lines after the last line of code made comments (`#` then spaces). libcst does not give
+        back every layout of whitespace-only lines at the end of a module (`x = 1\\n\\n   \\n` loses its last two
+        lines, and a fix of such a module is not offered); column-0 comment lines it does."""
+        starts, length = self.starts, len(sliced)
+        row = len(starts)
+        while row > 0:
+            line = sliced[starts[row - 1]:starts[row] if row < len(starts) else length].strip()
+            if line and not line.startswith("#"):
+                break
+            row -= 1
+        tail = starts[row] if row < len(starts) else length
+        if not ranges or ranges[-1][1] <= tail:
+            return sliced
+        pieces, position = [sliced[:tail]], tail
+        for start, end in ranges:
+            for line_start in starts[bisect.bisect_left(starts, max(start, tail)):bisect.bisect_left(starts, end)]:
+                if sliced[line_start] == " ":
+                    pieces += [sliced[position:line_start], "#"]
+                    position = line_start + 1
+        pieces.append(sliced[position:])
+        return "".join(pieces)
 
     def _passes(self, blanked: set[int]) -> list[int]:
         """Where `pass` goes in each class body that blanking empties: the first blanked method's `def` line,
