@@ -91,12 +91,12 @@ class ScalerWithBfloat16(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
-        if not builds or _float16_in_code(facts):
+        if not builds:
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]
-        if not active or any(_dtype(r) != "bfloat16" for r in active):
-            return
+        if not active or any(_dtype(r) != "bfloat16" for r in active) or _float16_in_code(facts):
+            return  # the module's code walked last: only where every region is bfloat16
         region = active[0]
         index = _Index(facts, builds)
         for build in builds:
