@@ -117,11 +117,15 @@ class DeprecatedAmpApi(Rule):
     autocast passed around as a value, `*args`, a partial called with positional arguments), where the call
     already raises TypeError (`autocast(True, enabled=flag)` passes `enabled` twice; an unknown keyword), where the
     default dtype cannot be written (no `import torch`; `**kwargs` that may hold a dtype), and for a name whose
-    import serves a use that cannot be migrated. No fix behind a name: a name bound to a legacy API or module by
-    an assignment is called with the legacy arguments (`Scaler(2.0**14)` through `Scaler = torch.cuda.amp.GradScaler`
-    would pass the scale as the device once the name is rebound), and a star import has no safe rewrite
-    (`from torch.amp import *` binds other names than `from torch.cuda.amp import *`, which the module may rely on,
-    and the calls keep the legacy arguments): both are reported without a fix, with what to bind instead.
+    import serves a use that cannot be migrated. Behind a name: an attribute alias of a legacy module
+    (`amp_mod = torch.cuda.amp`) bound once and read only to call its AMP names is rebound to `torch.amp` and each
+    call migrated, as `import torch.cuda.amp as amp` is. Any other alias gets no fix: a name bound to a legacy
+    API is called with the legacy arguments (`Scaler(2.0**14)` through `Scaler = torch.cuda.amp.GradScaler` would
+    pass the scale as the device once the name is rebound), and a module alias that is bound twice, a branch of
+    `a if test else b`, or read another way (handed to a function) would change for that reader too. A star
+    import has no safe rewrite (`from torch.amp import *` binds other names than `from torch.cuda.amp import *`,
+    which the module may rely on, and the calls keep the legacy arguments). These are reported without a fix,
+    with what to bind instead.
 
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing
@@ -159,7 +163,7 @@ class DeprecatedAmpApi(Rule):
         if not scan.sites and not scan.import_sites and not scan.star_sites and not scan.module_references:
             return
         aliases = _aliases(facts, scan)  # before the plan: a name bound to a legacy API is never rewritten
-        plan = _Plan(facts, scan, self.torch)
+        plan = _Plan(facts, scan, self.torch, aliases)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
         findings: list[tuple[cst.CSTNode, str, FixPlan | None, str]] = []
@@ -185,7 +189,9 @@ class DeprecatedAmpApi(Rule):
             findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
         aliases = [alias for alias in aliases if not alias.skipped(plan)]
         for alias in aliases:
-            findings.append((alias.reference, _alias_message(facts, alias), None, _alias_advice(plan, alias)))
+            fixed = id(alias) in plan.fixed_aliases
+            findings.append((alias.reference, _alias_message(facts, alias), fix if fixed else None,
+                             _alias_advice(plan, alias)))
         warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
         warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases}
         for statement, names in scan.star_sites:
@@ -325,6 +331,7 @@ class _Alias:
     uses: list[tuple[cst.CSTNode, str]]  # (a call or decorator through the name, the legacy API it reaches)
     site: "_Site | None"  # the reference's site, for an API (a module has none)
     shimmed: bool  # inside a compatibility shim
+    assignment: object  # the Assignment that binds it
 
     def skipped(self, plan: "_Plan") -> bool:
         """Inside a compatibility shim, or naming a legacy object through an ambiguous name (as its site)."""
@@ -361,7 +368,8 @@ def _aliases(facts: ModuleFacts, scan: "_Scan") -> list[_Alias]:
                 continue
             if site is not None:
                 site.kind = "alias"
-            aliases.append(_Alias(branch, target, qualified, uses, site, scan.module_references.get(id(branch), False)))
+            aliases.append(_Alias(branch, target, qualified, uses, site, scan.module_references.get(id(branch), False),
+                                  assignment))
     return aliases
 
 
@@ -431,9 +439,13 @@ def _alias_advice(plan: "_Plan", alias: _Alias) -> str:
         if missing:
             return _sentence(f"the project supports torch {plan.support.floor}, which has no "
                              f"{', '.join(f'`torch.amp.{name}`' for name in missing)}: no replacement to bind")
+        first = f"`{alias.target}.{DEPRECATED_AMP[alias.uses[0][1]][0]}(\"{device}\", ...)`"
+        if id(alias) in plan.fixed_aliases:
+            return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
+                             f"({first})")
         return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
-                         f"(`{alias.target}.{DEPRECATED_AMP[alias.uses[0][1]][0]}(\"{device}\", ...)`); no fix: "
-                         f"every call through the name changes with it")
+                         f"({first}); no fix: the name is bound more than once, read some other way, or a call "
+                         f"cannot be migrated")
     new_name, device = DEPRECATED_AMP[alias.qualified]
     spelling = plan.spelling(new_name)
     if spelling is None:
@@ -656,7 +668,8 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 class _Plan:
     """The whole-module migration: which sites are rewritten, and how each import line changes."""
 
-    def __init__(self, facts: ModuleFacts, scan: _Scan, support: TorchSupport = TorchSupport()) -> None:
+    def __init__(self, facts: ModuleFacts, scan: _Scan, support: TorchSupport = TorchSupport(),
+                 aliases: list[_Alias] = ()) -> None:
         self.facts = facts
         self.scan = scan
         self.support = support  # the torch releases the code supports: only spellings they all have are written
@@ -667,9 +680,12 @@ class _Plan:
         self.indent: cst.BaseParenthesizableWhitespace | None = None  # of the call being rewritten
         # import statement -> (its line, [(alias, "torch.amp" to move it there, or None to drop it)])
         self.import_changes: dict[cst.CSTNode, tuple[cst.SimpleStatementLine | None, list]] = {}
+        self.fixed_aliases: set[int] = set()  # ids of the module aliases rebound to torch.amp
         self._mark_ambiguous()
         self.torch_name = self._torch_name()
         self._decide()
+        for alias in aliases:
+            self._decide_module_alias(alias)
 
     # decisions --------------------------------------------------------------------------------------
     def _mark_ambiguous(self) -> None:
@@ -737,6 +753,31 @@ class _Plan:
                 if self.scan.loads.get(head, 0) == len(sites) and all(id(s) in self.fixed_sites for s in sites):
                     for each in self.scan.bindings[head]:
                         self._drop_import(each)
+
+    def _decide_module_alias(self, alias: _Alias) -> None:
+        """`amp_mod = torch.cuda.amp`, bound once and read only to call its AMP names: rebind it to `torch.amp`
+        and migrate each call, as `import torch.cuda.amp as amp` is. Any other alias keeps its spelling."""
+        if alias.qualified not in DEPRECATED_AMP_MODULES or alias.skipped(self) or "." in alias.target:
+            return
+        if alias.assignment.value is not alias.reference or \
+                sum(alias.target in a.targets for a in self.facts.assignments) != 1:
+            return  # a branch of `a if test else b`, or a name bound more than once
+        if self.scan.loads.get(alias.target, 0) != len(alias.uses) + 1:
+            return  # read some other way too (passed on, printed): the rebinding would reach that read
+        head = (dotted_name(alias.reference) or "").split(".", 1)[0]
+        bindings = self.scan.bindings.get(head, [])
+        if not isinstance(alias.reference, cst.Attribute) or not bindings or \
+                any(b.qualified != "torch" for b in bindings):
+            return  # `torch.cuda.amp` spelled through torch only: a from-imported module keeps its import
+        sites = [_Site("call", node, node.func, api, alias.target) if isinstance(node, cst.Call)
+                 else _Site("decorator", node, node, api, alias.target) for node, api in alias.uses]
+        if not all(self._convertible(site) and self.module_for(DEPRECATED_AMP[site.qualified][0]) == "torch.amp"
+                   for site in sites):
+            return
+        for site in sites:
+            self._rewrite(site, None)
+        self.replacements[alias.reference] = cst.parse_expression(f"{head}.amp")
+        self.fixed_aliases.add(id(alias))
 
     def _rewrite_under(self, torch_name: str, sites: list[_Site]) -> None:
         """Spell each site through the module's name for torch (`torch.amp.autocast`, `th.autocast`...)."""
