@@ -243,11 +243,13 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
                         records[index] = record
                 except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                     continue
-    project = ProjectIndex()
+    project = ProjectIndex(settings.max_file_size)
     for path, record in zip(python, records):
         if record is not None:
             project.add(path, record)
-    expand(project, {path: _read_text for path in python if path not in project.files})
+        else:
+            project.know(path)
+    expand(project, {path: _read_text for path in python if path not in project.indexed})
     return project
 
 
@@ -275,10 +277,10 @@ def _index_chunk(paths: list[str]) -> list:
 
 
 def _read_text(path: str) -> str | None:
-    from amplint.index.build import read_python
+    from amplint.index.build import read_text
 
-    read = read_python(path, _INDEXING[0] if _INDEXING else 10 * 1024 * 1024)
-    return read[0] if read is not None else None
+    source = read_text(path, _INDEXING[0] if _INDEXING else 10 * 1024 * 1024)
+    return source.text if source is not None else None
 
 
 def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:

@@ -30,6 +30,7 @@ import re
 from typing import Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
+from amplint.index.functions import index_text
 from amplint.index.summary import Summary
 
 
@@ -111,8 +112,10 @@ class Prefilter:
         for the rules whose findings here can come from other files (`Rule.maybe_applies_across`)."""
         if not self.has_words(text):
             return Verdict.SKIP_WORDS, []
-        verdict, candidates = self._structure(text)
+        summary = Summary(text)
+        verdict, candidates = self._structure(text, summary)
         if view is not None and self.across and not self.always:
+            view.provide(lambda: index_text(text, summary))  # the file's own record, from the tree parsed here
             more = [rule for rule in self.across if rule not in candidates
                     and (not _declares_words(rule) or any(word in text for word in rule.words))
                     and _asked_safely(rule, view)]
@@ -122,10 +125,9 @@ class Prefilter:
             return Verdict.SKIP_NOQA, []
         return verdict, candidates
 
-    def _structure(self, text: str) -> tuple[Verdict, list[type]]:
+    def _structure(self, text: str, summary: Summary) -> tuple[Verdict, list[type]]:
         if self.always:
             return Verdict.ANALYSE, list(self.rules)
-        summary = Summary(text)
         try:
             analysed, candidates = [], []
             for rule in self.rules:

@@ -32,9 +32,23 @@ def diagnostics_of(path: Path) -> list[Diagnostic]:
     return lint_text(path.read_text(encoding="utf-8"), str(path), [rule() for rule in ALL_RULES]).diagnostics
 
 
+def project_diagnostics() -> list[Diagnostic]:
+    """The findings of the project fixtures (`fixtures/*/projects/<case>/`), each case indexed as a project."""
+    from amplint.index.build import build_index
+
+    found = []
+    for case in sorted(path for path in REPO.glob("fixtures/AMP*-*/projects/*") if not (path / "project").is_dir()):
+        paths = [str(path) for path in sorted(case.rglob("*.py"))]
+        project = build_index(paths, lambda p: Path(p).read_text(encoding="utf-8"))
+        for path in paths:
+            found += lint_text(Path(path).read_text(encoding="utf-8"), path, [rule() for rule in ALL_RULES],
+                               project=project.view(path)).diagnostics
+    return found
+
+
 @pytest.fixture(scope="module")
 def flagged() -> list[Diagnostic]:
-    found = [d for path in FLAGGED for d in diagnostics_of(path)]
+    found = [d for path in FLAGGED for d in diagnostics_of(path)] + project_diagnostics()
     assert {d.code for d in found} == {rule.code for rule in ALL_RULES}  # every rule speaks here
     return found
 

@@ -1,9 +1,12 @@
 """Building the project index for a run (phase 1).
 
-A file enters the index when its text holds AMP vocabulary (`INDEX_WORDS`: what makes a function's summary say
-anything), or when it names a function the index found doing something a rule asks about across calls (it may
-call it, in a loop or a region): a second round over the remaining files, by plain substring tests. Files with
-neither are not parsed here; nothing they hold can change an answer of the index.
+Every Python file of the run (and beside its files) is known to the index by its module name. A file is indexed
+up front when other files' answers may need its calls: when its text holds `INDEX_WORDS` (a GradScaler
+construction, whose function's callers may loop), or names a function the index found building a scaler, or a
+caller of one (it may call it in a loop): a second round over the remaining files, by plain substring tests.
+Any other file is summarised only when an answer needs it: a call resolved into it (`ProjectIndex.record`), or
+its own questions, from the tree the screen parsed anyway (`ModuleView.provide`). Most files are never parsed
+here.
 
 `index_file` is what a worker runs for one file; `ProjectIndex.add` gathers the records in the main process.
 """
@@ -16,11 +19,11 @@ from typing import Callable, Iterable
 from amplint.index.functions import FileIndex, index_text
 from amplint.index.project import ProjectIndex
 
-INDEX_WORDS = ("GradScaler", "backward", "clip_grad", "unscale_", "autocast", "no_grad", "inference_mode",
-               "step(", "eval(")
-# Facts whose functions' callers matter to a rule (a caller in a loop or a region, in any module)
-CALLED_FACTS = frozenset({"builds_scaler", "backward", "scaled_backward", "clip", "unscale", "scaler_step",
-                          "scaler_update", "step"})
+INDEX_WORDS = ("GradScaler",)
+# Facts whose functions' callers matter to a rule wherever they are: a caller in a loop, in a file that may hold
+# no AMP vocabulary (AMP004's per-epoch scaler). Callers in a region need no second round: a region is opened by
+# a name `autocast`, which puts its file in the index already.
+CALLED_FACTS = frozenset({"builds_scaler"})
 
 
 def holds_vocabulary(text: str) -> bool:
@@ -34,8 +37,9 @@ def index_file(text: str) -> FileIndex | None:
 
 def interesting_names(project: ProjectIndex) -> set[str]:
     """Last names of the functions whose callers a rule may ask about (`CALLED_FACTS`)."""
-    return {qualname.rsplit(".", 1)[-1] for index in project.files.values()
-            for qualname, summary in index.functions.items() if summary.does & CALLED_FACTS}
+    return {qualname.rsplit(".", 1)[-1] for path in project.indexed
+            for qualname, summary in project.files[path].functions.items()
+            if summary.does & CALLED_FACTS and "keeps_scaler" not in summary.does}
 
 
 def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> ProjectIndex:
@@ -46,18 +50,27 @@ def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> Proj
     for path, record in zip(paths, (index_file(text) if text is not None else None for text in map(read, paths))):
         if record is not None:
             project.add(path, record)
-    expand(project, {path: read for path in paths if path not in project.files})
+        else:
+            project.know(path)
+    expand(project, {path: read for path in paths if path not in project.indexed})
     return project
+
+
+def read_text(path: str, max_size: int):
+    """The file's `SourceText`, or None when it cannot be read (phase 2 reports why)."""
+    from amplint.source import SourceError, read_source
+
+    try:
+        return read_source(path, max_size)
+    except (SourceError, OSError):
+        return None
 
 
 def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | None] | None:
     """(text, record) of a Python file for phase 1; None when it cannot be read (phase 2 reports why). The
     record comes from the cache when it has one for these bytes."""
-    from amplint.source import SourceError, read_source
-
-    try:
-        source = read_source(path, max_size)
-    except (SourceError, OSError):
+    source = read_text(path, max_size)
+    if source is None:
         return None
     if cache is None or not holds_vocabulary(source.text):
         return source.text, index_file(source.text)
@@ -74,8 +87,8 @@ def expand(project: ProjectIndex, others: dict[str, Callable[[str], str | None]]
     scanned: set[str] = set()
     texts: dict[str, str | None] = {}
     for _ in range(MAX_DEPTH):
-        wanted |= {qualname.rsplit(".", 1)[-1] for index in project.files.values()
-                   for qualname, summary in index.functions.items()
+        wanted |= {qualname.rsplit(".", 1)[-1] for path in project.indexed
+                   for qualname, summary in project.files[path].functions.items()
                    if any(call.callee.rsplit(".", 1)[-1] in wanted for call in summary.calls)}
         names = wanted - scanned
         if not names or not others:
@@ -96,13 +109,15 @@ def sibling_files(paths: Iterable[str]) -> list[str]:
     """The Python files beside the given ones (the modules a script imports by name), for a run given files:
     their folders, not recursively."""
     found: dict[str, None] = {}
-    for path in paths:
-        folder = os.path.dirname(os.path.abspath(path))
+    for folder in dict.fromkeys(os.path.dirname(os.path.abspath(path)) for path in paths):
         try:
-            names = sorted(os.listdir(folder))
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
         except OSError:
             continue
-        for name in names:
-            if name.endswith((".py", ".pyi")) and os.path.isfile(os.path.join(folder, name)):
-                found[os.path.join(folder, name)] = None
+        for entry in entries:
+            try:
+                if entry.name.endswith((".py", ".pyi")) and entry.is_file():
+                    found[entry.path] = None
+            except OSError:
+                continue
     return list(found)

@@ -125,17 +125,15 @@ class _Builder:
         self.index = FileIndex()
         self.by_id: dict[int, FunctionSummary] = {}
         self.scalers = summary.scaler_names()
-        self.assigned_calls: dict[str, set[str]] = {}  # `_instances`: name -> callees of the calls assigned to it
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
         self._definitions(tree.body, "")
-        self._imports(tree)
+        self._imports()
         self._calls()
         self._regions()
         self._scaler_builds()
-        self.index.instances = {key: next(iter(callees)) for key, callees in self.assigned_calls.items()
-                                if len(callees) == 1 and "" not in callees}  # assigned twice: either, unknown
+        self._instances()
         return self.index
 
     # definitions -------------------------------------------------------------------------------------------
@@ -158,7 +156,6 @@ class _Builder:
                         if name.rsplit(".", 1)[-1] in NO_GRAD_NAMES:
                             self._note(summary, "no_grad", node.lineno)
                     pending.append((node.body, ""))
-                    self._instances(node, owner, qualname)
                 elif kind is ast.ClassDef:
                     self.index.classes[node.name] = [name for name in map(dotted, node.bases) if name]
                     pending.append((node.body, node.name))
@@ -170,25 +167,30 @@ class _Builder:
                             pending.append((child.body, owner))
                             pending.append((getattr(child, "orelse", []) or [], owner))
 
-    def _instances(self, function: ast.AST, class_name: str, qualname: str) -> None:
+    def _instances(self) -> None:
         """What a name holds when it is assigned a call (`self.helper = Helper(...)` in a method: "Class.helper";
         `h = Helper(...)` in a function: "qualname:h"), so that `self.helper.run()` and `h()` can be resolved to
-        the class's `run` and `__call__`. A name assigned twice holds either: it is left out."""
-        for node in ast.walk(function):
-            if type(node) is not ast.Assign or type(node.value) is not ast.Call or len(node.targets) != 1:
+        the class's `run` and `__call__`. A name assigned calls of two callees holds either: it is left out."""
+        assigned: dict[str, set[str]] = {}
+        for function, node in self.summary.call_assignments:
+            owner = self._owner(function)
+            if owner is None or len(node.targets) != 1:
                 continue
             target = node.targets[0]
+            class_name = owner.qualname.split(".")[0] if "." in owner.qualname else ""
             if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self" \
                     and class_name:
                 key = f"{class_name}.{target.attr}"
             elif type(target) is ast.Name:
-                key = f"{qualname}:{target.id}"
+                key = f"{owner.qualname}:{target.id}"
             else:
                 continue
-            self.assigned_calls.setdefault(key, set()).add(dotted(node.value.func) or "")
+            assigned.setdefault(key, set()).add(dotted(node.value.func) or "")
+        self.index.instances = {key: next(iter(callees)) for key, callees in assigned.items()
+                                if len(callees) == 1 and "" not in callees}
 
-    def _imports(self, tree: ast.Module) -> None:
-        for node in ast.walk(tree):
+    def _imports(self) -> None:
+        for node in self.summary.import_nodes:
             if type(node) is ast.Import:
                 for alias in node.names:
                     if alias.asname:

@@ -19,6 +19,7 @@ calls deep) and safe on cycles.
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Iterator
@@ -46,54 +47,85 @@ class CallerSite:
 
 def module_name(path: str) -> str:
     """The module name Python gives the file (see the module's docstring)."""
-    path = os.path.abspath(path)
-    folder, filename = os.path.split(path)
+    folder, filename = os.path.split(os.path.abspath(path))
     stem = filename.rsplit(".", 1)[0]
-    parts = [] if stem == "__init__" else [stem]
-    while os.path.isfile(os.path.join(folder, "__init__.py")) or os.path.isfile(os.path.join(folder, "__init__.pyi")):
-        folder, package = os.path.split(folder)
-        parts.insert(0, package)
-        if not package:
-            break
-    return ".".join(part for part in parts if part) or stem
+    package = _package(folder)
+    return ".".join(part for part in (package, "" if stem == "__init__" else stem) if part) or stem
+
+
+@functools.lru_cache(maxsize=4096)
+def _package(folder: str) -> str:
+    """The dotted package a folder is ("" outside packages), asked once per folder."""
+    if not (os.path.isfile(os.path.join(folder, "__init__.py")) or os.path.isfile(os.path.join(folder, "__init__.pyi"))):
+        return ""
+    parent, name = os.path.split(folder)
+    if not name:
+        return ""
+    outer = _package(parent)
+    return f"{outer}.{name}" if outer else name
 
 
 class ProjectIndex:
-    def __init__(self) -> None:
-        self.files: dict[str, FileIndex] = {}  # path -> its index
-        self.names: dict[str, str] = {}  # path -> module name
+    """The files of a project: those indexed up front (phase 1: `add`), and those only known by name (`know`),
+    whose record is built the first time an answer needs it (`record`: a call resolved into them). Call sites
+    (`calls_named`) are those of the files indexed up front, so that an answer never depends on which known
+    files happened to be read before it."""
+
+    def __init__(self, max_size: int = 10 * 1024 * 1024) -> None:
+        self.files: dict[str, FileIndex] = {}  # path -> its record (indexed up front or read on demand)
+        self.indexed: set[str] = set()  # paths indexed up front
+        self.names: dict[str, str] = {}  # path -> module name, of every file the project knows
         self.by_name: dict[str, list[str]] = {}  # module name -> paths
         self.packages: set[str] = set()  # paths of `__init__` files
+        self.max_size = max_size  # files larger than this are not read on demand
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
 
-    def add(self, path: str, index: FileIndex, name: str | None = None) -> None:
+    def know(self, path: str, name: str | None = None) -> None:
+        """A file of the project whose record is read when an answer needs it."""
         path = os.path.abspath(path)
+        if path in self.names:
+            return
         name = name or module_name(path)
-        self.remove(path)
-        self._calls = None
-        self.files[path] = index
         self.names[path] = name
         self.by_name.setdefault(name, []).append(path)
         if os.path.basename(path).startswith("__init__."):
             self.packages.add(path)
 
+    def add(self, path: str, index: FileIndex, name: str | None = None) -> None:
+        path = os.path.abspath(path)
+        self.remove(path)
+        self.know(path, name)
+        self._calls = None
+        self.files[path] = index
+        self.indexed.add(path)
+
     def remove(self, path: str) -> None:
         path = os.path.abspath(path)
-        if path in self.files:
+        if path in self.names:
             self._calls = None
-            del self.files[path]
+            self.files.pop(path, None)
+            self.indexed.discard(path)
             self._digests.pop(path, None)
             self.packages.discard(path)
             name = self.names.pop(path)
             self.by_name[name] = [p for p in self.by_name.get(name, []) if p != path]
+
+    def record(self, path: str) -> FileIndex | None:
+        """The file's record; read and built now for a file only known so far (an empty record when it cannot be
+        read or parsed: it then says nothing)."""
+        found = self.files.get(path)
+        if found is None and path in self.names:
+            found = self.files[path] = _read_record(path, self.max_size)
+        return found
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
         """(path, calling function or None at module level, call) of every call whose callee's last name is
         `last`; with None, every call to a plain name or a method (a `__call__` can be reached by any)."""
         if self._calls is None:
             self._calls = {}
-            for path, index in self.files.items():
+            for path in sorted(self.indexed):
+                index = self.files[path]
                 for qualname, summary in index.functions.items():
                     for call in summary.calls:
                         self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
@@ -120,7 +152,7 @@ class ProjectIndex:
             elif key.startswith("calls:"):
                 if self.calls_digest(key[6:]) != value:
                     return False
-            elif key not in self.files or self.digest(key) != value:
+            elif key not in self.names or self.digest(key) != value:
                 return False
         return True
 
@@ -129,7 +161,8 @@ class ProjectIndex:
 
     def digest(self, path: str) -> str:
         if path not in self._digests:
-            self._digests[path] = self.files[path].digest()
+            record = self.record(path)
+            self._digests[path] = record.digest() if record is not None else ""
         return self._digests[path]
 
     # modules -------------------------------------------------------------------------------------------------
@@ -171,13 +204,20 @@ class ModuleView:
     def _file(self, path: str) -> FileIndex | None:
         if path != self.path:
             self.read_modules.add(path)
-        return self.project.files.get(path)
+        return self.project.record(path)
+
+    def provide(self, build) -> None:
+        """The view's own file's record, from `build()` (the screen's parsed tree), unless the index has it."""
+        if self.path not in self.project.files:
+            self.project.know(self.path)
+            record = build()
+            self.project.files[self.path] = record if record is not None else FileIndex()
 
     def dependencies(self) -> dict[str, str]:
         """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
         of its index; "?name" -> "" for a module looked for and absent; "calls:name" -> the digest of every call
         site named so (a new caller anywhere changes it). A cached result is valid while `valid` holds for it."""
-        found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.files}
+        found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.names}
         found.update({f"?{name}": "" for name in sorted(self.missing)})
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
         return found
@@ -366,7 +406,7 @@ class ModuleView:
 
 
 def _noted(view: ModuleView) -> FileIndex | None:
-    return view.project.files.get(view.path)
+    return view.project.record(view.path)
 
 
 def functions_doing(view: ModuleView, fact: str) -> list[Target]:
@@ -390,3 +430,14 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
             target = view.resolve(qualname, call.callee)
             if target is not None and target.module != view.path:
                 yield qualname, call, target
+
+
+def _read_record(path: str, max_size: int) -> FileIndex:
+    from amplint.index.functions import index_text
+    from amplint.source import SourceError, read_source
+
+    try:
+        record = index_text(read_source(path, max_size).text)
+    except (SourceError, OSError):
+        record = None
+    return record if record is not None else FileIndex()

@@ -221,6 +221,8 @@ class Summary:
         self.import_bound: dict[str, set[str]] = {}  # local name bound by an import -> last parts it stands for
         self.assigned: set[str] = set()  # dotted names assigned anywhere (what the facts layer can follow)
         self.assignments: list[tuple[set[str], ast.AST]] = []  # (dotted targets, value) of `=` statements
+        self.call_assignments: list[tuple[ast.AST | None, ast.Assign]] = []  # (its function, `x = f(...)`)
+        self.import_nodes: list[ast.AST] = []  # every import statement, in any scope
         self._openers: set[str] | None = None
         self.function_names: list[str] = []
         self._text_def_names: set[str] | None = None
@@ -380,6 +382,8 @@ class Summary:
                         for k in node.keywords):
                     self.false_calls.append(node)
             elif kind is ast.Assign or kind is ast.AnnAssign:
+                if kind is ast.Assign and type(node.value) is call_type:
+                    self.call_assignments.append((function, node))
                 targets: set[str] = set()
                 for target in (node.targets if kind is ast.Assign else (node.target,)):
                     target_names(target, targets)
@@ -391,6 +395,7 @@ class Summary:
             elif kind is ast.ClassDef:
                 self._note_decorators(node)
             elif kind is ast.Import:
+                self.import_nodes.append(node)
                 for alias in node.names:
                     self.qualified_imports.setdefault(alias.asname or alias.name.split(".")[0], set()).add(
                         alias.name if alias.asname else alias.name.split(".")[0])
@@ -402,6 +407,7 @@ class Summary:
                     identifiers.add(local)
                     self.import_bound.setdefault(local, set()).add(parts[-1] if alias.asname else parts[0])
             elif kind is ast.ImportFrom:
+                self.import_nodes.append(node)
                 if node.module and not node.level:
                     for alias in node.names:
                         if alias.name != "*":

@@ -22,11 +22,15 @@ class Reached:
     fact: str
     line: int  # where the last function of the chain does it
 
-    def describe(self, facts: ModuleFacts) -> str:
-        """"`backward_and_step()` in `steps`, line 5" (the module of the function that does it)."""
-        names = " -> ".join(f"`{target.qualname}()`" for target in self.chain)
+    def describe(self, facts: ModuleFacts, what: str) -> str:
+        """"`backward_and_step()` runs a backward (in `steps`, line 5)": the call as written, the module and line
+        where it is done."""
         module = facts.project.project.names.get(self.chain[-1].module, "?")
-        return f"{names} in `{module}`, line {self.line}"
+        return f"`{self.call.dotted}()` runs {what} (in `{module}`, line {self.line})"
+
+    def path(self) -> str:
+        """"`run_step()` -> `backward_and_step()`": the calls from the called function to the one that does it."""
+        return " -> ".join(f"`{target.qualname}()`" for target in self.chain)
 
 
 def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> Iterator[Reached]:

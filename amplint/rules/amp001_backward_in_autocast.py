@@ -103,9 +103,10 @@ class BackwardInAutocast(Rule):
         for reached in calls_in_regions_reaching(facts, BACKWARDS):
             if reached.call.method == "backward":
                 continue  # `x.backward()` is a backward event, reported above
-            message = (f"`{snippet(facts, reached.call.node, MESSAGE_SNIPPET)}` runs a backward "
-                       f"({reached.describe(facts)}) in {describe_region(facts, reached.region, reached.region_chain)}")
-            yield Finding(reached.call.node, message, help="Call it after the autocast block")
+            message = (f"{reached.describe(facts, 'a backward')} "
+                       f"in {describe_region(facts, reached.region, reached.region_chain)}")
+            yield Finding(reached.call.node, message,
+                          help=f"Call it after the autocast block (the backward is reached through {reached.path()})")
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

@@ -83,10 +83,10 @@ class StepInAutocast(Rule):
         for reached in calls_in_regions_reaching(facts, SCALER_UPDATES):
             if reached.call.method in ("step", "update"):
                 continue  # a step or update named as such is an event of its own (reported above, when known)
-            what = "`scaler.update()`" if reached.fact == "scaler_update" else "`scaler.step(optimizer)`"
-            message = (f"`{snippet(facts, reached.call.node, MESSAGE_SNIPPET)}` runs {what} "
-                       f"({reached.describe(facts)}) in {describe_region(facts, reached.region, reached.region_chain)}")
-            yield Finding(reached.call.node, message, help="Call it after the autocast block")
+            what = "a scaler's update" if reached.fact == "scaler_update" else "a scaler's step"
+            message = f"{reached.describe(facts, what)} in {describe_region(facts, reached.region, reached.region_chain)}"
+            yield Finding(reached.call.node, message,
+                          help=f"Call it after the autocast block (the step is reached through {reached.path()})")
 
     def _step_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

@@ -145,12 +145,11 @@ class ScalerPerIteration(Rule):
             return None
         site = chain[-1]
         module = view.project.names.get(site.caller.module, "?")
-        where = "this module" if site.caller.module == view.path else f"`{module}`"
+        message = (f"`{build.bound_to}` is a new GradScaler per call of `{info.qualname}()`, which "
+                   f"`{module}.{site.caller.qualname}()` calls in a loop (line {site.call.line})")
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
-        message = (f"`{build.bound_to}` is a new GradScaler on every call of `{info.qualname}()`, which "
-                   f"`{site.caller.qualname}()` in {where} calls in a loop (line {site.call.line}){through}: its loss "
-                   f"scale restarts at 65536 each time and never adapts")
-        return Finding(build.node, message, help="Build the scaler once, where the loop is, and pass it in")
+        return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
+                                                 "restarts at 65536 on every call and never adapts")
 
     @classmethod
     def maybe_applies_across(cls, view) -> bool:
