@@ -466,6 +466,16 @@ def _compat_test(test: cst.BaseExpression) -> bool:
     return any(COMPAT_TEST.search(word) for word in code_words(test))
 
 
+def _compat_try(node: cst.Try) -> bool:
+    """Does the body import (a statement, `importlib.import_module`, `__import__`) or name `torch.amp`, and a
+    handler catch an import or attribute error (or everything)? Read from the code: a comment is no import."""
+    imports = any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in _small_statements(node.body)) or any(
+        "import" in word or "torch.amp" in word for word in code_words(node.body))
+    return imports and any(
+        handler.type is None or {word.rsplit(".", 1)[-1] for word in code_words(handler.type)} & COMPAT_ERRORS
+        for handler in node.handlers)
+
+
 def _small_statements(block: cst.BaseSuite) -> Iterator[cst.CSTNode]:
     """The simple statements of a block and of the blocks inside it."""
     pending = [block]
@@ -564,11 +574,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 
     def visit_Try(self, node: cst.Try) -> None:
         """`try: <torch.amp spelling or an import> except ImportError/AttributeError: <legacy>` is a shim."""
-        body = code_words(node.body)
-        imports = any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in _small_statements(node.body))
-        self.guards.append((imports or any("import" in word or "torch.amp" in word for word in body))
-                           and any(h.type is None or {w.rsplit(".", 1)[-1] for w in code_words(h.type)} & COMPAT_ERRORS
-                                   for h in node.handlers))
+        self.guards.append(_compat_try(node))
 
     def leave_Try(self, node: cst.Try) -> None:
         self.guards.pop()
