@@ -63,9 +63,9 @@ def _declares_across(rule: type) -> bool:
     return method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies_across.__func__
 
 
-def _asked_safely(rule: type, view) -> bool:
+def _asked_safely(rule: type, summary: Summary, view) -> bool:
     try:
-        return bool(rule.maybe_applies_across(view))
+        return bool(rule.maybe_applies_across(summary, view))
     except Exception:  # noqa: BLE001 - a failing question must cost time, never a finding
         return True
 
@@ -115,10 +115,10 @@ class Prefilter:
         summary = Summary(text)
         verdict, candidates = self._structure(text, summary)
         if view is not None and self.across and not self.always:
-            view.provide(lambda: index_text(text, summary))  # the file's own record, from the tree parsed here
+            view.provide(lambda: index_text(text, summary))  # its own record when asked: from the tree parsed here
             more = [rule for rule in self.across if rule not in candidates
                     and (not _declares_words(rule) or any(word in text for word in rule.words))
-                    and _asked_safely(rule, view)]
+                    and _asked_safely(rule, summary, view)]
             if more:
                 verdict, candidates = Verdict.ANALYSE, [rule for rule in self.rules if rule in candidates or rule in more]
         if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text

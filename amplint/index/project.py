@@ -196,22 +196,29 @@ class ModuleView:
         self.read_modules: set[str] = set()  # paths of other files whose index an answer used
         self.missing: set[str] = set()  # module names an answer looked for and did not find in the project
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
+        self._own = None  # `provide`: builds this file's record from the screen's tree
 
     @property
     def name(self) -> str:
         return self.project.names.get(self.path, "")
 
     def _file(self, path: str) -> FileIndex | None:
-        if path != self.path:
-            self.read_modules.add(path)
+        if path == self.path:
+            return self._own_record()
+        self.read_modules.add(path)
         return self.project.record(path)
 
     def provide(self, build) -> None:
-        """The view's own file's record, from `build()` (the screen's parsed tree), unless the index has it."""
-        if self.path not in self.project.files:
-            self.project.know(self.path)
-            record = build()
+        """How to build the view's own file's record (from the tree the screen parsed), when an answer first
+        needs it and the index has none."""
+        self.project.know(self.path)
+        self._own = build
+
+    def _own_record(self) -> FileIndex | None:
+        if self.path not in self.project.files and self._own is not None:
+            record, self._own = self._own(), None
             self.project.files[self.path] = record if record is not None else FileIndex()
+        return self.project.record(self.path)
 
     def dependencies(self) -> dict[str, str]:
         """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
@@ -406,7 +413,7 @@ class ModuleView:
 
 
 def _noted(view: ModuleView) -> FileIndex | None:
-    return view.project.record(view.path)
+    return view._file(view.path)
 
 
 def functions_doing(view: ModuleView, fact: str) -> list[Target]:

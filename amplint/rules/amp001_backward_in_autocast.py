@@ -95,8 +95,8 @@ class BackwardInAutocast(Rule):
         return summary.regions_possible() and summary.calls_in_region("backward", "grad")
 
     @classmethod
-    def maybe_applies_across(cls, view) -> bool:
-        return reaches_from_region(view, BACKWARDS)
+    def maybe_applies_across(cls, summary, view) -> bool:
+        return summary.regions_possible() and reaches_from_region(view, BACKWARDS)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)

@@ -75,8 +75,8 @@ class StepInAutocast(Rule):
             or (summary.scaler_possible() and summary.calls_in_region("update", on_scaler=True)))
 
     @classmethod
-    def maybe_applies_across(cls, view) -> bool:
-        return reaches_from_region(view, SCALER_UPDATES)
+    def maybe_applies_across(cls, summary, view) -> bool:
+        return summary.regions_possible() and reaches_from_region(view, SCALER_UPDATES)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._step_events(facts)

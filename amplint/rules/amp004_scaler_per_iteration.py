@@ -9,7 +9,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.names import code_words
+from amplint.facts.names import GRAD_SCALERS, code_words
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import Changes
 
@@ -152,11 +152,12 @@ class ScalerPerIteration(Rule):
                                                  "restarts at 65536 on every call and never adapts")
 
     @classmethod
-    def maybe_applies_across(cls, view) -> bool:
+    def maybe_applies_across(cls, summary, view) -> bool:
         # a function of this file that builds a scaler is called in a loop somewhere in the project
         from amplint.index.project import functions_doing
 
-        return any(view.called_per_iteration(target) for target in functions_doing(view, "builds_scaler"))
+        return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
+            view.called_per_iteration(target) for target in functions_doing(view, "builds_scaler"))
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:

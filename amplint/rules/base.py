@@ -84,11 +84,11 @@ class Rule:
         return True
 
     @classmethod
-    def maybe_applies_across(cls, view) -> bool:
+    def maybe_applies_across(cls, summary, view) -> bool:
         """Prefilter, across modules: can this rule fire on the file because of what other files of the project
-        do (`view`: the project index seen from the file, `amplint.index.ModuleView`)? Asked only when one of
-        `words` is in the file and `maybe_applies` said no. Conservative like `maybe_applies`; the default: no
-        finding of the rule depends on other files."""
+        do (`view`: the project index seen from the file, `amplint.index.ModuleView`; `summary`: the file's, to
+        rule out cheaply first)? Asked only when one of `words` is in the file and `maybe_applies` said no.
+        Conservative like `maybe_applies`; the default: no finding of the rule depends on other files."""
         return False
 
     @classmethod
