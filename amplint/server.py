@@ -106,22 +106,41 @@ def _document(text: str, path: str | None, root: str | None):
     return settings, source, rules_for(filename, enabled(settings), settings)
 
 
-def lint_document(text: str, path: str | None, root: str | None = None) -> list[Diagnostic]:
+_WORKSPACE = None  # the lint worker's project index (amplint/index/workspace.py), kept between documents
+
+
+def workspace_view(text: str, path: str | None, buffers: dict[str, str] | None):
+    """The document's view of the session's project index, with every open buffer's text standing for its file;
+    None for a document without a file (it has no module name)."""
+    global _WORKSPACE
+    if not path:
+        return None
+    from amplint.index.workspace import Workspace
+
+    if _WORKSPACE is None:
+        _WORKSPACE = Workspace()
+    _WORKSPACE.update({**(buffers or {}), path: text})
+    return _WORKSPACE.view(path)
+
+
+def lint_document(text: str, path: str | None, root: str | None = None,
+                  buffers: dict[str, str] | None = None) -> list[Diagnostic]:
     """Lint one open document with the configuration that applies to its folder (or the workspace root).
+    `buffers`: the other open documents (path -> text), which stand for their files in the project index.
 
     Raises ConfigError for a broken configuration, so that the server can tell the user.
     """
     settings, source, rules = _document(text, path, root)
     if path and settings.force_exclude and settings.excluded(path):
         return []
-    diagnostics = pipeline.run(source, rules, Mode()).diagnostics
+    diagnostics = pipeline.run(source, rules, Mode(), project=workspace_view(text, path, buffers)).diagnostics
     return with_severities(diagnostics, settings.severity_levels())  # `[tool.amplint.severity]`
 
 
-def fix_all(text: str, path: str | None, root: str | None = None) -> str:
+def fix_all(text: str, path: str | None, root: str | None = None, buffers: dict[str, str] | None = None) -> str:
     """The document with every safe fix applied (the `--fix` result)."""
     _, source, rules = _document(text, path, root)
-    return pipeline.run(source, rules, Mode(fix=True)).fixed_text
+    return pipeline.run(source, rules, Mode(fix=True), project=workspace_view(text, path, buffers)).fixed_text
 
 
 def kind_wanted(kind: str, only: list[str] | None) -> bool:
@@ -431,21 +450,22 @@ def _load_pygls():
     return types, LanguageServer, JsonRpcInvalidRequest
 
 
-def lint_safely(text: str, path: str | None, root: str | None) -> tuple[list[Diagnostic], str | None]:
+def lint_safely(text: str, path: str | None, root: str | None,
+                buffers: dict[str, str] | None = None) -> tuple[list[Diagnostic], str | None]:
     """`lint_document`, never raising: the diagnostics, and a message for the user when there are none to
     give (a broken configuration, an error inside amplint)."""
     try:
-        return lint_document(text, path, root), None
+        return lint_document(text, path, root, buffers), None
     except ConfigError as error:
         return [], f"amplint: {error}"
     except Exception as error:  # noqa: BLE001 - the server must outlive any one document
         return [], f"amplint: internal error: {type(error).__name__}: {error} (please report it)"
 
 
-def fix_safely(text: str, path: str | None, root: str | None) -> str:
+def fix_safely(text: str, path: str | None, root: str | None, buffers: dict[str, str] | None = None) -> str:
     """`fix_all`, or the text unchanged when it cannot be fixed."""
     try:
-        return fix_all(text, path, root)
+        return fix_all(text, path, root, buffers)
     except Exception:  # noqa: BLE001 - no fix rather than a broken one
         return text
 
@@ -484,6 +504,15 @@ def create_server():
     def root() -> str | None:
         return getattr(server.workspace, "root_path", None)
 
+    def buffers() -> dict[str, str]:
+        """path -> text of every open Python document with a file: they stand for their files in the index."""
+        found = {}
+        for document in list(server.workspace.text_documents.values()):
+            path = uri_to_path(document.uri)
+            if path and wanted(document):
+                found[path] = document.source
+        return found
+
     def tell(message: str | None) -> None:
         """Show a run's message once, not on every keystroke; a clean run forgets the messages shown."""
         if message is None:
@@ -521,7 +550,7 @@ def create_server():
     async def lint(key, text: str, path: str | None) -> tuple[list[Diagnostic], str | None] | None:
         """The diagnostics and a message for the user; None when the run was stopped as stale."""
         try:
-            return await linter.run(key, lint_safely, text, path, root())
+            return await linter.run(key, lint_safely, text, path, root(), buffers())
         except Crashed:
             return [crashed_diagnostic(path)], None
         except Cancelled:
@@ -596,6 +625,9 @@ def create_server():
     def did_save(ls, params) -> None:
         cancel(params.text_document.uri)
         publish(params.text_document.uri)
+        for uri in list(server.workspace.text_documents):  # their findings may read what was saved
+            if uri != params.text_document.uri and uri not in pending:
+                schedule(uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls, params) -> None:
@@ -645,7 +677,7 @@ def create_server():
             ))
         if kind_wanted(FIX_ALL_KIND, only) and any(d.fixable() for d in diagnostics):
             try:
-                fixed = await linter.run(None, fix_safely, text, uri_to_path(uri), root())
+                fixed = await linter.run(None, fix_safely, text, uri_to_path(uri), root(), buffers())
             except (Crashed, Cancelled):
                 fixed = text
             if fixed != text:

@@ -22,6 +22,7 @@ from amplint.engine import lint_text
 from amplint.fixer import apply_edits, fix_text
 from amplint.parallel import process_runs
 from amplint.rules import ALL_RULES
+from amplint import server
 from amplint.server import INVALID_MESSAGE, FrameReader, Positions, kind_wanted, uri_to_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -379,7 +380,7 @@ from amplint import server
 marks = os.path.join(os.path.dirname(os.path.abspath(__file__)), "marks")
 real = server.lint_document
 
-def lint_document(text, path, root=None):
+def lint_document(text, path, root=None, buffers=None):
     if "explode" in text:
         raise TypeError("boom")
     if "segfault" in text and multiprocessing.parent_process() is not None:  # never the server itself
@@ -392,7 +393,7 @@ def lint_document(text, path, root=None):
         started = time.monotonic()
         while not os.path.exists(os.path.join(marks, "release")) and time.monotonic() - started < 120:
             time.sleep(0.01)
-    return real(text, path, root)
+    return real(text, path, root, buffers)
 
 server.lint_document = lint_document
 
@@ -542,3 +543,26 @@ def test_positions_count_every_python_line_break():
     text = "a = 1\rb = 2\r\nc = 3\n"
     assert Positions(text).at_location(Location(3, 1)) == (2, 0)
     assert Positions(text).at_offset(text.index("b")) == (1, 0)
+
+
+def test_a_finding_can_depend_on_another_open_buffer(tmp_path, monkeypatch):
+    """The lint worker keeps the project index: an unsaved buffer stands for its file, and a closed one goes back
+    to what is on disk."""
+    monkeypatch.setattr(server, "_WORKSPACE", None)
+    engine = tmp_path / "engine.py"
+    engine.write_text(
+        "import torch\n\n\ndef train_one_epoch(model, optimizer, loader):\n"
+        "    scaler = torch.amp.GradScaler('cuda')\n    for x in loader:\n"
+        "        with torch.autocast('cuda'):\n            loss = model(x).mean()\n"
+        "        scaler.scale(loss).backward()\n        scaler.step(optimizer)\n        scaler.update()\n")
+    main_py = tmp_path / "main.py"
+    main_py.write_text("from engine import train_one_epoch\n\n\ndef main(m, o, data):\n    train_one_epoch(m, o, data)\n")
+    looping = "from engine import train_one_epoch\n\n\ndef main(m, o, data):\n    for e in range(3):\n" \
+              "        train_one_epoch(m, o, data)\n"
+
+    def codes(buffers):
+        return [d.code for d in server.lint_document(engine.read_text(), str(engine), str(tmp_path), buffers)]
+
+    assert codes({}) == []  # main.py on disk calls it once
+    assert codes({str(main_py): looping}) == ["AMP004"]  # the unsaved buffer loops
+    assert codes({}) == []  # closed unsaved: the file on disk again
