@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -11,8 +12,10 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import UncastUses, floating_names, is_low_precision, low_precision_names, tensor_module
-from amplint.facts.model import Call
+from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, floating_names, is_float32_cast, is_low_precision,
+                                  low_precision_names, tensor_module)
+from amplint.facts.model import Call, Frame, FunctionInfo
+from amplint.index.project import MAX_DEPTH, CallerSite, Target
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import dtype_words
 
@@ -81,10 +84,16 @@ class DisabledAutocastWithoutCast(Rule):
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        # A disabled region nested in an active one (lexically, in one function), or a function decorated with
-        # a disabled autocast called from an active region.
+        # A disabled region nested in an active one (lexically, in one function), a function decorated with a
+        # disabled autocast called from an active region, or a disabled region beside a second region of the
+        # module (an earlier sibling, or a caller's).
         return (summary.regions_possible() and disabled_region_possible(summary)
-                and region_in_region_possible(summary))
+                and (region_in_region_possible(summary) or second_region_possible(summary)))
+
+    @classmethod
+    def maybe_applies_across(cls, summary, view) -> bool:
+        # A disabled region whose function a caller in another module runs under autocast.
+        return summary.regions_possible() and disabled_region_possible(summary)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -92,43 +101,43 @@ class DisabledAutocastWithoutCast(Rule):
             if region is None or region.state is not RegionState.OFF or region.frame is not frame:
                 continue
             outer = facts.region_of(frame.parent)
-            if outer is None or not outer.active or outer.frame is None:
-                continue
             function = frame.function()
             assigned = facts.assignments_in(function)
+            if outer is None:
+                # Not nested: values that arrive low precision from a sibling region or from the callers' autocast.
+                yield from self._arriving(facts, frame, region)
+                continue
+            if not outer.active or outer.frame is None:
+                continue
             low = low_precision_names(assigned, outer.frame, frame.start_index, function)
             floats = floating_names(assigned, outer.frame, frame.start_index, function, facts)
-            yield from self._report(facts, frame.node.body, low, outer, region, parameters=False, floats=floats,
-                                    frame=frame)
+            sources = {name: Source(f"`{{name}}` is {dtype_words(outer)} from the autocast region at line "
+                                    f"{facts.line_of(outer.opener)} and used uncast with autocast off (line "
+                                    f"{facts.line_of(region.opener)})") for name in low}
+            yield from self._report(facts, frame.node.body, sources, floats, frame)
         for info in facts.functions:
             region = facts.region_of(info.frame)
             if region is None or region.state is not RegionState.OFF or region.via != "decorator":
                 continue
-            parameters = self._parameters_fed_low_precision(facts, info)
-            yield from self._report(facts, info.node.body, parameters, None, region, parameters=True,
-                                    frame=info.frame)
+            yield from self._report(facts, info.node.body, fed_parameters(facts, info), set(), info.frame)
 
-    @staticmethod
-    def _parameters_fed_low_precision(facts: ModuleFacts, info) -> dict[str, Call]:
-        """Parameters that some call from an active autocast region of this module passes a low-precision value."""
-        fed: dict[str, Call] = {}
-        for site in facts.call_sites.get(info.qualname, []):
-            outer, chain = facts.effective_region(site.frame)
-            if outer is None or not outer.active or chain or outer.frame is None:
-                continue
-            function = site.frame.function()
-            low = set(low_precision_names(facts.assignments_in(function), outer.frame, site.index, function))
-            for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
-                if is_low_precision(argument, low):
-                    fed.setdefault(name, site)
-        return fed
+    def _arriving(self, facts: ModuleFacts, frame, region: Region) -> Iterator[Finding]:
+        function = frame.function()
+        info = facts.function_info(frame)
+        caller = caller_evidence(facts, info) if info is not None else None
+        parameters = fed_parameters(facts, info) if info is not None else {}
+        sources = arriving_names(facts, function, frame.start_index, caller, region, parameters)
+        scope = function if function is not None else list(frame.ancestors())[-1]
+        floats = floating_names(facts.assignments_in(function), scope, frame.start_index, function, facts)
+        yield from self._report(facts, frame.node.body, sources, floats, frame)
 
-    def _report(self, facts: ModuleFacts, body: cst.BaseSuite, low: dict, outer: Region | None,
-                region: Region, parameters: bool, floats: set[str] = frozenset(),
-                frame=None) -> Iterator[Finding]:
+    def _report(self, facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source], floats: set[str],
+                frame) -> Iterator[Finding]:
         """One finding per watched name used uncast in `body`; its `.float()` fix is safe only for a name in
         `floats` (surely a floating tensor), unsafe otherwise (a dict, a tuple or a number would raise)."""
-        visitor = visitor_class(UncastUses)(set(low), set(floats),
+        if not sources:
+            return
+        visitor = visitor_class(UncastUses)(set(sources), set(floats),
                                             lambda func: tensor_module(facts, func, frame))
         walk(body, visitor)
         visitor.uses.sort(key=lambda node: (facts.position(node)[0].line, facts.position(node)[0].column))
@@ -137,24 +146,214 @@ class DisabledAutocastWithoutCast(Rule):
             first_use.setdefault(use.value, use)
         for name, use in first_use.items():
             uses = [u for u in visitor.uses if u.value == name]
-            if parameters:
-                site = low[name]
-                message = (f"parameter `{name}` gets a low-precision tensor from the autocast call at line "
-                           f"{facts.line_of(site.node)} and is used uncast with autocast off")
-            else:
-                message = (f"`{name}` is {dtype_words(outer)} from the autocast region at line "
-                           f"{facts.line_of(outer.opener)} and used uncast with autocast off (line "
-                           f"{facts.line_of(region.opener)})")
 
             def rebuild(uses=uses):
                 return replace_nodes(facts.module, {
                     u: cst.Call(func=cst.Attribute(value=u, attr=cst.Name("float"))) for u in uses
                 })
 
-            applicability = Applicability.SAFE if name in floats else Applicability.UNSAFE
-            yield Finding(use, message, FixPlan(f"Cast `{name}` with `.float()` inside the disabled region",
-                                                rebuild, applicability))
+            safe = name in floats and not sources[name].parameter
+            applicability = Applicability.SAFE if safe else Applicability.UNSAFE
+            yield Finding(use, sources[name].message.replace("{name}", name),
+                          FixPlan(f"Cast `{name}` with `.float()` inside the disabled region", rebuild,
+                                  applicability))
 
+
+@dataclass
+class Source:
+    """Why a name is low precision where the disabled region uses it: the finding's message, `{name}` standing
+    for the name reported (a rebinding `g = h.view(...)` keeps `h`'s reason)."""
+
+    message: str
+    parameter: bool = False
+
+
+@dataclass
+class Caller:
+    """A call that runs a function under an enabled autocast region: who calls it, in which module, at what line."""
+
+    qualname: str
+    line: int
+    module: str | None = None  # None: this module
+
+    def describe(self) -> str:
+        where = f"`{self.module}`, " if self.module else ""
+        return f"`{self.qualname}` ({where}line {self.line})"
+
+
+def same_module_sites(facts: ModuleFacts, info: FunctionInfo) -> list[Call]:
+    """Calls of this module that run the function: `f(...)`, `self.m(...)`, and for a `forward`, calls of an
+    instance of its class held by a name or an attribute (`self.block = Block(...)` then `self.block(h)`)."""
+    sites = list(facts.call_sites.get(info.qualname, []))
+    parts = info.qualname.split(".")
+    if len(parts) == 2 and parts[1] == "forward":
+        sites += instance_sites(facts, parts[0])
+    return sites
+
+
+def instance_sites(facts: ModuleFacts, class_name: str) -> list[Call]:
+    """Calls of an object built from the module's class `class_name` (its `__call__` runs `forward`)."""
+    holders: list[tuple[str, Frame | None, str]] = []  # (name as called, its function or None, class of a self.)
+    for assignment in facts.assignments:
+        value = assignment.value
+        if len(assignment.targets) != 1 or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) \
+                or value.func.value != class_name:
+            continue
+        target = assignment.targets[0]
+        function = assignment.frame.function()
+        if target.startswith("self.") and target.count(".") == 1 and function is not None:
+            holders.append((target, None, function.class_name))
+        elif "." not in target:
+            holders.append((target, function, ""))
+    sites = []
+    for call in facts.calls:
+        for name, function, owner in holders:
+            if call.dotted != name:
+                continue
+            caller = call.frame.function()
+            if (owner and caller is not None and caller.class_name == owner) or (not owner and caller is function):
+                sites.append(call)
+                break
+    return sites
+
+
+def caller_evidence(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEPTH,
+                    seen: frozenset = frozenset()) -> Caller | None:
+    """A call that runs the function under an enabled autocast region: in this module (lexically in the
+    region, or from a function itself so called, `depth` callers up), else in the project index."""
+    if info.qualname in seen:
+        return None
+    seen = seen | {info.qualname}
+    for site in same_module_sites(facts, info):
+        region = facts.region_of(site.frame)
+        caller = facts.function_info(site.frame)
+        if region is not None:
+            if region.active:
+                return Caller(caller.qualname if caller else "<module>", facts.line_of(site.node))
+            continue
+        if caller is not None and depth > 0 and caller_evidence(facts, caller, depth - 1, seen) is not None:
+            return Caller(caller.qualname, facts.line_of(site.node))
+    view = facts.project
+    if view is None:
+        return None
+    return index_evidence(view, Target(view.path, info.qualname))
+
+
+def index_evidence(view, target: Target, depth: int = MAX_DEPTH) -> Caller | None:
+    """A call in another module, in an enabled region (as the project index records it), that runs `target`
+    directly or through its callers (`depth` up)."""
+    frontier, seen = [(target, None)], {target}
+    for _ in range(depth + 1):
+        following = []
+        for current, first in frontier:
+            for site in project_callers(view, current):
+                found = first or Caller(site.caller.qualname, site.call.line,
+                                        view.project.names.get(site.caller.module, "?"))
+                if site.call.in_region and (first is not None or site.caller.module != view.path):
+                    return found
+                if site.caller not in seen and site.caller.qualname != "<module>":
+                    seen.add(site.caller)
+                    following.append((site.caller, found))
+        frontier = following
+    return None
+
+
+def project_callers(view, target: Target) -> Iterator[CallerSite]:
+    """The project's call sites of `target`; for a `forward`, also calls of objects of its class held by a name
+    or an attribute (`self.block = Block()` then `self.block(h)`; `net = Net()` then `net(x)`)."""
+    yield from view.callers(target)
+    class_name, _, method = target.qualname.rpartition(".")
+    if method != "forward" or not class_name or "." in class_name:
+        return
+    view.asked_calls.add("*")
+    for path in sorted(view.project.indexed):
+        record = view._file(path)
+        if record is None:
+            continue
+        for key, constructor in record.instances.items():
+            if constructor.rsplit(".", 1)[-1] != class_name or \
+                    view._class(path, constructor, MAX_DEPTH) != (target.module, class_name):
+                continue
+            if ":" in key:
+                scope, name = key.split(":", 1)
+                callee, owns = name, (lambda qualname, scope=scope: qualname == scope)
+            else:
+                owner, attribute = key.split(".", 1)
+                callee, owns = f"self.{attribute}", (lambda qualname, owner=owner: qualname.startswith(owner + "."))
+            for qualname, summary in record.functions.items():
+                if owns(qualname):
+                    for call in summary.calls:
+                        if call.callee == callee:
+                            yield CallerSite(Target(path, qualname), call)
+
+
+def fed_parameters(facts: ModuleFacts, info: FunctionInfo) -> dict[str, Source]:
+    """Parameters that a call of this module, running under an enabled autocast region, passes a low-precision
+    value (a parameter's dtype is the argument's: a caller's raw float32 input stays float32)."""
+    fed: dict[str, Source] = {}
+    for site in same_module_sites(facts, info):
+        function = site.frame.function()
+        region = facts.region_of(site.frame)
+        if region is not None:
+            if not region.active or region.frame is None:
+                continue
+            scope = region.frame
+        else:
+            caller = facts.function_info(site.frame)
+            if caller is None or function is None or caller is info or caller_evidence(facts, caller) is None:
+                continue
+            scope = function
+        low = set(low_precision_names(facts.assignments_in(function), scope, site.index, function))
+        for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
+            if name not in fed and is_low_precision(argument, low):
+                fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from the autocast call at line "
+                                   f"{facts.line_of(site.node)} and is used uncast with autocast off", parameter=True)
+    return fed
+
+
+def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, caller: Caller | None,
+                   island: Region, parameters: dict[str, Source]) -> dict[str, Source]:
+    """Names low precision at index `before` of the function, for a disabled region not nested in an enabled
+    one: the `parameters` fed low precision, names assigned in an earlier enabled region of the function (a
+    sibling), or computed outside any region while the function runs under its caller's autocast (`caller`),
+    kept through dtype-preserving rebindings and dropped by any other."""
+    low: dict[str, Source] = dict(parameters)
+    relevant = [a for a in facts.assignments_in(function) if a.index < before and a.frame.function() is function]
+    for assignment in sorted(relevant, key=lambda a: a.index):
+        region = facts.region_of(assignment.frame)
+        if region is not None and region.active and region.via == "with":
+            produces = is_low_precision(assignment.value, set(low))
+            source = Source(f"`{{name}}` is {dtype_words(region)} from the autocast region at line "
+                            f"{facts.line_of(region.opener)} and used uncast with autocast off (line "
+                            f"{facts.line_of(island.opener)})") if produces else None
+        elif region is None and caller is not None:
+            produces = is_low_precision(assignment.value, set(low))
+            source = Source(f"`{{name}}` is low precision under the autocast of caller {caller.describe()}, used "
+                            f"uncast with autocast off") if produces else None
+        else:
+            source = kept_low(assignment.value, low)
+            produces = source is not None
+        for name in assignment.targets:
+            if "." in name:
+                continue
+            if produces and (len(assignment.targets) == 1 or isinstance(assignment.value, cst.Call)):
+                low[name] = source
+            else:
+                low.pop(name, None)
+    return low
+
+
+def kept_low(value: cst.BaseExpression, low: dict[str, Source]) -> Source | None:
+    """Outside autocast, the source of a low-precision name that `value` keeps the dtype of (`h`, `h[0]`,
+    `h.view(...)`); None for anything else (an op mixing it with a float32 tensor may promote it)."""
+    if isinstance(value, cst.Subscript):
+        return kept_low(value.value, low)
+    if isinstance(value, cst.Name):
+        return low.get(value.value)
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not is_float32_cast(value) \
+            and value.func.attr.value in FLOAT_PRESERVING:
+        return kept_low(value.func.value, low)
+    return None
 
 
 def bind_arguments(function: cst.FunctionDef, call: cst.Call, skip_self: bool) -> dict[str, cst.BaseExpression]:
@@ -182,6 +381,18 @@ def disabled_region_possible(summary) -> bool:
         or (type(call.func) is ast.Name and (call.func.id == "partial"
                                              or "partial" in summary.import_bound.get(call.func.id, ())))
         for call in summary.false_calls))
+
+
+def second_region_possible(summary) -> bool:
+    """Two with-statements or decorators that can open a region (one is the disabled region): the other may be
+    an earlier sibling region or a caller's region in this module."""
+    def exact() -> bool:
+        openers = sum(1 for node, _, _ in summary.withs if summary.with_can_open(node))
+        openers += sum(1 for decorators in summary.call_decorators.values() for d in decorators
+                       if summary.can_open(d))
+        return openers >= 2
+
+    return summary.ask(summary.has_token("with") or "@" in summary.text, exact)
 
 
 def region_in_region_possible(summary) -> bool:
