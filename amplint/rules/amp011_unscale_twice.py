@@ -12,7 +12,7 @@ from amplint.lazy import libcst as cst
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
-from amplint.facts.module import may_follow, scaler_enabled
+from amplint.facts.module import branch_condition, may_follow, scaler_enabled
 from amplint.index.summary import names_in
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
@@ -54,16 +54,24 @@ class UnscaleTwice(Rule):
     scaler.update()
     ```
 
+    An optional clip (`if clip_grad: scaler.unscale_(optimizer)`) in the micro-batch loop is the same mistake:
+    its test is the same every micro-batch, so once on it unscales every micro-batch. Silent when a test on the
+    way can change between iterations (it may be the accumulation boundary: `if (i + 1) % accum == 0`, a name
+    the loop assigns, a call, an attribute another method sets), and when the update runs under the same tests.
+
     ## Fix safety
     Safe. In a loop, the fix moves the `unscale_` (with the gradient clipping right after it) to just before the
     `scaler.step(optimizer)` it belongs to, when nothing it uses is assigned on the way; a plain second call in
-    the same block is removed. Code that raised now runs. Moved statements take their own comments (the lines
-    above them) along; a removed call leaves the comments above it in place.
+    the same block is removed. An `if` whose body is only the `unscale_` and its clips moves as a whole (the test
+    is the same in every iteration, so the clip still runs exactly when the flag says); an `if` holding anything
+    else, or nested in another test of the loop, gets no fix. Code that raised now runs. Moved statements take
+    their own comments (the lines above them) along; a removed call leaves the comments above it in place.
 
     ## Limits
     Silent when the optimizer is not a plain name (`optimizers[i]`), for a loop over optimizers
-    (`for opt in optimizers: scaler.unscale_(opt)`), when the `unscale_` itself is conditional in the loop, and
-    when the update is in another function.
+    (`for opt in optimizers: scaler.unscale_(opt)`), when the `unscale_` is under a test that may change between
+    iterations, when the boundary skips the rest of the iteration (`if not boundary: continue`) rather than
+    guarding the step, and when the update is in another function.
     """
 
     code = "AMP011"
@@ -133,13 +141,19 @@ class UnscaleTwice(Rule):
     @staticmethod
     def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event) -> Frame | None:
         """The innermost loop (not over optimizers) that runs this unscale_ every iteration while not every
-        iteration reaches an update of the scaler."""
-        loop = None
+        iteration reaches an update of the scaler.
+
+        An `unscale_` under `if` in the loop counts only when every test on the way is the same in every
+        iteration (`if clip_grad:`, `if args.max_norm > 0:`): it then runs every micro-batch whenever it runs at
+        all. A test that can change between iterations (`if (i + 1) % accum == 0`, `if i == last`, a call) may
+        be the accumulation boundary: silent. An update under the same tests as the unscale_ (the boundary
+        written twice) is reached whenever the unscale_ is: silent too."""
+        loop, ifs = None, []
         for frame in unscale.frame.ancestors():
             if frame.kind is FrameKind.FUNCTION:
                 return None
             if frame.kind is FrameKind.IF:
-                return None  # conditional unscale_ (for example only at the last micro-batch)
+                ifs.append(frame)
             if frame.kind is FrameKind.LOOP:
                 if isinstance(frame.node, cst.For) and unscale.optimizer in target_names(frame.node.target):
                     continue  # one unscale per optimizer
@@ -147,10 +161,17 @@ class UnscaleTwice(Rule):
                 break
         if loop is None:
             return None
+        if ifs and not all(_same_every_iteration(facts, frame, loop) for frame in ifs):
+            return None
         updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
                    and e.frame.is_within(loop)]
         if _always_reached(updates, loop):
             return None
+        if ifs:
+            tests = {branch_condition(facts, frame) for frame in ifs}
+            if any({branch_condition(facts, frame) for frame in _frames_between(update.frame, loop)
+                    if frame.kind is FrameKind.IF} <= tests for update in updates):
+                return None  # the update runs under the unscale_'s own tests: whenever it does
         if not updates and not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
             return None  # no update in this function at all: the update lives elsewhere, stay silent
         return loop
@@ -174,15 +195,26 @@ class UnscaleTwice(Rule):
         target = step.call.statement
         if not isinstance(target, cst.SimpleStatementLine) or len(target.body) != 1:
             return None
-        body = _block_of(unscale.frame)
-        if body is None or not any(s is statement for s in body):
-            return None
-        moved = [statement]
         clips = {id(e.call.statement) for e in events if e.kind is EventKind.CLIP}
-        for following in body[[id(s) for s in body].index(id(statement)) + 1:]:
-            if id(following) not in clips or not isinstance(following, cst.SimpleStatementLine):
-                break
-            moved.append(following)
+        if unscale.frame.kind is FrameKind.IF:
+            # `if clip_grad:` holding only the unscale_ and its clips: the whole `if` moves (its test is the same
+            # in every iteration, `_repeating_loop` checked), so the clip runs under the same flag, at the boundary.
+            guard = _guard_to_move(unscale.frame, statement, clips)
+            if guard is None or sum(f.kind is FrameKind.IF for f in _frames_between(unscale.frame, loop)) != 1:
+                return None
+            body, moved, clip_lines = _block_of(unscale.frame.parent), [guard], list(guard.body.body[1:])
+            if body is None or not any(s is guard for s in body):
+                return None
+        else:
+            body = _block_of(unscale.frame)
+            if body is None or not any(s is statement for s in body):
+                return None
+            moved = [statement]
+            for following in body[[id(s) for s in body].index(id(statement)) + 1:]:
+                if id(following) not in clips or not isinstance(following, cst.SimpleStatementLine):
+                    break
+                moved.append(following)
+            clip_lines = moved[1:]
         if len(moved) == len(body):
             return None  # the block would be empty
         # Nothing the moved statements read may be assigned between here and the step (or by the loop).
@@ -198,7 +230,7 @@ class UnscaleTwice(Rule):
         if used & assigned:
             return None
         # A clip whose result is kept (`norm = clip_grad_norm_(...)`) must not be read later in the loop.
-        stored = {name for s in moved[1:] for a in facts.assignments if a.statement is s for name in a.targets}
+        stored = {name for s in clip_lines for a in facts.assignments if a.statement is s for name in a.targets}
         in_loop = _references(loop.node)
         if any(in_loop[name] > 1 for name in stored):
             return None
@@ -215,7 +247,24 @@ class UnscaleTwice(Rule):
             replacements[target] = cst.FlattenSentinel(placed)
             return replace_nodes(facts.module, replacements)
 
-        return FixPlan(f"Move `{snippet(facts, unscale.node)}` to just before `{snippet(facts, step.node)}`", rebuild)
+        what = f"the `if` around `{snippet(facts, unscale.node)}`" if moved[0] is not statement \
+            else f"`{snippet(facts, unscale.node)}`"
+        return FixPlan(f"Move {what} to just before `{snippet(facts, step.node)}`", rebuild)
+
+
+def _guard_to_move(branch: Frame, statement: cst.CSTNode, clips: set[int]) -> cst.If | None:
+    """The `if` around an `unscale_` when it can move as a whole: no `else`, and its body is the `unscale_`
+    followed only by clip statements."""
+    guard = branch.node
+    if branch.in_else or not isinstance(guard, cst.If) or guard.orelse is not None \
+            or not isinstance(guard.body, cst.IndentedBlock):
+        return None
+    lines = list(guard.body.body)
+    if not lines or lines[0] is not statement:
+        return None
+    if not all(id(line) in clips and isinstance(line, cst.SimpleStatementLine) for line in lines[1:]):
+        return None
+    return guard
 
 
 def _always_reached(updates: list[Event], loop: Frame) -> bool:
@@ -229,6 +278,123 @@ def _always_reached(updates: list[Event], loop: Frame) -> bool:
         if not [f for f in _frames_between(outermost.parent, loop) if f.kind is FrameKind.IF]:
             branches.setdefault(id(outermost.node), set()).add(outermost.in_else)
     return any(len(sides) == 2 for sides in branches.values())
+
+
+def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame) -> bool:
+    """Is the test of the `if` the same in every iteration of `loop`? Only when it calls nothing, subscripts only
+    with literals, and reads no name the loop binds (its target, an assignment, a `with ... as`, a `:=`) and no
+    attribute chain (`self.clip`) that any code of the module other than an `__init__` assigns: such a test
+    (a flag, a threshold) cannot be the accumulation boundary."""
+    test = branch.node.test
+    read, opaque = _test_reads(test)
+    if opaque:
+        return False
+    stored = _stores(loop.node)
+    if isinstance(loop.node, cst.For):
+        stored |= set(target_names(loop.node.target))
+    for name in read:
+        parts = name.split(".")
+        prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        if prefixes & stored:
+            return False
+        if len(parts) > 1 and prefixes & _attributes_assigned_outside_init(facts):
+            return False
+    return True
+
+
+def _test_reads(test: cst.BaseExpression) -> tuple[set[str], bool]:
+    """(the names and attribute chains a test reads, whether it does anything else: a call, a non-literal
+    subscript, an await, a `:=`, a lambda or a comprehension)."""
+    read: set[str] = set()
+    opaque: list[cst.CSTNode] = []
+
+    class Reads(cst.CSTVisitor):
+        def visit_Call(self, node: cst.Call) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_Subscript(self, node: cst.Subscript) -> bool:
+            if not all(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.SimpleString, cst.Integer))
+                       for e in node.slice):
+                opaque.append(node)
+            return True
+
+        def visit_Await(self, node) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_NamedExpr(self, node) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_Lambda(self, node) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_GeneratorExp(self, node) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_ListComp(self, node) -> bool:
+            opaque.append(node)
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            name = dotted_name(node)
+            if name is not None:
+                read.add(name)
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> None:
+            read.add(node.value)
+
+    test.visit(Reads())
+    return read, bool(opaque)
+
+
+def _stores(node: cst.CSTNode) -> set[str]:
+    """The names and attribute chains code in `node` binds: assignments (augmented and annotated too), `for`
+    targets, `with ... as` names, `:=` targets and `del`."""
+    stored: set[str] = set()
+
+    class Stores(cst.CSTVisitor):
+        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
+            stored.update(target_names(target.target))
+
+        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
+            stored.update(target_names(assign.target))
+
+        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
+            stored.update(target_names(assign.target))
+
+        def visit_For(self, loop: cst.For) -> None:
+            stored.update(target_names(loop.target))
+
+        def visit_AsName(self, name: cst.AsName) -> None:
+            stored.update(target_names(name.name))
+
+        def visit_NamedExpr(self, expr: cst.NamedExpr) -> None:
+            stored.update(target_names(expr.target))
+
+        def visit_Del(self, statement: cst.Del) -> None:
+            stored.update(target_names(statement.target))
+
+    node.visit(Stores())
+    return stored
+
+
+def _attributes_assigned_outside_init(facts: ModuleFacts) -> set[str]:
+    """Attribute chains (`self.clip`) assigned anywhere in the module outside an `__init__`."""
+    stored: set[str] = set()
+    for statement in facts.module.body:
+        if isinstance(statement, cst.ClassDef):
+            for member in statement.body.body:
+                if not (isinstance(member, cst.FunctionDef) and member.name.value == "__init__"):
+                    stored |= _stores(member)
+        else:
+            stored |= _stores(statement)
+    return {name for name in stored if "." in name}
 
 
 def _frames_between(frame: Frame | None, stop: Frame) -> list[Frame]:
