@@ -69,7 +69,7 @@ class ModuleFacts:
         calls that leave it; None when the module is analysed alone."""
         self.module = module
         self._source = source
-        self.project = project
+        self._project = project
         collector = visitor_class(Collector)()
         walk(module, collector)
         self.imports = collector.imports
@@ -87,6 +87,16 @@ class ModuleFacts:
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
         self._asked_one = False  # has `position` run a pass of its own yet
         self._everything = None  # a pass that located every node, once positions are asked for one by one
+
+    @property
+    def project(self):
+        """The project index seen from this module; for a module analysed alone, an index of this module only
+        (built on first use), so that questions about its own functions have one answer everywhere."""
+        if self._project is None:
+            from amplint.index.project import standalone_view
+
+            self._project = standalone_view(self.source)
+        return self._project
 
     @property
     def source(self) -> str:

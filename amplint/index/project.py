@@ -448,3 +448,17 @@ def _read_record(path: str, max_size: int) -> FileIndex:
     except (SourceError, OSError):
         record = None
     return record if record is not None else FileIndex()
+
+
+STANDALONE = "<module>.py"  # the path of a module analysed alone (no file of a project)
+
+
+def standalone_view(text: str) -> ModuleView:
+    """The view of a project holding one module, this text (an index record of it, empty when it does not parse):
+    a text analysed alone asks the same questions as a file of a project, and other modules are simply absent."""
+    from amplint.index.functions import index_text
+
+    project = ProjectIndex()
+    record = index_text(text)
+    project.add(STANDALONE, record if record is not None else FileIndex(), name="__main__")
+    return project.view(STANDALONE)

@@ -82,8 +82,10 @@ class ScalerPerIteration(Rule):
     def maybe_applies(cls, summary) -> bool:
         # Built in a loop (or in a function called in one) and stepped/updated in the same function.
         builds = ("GradScaler", "ShardedGradScaler")
-        return (summary.imports_module("torch") and summary.calls_in_loop(*builds)
-                and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
+        # Or built and stepped in one function (a per-step function, whoever calls it).
+        return summary.imports_module("torch") and (
+            (summary.calls_in_loop(*builds) and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
+            or summary.calls_in_same_function(("step",), builds, on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -116,17 +118,20 @@ class ScalerPerIteration(Rule):
                            f"line {facts.line_of(caller_loop.node)}, so its loss scale never adapts")
                 yield Finding(build.node, message, help="Build the scaler once outside and pass it in")
                 continue
-            finding = self._called_per_iteration(facts, build, uses, same_function)
+            finding = self._called_per_iteration(facts, build, uses, per_step)
             if finding is not None:
                 yield finding
 
     @staticmethod
-    def _called_per_iteration(facts: ModuleFacts, build: Event, uses: list[Event], events: list[Event]
+    def _called_per_iteration(facts: ModuleFacts, build: Event, uses: list[Event], per_step: bool
                               ) -> Finding | None:
         """The function that builds and uses the scaler runs once per iteration of a loop in a caller (in this
         module or another, a few callers up: the project index's `called_per_iteration`): per epoch, per batch.
-        Silent when the function builds the optimizer it steps too (a fresh run per call: folds, trials), hands
-        the scaler on (returns, stores or passes it: the index's `keeps_scaler`), or has no caller in a loop."""
+        A per-step function (it steps the scaler once per call, no loop of its own) with no caller in the project
+        is reported too: whoever calls it (a framework, an RL loop) does so once per step. Silent when the
+        function builds the optimizer it steps too (a fresh run per call: folds, trials), hands the scaler on
+        (returns, stores or passes it: the index's `keeps_scaler`), when its callers in the project call it
+        outside loops, and for a pytest test function (collected by its `test` name, run once)."""
         view = facts.project
         info = facts.function_info(build.frame)
         if view is None or info is None:
@@ -142,7 +147,13 @@ class ScalerPerIteration(Rule):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            return None
+            alone = per_step and "loop" not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
+            if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
+                return None
+            message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
+                       f"lives longer than one step")
+            return Finding(build.node, message, help="Build it once, where the training loop is, and pass it in: "
+                                                     "its scale restarts at 65536 on every call and never adapts")
         site = chain[-1]
         module = view.project.names.get(site.caller.module, "?")
         message = (f"`{build.bound_to}` is a new GradScaler per call of `{info.qualname}()`, which "
@@ -157,7 +168,9 @@ class ScalerPerIteration(Rule):
         from amplint.index.project import functions_doing
 
         return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
-            view.called_per_iteration(target) for target in functions_doing(view, "builds_scaler"))
+            view.called_per_iteration(target) or ("loop" not in view.function(target).does
+                                                  and not any(view.callers(target)))
+            for target in functions_doing(view, "builds_scaler"))
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:
@@ -214,6 +227,12 @@ class ScalerPerIteration(Rule):
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,
                        Applicability.SAFE if safe else Applicability.UNSAFE)
+
+
+def _pytest_test(qualname: str) -> bool:
+    """A function pytest collects (`test_*`, or a `Test*` class's `test_*` method): run once per test."""
+    parts = qualname.split(".")
+    return parts[-1].startswith("test") and (len(parts) == 1 or parts[0].startswith("Test"))
 
 
 def _names(node: cst.CSTNode) -> list[str]:
