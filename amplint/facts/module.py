@@ -66,7 +66,7 @@ class ModuleFacts:
     def __init__(self, module: cst.Module, source: str | None = None, project=None) -> None:
         """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated).
         `project`: the project index seen from this module (`amplint.index.ModuleView`), which answers for
-        calls that leave it; None when the module is analysed alone."""
+        calls that leave it; None for a module analysed alone (`project` then indexes this module only)."""
         self.module = module
         self._source = source
         self._project = project

@@ -19,8 +19,11 @@ USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 class ScalerPerIteration(Rule):
     """## What it does
     Checks for a `GradScaler(...)` constructed inside the loop whose iterations call its `step()`/`update()`
-    (per batch or per epoch), and for a function that builds a local GradScaler and steps it once when that
-    function is called from a loop in the same module (a per-step function).
+    (per batch or per epoch); for a function that builds and uses a local GradScaler and is called once per
+    iteration of a loop, in this module or another, a few callers up (`train_one_epoch()` called per epoch from
+    `main.py`); and for a function that builds a local GradScaler and steps it once per call with no loop of its
+    own and no caller in the project (an agent's `learn()`, a loss-scaling object's `__call__`): whoever calls it
+    does so once per step.
 
     ## Why is this bad?
     A GradScaler's value is its state: the current scale, backed off after every overflow and grown after
@@ -68,9 +71,13 @@ class ScalerPerIteration(Rule):
     fix. The moved statement takes its comments along.
 
     ## Limits
-    Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`) and for a scaler rebuilt
-    and then restored with `load_state_dict` (resuming). A scaler returned by a helper called in the loop is not
-    followed.
+    Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt
+    and then restored with `load_state_dict` (resuming), for a function that builds the optimizer it steps too
+    (a fresh run per call: folds, trials, sweeps), for a scaler the function hands on (returned, stored on an
+    object, passed to a call), for a per-step function whose callers in the project call it outside loops, and
+    for pytest test functions (`test_*`, collected by that name and run once). Callers are followed through the
+    project index: module-level functions, methods through `self`, objects whose class is known; not functions
+    passed as arguments. A scaler returned by a helper called in the loop is not followed.
     """
 
     code = "AMP004"
