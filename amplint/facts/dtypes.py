@@ -288,6 +288,23 @@ def low_precision_names(assignments: list[Assignment], region_frame: Frame, befo
     return low
 
 
+VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data"})
+
+
+def viewed_name(node: cst.BaseExpression) -> cst.BaseExpression:
+    """The name under a view of it that keeps its dtype (`h.T`, `h.mT`, `h.data`, `h[0]`, `h[:, None].T`): used
+    as an operand or argument, that view computes with the name's dtype, so casting only the plain uses of the
+    name would leave `h.float() @ h.T` mixing float32 and bfloat16 (`expected m1 and m2 to have the same
+    dtype`). Anything else is returned as is."""
+    while True:
+        if isinstance(node, cst.Attribute) and node.attr.value in VIEW_ATTRIBUTES:
+            node = node.value
+        elif isinstance(node, cst.Subscript):
+            node = node.value
+        else:
+            return node
+
+
 class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """Uses of the watched names inside a block as computation inputs without a float32 cast, in order.
 
@@ -305,11 +322,13 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         self.uses: list[cst.Name] = []
 
     def _use(self, node: cst.BaseExpression) -> None:
+        node = viewed_name(node)
         if isinstance(node, cst.Name) and node.value in self.watched:
             self.uses.append(node)
 
     def _argument_use(self, node: cst.BaseExpression, func: cst.BaseExpression) -> None:
-        if self.floats is None or (isinstance(node, cst.Name) and node.value in self.floats):
+        base = viewed_name(node)
+        if self.floats is None or (isinstance(base, cst.Name) and base.value in self.floats):
             self._use(node)
             return
         dotted = dotted_name(func) or ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -217,8 +218,20 @@ def instance_sites(facts: ModuleFacts, class_name: str) -> list[Call]:
     return sites
 
 
-def caller_evidence(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEPTH,
-                    seen: frozenset = frozenset()) -> Caller | None:
+_EVIDENCE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # facts -> {qualname: Caller | None}
+
+
+def caller_evidence(facts: ModuleFacts, info: FunctionInfo) -> Caller | None:
+    """A call that runs the function under an enabled autocast region (`_find_caller`), asked once per function
+    of a module."""
+    known = _EVIDENCE.setdefault(facts, {})
+    if info.qualname not in known:
+        known[info.qualname] = _find_caller(facts, info)
+    return known[info.qualname]
+
+
+def _find_caller(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEPTH,
+                 seen: frozenset = frozenset()) -> Caller | None:
     """A call that runs the function under an enabled autocast region: in this module (lexically in the
     region, or from a function itself so called, `depth` callers up), else in the project index."""
     if info.qualname in seen:
@@ -231,7 +244,7 @@ def caller_evidence(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEP
             if region.active:
                 return Caller(caller.qualname if caller else "<module>", facts.line_of(site.node))
             continue
-        if caller is not None and depth > 0 and caller_evidence(facts, caller, depth - 1, seen) is not None:
+        if caller is not None and depth > 0 and _find_caller(facts, caller, depth - 1, seen) is not None:
             return Caller(caller.qualname, facts.line_of(site.node))
     view = facts.project
     if view is None:
@@ -291,6 +304,7 @@ def fed_parameters(facts: ModuleFacts, info: FunctionInfo) -> dict[str, Source]:
     """Parameters that a call of this module, running under an enabled autocast region, passes a low-precision
     value (a parameter's dtype is the argument's: a caller's raw float32 input stays float32)."""
     fed: dict[str, Source] = {}
+    scalars = scalar_parameters(info.node)
     for site in same_module_sites(facts, info):
         function = site.frame.function()
         region = facts.region_of(site.frame)
@@ -304,11 +318,33 @@ def fed_parameters(facts: ModuleFacts, info: FunctionInfo) -> dict[str, Source]:
                 continue
             scope = function
         low = set(low_precision_names(facts.assignments_in(function), scope, site.index, function))
+        where = "the autocast call at line {}" if scope is not function else "the call at line {} (run under autocast)"
         for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
-            if name not in fed and is_low_precision(argument, low):
-                fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from the autocast call at line "
-                                   f"{facts.line_of(site.node)} and is used uncast with autocast off", parameter=True)
+            if name not in fed and name not in scalars and is_low_precision(argument, low):
+                fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from "
+                                   f"{where.format(facts.line_of(site.node))}, used uncast with autocast off",
+                                   parameter=True)
     return fed
+
+
+SCALAR_ANNOTATIONS = frozenset({"int", "bool", "str", "float", "complex", "bytes"})
+
+
+def scalar_parameters(function: cst.FunctionDef) -> set[str]:
+    """Parameters that are surely not tensors: annotated `int`, `bool`, `str`, `float` (a Python number), or
+    with a number, bool or string default. A `None` default says nothing (`mask=None` is often a tensor)."""
+    params = function.params
+    found: set[str] = set()
+    for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+        annotation = param.annotation.annotation if param.annotation is not None else None
+        default = param.default
+        if isinstance(default, cst.UnaryOperation):
+            default = default.expression
+        if (isinstance(annotation, cst.Name) and annotation.value in SCALAR_ANNOTATIONS) or isinstance(
+                default, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)) or (
+                isinstance(default, cst.Name) and default.value in ("True", "False")):
+            found.add(param.name.value)
+    return found
 
 
 def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, caller: Caller | None,
@@ -328,7 +364,7 @@ def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, call
                             f"{facts.line_of(island.opener)})") if produces else None
         elif region is None and caller is not None:
             produces = is_low_precision(assignment.value, set(low))
-            source = Source(f"`{{name}}` is low precision under the autocast of caller {caller.describe()}, used "
+            source = Source(f"`{{name}}` is low precision: {caller.describe()} runs this under autocast; used "
                             f"uncast with autocast off") if produces else None
         else:
             source = kept_low(assignment.value, low)
