@@ -446,8 +446,8 @@ def test_amp007_alias_message_names_the_calls_and_offers_no_fix() -> None:
             "    b = Scaler()\n    return a, b\n")
     (diagnostic,) = lint_text(text, "x.py", [RULES_BY_CODE["AMP007"]()]).diagnostics
     assert diagnostic.location.row == 2 and diagnostic.fix is None
-    assert diagnostic.message == ("`Scaler` is bound to the deprecated `torch.cuda.amp.GradScaler` (since torch "
-                                  "2.4): `Scaler(2.0**14)` (line 6) and 1 more warn on each call")
+    assert diagnostic.message == ("`Scaler` is the deprecated `torch.cuda.amp.GradScaler`: `Scaler(2.0**14)` (line 6) "
+                                  "and 1 more warn on each call")
     assert 'functools.partial(torch.amp.GradScaler, "cuda")' in diagnostic.help
 
 

@@ -199,10 +199,10 @@ class DeprecatedAmpApi(Rule):
                            and site.kind in ("call", "decorator", "partial")] for name in names}
             names = [name for name in names if uses[name]]
             if names:
-                calls = " and ".join(_uses(facts, [site.node for site in uses[name]]) for name in names)
-                message = (f"`from {dotted_name(statement.module)} import *` binds the deprecated "
-                           f"{', '.join(f'`{name}`' for name in names)} (since torch 2.4): {calls} "
-                           f"{_warn([site.node for name in names for site in uses[name]])}")
+                nodes = sorted((site.node for name in names for site in uses[name]), key=facts.line_of)
+                message = (f"`from {dotted_name(statement.module)} import *` binds deprecated "
+                           f"{', '.join(f'`{name}`' for name in names)}: {_uses(facts, nodes)} "
+                           f"{'warns' if len(nodes) == 1 else 'warn'}")
                 advice = _import_advice(plan, scan, statement, names) + [
                     "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
                 findings.append((statement, message, None, _sentence("; ".join(advice))))
@@ -413,21 +413,16 @@ def _warn(nodes: list[cst.CSTNode]) -> str:
     if all(isinstance(node, cst.Call) for node in nodes):
         return f"{verb} on each call"
     if not any(isinstance(node, cst.Call) for node in nodes):
-        return f"{verb} when the decorated function is defined"
+        return f"{verb} at definition"
     return f"{verb} on each call or definition"
 
 
 def _alias_message(facts: ModuleFacts, alias: _Alias) -> str:
-    written = snippet(facts, alias.reference, 28)
     nodes = [node for node, _ in alias.uses]
     calls, warns = _uses(facts, nodes), _warn(nodes)
     if alias.qualified in DEPRECATED_AMP_MODULES:
-        named = f"`{alias.qualified}`" if written == alias.qualified else f"`{written}` (`{alias.qualified}`)"
-        return (f"`{alias.target}` is bound to {named}, whose AMP names are deprecated since torch 2.4: "
-                f"{calls} {warns}")
-    legacy = _public(alias.qualified)
-    named = f"the deprecated `{legacy}`" if written == legacy else f"`{written}`, the deprecated `{legacy}`"
-    return f"`{alias.target}` is bound to {named} (since torch 2.4): {calls} {warns}"
+        return f"`{alias.target}` is the deprecated `{alias.qualified}`: {calls} {warns}"
+    return f"`{alias.target}` is the deprecated `{_public(alias.qualified)}`: {calls} {warns}"
 
 
 def _alias_advice(plan: "_Plan", alias: _Alias) -> str:
