@@ -90,7 +90,7 @@ def test_padding_is_blanked_and_findings_stay() -> None:
     compile(sliced.text, "sliced.py", "exec")
 
 
-# one program per reason to keep a function (the last one): the comparison fails when slicing blanks it ---------
+# one program per reason to keep a function (`TRAPS`): the comparison fails when slicing blanks it --------------
 KEPT = {
     # kept code names it: without `log_metrics` the loop calls an unknown method that may update the scaler
     "named": """
@@ -162,15 +162,80 @@ import torch
 class Trainer:
     def __init__(self, model):
         self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
-
-    def train(self, model, x):
         self.scaler = torch.cuda.amp.GradScaler()
-        loss = model(x).sum()
-        self.scaler.scale(loss).backward()
-        self.opt.step()
 
     def reset(self, opt):
         self.opt = opt
+
+    def train(self, model, x):
+        loss = model(x).sum()
+        self.scaler.scale(loss).backward()
+        self.opt.step()
+""",
+    # its `zero_grad()` makes `opt` an optimizer, which a scaled backward's plain `opt.step()` then bypasses
+    "ties a receiver": """
+import torch
+
+
+def train(model, x, opt):
+    scaler = torch.cuda.amp.GradScaler()
+    scaler.scale(model(x).sum()).backward()
+    opt.step()
+
+
+def reset(opt):
+    opt.zero_grad()
+""",
+    # it converts the model made half precision back to float32
+    "converts back": """
+import torch
+
+
+def train(model, x):
+    model.half()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.cuda.amp.GradScaler()
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def restore(model):
+    model.float()
+""",
+    # the model is made half precision at module level: an optimizer over it built anywhere is the one stepped
+    "builds over a module-level half model": """
+import torch
+
+model = torch.nn.Linear(2, 2).half()
+
+
+def train(x, opt):
+    scaler = torch.cuda.amp.GradScaler()
+    scaler.scale(model(x).sum()).backward()
+    scaler.step(opt)
+    scaler.update()
+
+
+def build(make):
+    opt = make(model.parameters())
+    return opt
+""",
+    # the module's only backward: with it, a scaler's step under no_grad is gradient surgery, not inference
+    "runs the backward": """
+import torch
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+def learn(loss):
+    loss.backward()
+
+
+def clip_step(opt):
+    with torch.no_grad():
+        scaler.step(opt)
+        scaler.update()
 """,
     # blanked at the end of the module: the fix of the partial stays (libcst keeps comment lines there)
     "blanked tail": """import torch
@@ -196,19 +261,24 @@ def names():
 }
 
 
-def _without_last_function(text: str) -> str:
-    tree = ast.parse(text)
-    last = max((node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)), key=lambda n: n.lineno)
+# the function of each case that must be kept (the last one where not named here)
+TRAPS = {"runs the backward": "learn", "assigns a named attribute": "reset"}
+
+
+def _without(text: str, name: str | None) -> str:
+    """The program without the function `name` (None: the last one)."""
+    functions = [node for node in ast.walk(ast.parse(text)) if isinstance(node, ast.FunctionDef)]
+    trap = max(functions, key=lambda n: n.lineno) if name is None else next(f for f in functions if f.name == name)
     lines = text.splitlines(keepends=True)
-    return "".join(lines[:last.lineno - 1] + lines[last.end_lineno:])
+    return "".join(lines[:trap.lineno - 1] + lines[trap.end_lineno:])
 
 
 @pytest.mark.parametrize("case", sorted(KEPT))
 def test_sliced_analysis_equals_whole_where_a_function_must_be_kept(case: str, monkeypatch) -> None:
     text = KEPT[case]
-    if case != "blanked tail":  # the last function matters: the analysis without it differs
-        assert _outcomes(_without_last_function(text), monkeypatch, "off", True) != _outcomes(
-            text, monkeypatch, "off", True)
+    if case != "blanked tail":  # the function matters: the analysis without it differs
+        assert _outcomes(_without(text, TRAPS.get(case)), monkeypatch, "off", True)[0] != _outcomes(
+            text, monkeypatch, "off", True)[0]
     assert_same(text, monkeypatch)
 
 

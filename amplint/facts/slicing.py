@@ -6,24 +6,27 @@ text which functions and methods the facts layer (amplint/facts/module.py) and t
 every other one by whitespace of the same length: every line break stays, every other character becomes a
 space (a `#` starts a blanked line after the module's last line of code: `_Slicer._comment_tail`). The
 offsets, rows and columns of everything kept are unchanged, so diagnostics point at the same places and a fix
-(edits on offsets of the text) applies to the original text as it is. A class whose body blanking
-empties gets `pass` on the first blanked method's `def` line, at its indentation.
+(edits on offsets of the text) applies to the original text as it is. A class whose body blanking empties gets
+`pass` on the first blanked method's `def` line, at its indentation.
 
 Only top-level functions and the methods of classes (nested classes included) are ever blanked; every other
-statement is kept: imports, assignments, module-level code, class headers and class-level statements. A
-function or method is kept when it
-- holds a word of `VOCABULARY` anywhere in its text (comments and strings included): what the facts layer and
-  the rules look for (autocast, GradScaler, scale, backward, step, update, zero_grad, param_groups, optimizers,
-  grad modes, eval, half precision, the `amp` modules);
-- is named by kept code (kept code may call it, `f()`, `self.f()`, or ask whether a name is defined; a special
-  method such as `__init__` only when some code names it on `self`, as nothing else calls it by name);
-- names a function that holds a word of the vocabulary (it may call it: the facts layer asks whether such a
-  function's callers call it in a loop; the callers that matter for regions, down from a function that opens
-  one, are kept as named by kept code);
-- assigns an attribute that kept code names (`self.optimizer = ...`, which a kept method's bindings read);
-- names one of the module's AMP names (`_Slicer._amp_names`: an alias imported from the AMP API, a scaler's
-  name, the model made half precision): module-wide questions (is every use of an import a deprecated
-  spelling, how often a scaler is referenced, is the model converted back anywhere) count every use;
+statement is kept: imports, assignments, module-level code, class headers and class-level statements. A function or method is kept when it
+- holds a word of `STRONG_WORDS` anywhere in its text (comments and strings included): the AMP API, scalers,
+  clipping, half precision, the `amp` modules: what rules report on and read in the function itself;
+- holds `x.step()`, `x.update()`, `x.zero_grad()` or `x.param_groups` on a name that kept code names
+  (`WEAK_WORDS`: whether `x` is an optimizer or a scaler is read from every use of it in the module);
+- runs a backward when no code kept anyway does (whether the module runs one at all is read once);
+- is called by kept code (`f()`, `self.f()`: the same-module calls the facts layer follows);
+- names a function kept for its words (it may call it: the facts layer asks whether such a function's callers
+  call it in a loop; the callers that matter for regions, down from a function that opens one, are kept as
+  called by kept code);
+- assigns `self.x` where a kept method of its class names `x` (that method's bindings of `self.x` read every
+  method's), or where kept code calls `self.x()` (is it a method or an attribute);
+- names one of the module's AMP names (`_AmpNames`: an alias imported from the AMP API, a scaler's name):
+  module-wide questions (is every use of an import a deprecated spelling, how often a scaler is referenced)
+  count every use; or converts a model made half precision back (`model.float()`), or, where a model is made
+  half precision outside functions, binds a name kept code names while naming that model (an optimizer over
+  its parameters);
 - binds one of them, or `torch`, or is named like one (a rebound name makes a rule leave it alone).
 The closure runs to a fixed point. Names are read from the text (strings and comments included): a superset of
 the code's, which keeps more, never less.
@@ -46,18 +49,33 @@ import re
 import warnings
 from dataclasses import dataclass
 
-# Words one of which any code the facts layer or a rule reads holds (plain substrings; `amp` as a word of a
-# dotted or underscored name: `torch.cuda.amp`, `use_amp`, not `example`).
-VOCABULARY = (
-    "autocast", "GradScaler", "scale", "backward", "autograd", "step", "update", "clip_grad", "zero_grad",
-    "param_groups", "optim", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "eval", "half",
-    "float16", "fp16", "bf16", "custom_fwd", "custom_bwd",
+# Words of the code rules report on and the facts they read in its own function (plain substrings; `amp` as a
+# word of a dotted or underscored name: `torch.cuda.amp`, `use_amp`, not `example`): a function holding one is
+# kept.
+STRONG_WORDS = (
+    "autocast", "GradScaler", "scale", "clip_grad", "custom_fwd", "custom_bwd", "half", "float16", "fp16", "bf16",
 )
-_WORDS = re.compile("|".join(map(re.escape, VOCABULARY)) + r"|(?<![^\W_])amp(?![^\W_])")
+# Words of the code whose facts other functions' questions read only about objects named there too (the
+# optimizer whose `zero_grad()` is called somewhere), or only in the function itself (its `.eval()`, its
+# `no_grad`), or once for the module (is there a backward at all): a function holding only these is kept when
+# one of its `x.step()`, `x.update()`, `x.zero_grad()`, `x.param_groups` is on a name kept code names.
+WEAK_WORDS = (
+    "backward", "autograd", "step", "update", "zero_grad", "param_groups", "optim", "no_grad", "inference_mode",
+    "enable_grad", "set_grad_enabled", "eval",
+)
+VOCABULARY = STRONG_WORDS + WEAK_WORDS
+_AMP = r"|(?<![^\W_])amp(?![^\W_])"
+_STRONG = re.compile("|".join(map(re.escape, STRONG_WORDS)) + _AMP)
+_BACKWARD = re.compile("backward|autograd")
+_TIED = re.compile(r"([^\W\d]\w*)\s*\.\s*(?:step|update|zero_grad|param_groups)\b")
 _HALF = re.compile("half|float16|fp16")
 # Words of the AMP API itself: a statement holding one may build or name an object a rule counts the uses of.
-_API = re.compile(r"autocast|GradScaler|custom_fwd|custom_bwd|(?<![^\W_])amp(?![^\W_])")
-_SELF_ATTRIBUTE = re.compile(r"\bself\s*\.\s*([^\W\d]\w*)")
+_API = re.compile(r"autocast|GradScaler|custom_fwd|custom_bwd" + _AMP)
+# What kept code calls, by name (`f(...)`, `self.f(...)`: the same-module calls the facts layer follows); a
+# conversion call (`model.float()`, `.to(...)`, `.type(...)`) of a model made half precision.
+_CALLED = re.compile(r"(?:(?<![\w.])(?<!def )(?<!class )|\bself\s*\.\s*)([^\W\d]\w*)\s*\(")
+_FLOAT = re.compile(r"([^\W\d]\w*)\s*\.\s*float\s*\(")
+_CONVERSION = re.compile(r"([^\W\d]\w*)\s*\.\s*(?:float|to|type)\s*\(")
 _IDENTIFIER = re.compile(r"[^\W\d]\w*")
 _NOT_NEWLINE = re.compile(r"[^\r\n]+")
 # Names that tie no code together: keywords (never a name), and `self`/`cls`, which every method names.
@@ -187,10 +205,13 @@ def slice_module(text: str, how: str | None = None) -> Slice | None:
 class _Function:
     """A top-level function or a method: a candidate for blanking."""
 
-    __slots__ = ("node", "first", "last", "start", "end", "kept", "identifiers", "assigned", "bound")
+    __slots__ = ("node", "owner", "first", "last", "start", "end", "kept", "identifiers", "assigned", "bound",
+                 "tied", "converts")
 
-    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef, starts: list[int], length: int) -> None:
+    def __init__(self, node: ast.FunctionDef | ast.AsyncFunctionDef, owner: str | None, starts: list[int],
+                 length: int) -> None:
         self.node = node
+        self.owner = owner  # the name of the class of a method
         self.first = min([node.lineno] + [d.lineno for d in node.decorator_list])  # 1-based rows
         self.last = node.end_lineno
         self.start = starts[self.first - 1]
@@ -205,66 +226,117 @@ class _Slicer:
         self.functions: list[_Function] = []
         self.classes: list[list[ast.stmt]] = []  # class bodies, to find those blanking empties
         self.others: list[ast.stmt] = []  # the statements always kept (not functions or methods)
-        self._collect(tree.body)
-        self.word_rows = sorted({bisect.bisect_right(self.starts, match.start()) for match in _WORDS.finditer(text)})
+        self._collect(tree.body, None)
+        self.word_rows = self._rows(_STRONG)
 
-    def _collect(self, body: list[ast.stmt]) -> None:
+    def _collect(self, body: list[ast.stmt], owner: str | None) -> None:
         for statement in body:
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions.append(_Function(statement, self.starts, len(self.text)))
+                self.functions.append(_Function(statement, owner, self.starts, len(self.text)))
             elif isinstance(statement, ast.ClassDef):
                 self.classes.append(statement.body)
                 self.others.append(statement)  # its header; its body's statements are collected here
-                self._collect(statement.body)
+                self._collect(statement.body, statement.name)
             else:
                 self.others.append(statement)
 
+    def _rows(self, words: re.Pattern) -> list[int]:
+        return sorted({bisect.bisect_right(self.starts, match.start()) for match in words.finditer(self.text)})
+
     def has_word(self, first: int, last: int) -> bool:
-        """Does a row from `first` to `last` (1-based) hold a word of the vocabulary?"""
-        position = bisect.bisect_left(self.word_rows, first)
-        return position < len(self.word_rows) and self.word_rows[position] <= last
+        """Does a row from `first` to `last` (1-based) hold one of the strong words?"""
+        rows = self.word_rows
+        position = bisect.bisect_left(rows, first)
+        return position < len(rows) and rows[position] <= last
 
     def span(self, first: int, last: int) -> tuple[int, int]:
         return self.starts[first - 1], self.starts[last] if last < len(self.starts) else len(self.text)
 
     # what is kept ----------------------------------------------------------------------------------------
     def slice(self, min_share: float) -> Slice | None:
-        functions = self.functions
+        functions, text = self.functions, self.text
         for function in functions:
             function.kept = self.has_word(function.first, function.last)
+        self._keep_a_backward(functions)
         if all(function.kept for function in functions):
             return None
-        amp = self._amp_names()
-        referenced = amp - _UNTIED - ({"torch"} if not _TORCH_REBOUND.search(self.text) else set())
-        bindable = amp | {"torch", "self", "cls"}
-        named = self._names_outside(functions)
-        on_self = set(_SELF_ATTRIBUTE.findall(self.text))  # `self.__call__`: a special method called by name
-        active = {function.node.name for function in functions
-                  if function.kept and (not _special(function.node.name) or function.node.name in on_self)}
+        torch_untied = {"torch"} if not _TORCH_REBOUND.search(text) else set()
+        named = self._names_outside(functions)  # every identifier of the kept text
+        called = self._calls_outside(functions)  # ...called there as `f(...)` or `self.f(...)`
+        by_class: dict[str | None, set[str]] = {}  # the identifiers of each class's kept methods
+        active = set()  # the names of the functions kept for their words
+        amp = _AmpNames(self)
         candidates = []
         for function in functions:
             if function.kept:
-                named |= self._names(function)
+                self._keep(function, named, called, by_class)
+                active.add(function.node.name)
             else:
                 candidates.append(function)
                 function.identifiers = self._names(function)
                 function.assigned, function.bound = _assignments(function.node)
+                function.tied = set(_TIED.findall(text, function.start, function.end))
+                function.converts = set((_CONVERSION if "float32" in text[function.start:function.end] else _FLOAT)
+                                        .findall(text, function.start, function.end))
+        amp.add([function.node for function in functions if function.kept])
         changed = True
         while changed:
             changed = False
+            referenced = amp.names - _UNTIED - torch_untied
+            bindable = amp.names | {"torch", "self", "cls"}
+            kept = []
             for function in candidates:
                 if function.kept:
                     continue
                 name = function.node.name
-                if ((name in named and (not _special(name) or name in on_self)) or name in bindable
-                        or function.identifiers & active or function.assigned & named
+                if (name in called or name in bindable or function.identifiers & active
+                        or function.assigned & (called | by_class.get(function.owner, set()))
+                        or function.tied & named or function.converts & amp.converted
+                        or (amp.converted_outside and function.identifiers & amp.converted and function.bound & named)
                         or function.identifiers & referenced or function.bound & bindable):
                     function.kept = changed = True
-                    named |= function.identifiers
+                    self._keep(function, named, called, by_class)
+                    kept.append(function.node)
+            if kept:
+                amp.add(kept)
         blanked = [function for function in functions if not function.kept]
-        if not blanked or sum(f.end - f.start for f in blanked) < max(min_share * len(self.text), 1):
+        if not blanked or sum(f.end - f.start for f in blanked) < max(min_share * len(text), 1):
             return None
         return self._blank(blanked)
+
+    def _keep(self, function: _Function, named: set[str], called: set[str], by_class: dict) -> None:
+        """Note what a kept function names and calls."""
+        identifiers = self._names(function)
+        named |= identifiers
+        called.update(_CALLED.findall(self.text, function.start, function.end))
+        if function.owner is not None:
+            by_class.setdefault(function.owner, set()).update(identifiers)
+
+    def _calls_outside(self, functions: list[_Function]) -> set[str]:
+        names: set[str] = set()
+        position = 0
+        for function in sorted(functions, key=lambda f: f.start):
+            names.update(_CALLED.findall(self.text, position, function.start))
+            position = function.end
+        names.update(_CALLED.findall(self.text, position))
+        return names
+
+    def _keep_a_backward(self, functions: list[_Function]) -> None:
+        """Whether the module runs a backward at all is one fact (AMP005): when no code kept anyway runs one, the
+        functions that may are kept."""
+        text = self.text
+        if any(_BACKWARD.search(text, f.start, f.end) for f in functions if f.kept):
+            return
+        position = 0
+        for function in sorted(functions, key=lambda f: f.start):
+            if _BACKWARD.search(text, position, function.start):
+                return
+            position = function.end
+        if _BACKWARD.search(text, position):
+            return
+        for function in functions:
+            if _BACKWARD.search(text, function.start, function.end):
+                function.kept = True
 
     def _names(self, function: _Function) -> set[str]:
         """The identifiers of a function's text (strings and comments included: a superset of its names)."""
@@ -277,42 +349,6 @@ class _Slicer:
             names.update(_IDENTIFIER.findall(self.text, position, function.start))
             position = function.end
         names.update(_IDENTIFIER.findall(self.text, position))
-        return names
-
-    def _amp_names(self) -> set[str]:
-        """The names a module-wide question may count or look up, read from the code kept anyway
-        (`_Statement`): names bound by imports of the AMP API (the head of a deprecated spelling, an alias of
-        GradScaler); what a statement assigns that holds a word of the AMP API or one of those aliases (a
-        scaler's name, `ctx = partial(autocast_alias, ...)`; `GS2 = GS` is one more alias); what an
-        assignment that speaks of half precision assigns, and the receivers of its calls (`model.half()`: a
-        conversion of `model` back to float32 anywhere in the module may undo it). Names assigned from those names do not make
-        more statements count (`x = scaler.get_scale()` ties no use of `x`): module-wide questions ask about the
-        objects themselves, not about what is computed from them."""
-        records: list[_Statement] = []
-        aliases: set[str] = set()
-        stack: list[ast.stmt] = list(self.others)
-        stack += [function.node for function in self.functions if function.kept]
-        while stack:
-            statement = stack.pop()
-            record = _Statement(statement, self)
-            aliases |= record.imported
-            records.append(record)
-            if not isinstance(statement, ast.ClassDef):  # a class's body is collected already
-                for block in _blocks(statement):
-                    stack.extend(block)
-        names = set(aliases)
-        changed = True
-        while changed:
-            changed = False
-            for record in records:
-                if not record.hot and (record.api or record.half or record.identifiers & aliases):
-                    record.hot = changed = True
-                    if record.api or record.identifiers & aliases or record.assigns:
-                        names |= record.targets
-                    if record.half:
-                        names |= record.receivers
-                    if record.alias:
-                        aliases |= record.targets
         return names
 
     # the blanked text ------------------------------------------------------------------------------------
@@ -379,12 +415,62 @@ def _api_prefixes() -> frozenset[str]:
 
 
 _API_PREFIXES = _api_prefixes()
+_CONVERTERS = frozenset({"half", "to", "type"})  # the calls that make a model half precision (AMP012)
+
+
+class _AmpNames:
+    """The names a module-wide question may count or look up, read from the kept code (`_Statement`): names
+    bound by imports of the AMP API (the head of a deprecated spelling, an alias of GradScaler); what a
+    statement assigns that holds a word of the AMP API or one of those aliases (a scaler's name,
+    `ctx = partial(autocast_alias, ...)`; `GS2 = GS` is one more alias). Apart, in `converted`: what an
+    assignment that speaks of half precision assigns, and the receivers of such a statement's `.half()`,
+    `.to()` and `.type()` calls (`model.half()`: a conversion of `model` back to float32 anywhere in the module
+    may undo it; converted outside functions, an optimizer over its parameters built anywhere may be the one
+    stepped). Names assigned from those names do not make more statements count
+    (`x = scaler.get_scale()` ties no use of `x`): module-wide questions ask about the objects themselves, not
+    about what is computed from them. Grown with each function the closure keeps (`add`)."""
+
+    def __init__(self, slicer: _Slicer) -> None:
+        self.slicer = slicer
+        self.records: list[_Statement] = []
+        self.aliases: set[str] = set()
+        self.names: set[str] = set()
+        self.converted: set[str] = set()  # the models made half precision
+        self.converted_outside = False  # ... by code outside functions
+        self.add(list(slicer.others), outside=True)
+
+    def add(self, statements: list[ast.stmt], outside: bool = False) -> None:
+        """Read these statements (with their blocks); `outside`: of no function (module or class level)."""
+        stack = list(statements)
+        while stack:
+            statement = stack.pop()
+            record = _Statement(statement, self.slicer)
+            if outside and record.half:
+                self.converted_outside = True
+            self.aliases |= record.imported
+            self.records.append(record)
+            if not isinstance(statement, ast.ClassDef):  # a class's body is collected by the slicer
+                for block in _blocks(statement):
+                    stack.extend(block)
+        self.names |= self.aliases
+        changed = True
+        while changed:  # to a fixed point: an alias found makes more statements count
+            changed = False
+            for record in self.records:
+                if not record.hot and (record.api or record.half or record.identifiers & self.aliases):
+                    record.hot = changed = True
+                    if record.api or record.identifiers & self.aliases:
+                        self.names |= record.targets
+                    if record.half:
+                        self.converted |= record.receivers | (record.targets if record.assigns else set())
+                    if record.alias:
+                        self.aliases |= record.targets
 _BLOCK_FIELDS = frozenset({"body", "orelse", "finalbody", "handlers", "cases"})
 
 
 class _Statement:
     """One statement of the kept code (of a compound statement, its header): its names, what it assigns, the
-    receivers of its calls, and whether it holds a word of the AMP API or speaks of half precision."""
+    receivers of its conversion calls, and whether it holds a word of the AMP API or speaks of half precision."""
 
     __slots__ = ("identifiers", "targets", "receivers", "imported", "api", "half", "hot", "alias", "assigns")
 
@@ -411,7 +497,7 @@ class _Statement:
                 targets.add(local)
             elif isinstance(node, ast.arg):
                 identifiers.add(node.arg)
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _CONVERTERS:
                 receiver = node.func.value
                 if isinstance(receiver, ast.Name):
                     receivers.add(receiver.id)
@@ -466,8 +552,8 @@ def _blocks(statement: ast.stmt) -> list[list[ast.stmt]]:
 
 
 def _assignments(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[str], set[str]]:
-    """(the attributes a function assigns, `x.name = ...`; the names it binds by assignment, import or
-    definition), nested code included."""
+    """(the attributes a function assigns on `self`, `self.name = ...`, `self.a.name = ...`; the names it binds by
+    assignment, import or definition), nested code included."""
     attributes: set[str] = set()
     names: set[str] = set()
     stack = list(function.body)
@@ -482,7 +568,11 @@ def _assignments(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[set[
                 elif isinstance(target, ast.Starred):
                     targets.append(target.value)
                 elif isinstance(target, ast.Attribute):
-                    attributes.add(target.attr)
+                    root = target.value
+                    while isinstance(root, ast.Attribute):
+                        root = root.value
+                    if isinstance(root, ast.Name) and root.id == "self":  # another object's: the function's own
+                        attributes.add(target.attr)
                 elif isinstance(target, ast.Name):
                     names.add(target.id)
         elif isinstance(statement, (ast.Import, ast.ImportFrom)):
