@@ -13,7 +13,7 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, floating_names, is_float32_cast, is_low_precision,
+from amplint.facts.dtypes import (FLOAT_PRESERVING, MODULE_PLACEMENT, UncastUses, floating_names, is_float32_cast, is_low_precision,
                                   low_precision_names, tensor_module)
 from amplint.facts.model import Call, Frame, FunctionInfo
 from amplint.index.project import MAX_DEPTH, CallerSite, Target
@@ -171,14 +171,26 @@ class Source:
 
 @dataclass
 class Caller:
-    """A call that runs a function under an enabled autocast region: who calls it, in which module, at what line."""
+    """A call that runs a function under an enabled autocast region: who calls it, in which module, at what line;
+    `under`: when the caller opens no region itself, the call further up that runs it in one."""
 
     qualname: str
     line: int
     module: str | None = None  # None: this module
+    under: Caller | None = None
 
     def describe(self) -> str:
-        where = f"`{self.module}`, " if self.module else ""
+        """"`train` (line 12) runs this under autocast", "`Net.forward` (line 27) runs this under the autocast of
+        `train` (in `train`, line 13)"."""
+        if self.under is None:
+            return f"{self._site()} runs this under autocast"
+        root = self.under
+        while root.under is not None:
+            root = root.under
+        return f"{self._site()} runs this under the autocast of {root._site()}"
+
+    def _site(self) -> str:
+        where = f"in `{self.module}`, " if self.module else ""
         return f"`{self.qualname}` ({where}line {self.line})"
 
 
@@ -197,6 +209,9 @@ def instance_sites(facts: ModuleFacts, class_name: str) -> list[Call]:
     holders: list[tuple[str, Frame | None, str]] = []  # (name as called, its function or None, class of a self.)
     for assignment in facts.assignments:
         value = assignment.value
+        while isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and \
+                value.func.attr.value in MODULE_PLACEMENT:
+            value = value.func.value  # Block(w).to(device), Block(w).cuda()
         if len(assignment.targets) != 1 or not isinstance(value, cst.Call) or not isinstance(value.func, cst.Name) \
                 or value.func.value != class_name:
             continue
@@ -244,8 +259,9 @@ def _find_caller(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEPTH,
             if region.active:
                 return Caller(caller.qualname if caller else "<module>", facts.line_of(site.node))
             continue
-        if caller is not None and depth > 0 and _find_caller(facts, caller, depth - 1, seen) is not None:
-            return Caller(caller.qualname, facts.line_of(site.node))
+        found = _find_caller(facts, caller, depth - 1, seen) if caller is not None and depth > 0 else None
+        if found is not None:
+            return Caller(caller.qualname, facts.line_of(site.node), under=found)
     view = facts.project
     if view is None:
         return None
@@ -255,20 +271,28 @@ def _find_caller(facts: ModuleFacts, info: FunctionInfo, depth: int = MAX_DEPTH,
 def index_evidence(view, target: Target, depth: int = MAX_DEPTH) -> Caller | None:
     """A call in another module, in an enabled region (as the project index records it), that runs `target`
     directly or through its callers (`depth` up)."""
-    frontier, seen = [(target, None)], {target}
+    frontier: list[tuple[Target, Caller | None]] = [(target, None)]
+    seen = {target}
     for _ in range(depth + 1):
         following = []
-        for current, first in frontier:
+        for current, below in frontier:
             for site in project_callers(view, current):
-                found = first or Caller(site.caller.qualname, site.call.line,
-                                        view.project.names.get(site.caller.module, "?"))
-                if site.call.in_region and (first is not None or site.caller.module != view.path):
-                    return found
+                module = view.project.names.get(site.caller.module, "?") if site.caller.module != view.path else None
+                here = Caller(site.caller.qualname, site.call.line, module)
+                if site.call.in_region and (below is not None or site.caller.module != view.path):
+                    return chained(below, here)
                 if site.caller not in seen and site.caller.qualname != "<module>":
                     seen.add(site.caller)
-                    following.append((site.caller, found))
+                    following.append((site.caller, chained(below, here)))
         frontier = following
     return None
+
+
+def chained(first: Caller | None, last: Caller) -> Caller:
+    """`first`'s chain of callers extended by `last` (a copy: a chain may be shared by several searches)."""
+    if first is None:
+        return last
+    return Caller(first.qualname, first.line, first.module, chained(first.under, last))
 
 
 def project_callers(view, target: Target) -> Iterator[CallerSite]:
@@ -279,7 +303,7 @@ def project_callers(view, target: Target) -> Iterator[CallerSite]:
     if method != "forward" or not class_name or "." in class_name:
         return
     view.asked_calls.add("*")
-    for path in sorted(view.project.indexed):
+    for path in sorted(view.project.indexed | {view.path}):
         record = view._file(path)
         if record is None:
             continue
@@ -364,8 +388,8 @@ def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, call
                             f"{facts.line_of(island.opener)})") if produces else None
         elif region is None and caller is not None:
             produces = is_low_precision(assignment.value, set(low))
-            source = Source(f"`{{name}}` is low precision: {caller.describe()} runs this under autocast; used "
-                            f"uncast with autocast off") if produces else None
+            source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}") \
+                if produces else None
         else:
             source = kept_low(assignment.value, low)
             produces = source is not None
