@@ -10,12 +10,15 @@ lines, fixes' edits) and `fix_text`'s output are the same with `AMPLINT_SLICING=
 from __future__ import annotations
 
 import ast
+import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amplint.cli import main
 from amplint.engine import lint_text
 from amplint.facts.slicing import ENVIRONMENT, Slice, slice_module, string_quotes
 from amplint.fixer import fix_text
@@ -88,6 +91,25 @@ def test_padding_is_blanked_and_findings_stay() -> None:
     assert "_unrelated_total" not in sliced.text and "class _UnrelatedEmpty:" in sliced.text
     assert "    pass" in sliced.text.split("class _UnrelatedEmpty:")[1]  # the emptied class body
     compile(sliced.text, "sliced.py", "exec")
+
+
+PROJECT_CASES = sorted(path for path in FIXTURES.glob("AMP*-*/projects/*") if path.is_dir())
+
+
+@pytest.mark.parametrize("case", PROJECT_CASES, ids=fixture_id)
+def test_sliced_analysis_equals_whole_on_project_fixtures(case: Path, tmp_path: Path, monkeypatch) -> None:
+    """Each project case linted as a directory (the index asked about calls that leave a module), padded."""
+    copy = tmp_path / case.name
+    shutil.copytree(case, copy)
+    for path in copy.rglob("*.py"):
+        path.write_text(path.read_text(encoding="utf-8") + PADDING, encoding="utf-8")
+    outputs = []
+    for how in ("off", "always"):
+        monkeypatch.setenv(ENVIRONMENT, how)
+        result = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json", str(copy)],
+                                    catch_exceptions=False)
+        outputs.append((result.exit_code, result.output))
+    assert outputs[0] == outputs[1]
 
 
 # one program per reason to keep a function (`TRAPS`): the comparison fails when slicing blanks it --------------
