@@ -27,13 +27,18 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from amplint.facts.names import GRAD_SCALERS
+from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, GRAD_SCALERS, NO_GRAD_CONTEXTS, \
+    SET_GRAD_ENABLED
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
 FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "scaler_step",
          "scaler_update", "region", "disabled_region", "no_grad", "enable_grad", "eval", "loop")
-CLIP_NAMES = frozenset({"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"})
-NO_GRAD_NAMES = frozenset({"no_grad", "inference_mode"})
+# The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
+# it resolves to the qualified name through the file's imports.
+CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
+NO_GRAD_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in NO_GRAD_CONTEXTS)
+GRAD_ON = ENABLE_GRAD | SET_GRAD_ENABLED
+GRAD_ON_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in GRAD_ON)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
@@ -152,8 +157,7 @@ class _Builder:
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
                     for decorator in node.decorator_list:
-                        name = dotted(decorator.func if type(decorator) is ast.Call else decorator) or ""
-                        if name.rsplit(".", 1)[-1] in NO_GRAD_NAMES:
+                        if self._grad_mode(decorator) == "no_grad":
                             self._note(summary, "no_grad", node.lineno)
                     pending.append((node.body, ""))
                 elif kind is ast.ClassDef:
@@ -238,17 +242,17 @@ class _Builder:
 
     def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers) -> None:
         method = receiver is not None
-        if name in ("backward", "manual_backward") and method:
+        if name in ("backward", "manual_backward") and method and receiver.rsplit(".", 1)[-1] not in ("torch",
+                                                                                                     "autograd"):
             self._note(owner, "backward", line)
             inner = call.func.value
             if type(inner) is ast.Call and type(inner.func) is ast.Attribute and inner.func.attr == "scale":
                 self._note(owner, "scaled_backward", line)
-        elif name == "backward" and self.summary.resolves(call.func, {"torch.autograd.backward"}):
+        elif self.summary.resolves(call.func, AUTOGRAD_BACKWARD):
             self._note(owner, "backward", line)
         elif name == "unscale_" and method:
             self._note(owner, "unscale", line)
-        elif name in CLIP_NAMES and (not method or self.summary.resolves(call.func, _CLIP_API)
-                                     or receiver.rsplit(".", 1)[-1] in ("utils", "clip_grad")):
+        elif name in CLIP_NAMES and self.summary.resolves(call.func, CLIP_FUNCTIONS):
             self._note(owner, "clip", line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
         elif name == "step" and method:
             self._note(owner, "scaler_step" if receiver in scalers else "step", line)
@@ -256,7 +260,7 @@ class _Builder:
             self._note(owner, "scaler_update", line)
         elif name == "eval" and method and not call.args:
             self._note(owner, "eval", line)
-        elif name == "enable_grad" or name == "set_grad_enabled":
+        elif self.summary.resolves(call.func, GRAD_ON):
             self._note(owner, "enable_grad", line)
 
     def _in_region(self, function, withs) -> bool:
@@ -270,13 +274,20 @@ class _Builder:
                    for item in with_node.items)
 
     def _no_grad(self, function, withs) -> bool:
-        for with_node in withs:
-            for item in with_node.items:
-                expr = item.context_expr.func if type(item.context_expr) is ast.Call else item.context_expr
-                if (dotted(expr) or "").rsplit(".", 1)[-1] in NO_GRAD_NAMES:
-                    return True
+        if any(self._grad_mode(item.context_expr) == "no_grad" for with_node in withs for item in with_node.items):
+            return True
         owner = self._owner(function)
         return owner is not None and "no_grad" in owner.does
+
+    def _grad_mode(self, expr: ast.AST) -> str | None:
+        """"no_grad" for a context or decorator resolving to torch's no_grad/inference_mode, "enable_grad" for
+        enable_grad/set_grad_enabled (the facts layer's definitions), else None."""
+        func = expr.func if type(expr) is ast.Call else expr
+        if (dotted(func) or "").rsplit(".", 1)[-1] not in NO_GRAD_NAMES | GRAD_ON_NAMES:
+            return None
+        if self.summary.resolves(func, NO_GRAD_CONTEXTS):
+            return "no_grad"
+        return "enable_grad" if self.summary.resolves(func, GRAD_ON) else None
 
     def _regions(self) -> None:
         for with_node, function, _ in self.summary.withs:
@@ -287,11 +298,9 @@ class _Builder:
                 expr = item.context_expr
                 if self.summary.can_open(expr):
                     self._note(owner, "disabled_region" if _disabled(expr) else "region", with_node.lineno)
-                name = (dotted(expr.func if type(expr) is ast.Call else expr) or "").rsplit(".", 1)[-1]
-                if name in NO_GRAD_NAMES:
-                    self._note(owner, "no_grad", with_node.lineno)
-                elif name in ("enable_grad", "set_grad_enabled"):
-                    self._note(owner, "enable_grad", with_node.lineno)
+                mode = self._grad_mode(expr)
+                if mode is not None:
+                    self._note(owner, mode, with_node.lineno)
         for function_id, decorators in self.summary.call_decorators.items():
             owner = self.by_id.get(function_id)
             if owner is not None and any(self.summary.can_open(d) and not _disabled(d) for d in decorators):
@@ -312,10 +321,6 @@ class _Builder:
                     if owner is not None and _keeps(function, call):
                         self._note(owner, "keeps_scaler", call.lineno)
                     break
-
-
-_CLIP_API = frozenset({"torch.nn.utils.clip_grad_norm_", "torch.nn.utils.clip_grad_value_",
-                       "torch.nn.utils.clip_grad_norm", "torch.nn.utils.clip_grad.clip_grad_norm_"})
 
 
 def _disabled(expr: ast.AST) -> bool:
