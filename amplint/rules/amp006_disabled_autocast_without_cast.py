@@ -191,7 +191,8 @@ class Caller:
 
     def _site(self) -> str:
         where = f"in `{self.module}`, " if self.module else ""
-        return f"`{self.qualname}` ({where}line {self.line})"
+        who = "module-level code" if self.qualname == "<module>" else f"`{self.qualname}`"
+        return f"{who} ({where}line {self.line})"
 
 
 def same_module_sites(facts: ModuleFacts, info: FunctionInfo) -> list[Call]:
