@@ -23,11 +23,16 @@ from amplint.rules.scopes import dtype_words
 
 class DisabledAutocastWithoutCast(Rule):
     """## What it does
-    Checks for tensors produced in an active autocast region and used inside a nested `autocast(enabled=False)`
-    block without a float32 cast (`.float()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`, `.double()`,
-    `.type(torch.float32)`), and for functions decorated with an `enabled=False` autocast whose parameters are
-    used without a cast when a call from an active autocast region of the same module passes them a
-    low-precision tensor.
+    Checks for tensors that are low precision where an `autocast(enabled=False)` block (or a function decorated
+    with one) uses them without a float32 cast (`.float()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`,
+    `.double()`, `.type(torch.float32)`):
+    - produced in an enclosing active autocast region, or in an earlier, sibling one of the same function (closing
+      a region casts nothing back);
+    - computed before the block by a submodule, a user function, a linear/conv/matmul op, in a function (an
+      `nn.Module.forward`, a helper) that a caller runs under autocast: a call in an active region of this
+      module, a `forward` reached through an instance of its class (`self.block = Block()` then
+      `self.block(h)`; `net = Net()` then `net(x)`), or such a call in another module of the project;
+    - a parameter to which such a call passes a low-precision value (`self.block(self.proj(x))`).
 
     ## Why is this bad?
     `autocast(enabled=False)` only stops autocast from casting; it does not cast anything back. PyTorch's docs:
@@ -35,7 +40,8 @@ class DisabledAutocastWithoutCast(Rule):
     precision inside, so the float32 computation the block was written for does not happen: an fp32
     `nn.Linear` raises `RuntimeError: mat1 and mat2 must have the same dtype, but got BFloat16 and Float`,
     reductions lose precision (measured relative error 1.7e-3 in bfloat16 vs 1e-8 after `.float()`), and in
-    float16 `h.pow(2).sum()` overflows to `inf`.
+    float16 `h.pow(2).sum()` overflows to `inf`. The same holds in a submodule's island: under the caller's
+    autocast its `self.proj(x)` is bfloat16/float16 (measured), so the island's fp32 layer raises the same error.
 
     ## Example
     ```python
@@ -63,7 +69,7 @@ class DisabledAutocastWithoutCast(Rule):
     floating tensor, dtype-preserving ops and arithmetic on one) or of a torch.nn module known to return one
     tensor (`nn.Linear`, `nn.Sequential` of such modules), where `.float()` only does the cast the disabled
     region was written for. On anything else (a user module or function, which may return a dict, a tuple or
-    a number, or a parameter of a decorated function, whose callers are not all known) it is unsafe:
+    a number, or a parameter, whose callers are not all known) it is unsafe:
     `.float()` on a dict or an int raises `AttributeError`. Values known to be integer or bool (`.long()`,
     `.bool()`, comparisons, `argmax`, sizes, their indexing) are not low precision and are not reported.
 
@@ -74,6 +80,15 @@ class DisabledAutocastWithoutCast(Rule):
     may cast it itself. Values that are float32 anyway (casts, tensor
     factories, ops CUDA autocast runs in float32 such as softmax, norms and losses) are not reported, and a
     name assigned from something amplint cannot see into is not either.
+
+    A parameter is reported only where this module shows the argument low precision: autocast casts the
+    outputs of ops, never a module's inputs, so a model's raw float32 batch is still float32 in its forward
+    (measured), and a call from another module says nothing of its arguments. Parameters annotated `int`,
+    `bool`, `str` or `float`, or with a number, bool or string default, are no tensors. A caller is known
+    through calls the project index resolves (plain functions, methods, objects of the project's classes held
+    by a name or an attribute, `Net(...).to(device)` in this module); models kept in containers
+    (`nn.ModuleList`, `nn.Sequential`) or passed as arguments are not followed, and a caller in another module
+    counts only when the index holds that module.
     """
 
     code = "AMP006"
