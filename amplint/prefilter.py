@@ -31,6 +31,7 @@ from typing import Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
 from amplint.index.functions import index_text
+from amplint.index.project import STANDALONE, ProjectIndex
 from amplint.index.summary import Summary
 
 
@@ -114,7 +115,9 @@ class Prefilter:
             return Verdict.SKIP_WORDS, []
         summary = Summary(text)
         verdict, candidates = self._structure(text, summary)
-        if view is not None and self.across and not self.always:
+        if self.across and not self.always:
+            if view is None:  # a text alone: a project of this module only, as the engine's (ModuleFacts.project)
+                view = ProjectIndex().view(STANDALONE)
             view.provide(lambda: index_text(text, summary))  # its own record when asked: from the tree parsed here
             more = [rule for rule in self.across if rule not in candidates
                     and (not _declares_words(rule) or any(word in text for word in rule.words))

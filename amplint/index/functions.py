@@ -173,20 +173,21 @@ class _Builder:
 
     def _instances(self) -> None:
         """What a name holds when it is assigned a call (`self.helper = Helper(...)` in a method: "Class.helper";
-        `h = Helper(...)` in a function: "qualname:h"), so that `self.helper.run()` and `h()` can be resolved to
+        `h = Helper(...)` in a function: "qualname:h"; at module level: ":h"), so that `self.helper.run()` and `h()` can be resolved to
         the class's `run` and `__call__`. A name assigned calls of two callees holds either: it is left out."""
         assigned: dict[str, set[str]] = {}
         for function, node in self.summary.call_assignments:
             owner = self._owner(function)
-            if owner is None or len(node.targets) != 1:
-                continue
+            if len(node.targets) != 1 or (owner is None and function is not None):
+                continue  # several targets, or in a lambda
             target = node.targets[0]
-            class_name = owner.qualname.split(".")[0] if "." in owner.qualname else ""
+            qualname = owner.qualname if owner is not None else ""  # "" at module level: ":name"
+            class_name = qualname.split(".")[0] if "." in qualname else ""
             if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self" \
                     and class_name:
                 key = f"{class_name}.{target.attr}"
             elif type(target) is ast.Name:
-                key = f"{owner.qualname}:{target.id}"
+                key = f"{qualname}:{target.id}"
             else:
                 continue
             assigned.setdefault(key, set()).add(dotted(node.value.func) or "")

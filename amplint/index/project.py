@@ -255,15 +255,12 @@ class ModuleView:
                 held = index.instances.get(f"{class_name}.{parts[1]}")
                 return self._method_of_callee(path, held, parts[2], depth) if held else None
             return None
-        if len(parts) == 1:
-            held = index.instances.get(f"{caller}:{parts[0]}") if caller else None
-            if held:  # h = Helper(); h(x)
-                return self._method_of_callee(path, held, "__call__", depth)
-            return self._name(path, parts[0], depth)
-        if len(parts) == 2:
-            held = index.instances.get(f"{caller}:{parts[0]}") if caller else None
-            if held:  # h = Helper(); h.run()
-                return self._method_of_callee(path, held, parts[1], depth)
+        if len(parts) <= 2:
+            held = _held(index, caller, parts[0])
+            if held:  # h = Helper(); h(x) / h.run()
+                return self._method_of_callee(path, held, parts[1] if len(parts) == 2 else "__call__", depth)
+            if len(parts) == 1:
+                return self._name(path, parts[0], depth)
         module = self._module_of(path, parts[:-1])
         if module is not None:
             return self._name(module, parts[-1], depth - 1)
@@ -412,6 +409,17 @@ class ModuleView:
         return None
 
 
+def _held(index: FileIndex, caller: str | None, name: str) -> str | None:
+    """The callee whose result the name holds in the function (or, when the function does not assign the name,
+    at module level), if the index knows it."""
+    local = index.instances.get(f"{caller}:{name}") if caller else None
+    if local is not None:
+        return local
+    if caller and caller in index.functions and name in index.functions[caller].params:
+        return None  # a parameter of that name: not the module's object
+    return index.instances.get(f":{name}")
+
+
 def _noted(view: ModuleView) -> FileIndex | None:
     return view._file(view.path)
 
@@ -426,7 +434,8 @@ def functions_doing(view: ModuleView, fact: str) -> list[Target]:
 
 def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, CallRecord, Target]]:
     """(calling function or None, call, target) of every call of the view's file that runs `where` ("in_region",
-    "in_loop", "no_grad") and that the index resolves to a function of another file."""
+    "in_loop", "no_grad") and that the index resolves to a function of the project (of this file too: through
+    an object, a `__call__` or a base class, calls the facts layer does not follow)."""
     index = _noted(view)
     if index is None:
         return
@@ -435,7 +444,7 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
     for qualname, call in sites:
         if getattr(call, where):
             target = view.resolve(qualname, call.callee)
-            if target is not None and target.module != view.path:
+            if target is not None:
                 yield qualname, call, target
 
 

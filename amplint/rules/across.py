@@ -34,12 +34,12 @@ class Reached:
 
 
 def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> Iterator[Reached]:
-    """Calls in an active region (lexical, or through this module's callers) to another module's function that
-    does one of the index facts `wanted`, a few calls deep. torch's own API and method calls named like the
+    """Calls in an active region (lexical, or through this module's callers) to a function that does one of the
+    index facts `wanted`, a few calls deep: of another module, or of this one through a call the facts layer
+    does not follow (an object's method or `__call__`, an inherited method). torch's own API and method calls named like the
     facts themselves (`x.backward()`, reported as events) are not calls that leave."""
     view = facts.project
-    if view is None:
-        return
+    followed = {id(site) for sites in facts.call_sites.values() for site in sites}  # the facts layer's own
     for call in facts.calls:
         if call.dotted is None or (call.qualified or "").startswith("torch."):
             continue
@@ -48,8 +48,8 @@ def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> It
             continue
         info = facts.function_info(call.frame)
         target = view.resolve(info.qualname if info else None, call.dotted)
-        if target is None or target.module == view.path:
-            continue  # this module's functions: what they do is reported where it is
+        if target is None or (target.module == view.path and id(call) in followed):
+            continue  # a call the facts layer follows: what the callee does is reported where it is
         reached = view.reaches(target, wanted)
         if reached is None:
             continue
@@ -62,3 +62,12 @@ def reaches_from_region(view, wanted: tuple[str, ...]) -> bool:
     """The screen's question: does a call in a region of the view's file reach, in another module, a function
     doing one of `wanted`?"""
     return any(view.reaches(target, wanted) for _, _, target in calls_leaving(view, "in_region"))
+
+
+def reaches_from_module(view, wanted: tuple[str, ...]) -> bool:
+    """The screen's question for a call anywhere in the view's file (not only in a region): does one reach, in
+    another module, a function doing one of `wanted`?"""
+    for _, _, target in calls_leaving(view, "callee"):  # every call has a callee: every call of the file
+        if view.reaches(target, wanted):
+            return True
+    return False
