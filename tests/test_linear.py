@@ -278,16 +278,18 @@ def test_clips_in_one_function_cost_linear_work():
 
 
 def scales_in_evaluation_code(k: int) -> str:
-    """k evaluation functions that each build a scaler and scale with it, and one that scales k times: 2k AMP005
-    findings with fixes (each once scanned every call of the module, and each fix read its whole function)."""
+    """k evaluation functions that each build a scaler and scale with it (the construction and the scale are
+    reported), and one that scales 2k times with a scaler it hands back: 4k AMP005 findings with fixes (each once
+    scanned every call of the module, and each fix read its whole function)."""
     functions = "".join(f"def evaluate{i}(model, x):\n    model.eval()\n    s = torch.amp.GradScaler('cuda')\n"
                         f"    return s.scale(model(x))\n" for i in range(k))
-    scales = "".join(f"    y{i} = scaler.scale(model(x))\n" for i in range(k))
-    return f"import torch\n{functions}def predict(model, x):\n    scaler = torch.amp.GradScaler('cuda')\n{scales}"
+    scales = "".join(f"    y{i} = scaler.scale(model(x))\n" for i in range(2 * k))
+    return (f"import torch\n{functions}def predict(model, x):\n    scaler = torch.amp.GradScaler('cuda')\n{scales}"
+            "    return scaler\n")
 
 
 def test_scales_in_evaluation_code_cost_linear_work():
-    assert_linear(lambda k: scales_in_evaluation_code(k // 2), {"AMP005"}, n=40, rules=[ScalerInInference()])
+    assert_linear(lambda k: scales_in_evaluation_code(k // 4), {"AMP005"}, n=40, rules=[ScalerInInference()])
 
 
 def scalers_with_bfloat16(k: int) -> str:

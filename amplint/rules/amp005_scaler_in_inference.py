@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from collections import Counter
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator
 
@@ -12,14 +13,22 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
+from amplint.facts.model import FrameKind
 from amplint.index.summary import FUNCTIONS
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
-# Evaluation-like function names: a word of the name (split at `_`) starts like one of these.
+# Evaluation-like function names: a word of the name (split at `_`) starts like one of these. A name is never the
+# only evidence in a module that runs a backward (see `ScalerInInference` and `_build_evidence`).
 EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|sampl|test)", re.IGNORECASE)
+ANY_NAME = re.compile("")
+BUILDS = ("GradScaler", "ShardedGradScaler")
+GRAD_OFF = ("no_grad", "inference_mode", "set_grad_enabled")
+# Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
+READS_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 
 
 def eval_like(name: str) -> bool:
@@ -33,11 +42,10 @@ CONSEQUENCE = {
     EventKind.SCALER_STEP: "it raises AssertionError",
     EventKind.SCALER_UPDATE: "it raises AssertionError",
     EventKind.SCALER_UNSCALE: "there are no gradients to unscale",
-    EventKind.SCALER_BUILD: "nothing here needs a scaler",
 }
 # What to do when there is no fix.
 ADVICE = {
-    EventKind.SCALER_BUILD: "Build the scaler in the training code",
+    EventKind.SCALER_BUILD: "Remove it: a GradScaler serves only a training step's backward",
     EventKind.SCALER_SCALE: "Use the unscaled value",
 }
 
@@ -46,12 +54,24 @@ class ScalerInInference(Rule):
     """## What it does
     Checks for a GradScaler constructed or used (`scale`, `step`, `update`, `unscale_`) where no backward can
     happen: under `torch.no_grad()`, `torch.inference_mode()` or `torch.set_grad_enabled(False)` (a `with` block
-    or a decorator), or in evaluation code: a function that runs no backward and either calls `.eval()` or is
-    named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...), or module-level code of a
-    module that runs no backward. In a module that trains, a name counts only with more evidence (the function
-    runs under no_grad/inference_mode, or a scaled value is used where it is computed): there
-    `generator_step()` stepping the scaler or a function returning a scaled loss is a training helper.
-    Constructions are only reported under no_grad/inference_mode.
+    or a decorator), or in evaluation code. Evaluation code is a function that runs no backward (neither in its
+    own code, nor in a function nested in it, nor in a function it calls, in this module or, through the project
+    index, in another) and that calls `.eval()` or opens `no_grad`/`inference_mode` anywhere in its code; a
+    function named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...) in a module that runs
+    no backward; and the module-level code of a module that runs no backward.
+
+    A construction is reported in evaluation code even when the scaler is never used, and even when it comes
+    before the `no_grad` block, as long as the scaler stays in the function: its name is read only to call its
+    methods. A scaler that is returned, stored (`self.scaler = ...`), passed to a call or compared
+    (`scaler is not None`) may serve training elsewhere and is left alone, so factories and a trainer's
+    `__init__` stay silent. Module-level constructions are reported only where the module's own code calls
+    `.eval()` or opens `no_grad`/`inference_mode` (an inference script).
+
+    A name alone never makes a finding where a backward runs in the module: there `generator_step()` stepping
+    the scaler or a function returning a scaled loss is a training helper. Uses count a name only with more
+    evidence (the function runs under no_grad/inference_mode, or a scaled value is used where it is computed:
+    scaled logits in `generate()`); constructions need `.eval()`, `no_grad`/`inference_mode`, or a module
+    without backward.
 
     ## Why is this bad?
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
@@ -60,7 +80,9 @@ class ScalerInInference(Rule):
     recorded for this optimizer.", "No inf checks were recorded prior to update.", "Attempted step but _scale is
     None.", "Attempted unscale_ but _scale is None."); and a scaler whose first `scale()` runs
     under `inference_mode` holds an inference tensor that later breaks training with `RuntimeError: Inference
-    tensors cannot be saved for backward`.
+    tensors cannot be saved for backward`. A scaler only built in evaluation code does nothing at run time: it is
+    dead code, and a sign that the mixed-precision training recipe was copied into code that does not train
+    (and that what it was for, scaling a loss before a backward, was lost on the way).
 
     ## Example
     ```python
@@ -70,6 +92,12 @@ class ScalerInInference(Rule):
     def evaluate(model, x):
         with torch.autocast("cuda"):
             return scaler.scale(model(x))
+
+    def run_validation(net, data):
+        amp_scaler = torch.amp.GradScaler("cuda")
+        net.eval()
+        with torch.inference_mode():
+            return [net(x) for x in data]
     ```
 
     ## Use instead
@@ -78,15 +106,24 @@ class ScalerInInference(Rule):
     def evaluate(model, x):
         with torch.autocast("cuda"):
             return model(x)
+
+    def run_validation(net, data):
+        net.eval()
+        with torch.inference_mode():
+            return [net(x) for x in data]
     ```
 
     ## Fix safety
-    Unsafe: a safe fix cannot change what a correct program computes, and `scaler.scale(x)` becoming `x` changes
-    the values the code produces (that is the point, but code downstream may have compensated). A scaler
-    constructed in the same function for that call alone (its name appears nowhere else in the function's code;
-    comments do not count) is removed with it. Own-line comments above the removed statements stay; only
-    comments on the removed lines go. `step`, `update`, `unscale_` and constructions are reported without a fix:
-    removing them may change control flow.
+    Sometimes safe. Removing a construction (`amp_scaler = GradScaler(...)` as a statement of its own) whose
+    name the function never reads again (comments do not count; a call of `locals()`, `vars()`, `eval()` or
+    `exec()` counts as reading it) is safe: nothing can use the object, and its arguments are names, attributes
+    and literals, never a call whose effect would go with it. A construction at module level is not removed
+    (another module may import it). The fix of `scaler.scale(x)` is unsafe: a safe fix cannot change what a
+    correct program computes, and `scaler.scale(x)` becoming `x` changes the values the code produces (that is
+    the point, but code downstream may have compensated). A scaler constructed in the same function for that
+    call alone (its name appears nowhere else in the function's code) is removed with it. Own-line comments
+    above the removed statements stay; only comments on the removed lines go. `step`, `update`, `unscale_` and
+    constructions whose name is read are reported without a fix: removing them may change control flow.
 
     ## Limits
     Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or
@@ -94,31 +131,44 @@ class ScalerInInference(Rule):
     are not. Harmless calls such as `scaler.get_scale()` or `scaler.state_dict()` are not reported. Under
     `torch.no_grad()` in a module that runs a backward, `step`, `update` and `unscale_` are reported only in
     evaluation code: elsewhere they are the update phase of training (`with torch.no_grad():
-    scaler.unscale_(optimizer)`).
+    scaler.unscale_(optimizer)`). A backward behind a call is seen through calls the facts layer resolves in the
+    module (`f()`, `self.f()`) and, when the file is linted with its project (the command line always indexes
+    it), through the project index a few calls deep; linted alone (stdin, the library's `lint_text` without a
+    project), a helper of another module is assumed to run no backward. A backward inside a call the index
+    cannot resolve (a method of an object of unknown class) is not seen.
     """
 
     code = "AMP005"
     name = "scaler-in-inference"
-    fix = "unsafe"
+    fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
     words = ("GradScaler", "scale")
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level.
-        builds, uses = ("GradScaler", "ShardedGradScaler"), ("scale", "step", "update", "unscale_")
-        no_grad = ("no_grad", "inference_mode", "set_grad_enabled")
+        # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
+        # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
+        # grad mode) may open no_grad; a construction at module level of a module without backward.
+        uses = ("scale", "step", "update", "unscale_")
         return summary.scaler_possible() and (
-            summary.calls_under(builds, no_grad) or summary.calls_under(("scale",), no_grad, on_scaler=True)
+            summary.calls_under(BUILDS, GRAD_OFF) or summary.calls_under(("scale",), GRAD_OFF, on_scaler=True)
             or (module_without_backward(summary) and (
-                summary.calls_under(uses, no_grad, on_scaler=True)
-                or summary.calls_outside_functions(*uses, on_scaler=True)))
-            or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True))
+                summary.calls_under(uses, GRAD_OFF, on_scaler=True)
+                or summary.calls_outside_functions(*uses, on_scaler=True)
+                or summary.calls_outside_functions(*BUILDS)))
+            or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True)
+            or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=("eval",))
+            or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions = _Functions(facts)
         for event in facts.events:
             if event.kind not in SCALER_EVENTS:
+                continue
+            if event.kind is EventKind.SCALER_BUILD:
+                finding = self._construction(facts, event, functions)
+                if finding is not None:
+                    yield finding
                 continue
             where = self._inference_context(facts, event, functions)
             if where is None:
@@ -136,6 +186,61 @@ class ScalerInInference(Rule):
                                 f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward")
             yield Finding(event.node, message, fix, help=None if fix else advice)
 
+    # constructions -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _construction(facts: ModuleFacts, event: Event, functions: _Functions) -> Finding | None:
+        """A GradScaler built where no backward runs and kept there (see `_Kept`): dead code in evaluation code,
+        reported with the evidence that the code evaluates; removed when its name is never read."""
+        function = event.frame.function()
+        if function is None and any(frame.kind is FrameKind.CLASS for frame in event.frame.ancestors()):
+            return None  # a class attribute: every instance may read it
+        if function is not None and not isinstance(function.node, cst.FunctionDef):
+            return None
+        kept = functions.kept_here(event)
+        if kept is None:
+            return None
+        evidence = ScalerInInference._build_evidence(facts, event, function, kept, functions)
+        if evidence is None:
+            return None
+        subject = f"GradScaler `{kept.name}`" if kept.name else f"`{snippet(facts, event.node.func, 32)}(...)`"
+        tail = "dead code" if kept.unread else "it serves no backward"
+        message = f"{subject} built where no backward runs ({evidence}): {tail}"
+        fix = None
+        if kept.removable and function is not None:
+            statement = event.call.statement
+            fix = FixPlan(f"Remove the unused `{snippet(facts, statement, 48)}`",
+                          lambda statement=statement: replace_nodes(facts.module,
+                                                                    {statement: cst.RemoveFromParent()}),
+                          Applicability.SAFE)
+        return Finding(event.node, message, fix, help=None if fix else ADVICE[EventKind.SCALER_BUILD])
+
+    @staticmethod
+    def _build_evidence(facts: ModuleFacts, event: Event, function: Frame | None, kept: _Kept,
+                        functions: _Functions) -> str | None:
+        """What shows that the code building the scaler evaluates, in a few words; None when nothing does.
+
+        Facts of what the code does come first: it runs under no_grad/inference_mode, calls `.eval()`, or opens
+        no_grad/inference_mode anywhere (the construction may come before the block). A name counts only with a
+        module that runs no backward at all: the name adds to that fact, it is never the only evidence."""
+        if function is None:
+            if facts.module_has_backward or functions.module_runs_backward(kept.name):
+                return None
+        elif functions.runs_backward(function):
+            return None
+        opener = facts.no_grad_opener(event.frame)
+        if opener is not None:
+            return f"under `{snippet(facts, opener, 24)}`, line {facts.line_of(opener)}"
+        owner = f"`{function.name}()`" if function is not None else "module code"
+        if functions.calls_eval(function):
+            return f"{owner} calls `.eval()`"
+        opener = functions.grad_off_opener(function)
+        if opener is not None:
+            return f"{owner} opens `{snippet(facts, opener, 24)}`"
+        if function is not None and eval_like(function.name) and not facts.module_has_backward:
+            return f"{owner} in a module without backward"
+        return None
+
+    # uses ----------------------------------------------------------------------------------------------------
     @staticmethod
     def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression,
                   functions: _Functions) -> cst.Module:
@@ -172,14 +277,14 @@ class ScalerInInference(Rule):
         opener = facts.no_grad_opener(event.frame)
         if opener is not None:
             # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
-            if event.kind in (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE) or not module_has_backward:
+            if event.kind is EventKind.SCALER_SCALE or not module_has_backward:
                 return f"runs under `{snippet(facts, opener, 24)}` (line {facts.line_of(opener)})"
         function = event.frame.function()
-        if event.kind is EventKind.SCALER_BUILD:
-            return None  # a factory building the scaler for later training is not inference
         if function is None:
-            return None if module_has_backward else "runs in a module with no backward"
-        if not isinstance(function.node, cst.FunctionDef) or facts.has_backward(function):
+            if module_has_backward or functions.module_runs_backward(None):
+                return None
+            return "runs in a module with no backward"
+        if not isinstance(function.node, cst.FunctionDef) or functions.runs_backward(function):
             return None
         calls_eval = functions.calls_eval(function)
         # A name alone is weak evidence: in a module that runs a backward, `generator_step()` stepping the scaler
@@ -193,22 +298,180 @@ class ScalerInInference(Rule):
         return None
 
 
+@dataclass
+class _Kept:
+    """A construction whose scaler stays where it is built: `name` (None for a bare `GradScaler()` statement) is
+    read only to call its methods (`unread`: not at all); `removable`: the statement is `name = GradScaler(...)`
+    (or the bare call) with arguments whose evaluation does nothing, and the name is never read."""
+
+    name: str | None
+    unread: bool
+    removable: bool
+
+
 class _Functions:
     """What AMP005 asks about the function of each scaler event, read once per module or per function: which
-    functions call `.eval()` and how many times each name appears in a function's code (the scaler constructions
-    of each function are `ModuleFacts.scaler_builds_by_function`). So N scaler events cost N lookups, not N scans of the module or of their function."""
+    functions call `.eval()` or open no_grad, which run a backward (themselves, in nested code, or behind a call),
+    and how the names of a function's code are read (the scaler constructions of each function are
+    `ModuleFacts.scaler_builds_by_function`). So N scaler events cost N lookups, not N scans of the module or of
+    their function."""
 
     def __init__(self, facts: ModuleFacts) -> None:
         self.facts = facts
         self._names: dict[int, Counter[str]] = {}
+        self._reads: dict[int, _Reads] = {}
+        self._backward: dict[int, bool] = {}
+        self._module_backward: dict[str | None, bool] = {}
 
     @cached_property
     def _calling_eval(self) -> set[int]:
         return {id(c.frame.function()) for c in self.facts.calls if c.method == "eval" and not c.node.args}
 
-    def calls_eval(self, function: Frame) -> bool:
-        """Does the function's own code call `x.eval()`?"""
+    def calls_eval(self, function: Frame | None) -> bool:
+        """Does the function's own code (None: the module's) call `x.eval()`?"""
         return id(function) in self._calling_eval
+
+    @cached_property
+    def _withs_by_function(self) -> dict[int, list[Frame]]:
+        grouped: dict[int, list[Frame]] = {}
+        for frame in self.facts.with_frames.values():
+            grouped.setdefault(id(frame.function()), []).append(frame)
+        return grouped
+
+    def grad_off_opener(self, function: Frame | None) -> cst.CSTNode | None:
+        """The first no_grad/inference_mode/set_grad_enabled(False) the function (None: module-level code) opens:
+        its decorator, or a with-statement anywhere in its own code."""
+        if function is not None:
+            opener = self.facts.no_grad_opener(function)
+            if opener is not None:
+                return opener
+        for frame in self._withs_by_function.get(id(function), ()):
+            opener = self.facts.no_grad_opener(frame)
+            if opener is not None and any(opener is item.item for item in frame.node.items):
+                return opener
+        return None
+
+    # backward ------------------------------------------------------------------------------------------------
+    @cached_property
+    def _within(self) -> dict[int, list]:
+        """id of each function frame -> the calls of its code and of the functions nested in it."""
+        grouped: dict[int, list] = {}
+        for call in self.facts.calls:
+            for frame in call.frame.ancestors():
+                if frame.kind is FrameKind.FUNCTION:
+                    grouped.setdefault(id(frame), []).append(call)
+        return grouped
+
+    @cached_property
+    def _backward_calls(self) -> set[int]:
+        """ids of the calls that run a backward (events, and every method `backward`/`manual_backward`)."""
+        found = {id(e.call) for e in self.facts.events if e.kind is EventKind.BACKWARD}
+        return found | {id(c) for c in self.facts.calls if c.method in ("backward", "manual_backward")}
+
+    @cached_property
+    def _callees(self) -> dict[int, Frame]:
+        """id of each call to a function of this module (`f()`, `self.f()`) -> that function's frame."""
+        frames = {}
+        for info in self.facts.functions:
+            frames.setdefault(info.qualname, info.frame)
+        return {id(call): frames[qualname] for qualname, calls in self.facts.call_sites.items()
+                if qualname in frames for call in calls}
+
+    def runs_backward(self, function: Frame) -> bool:
+        """Does the function run a backward: in its own code, in a function nested in it, or in a function it
+        calls (in this module, `MAX_CALLEES` calls deep; in any module of the project, through the index)?"""
+        key = id(function)
+        if key not in self._backward:
+            self._backward[key] = self._reaches_backward([function], self._within.get(key, []))
+        return self._backward[key]
+
+    def module_runs_backward(self, name: str | None) -> bool:
+        """Does module-level code, or a function that reads the module-level scaler `name`, run a backward
+        behind a call (the module itself runs none)?"""
+        if name not in self._module_backward:
+            calls = [call for call in self.facts.calls if call.frame.function() is None]
+            readers = [info.frame for info in self.facts.functions
+                       if name is not None and self.reads(info.frame).receivers[name]]
+            self._module_backward[name] = self._reaches_backward(readers, calls) or any(
+                self.runs_backward(frame) for frame in readers)
+        return self._module_backward[name]
+
+    def _reaches_backward(self, functions: list[Frame], calls: list) -> bool:
+        """Breadth first through same-module calls from these calls (the code of `functions`), then each call
+        asked to the project index."""
+        seen = {id(frame) for frame in functions}
+        frontier = list(calls)
+        examined = []
+        for _ in range(MAX_CALLEES + 1):
+            following = []
+            for call in frontier:
+                if id(call) in self._backward_calls:
+                    return True
+                examined.append(call)
+                callee = self._callees.get(id(call))
+                if callee is not None and id(callee) not in seen:
+                    seen.add(id(callee))
+                    following.extend(self._within.get(id(callee), []))
+            frontier = following
+            if not frontier:
+                break
+        return self._index_reaches_backward(examined)
+
+    def _index_reaches_backward(self, calls: list) -> bool:
+        """Does one of these calls run, through the project index, a function (of any module) that runs a
+        backward itself or a few calls deep?"""
+        view = self.facts.project
+        if view is None:
+            return False
+        for call in calls:
+            if call.dotted is None or (call.qualified or "").startswith("torch."):
+                continue
+            target = view.resolve(_qualname(self.facts, call.frame), call.dotted)
+            if target is not None and view.reaches(target, ("backward",)) is not None:
+                return True
+        return False
+
+    # names ---------------------------------------------------------------------------------------------------
+    def reads(self, function: Frame | None) -> _Reads:
+        """How the names of the function's code (None: the whole module) are read."""
+        key = id(function)
+        if key not in self._reads:
+            self._reads[key] = _read_names(function.node if function is not None else self.facts.module)
+        return self._reads[key]
+
+    def kept_here(self, event: Event) -> _Kept | None:
+        """The construction as a `_Kept` when the scaler stays where it is built: the statement is
+        `name = GradScaler(...)` (or `GradScaler(...) if flag else None`), or the bare call; the name is a plain
+        one, read only as the receiver of its methods (never returned, passed, stored, compared, declared
+        global, or read by `locals()`). None otherwise: the scaler may serve training elsewhere."""
+        statement = event.call.statement
+        if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+            return None
+        small = statement.body[0]
+        node = event.node
+        function = event.frame.function()
+        if isinstance(small, cst.Expr) and small.value is node:
+            return _Kept(None, True, _inert_arguments(node))
+        if isinstance(small, cst.Assign) and len(small.targets) == 1:
+            target = small.targets[0].target
+        elif isinstance(small, cst.AnnAssign) and small.value is not None:
+            target = small.target
+        else:
+            return None
+        value = small.value
+        if not isinstance(target, cst.Name) or not (value is node or (
+                isinstance(value, cst.IfExp) and node in (value.body, value.orelse))):
+            return None
+        name = target.value
+        reads = self.reads(function)
+        if READS_EVERY_LOCAL & reads.names.keys():
+            return None
+        bindings = sum(1 for a in self.facts.assignments_in(function)
+                       if a.targets == (name,) and self.facts.is_scaler_construction(a.value))
+        if reads.names[name] - reads.receivers[name] - bindings > 0:
+            return None
+        unread = reads.receivers[name] == 0
+        return _Kept(name, unread, unread and value is node and _inert_arguments(node))
 
     def construction(self, function: Frame, name: str) -> cst.SimpleStatementLine | None:
         """The statement of the function's first `name = GradScaler(...)` that is a statement of its own line."""
@@ -225,6 +488,17 @@ class _Functions:
         return self._names[id(function)][name]
 
 
+def _qualname(facts: ModuleFacts, frame: Frame) -> str | None:
+    """The qualname the project index knows the code of `frame` by: its outermost function's (a nested
+    function's calls resolve as its enclosing method's); None at module level."""
+    outer = None
+    for current in frame.ancestors():
+        if current.kind is FrameKind.FUNCTION:
+            outer = current
+    info = facts.function_info(outer) if outer is not None else None
+    return info.qualname if info is not None else None
+
+
 def _returned(statement: cst.CSTNode) -> bool:
     """Does the statement hand its value to the caller (`return ...`, `yield ...`)?"""
     found = []
@@ -238,6 +512,53 @@ def _returned(statement: cst.CSTNode) -> bool:
 
     statement.visit(Hands())
     return bool(found)
+
+
+def _inert_arguments(call: cst.Call) -> bool:
+    """Does evaluating the call's arguments do nothing a removal could lose: no call, await, yield or `:=` in
+    them (names, attributes, subscripts, literals and operators only)?"""
+    active = []
+
+    class Active(cst.CSTVisitor):
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            if isinstance(node, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr, cst.Lambda)):
+                active.append(node)
+                return False
+            return True
+
+    for argument in call.args:
+        argument.value.visit(Active())
+    return not active
+
+
+@dataclass
+class _Reads:
+    names: Counter  # name -> how many times it appears as a name (attribute names and keywords of calls left out)
+    receivers: Counter  # name -> how many of those are the object of an attribute (`name.method`, `name.x`)
+
+
+def _read_names(node: cst.CSTNode) -> _Reads:
+    """How each name appears in the code of `node`: in all, and as the object of an attribute. The attribute's
+    own name (`x.scaler`) and a call's keyword (`f(scaler=...)`) are no uses of a variable."""
+    reads = _Reads(Counter(), Counter())
+    skip: set[int] = set()
+
+    class Names(cst.CSTVisitor):
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            skip.add(id(node.attr))
+            if isinstance(node.value, cst.Name):
+                reads.receivers[node.value.value] += 1
+
+        def visit_Arg(self, node: cst.Arg) -> None:
+            if node.keyword is not None:
+                skip.add(id(node.keyword))
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if id(node) not in skip:
+                reads.names[node.value] += 1
+
+    node.visit(Names())
+    return reads
 
 
 def _names(node: cst.CSTNode) -> Counter[str]:
