@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import bisect
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
 from amplint.facts import Event, EventKind, ModuleFacts
-from amplint.facts.module import call_argument
+from amplint.facts.model import Call, FunctionInfo
+from amplint.facts.module import call_argument, loops_within, may_follow
 from amplint.facts.names import dotted_name
+from amplint.index.project import Target
 from amplint.diagnostics import Applicability
+from amplint.rules.across import reaches_from_module
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import Changes, UpdatePhase, snippet
 
@@ -21,6 +25,12 @@ class ClipWithoutUnscale(Rule):
     Checks for gradient clipping (`torch.nn.utils.clip_grad_norm_`, `clip_grad_value_`, under any import spelling)
     between `scaler.scale(loss).backward()` and `scaler.step(optimizer)` with no `scaler.unscale_(optimizer)`
     before it, and for `scaler.unscale_(...)` placed after the clip.
+
+    The clip may sit in a helper: a function or another method of the class in this module, or (when a folder
+    is linted, through the project index) a function, method or callable object of another module, a few calls
+    deep. Reported at the call, when the call comes after the scaled backward and before `scaler.step`, or when
+    the helper clips and then steps the scaler itself (`optimizer_step(scaler, optimizer)`); the message names
+    the function that clips and its module. An `unscale_` anywhere on the helper's calls counts as unscaling.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale (65536 by default, then
@@ -65,25 +75,40 @@ class ClipWithoutUnscale(Rule):
     gradients, so the move is unsafe. No fix is offered when a statement between them backpropagates (a second
     scaled backward would add scaled gradients to unscaled ones), steps, updates, scales, unscales or zeroes
     gradients, or rebinds the scaler or the optimizer. No fix is offered when the owner's step does not run every
-    time the clip does (for example the clip runs every micro-batch but the step only at the accumulation boundary),
-    nor when an `unscale_` of that optimizer already ran since the last `update()`, because unscaling twice before
-    `update()` raises.
+    time the clip does (for example the clip runs every micro-batch but the step only at the accumulation boundary,
+    or once after the micro-batch loop), nor when an `unscale_` of that optimizer already ran since the last
+    `update()`, because unscaling twice before `update()` raises.
+
+    For a helper call, the fix inserts `scaler.unscale_(optimizer)` just before the call, under the same
+    conditions, and only when the scaler steps exactly one optimizer after the call (the helper's parameters are
+    not read) and no `unscale_` follows before the step. A helper that also steps gets no fix: the `unscale_`
+    belongs before its clip, in its own body.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
-    unscales first), for apex `amp.master_params` (apex unscales on leaving `amp.scale_loss`), and when the
-    scaled backward or the step happen in another function.
+    unscales first), for Lightning's `self.clip_gradients(...)` (its precision plugin unscales first), for apex
+    `amp.master_params` (apex unscales on leaving `amp.scale_loss`). A helper is followed only where its function
+    is known: same-module calls by name and `self.method()`; other modules only when a folder is linted, through
+    the imports and objects the project index resolves. Silent when the helper backpropagates, calls `.step()`
+    on something that is not the scaler (an optimizer), or updates the scaler without stepping it, and when the
+    scaled backward is more than one call away from the helper's call.
     """
 
     code = "AMP003"
     name = "clip-without-unscale"
     fix = "sometimes"
-    words = ("clip_grad",)
+    # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
+    words = ("clip_grad", "scale")
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         return (summary.uses_api("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
                 and summary.calls_method("step") and summary.backward_possible() and summary.scaler_possible())
+
+    @classmethod
+    def maybe_applies_across(cls, summary, view) -> bool:
+        # a scaled backward here, and a call of this file reaching a clip in another module
+        return summary.backward_possible() and summary.scaler_possible() and reaches_from_module(view, ("clip",))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         index = _Index(facts)
@@ -129,12 +154,70 @@ class ClipWithoutUnscale(Rule):
                 if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
+        yield from self._through_calls(facts, index)
+
+    def _through_calls(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
+        """Clips reached through a call: a helper (of this module or, with the project index, of another) called
+        after the scaled backward, that clips and then either returns before this function's `scaler.step` or
+        steps the scaler itself. Reported at the call."""
+        helpers = None
+        functions = {id(e.frame.function()): e.frame.function() for e in facts.events
+                     if e.kind is EventKind.BACKWARD and e.scaled}
+        for function in functions.values():
+            helpers = helpers or _Helpers(facts)
+            events = index.function(function)
+            for call in helpers.calls_in(function):
+                finding = self._through_call(facts, index, events, helpers, call)
+                if finding is not None:
+                    yield finding
+
+    def _through_call(self, facts: ModuleFacts, index: _Index, events: _FunctionEvents, helpers: _Helpers,
+                      call: Call) -> Finding | None:
+        if call.dotted is None or helpers.is_event(call):
+            return None
+        backward = events.last_scaled_backward(call.index)
+        if backward is None or call.statement is backward.call.statement \
+                or not may_follow(facts, backward.frame, call.frame):
+            return None
+        scaler = backward.scaler
+        if index.scaler_disabled(scaler) or events.unscale_between(scaler, None, backward.index, call.index) \
+                or events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index) is not None \
+                and events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index).index < call.index:
+            return None
+        does = helpers.does(call)
+        if not does or "clip" not in does or any(fact in does for fact in _HELPER_SILENCERS):
+            return None
+        callee = snippet(facts, call.node.func, 32)
+        where = does["clip"].where()
+        if clips_then_steps(does):
+            message = _bounded(f"`{callee}(...)` clips and steps gradients still scaled by `{scaler}`", where, "in")
+            return Finding(call.node, message, help=f"Unscale before the clip in {where}: "
+                                                     f"`scaler.unscale_(optimizer)`")
+        step = events.first_after(EventKind.SCALER_STEP, scaler, call.index)
+        if "scaler_step" in does or "scaler_update" in does or step is None \
+                or not may_follow(facts, call.frame, step.frame):
+            return None
+        message = _bounded(f"`{callee}(...)` clips gradients still scaled by `{scaler}`", where)
+        placed = Event(EventKind.CLIP, call)
+        candidates = events.stepped_after(placed, scaler)
+        tied = candidates[0] if len(candidates) == 1 and events.optimizers(scaler) <= set(candidates) else None
+        fix = None
+        if tied is not None:
+            tied_step = events.first_after(EventKind.SCALER_STEP, scaler, call.index, tied)
+            if tied_step is not None and not events.unscaled_before(scaler, tied, call.index) \
+                    and events.unscale_between(scaler, None, call.index, tied_step.index) is None:
+                fix = self._insert_unscale(facts, placed, tied_step, scaler, tied, before=f"`{callee}(...)`")
+        advice = f"Call `{scaler}.unscale_({tied or '...'})` before `{callee}(...)` (the clip: {where})"
+        return Finding(call.node, message, fix, help=None if fix else advice)
 
     @staticmethod
     def _step_follows_every_clip(clip: Event, step: Event) -> bool:
-        return clip.frame.is_within(step.frame)
+        """Does the step run each time the clip does: not under a test the clip is outside of, and not outside a
+        loop (micro-batches) that repeats the clip? A second `unscale_` before `update()` raises."""
+        return clip.frame.is_within(step.frame) and loops_within(step.frame, clip.frame)
 
-    def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str) -> FixPlan | None:
+    def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str,
+                        before: str = "the clip") -> FixPlan | None:
         statement = clip.call.statement
         if not self._step_follows_every_clip(clip, step):
             return None
@@ -147,7 +230,7 @@ class ClipWithoutUnscale(Rule):
             moved = statement.with_changes(leading_lines=())
             return replace_nodes(facts.module, {statement: cst.FlattenSentinel([unscale, moved])})
 
-        return FixPlan(f"Insert `{scaler}.unscale_({optimizer})` before the clip", rebuild)
+        return FixPlan(f"Insert `{scaler}.unscale_({optimizer})` before {before}", rebuild)
 
     def _move_unscale(self, facts, clip: Event, unscale: Event, step: Event, index: _Index) -> FixPlan | None:
         clip_statement, unscale_statement = clip.call.statement, unscale.call.statement
@@ -485,3 +568,167 @@ def _union(parts) -> set[str] | None:
             return None
         owners |= part
     return owners
+
+
+# clipping reached through calls ------------------------------------------------------------------------------
+# What a helper must not do for its clip to be reported at the call: a backward of its own (the gradients it
+# clips may be its own), an `unscale_` anywhere (it may unscale first: an `unscale_` in any callee counts), a
+# plain `optimizer.step()` (not the scaler's recipe: other rules' concern).
+_HELPER_FACTS = ("clip", "unscale", "backward", "scaler_step", "scaler_update", "step")
+_HELPER_SILENCERS = ("unscale", "backward", "step")
+_EVENT_FACTS = {EventKind.CLIP: "clip", EventKind.SCALER_UNSCALE: "unscale", EventKind.BACKWARD: "backward",
+                EventKind.SCALER_STEP: "scaler_step", EventKind.SCALER_UPDATE: "scaler_update",
+                EventKind.OPTIMIZER_STEP: "step"}
+_HELPER_DEPTH = 3  # calls followed from the called helper, as the project index does (MAX_DEPTH)
+
+
+@dataclass(frozen=True)
+class _Doer:
+    """Where a helper (or a function it calls) does a fact: the function, its module (None: this module) and
+    the line; `order`: the fact's place in that function, to compare a clip with a step done by the same one."""
+
+    qualname: str
+    module: str | None
+    line: int
+    order: int
+    target: Target | None = None  # the function, when it is another module's
+
+    def where(self) -> str:
+        """"`engine.clip_all()`, line 12" or "`Trainer._clip()`, line 12"."""
+        name = f"{self.module}.{self.qualname}" if self.module else self.qualname
+        return f"`{name}()`, line {self.line}"
+
+
+class _Helpers:
+    """What the calls of this module reach: a same-module function through the facts layer (its events, and its
+    own calls followed `_HELPER_DEPTH` deep), another module's through the project index (`facts.project`)."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.view = facts.project
+        self._infos = {info.qualname: info for info in reversed(facts.functions)}  # the first of a name wins
+        self._targets: dict[int, str] = {}  # id of a call node -> the same-module function it calls
+        for qualname, sites in facts.call_sites.items():
+            for site in sites:
+                self._targets[id(site.node)] = qualname
+        self._calls: dict[int, list[Call]] = {}
+        for call in facts.calls:
+            self._calls.setdefault(id(call.frame.function()), []).append(call)
+        self._event_nodes = {id(event.node) for event in facts.events}
+        self._done: dict[int, dict[str, _Doer] | None] = {}
+
+    def calls_in(self, function) -> list[Call]:
+        return self._calls.get(id(function), [])
+
+    def is_event(self, call: Call) -> bool:
+        return id(call.node) in self._event_nodes
+
+    def does(self, call: Call) -> dict[str, _Doer] | None:
+        """The facts of `_HELPER_FACTS` the function a call runs does, itself or through its callees (the first
+        found breadth first for each); None when the call runs no function the module or the index knows."""
+        if id(call.node) not in self._done:
+            self._done[id(call.node)] = self._does(call)
+        return self._done[id(call.node)]
+
+    def _does(self, call: Call) -> dict[str, _Doer] | None:
+        same = self._targets.get(id(call.node))
+        if same is not None:
+            found: dict[str, _Doer] = {}
+            self._same_module(same, found)
+            return found
+        target = self._other_module(self.facts.function_info(call.frame), call)
+        if target is None:
+            return None
+        found = {}
+        self._across(target, found)
+        return found
+
+    def _same_module(self, qualname: str, found: dict[str, _Doer]) -> None:
+        frontier, seen = [qualname], {qualname}
+        for _ in range(_HELPER_DEPTH + 1):
+            following = []
+            for current in frontier:
+                info = self._infos.get(current)
+                if info is None:
+                    continue
+                for event in self.facts.events_in(info.frame):
+                    fact = _EVENT_FACTS.get(event.kind)
+                    if fact is not None and fact not in found:
+                        found[fact] = _Doer(current, None, self.facts.line_of(event.node), event.index)
+                for inner in self.calls_in(info.frame):
+                    # Any `x.unscale_()` or `x.backward()` counts, whatever the facts layer knows `x` to be.
+                    fact = {"unscale_": "unscale", "backward": "backward", "manual_backward": "backward"}.get(
+                        inner.method or "")
+                    if fact is not None and fact not in found:
+                        found[fact] = _Doer(current, None, self.facts.line_of(inner.node), inner.index)
+                    callee = self._targets.get(id(inner.node))
+                    if callee is not None:
+                        if callee not in seen:
+                            seen.add(callee)
+                            following.append(callee)
+                        continue
+                    target = self._other_module(info, inner)
+                    if target is not None:
+                        self._across(target, found)
+            frontier = following
+
+    def _other_module(self, info: FunctionInfo | None, call: Call):
+        """The function of another module the call runs, through the project index; None when not known."""
+        view = self.view
+        if view is None or call.dotted is None or (call.qualified or "").startswith("torch."):
+            return None
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        return target if target is not None and target.module != view.path else None
+
+    def _across(self, target, found: dict[str, _Doer]) -> None:
+        view = self.view
+        names = view.project.names
+        for fact in _HELPER_FACTS:
+            if fact in found:
+                continue
+            reached = view.reaches(target, (fact,))
+            if reached is not None:
+                doer = view.function(reached[0][-1])
+                line = doer.lines.get(fact, doer.line)
+                doing = reached[0][-1]
+                found[fact] = _Doer(doing.qualname, names.get(doing.module, "?"), line, line, doing)
+        clip = found.get("clip")
+        if clip is not None and "scaler_step" not in found:
+            self._scaler_step_beside(clip, found)
+
+    def _scaler_step_beside(self, clip: _Doer, found: dict[str, _Doer]) -> None:
+        """The index knows a scaler by its construction in the file; a helper handed one (`def optimizer_step(
+        scaler, optimizer)`) steps it as any object. Known by what the function does with it: `x.step(...)` and
+        `x.update()` both (an optimizer has no `update`, an EMA no `step`). Its step, in the function that clips,
+        is the scaler's; another `.step()` there (a scheduler's) is then no plain optimizer step."""
+        summary = self.view.function(clip.target) if clip.target is not None else None
+        if summary is None:
+            return
+        receivers: dict[str, set[str]] = {}
+        for record in summary.calls:
+            receiver, _, method = record.callee.rpartition(".")
+            if receiver:
+                receivers.setdefault(receiver, set()).add(method)
+        lines = [record.line for record in summary.calls if record.callee.rpartition(".")[2] == "step"
+                 and {"step", "update"} <= receivers.get(record.callee.rpartition(".")[0], set())]
+        if lines:
+            found["scaler_step"] = _Doer(clip.qualname, clip.module, min(lines), min(lines), clip.target)
+            if "step" in found and found["step"].target == clip.target:
+                del found["step"]
+
+
+MAX_MESSAGE = 120
+
+
+def _bounded(message: str, where: str, label: str = "the clip:") -> str:
+    """The message with where the clip is ("(the clip: `engine.clip()`, line 5)") when that fits in
+    `MAX_MESSAGE` characters; the help line names it too, so a long path loses nothing."""
+    longer = f"{message} ({label} {where})"
+    return longer if len(longer) <= MAX_MESSAGE else message
+
+
+def clips_then_steps(does: dict[str, _Doer]) -> bool:
+    """Does the helper clip and then step the scaler, in one function, the clip first?"""
+    clip, step = does.get("clip"), does.get("scaler_step")
+    return clip is not None and step is not None and (clip.qualname, clip.module) == (step.qualname, step.module) \
+        and clip.order < step.order
