@@ -8,6 +8,8 @@ autocast runs in float32 (softmax, norms, losses...) are not. When unsure, a nam
 from __future__ import annotations
 
 import builtins
+from dataclasses import dataclass
+from typing import Callable
 
 from amplint.lazy import libcst as cst
 
@@ -149,12 +151,25 @@ def written_tensor(call: cst.Call) -> cst.BaseExpression | None:
     return None
 
 
-def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
+@dataclass
+class Lowering:
+    """What a caller of `is_low_precision` knows beyond names: what autocast makes of a callee's output when it is
+    a known torch.nn module (`module_output(func)`: "low", "float32", "keep" the input's dtype; None when not
+    known, see `module_output` below), and
+    which names surely hold Python numbers (`scalars`: sizes, lengths; with it, a user module or function
+    counts as lowered only when handed something that may be a tensor: `self.rotary(n)` with `n = x.shape[1]`
+    is not)."""
+
+    module_output: Callable[[cst.BaseExpression], str | None] | None = None
+    scalars: set[str] | None = None
+
+
+def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | None = None) -> bool:
     """Does evaluating `value` inside an autocast region yield a low-precision tensor?"""
     if isinstance(value, cst.Call):
         written = written_tensor(value)
         if written is not None:
-            return is_low_precision(written, low)
+            return is_low_precision(written, low, how)
         op = _op_name(value)
         if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value) \
                 or op in INTEGER_OPS:
@@ -167,24 +182,57 @@ def is_low_precision(value: cst.BaseExpression, low: set[str]) -> bool:
         if receiver is not None and "." not in receiver and receiver != "self" and (
                 receiver in low or op in TENSOR_METHODS):
             # A tensor method (h.view(...), x.relu()) keeps its receiver's dtype.
-            return receiver in low or any(is_low_precision(a, low) for a in arguments)
+            return receiver in low or any(is_low_precision(a, low, how) for a in arguments)
         dotted = dotted_name(func) or ""
         if dotted in BUILTIN_NAMES:
             return False
         if dotted.startswith(("torch.", "F.", "nn.functional.", "np.", "math.")):
-            return any(is_low_precision(a, low) for a in arguments)
+            return any(is_low_precision(a, low, how) for a in arguments)
+        kind = how.module_output(func) if how is not None and how.module_output is not None else None
+        if kind is not None:
+            # A torch.nn module: lowered by autocast (nn.Linear), float32 (nn.LayerNorm on CUDA), or keeping its
+            # input's dtype (nn.Embedding of token ids: float32).
+            return kind == "low" or (kind == "keep" and any(is_low_precision(a, low, how) for a in arguments))
         # A module or function of the user's: model(x), self.encoder(x), head(h).
+        if how is not None and how.scalars is not None:
+            return bool(dotted) and any(not is_scalar(a, how.scalars) for a in arguments)
         return bool(dotted) and any(not isinstance(a, (cst.SimpleString, cst.Integer, cst.Float)) for a in arguments)
     if isinstance(value, cst.BinaryOperation):
         if isinstance(value.operator, cst.MatrixMultiply):
             return True
-        return is_low_precision(value.left, low) or is_low_precision(value.right, low)
+        return is_low_precision(value.left, low, how) or is_low_precision(value.right, low, how)
     if isinstance(value, cst.UnaryOperation):
-        return is_low_precision(value.expression, low)
+        return is_low_precision(value.expression, low, how)
     if isinstance(value, cst.Subscript):
-        return is_low_precision(value.value, low)
+        return is_low_precision(value.value, low, how)
     if isinstance(value, cst.Name):
         return value.value in low
+    return False
+
+
+SIZE_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad"})
+
+
+def is_scalar(value: cst.BaseExpression, scalars: set[str]) -> bool:
+    """Is `value` surely no tensor: a literal, a size (`x.shape[1]`, `x.size(0)`, `len(x)`, `x.ndim`), a name in
+    `scalars`, or arithmetic on those?"""
+    if isinstance(value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.Integer, cst.Float,
+                          cst.Imaginary)):
+        return True
+    if isinstance(value, cst.Name):
+        return value.value in scalars or value.value in ("True", "False", "None")
+    if isinstance(value, cst.Attribute):
+        return value.attr.value in SIZE_ATTRIBUTES
+    if isinstance(value, cst.Subscript):
+        return isinstance(value.value, cst.Attribute) and value.value.attr.value == "shape"
+    if isinstance(value, cst.Call):
+        op = _op_name(value)
+        return op in ("size", "numel", "dim", "len", "int", "item") and not (
+            op == "size" and not isinstance(value.func, cst.Attribute))
+    if isinstance(value, cst.BinaryOperation):
+        return is_scalar(value.left, scalars) and is_scalar(value.right, scalars)
+    if isinstance(value, cst.UnaryOperation):
+        return is_scalar(value.expression, scalars)
     return False
 
 
@@ -250,6 +298,72 @@ def tensor_module(facts, func: cst.BaseExpression, frame: Frame | None, depth: i
     bound = facts.bindings(key, frame)
     return bool(bound) and all(len(a.targets) == 1 and tensor_module(facts, a.value, a.frame, depth + 1)
                                for a in bound)
+
+
+# torch.nn modules by what autocast does to their output: lowered to bfloat16/float16 (their op is on autocast's
+# lower-precision list), run in float32 on CUDA (on its float32 list), or the input's dtype (not on either list:
+# an nn.Embedding of token ids gives float32, a dropout of a bfloat16 tensor gives bfloat16).
+LOWERING_MODULES = frozenset({
+    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "LazyConv1d", "LazyConv2d", "LazyConv3d", "PReLU", "MultiheadAttention", "LSTM", "GRU",
+    "RNN", "LSTMCell", "GRUCell", "RNNCell", "TransformerEncoderLayer", "TransformerEncoder",
+    "TransformerDecoderLayer", "TransformerDecoder", "Transformer",
+})
+FLOAT32_MODULES = frozenset({
+    "LayerNorm", "GroupNorm", "Softmax", "LogSoftmax", "Softmin", "RMSNorm", "CrossEntropyLoss", "MSELoss",
+    "NLLLoss", "L1Loss", "SmoothL1Loss", "BCEWithLogitsLoss", "KLDivLoss", "CosineSimilarity",
+})
+DTYPE_KEEPING_MODULES = frozenset({
+    "Embedding", "EmbeddingBag", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "ReLU", "ReLU6", "GELU", "SiLU", "Mish",
+    "ELU", "SELU", "CELU", "LeakyReLU", "Sigmoid", "Tanh", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid",
+    "Identity", "Flatten", "Unflatten", "AvgPool1d", "AvgPool2d", "AvgPool3d", "MaxPool1d", "MaxPool2d",
+    "MaxPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+    "AdaptiveMaxPool2d", "AdaptiveMaxPool3d", "Upsample", "PixelShuffle", "PixelUnshuffle", "ZeroPad2d",
+})
+
+
+def module_output(facts, func: cst.BaseExpression, frame: Frame | None, depth: int = 0) -> str | None:
+    """What autocast makes of the output of `func` when it is a torch.nn module every binding of its name
+    constructs: "low" (`nn.Linear`), "float32" (`nn.LayerNorm`, on CUDA), "keep" (the input's dtype:
+    `nn.Embedding`, `nn.Dropout`); an `nn.Sequential` is what its last module that decides makes it. None when
+    it is not known (a user module or function)."""
+    if depth > 3:
+        return None
+    if isinstance(func, cst.Call):
+        callee = func.func
+        if isinstance(callee, cst.Attribute) and callee.attr.value in MODULE_PLACEMENT and isinstance(
+                callee.value, cst.Call):
+            return module_output(facts, callee.value, frame, depth + 1)
+        qualified = facts.imports.qualify(callee) or ""
+        if not qualified.startswith("torch.nn.") or qualified.startswith("torch.nn.functional."):
+            return None
+        last = qualified.rsplit(".", 1)[-1]
+        if last == "Sequential":
+            state = "keep"
+            for arg in func.args:
+                inner = module_output(facts, arg.value, frame, depth + 1) if arg.keyword is None and not arg.star \
+                    else None
+                if inner is None:
+                    return None
+                state = state if inner == "keep" else inner
+            return state if func.args else None
+        if last in LOWERING_MODULES:
+            return "low"
+        if last in FLOAT32_MODULES:
+            return "float32"
+        return "keep" if last in DTYPE_KEEPING_MODULES else None
+    key = dotted_name(func)
+    if key is None:
+        return None
+    bound = facts.bindings(key, frame)
+    kinds = {module_output(facts, a.value, a.frame, depth + 1) if len(a.targets) == 1 else None for a in bound}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def lowering(facts, frame: Frame | None, scalars: set[str] | None = None) -> Lowering:
+    """The `Lowering` of a module's code: torch.nn modules resolved through `facts` (`module_output`)."""
+    return Lowering(lambda func: module_output(facts, func, frame), scalars)
 
 
 def floating_names(assignments: list[Assignment], region_frame: Frame, before: int, function: Frame | None,

@@ -13,8 +13,8 @@ from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import (FLOAT_PRESERVING, MODULE_PLACEMENT, UncastUses, floating_names, is_float32_cast, is_low_precision,
-                                  low_precision_names, tensor_module)
+from amplint.facts.dtypes import (FLOAT_PRESERVING, MODULE_PLACEMENT, UncastUses, floating_names, is_float32_cast,
+                                  is_low_precision, is_scalar, low_precision_names, lowering, tensor_module)
 from amplint.facts.model import Call, Frame, FunctionInfo
 from amplint.index.project import MAX_DEPTH, CallerSite, Target
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
@@ -142,7 +142,7 @@ class DisabledAutocastWithoutCast(Rule):
         info = facts.function_info(frame)
         caller = caller_evidence(facts, info) if info is not None else None
         parameters = fed_parameters(facts, info) if info is not None else {}
-        sources = arriving_names(facts, function, frame.start_index, caller, region, parameters)
+        sources = arriving_names(facts, info, function, frame.start_index, caller, region, parameters)
         scope = function if function is not None else list(frame.ancestors())[-1]
         floats = floating_names(facts.assignments_in(function), scope, frame.start_index, function, facts)
         yield from self._report(facts, frame.node.body, sources, floats, frame)
@@ -360,7 +360,8 @@ def fed_parameters(facts: ModuleFacts, info: FunctionInfo) -> dict[str, Source]:
         low = set(low_precision_names(facts.assignments_in(function), scope, site.index, function))
         where = "the autocast call at line {}" if scope is not function else "the call at line {} (run under autocast)"
         for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
-            if name not in fed and name not in scalars and is_low_precision(argument, low):
+            if name not in fed and name not in scalars and is_low_precision(argument, low,
+                                                                            lowering(facts, site.frame)):
                 fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from "
                                    f"{where.format(facts.line_of(site.node))}, used uncast with autocast off",
                                    parameter=True)
@@ -387,23 +388,27 @@ def scalar_parameters(function: cst.FunctionDef) -> set[str]:
     return found
 
 
-def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, caller: Caller | None,
-                   island: Region, parameters: dict[str, Source]) -> dict[str, Source]:
+def arriving_names(facts: ModuleFacts, info: FunctionInfo | None, function: Frame | None, before: int,
+                   caller: Caller | None, island: Region, parameters: dict[str, Source]) -> dict[str, Source]:
     """Names low precision at index `before` of the function, for a disabled region not nested in an enabled
     one: the `parameters` fed low precision, names assigned in an earlier enabled region of the function (a
     sibling), or computed outside any region while the function runs under its caller's autocast (`caller`),
-    kept through dtype-preserving rebindings and dropped by any other."""
+    kept through dtype-preserving rebindings and dropped by any other. Known torch.nn modules count for what
+    autocast makes of their output (`nn.Embedding` of token ids: float32); under a caller's autocast, a user
+    module or function counts only when handed something that may be a tensor (not sizes: `scalars`)."""
     low: dict[str, Source] = dict(parameters)
+    scalars = scalar_parameters(info.node) if info is not None else set()
     relevant = [a for a in facts.assignments_in(function) if a.index < before and a.frame.function() is function]
     for assignment in sorted(relevant, key=lambda a: a.index):
         region = facts.region_of(assignment.frame)
+        scalar = is_scalar(assignment.value, scalars)
         if region is not None and region.active and region.via == "with":
-            produces = is_low_precision(assignment.value, set(low))
+            produces = is_low_precision(assignment.value, set(low), lowering(facts, assignment.frame))
             source = Source(f"`{{name}}` is {dtype_words(region)} from the autocast region at line "
                             f"{facts.line_of(region.opener)} and used uncast with autocast off (line "
                             f"{facts.line_of(island.opener)})") if produces else None
         elif region is None and caller is not None:
-            produces = is_low_precision(assignment.value, set(low))
+            produces = is_low_precision(assignment.value, set(low), lowering(facts, assignment.frame, scalars))
             source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}") \
                 if produces else None
         else:
@@ -412,6 +417,10 @@ def arriving_names(facts: ModuleFacts, function: Frame | None, before: int, call
         for name in assignment.targets:
             if "." in name:
                 continue
+            if scalar:
+                scalars.add(name)
+            else:
+                scalars.discard(name)
             if produces and (len(assignment.targets) == 1 or isinstance(assignment.value, cst.Call)):
                 low[name] = source
             else:
