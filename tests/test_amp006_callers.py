@@ -1,0 +1,76 @@
+"""AMP006 across calls: a disabled region fed values that the callers' autocast made low precision.
+
+The fixtures hold the patterns (fixtures/AMP006-*/flagged, clean, projects); these tests hold what fixtures
+cannot: a cached result follows the callers in other modules, and the small pieces the rule rests on."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import libcst
+import pytest
+from click.testing import CliRunner
+
+from amplint.cli import main
+from amplint.facts import ModuleFacts
+from amplint.facts.dtypes import is_scalar, module_output
+from amplint.rules.amp006_disabled_autocast_without_cast import scalar_parameters
+
+REPO = Path(__file__).resolve().parents[1]
+CASE = REPO / "fixtures" / "AMP006-disabled-autocast-without-cast" / "projects" / "forward_called_from_train"
+
+
+def _amp006(folder: Path) -> list[tuple[str, int]]:
+    result = CliRunner().invoke(main, ["check", str(folder), "--select", "AMP006", "--output-format", "json",
+                                       "--cache-dir", str(folder.parent / "cache")], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return sorted((Path(d["filename"]).name, d["location"]["row"]) for d in json.loads(result.output))
+
+
+def test_cached_result_follows_the_callers_region_in_another_module(tmp_path):
+    """model.py's finding comes from train.py's autocast: moving the call out of the region in train.py (model.py
+    unchanged, its cached result at hand) removes it, and moving it back brings it back."""
+    folder = tmp_path / "project"
+    shutil.copytree(CASE, folder)
+    assert _amp006(folder) == [("model.py", 17)]
+    train = folder / "train.py"
+    text = train.read_text()
+    outside = text.replace("        with torch.autocast(\"cuda\", dtype=torch.float16):\n            out = net(x)\n",
+                           "        out = net(x)\n        with torch.autocast(\"cuda\", dtype=torch.float16):\n")
+    assert outside != text
+    train.write_text(outside)
+    assert _amp006(folder) == []
+    train.write_text(text)
+    assert _amp006(folder) == [("model.py", 17)]
+
+
+def _function(source: str) -> libcst.FunctionDef:
+    return libcst.parse_module(source).body[0]
+
+
+def test_scalar_parameters_are_known_by_annotation_or_default():
+    function = _function("def f(x, k: int, flag: bool = False, eps=1e-6, name='a', mask=None, n=-1, t: float = 2): pass")
+    assert scalar_parameters(function) == {"k", "flag", "eps", "name", "n", "t"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("x.shape[1]", True), ("x.size(0)", True), ("len(x)", True), ("n * 2 + 1", True), ("x.ndim", True),
+    ("x", False), ("x[0]", False), ("x.sum()", False), ("size(x)", False), ("n * x", False),
+])
+def test_is_scalar(text, expected):
+    assert is_scalar(libcst.parse_expression(text), {"n"}) is expected
+
+
+@pytest.mark.parametrize(("construction", "expected"), [
+    ("nn.Linear(4, 4)", "low"), ("nn.Linear(4, 4).to(device)", "low"), ("nn.Embedding(10, 4)", "keep"),
+    ("nn.LayerNorm(4)", "float32"), ("nn.Sequential(nn.Linear(4, 4), nn.ReLU())", "low"),
+    ("nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.Dropout())", "float32"),
+    ("nn.Sequential(nn.Dropout(), Custom())", None), ("Custom()", None),
+])
+def test_module_output(construction, expected):
+    source = f"from torch import nn\nm = {construction}\nm(x)\n"
+    facts = ModuleFacts(libcst.parse_module(source))
+    call = libcst.parse_expression("m")
+    assert module_output(facts, call, None) == expected
