@@ -68,10 +68,10 @@ class ScalerInInference(Rule):
     `.eval()` or opens `no_grad`/`inference_mode` (an inference script).
 
     A name alone never makes a finding where a backward runs in the module: there `generator_step()` stepping
-    the scaler or a function returning a scaled loss is a training helper. Uses count a name only with more
-    evidence (the function runs under no_grad/inference_mode, or a scaled value is used where it is computed:
-    scaled logits in `generate()`); constructions need `.eval()`, `no_grad`/`inference_mode`, or a module
-    without backward.
+    the scaler or a function returning a scaled loss is a training helper. There a use counts the function's
+    name only with more evidence (the function runs under no_grad/inference_mode, or a scaled value is used
+    where it is computed: scaled logits in `generate()`), and a construction never counts it: it needs the
+    function to call `.eval()` or open `no_grad`/`inference_mode`/`set_grad_enabled(False)`.
 
     ## Why is this bad?
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
