@@ -640,7 +640,7 @@ class _Helpers:
         if target is None:
             return None
         found = {}
-        self._across(target, found)
+        self._across(target, found, need_clip=True)
         return found
 
     def _same_module(self, qualname: str, found: dict[str, _Doer]) -> None:
@@ -680,13 +680,17 @@ class _Helpers:
         target = view.resolve(info.qualname if info else None, call.dotted)
         return target if target is not None and target.module != view.path else None
 
-    def _across(self, target, found: dict[str, _Doer]) -> None:
+    def _across(self, target, found: dict[str, _Doer], need_clip: bool = False) -> None:
+        """What another module's function does, through the index (`need_clip`: nothing more is asked when it
+        reaches no clip: the call is then not reported, whatever else it does)."""
         view = self.view
         names = view.project.names
-        for fact in _HELPER_FACTS:
+        for fact in _HELPER_FACTS:  # "clip" first
             if fact in found:
                 continue
             reached = view.reaches(target, (fact,))
+            if reached is None and need_clip and fact == "clip":
+                return
             if reached is not None:
                 doer = view.function(reached[0][-1])
                 line = doer.lines.get(fact, doer.line)
