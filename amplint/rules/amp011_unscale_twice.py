@@ -58,6 +58,8 @@ class UnscaleTwice(Rule):
     its test is the same every micro-batch, so once on it unscales every micro-batch. Silent when a test on the
     way can change between iterations (it may be the accumulation boundary: `if (i + 1) % accum == 0`, a name
     the loop assigns, a call, an attribute another method sets), and when the update runs under the same tests.
+    An update that a `continue` between the two can skip (`if (i + 1) % accum != 0: continue`, `if not
+    finite: continue`) is not reached by every iteration that unscaled: the next `unscale_` raises.
 
     ## Fix safety
     Safe. In a loop, the fix moves the `unscale_` (with the gradient clipping right after it) to just before the
@@ -70,8 +72,7 @@ class UnscaleTwice(Rule):
     ## Limits
     Silent when the optimizer is not a plain name (`optimizers[i]`), for a loop over optimizers
     (`for opt in optimizers: scaler.unscale_(opt)`), when the `unscale_` is under a test that may change between
-    iterations, when the boundary skips the rest of the iteration (`if not boundary: continue`) rather than
-    guarding the step, and when the update is in another function.
+    iterations, and when the update is in another function.
     """
 
     code = "AMP011"
@@ -164,7 +165,7 @@ class UnscaleTwice(Rule):
         if ifs and not all(_same_every_iteration(facts, frame, loop) for frame in ifs):
             return None
         updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
-                   and e.frame.is_within(loop)]
+                   and e.frame.is_within(loop) and not _continue_between(loop, unscale, e)]
         if _always_reached(updates, loop):
             return None
         if ifs:
@@ -265,6 +266,45 @@ def _guard_to_move(branch: Frame, statement: cst.CSTNode, clips: set[int]) -> cs
     if not all(id(line) in clips and isinstance(line, cst.SimpleStatementLine) for line in lines[1:]):
         return None
     return guard
+
+
+def _continue_between(loop: Frame, unscale: Event, update: Event) -> bool:
+    """Can an iteration that ran the `unscale_` skip the update with a `continue` of this loop, written in a
+    statement of the loop's body between the two (`if (i + 1) % accum != 0: continue`, `if not finite: continue`)?"""
+    body = _block_of(loop)
+    if body is None:
+        return False
+    positions = {id(statement): position for position, statement in enumerate(body)}
+    start = next((positions[id(s)] for s in unscale.call.statements if id(s) in positions), None)
+    end = next((positions[id(s)] for s in update.call.statements if id(s) in positions), None)
+    if start is None or end is None:
+        return False
+    between = body[start + 1:end] if start < end else [*body[start + 1:], *body[:end]]
+    return any(_continues(statement) for statement in between)
+
+
+def _continues(statement: cst.CSTNode) -> bool:
+    """Does the statement hold a `continue` of the loop around it (not of a loop or function inside it)?"""
+    found = []
+
+    class Continues(cst.CSTVisitor):
+        def visit_Continue(self, node: cst.Continue) -> None:
+            found.append(node)
+
+        def visit_For(self, node) -> bool:
+            return False
+
+        def visit_While(self, node) -> bool:
+            return False
+
+        def visit_FunctionDef(self, node) -> bool:
+            return False
+
+        def visit_ClassDef(self, node) -> bool:
+            return False
+
+    statement.visit(Continues())
+    return bool(found)
 
 
 def _always_reached(updates: list[Event], loop: Frame) -> bool:
