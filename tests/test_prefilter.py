@@ -538,10 +538,11 @@ def test_disabled_regions():
 @pytest.mark.parametrize("body, analysed, flagged", [
     # (`h.sum()`: a method of the value, a use whatever its type; a value of unknown type handed to a user
     # function is not a use, amplint/facts/dtypes.py)
-    # a disabled block alone, or after an active one, is not nested: nothing for AMP006 to report
+    # a disabled block alone: nothing for AMP006 to report
     ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return model(x)\n", False, False),
+    # after an active one (a sibling): what that one made low precision is still low precision
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
-     "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", False, False),
+     "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", True, True),
     # nested in the same function: analysed, and reported
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
      "        with torch.autocast('cuda', enabled=False):\n            return h.sum()\n", True, True),

@@ -108,8 +108,10 @@ class DisabledAutocastWithoutCast(Rule):
 
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
-        # A disabled region whose function a caller in another module runs under autocast.
-        return summary.regions_possible() and disabled_region_possible(summary)
+        # A disabled region whose function a caller in another module runs under autocast: the project holds
+        # another indexed module (the exact question, `index_evidence`, is the rule's).
+        return summary.regions_possible() and disabled_region_possible(summary) and any(
+            path != view.path for path in view.project.indexed)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -469,15 +471,38 @@ def disabled_region_possible(summary) -> bool:
 
 
 def second_region_possible(summary) -> bool:
-    """Two with-statements or decorators that can open a region (one is the disabled region): the other may be
-    an earlier sibling region or a caller's region in this module."""
+    """A region written disabled beside a second opener that can reach it: another with-statement that can open
+    a region in the same function (an earlier sibling), or, for a disabled region in (or decorating) a function
+    that this module calls by its name or a `forward` (called through its module's objects), any other opener
+    or decorator (a caller's region)."""
     def exact() -> bool:
-        openers = sum(1 for node, _, _ in summary.withs if summary.with_can_open(node))
-        openers += sum(1 for decorators in summary.call_decorators.values() for d in decorators
-                       if summary.can_open(d))
-        return openers >= 2
+        capable = [(node, function) for node, function, _ in summary.withs if summary.with_can_open(node)]
+        decorators = sum(1 for decorators in summary.call_decorators.values() for d in decorators
+                         if summary.can_open(d))
+        if len(capable) + decorators < 2:
+            return False
+        for node, function in capable:
+            if not any(written_disabled(item.context_expr) for item in node.items):
+                continue
+            if any(other is not node and owner is function for other, owner in capable):
+                return True
+            if called(getattr(function, "name", None)):
+                return True
+        return any(called(summary.function_names_by_id.get(function_id))
+                   for function_id, decorators in summary.call_decorators.items()
+                   if any(summary.can_open(d) and written_disabled(d) for d in decorators))
+
+    def called(name: str | None) -> bool:
+        return name is not None and (name == "forward" or name in summary.call_sites_by_name)
 
     return summary.ask(summary.has_token("with") or "@" in summary.text, exact)
+
+
+def written_disabled(expr: ast.AST) -> bool:
+    """An opener written disabled: a literal `enabled=False`, or a literal False passed positionally."""
+    return type(expr) is ast.Call and (
+        any(k.arg == "enabled" and type(k.value) is ast.Constant and k.value.value is False for k in expr.keywords)
+        or any(type(a) is ast.Constant and a.value is False for a in expr.args))
 
 
 def region_in_region_possible(summary) -> bool:
