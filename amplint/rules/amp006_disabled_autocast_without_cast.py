@@ -12,6 +12,7 @@ from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.facts import ModuleFacts, Region, RegionState
+from amplint.facts.module import exclusive
 from amplint.diagnostics import Applicability
 from amplint.facts.dtypes import (FLOAT_PRESERVING, MODULE_PLACEMENT, UncastUses, floating_names, is_float32_cast,
                                   is_low_precision, is_scalar, low_precision_names, lowering, tensor_module)
@@ -88,7 +89,9 @@ class DisabledAutocastWithoutCast(Rule):
     through calls the project index resolves (plain functions, methods, objects of the project's classes held
     by a name or an attribute, `Net(...).to(device)` in this module); models kept in containers
     (`nn.ModuleList`, `nn.Sequential`) or passed as arguments are not followed, and a caller in another module
-    counts only when the index holds that module.
+    counts only when the index holds that module. A function that no known caller runs under autocast is not
+    reported, though code outside the project may call it so (a library's module): there its inputs' dtypes
+    cannot be known, and a false report costs more than a miss.
     """
 
     code = "AMP006"
@@ -395,12 +398,14 @@ def arriving_names(facts: ModuleFacts, info: FunctionInfo | None, function: Fram
     """Names low precision at index `before` of the function, for a disabled region not nested in an enabled
     one: the `parameters` fed low precision, names assigned in an earlier enabled region of the function (a
     sibling), or computed outside any region while the function runs under its caller's autocast (`caller`),
-    kept through dtype-preserving rebindings and dropped by any other. Known torch.nn modules count for what
+    kept through dtype-preserving rebindings and dropped by any other; an assignment in a branch that excludes
+    the region's (`if amp: ... else: ...`) never reaches it. Known torch.nn modules count for what
     autocast makes of their output (`nn.Embedding` of token ids: float32); under a caller's autocast, a user
     module or function counts only when handed something that may be a tensor (not sizes: `scalars`)."""
     low: dict[str, Source] = dict(parameters)
     scalars = scalar_parameters(info.node) if info is not None else set()
-    relevant = [a for a in facts.assignments_in(function) if a.index < before and a.frame.function() is function]
+    relevant = [a for a in facts.assignments_in(function) if a.index < before and a.frame.function() is function
+                and not exclusive(facts, a.frame, island.frame)]
     for assignment in sorted(relevant, key=lambda a: a.index):
         region = facts.region_of(assignment.frame)
         scalar = is_scalar(assignment.value, scalars)
