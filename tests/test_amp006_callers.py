@@ -74,3 +74,22 @@ def test_module_output(construction, expected):
     facts = ModuleFacts(libcst.parse_module(source))
     call = libcst.parse_expression("m")
     assert module_output(facts, call, None) == expected
+
+
+def test_long_names_get_a_shorter_message():
+    """The caller chain is named while the message fits in 120 characters; long names drop the callers between,
+    then the callers' names."""
+    from amplint.rules.amp006_disabled_autocast_without_cast import Caller, Source
+
+    chain = Caller("Block.forward", 27, None, Caller("train", 14, "train"))
+    long_chain = Caller("TransformerEncoderBlockWithRotary.forward", 1234, None,
+                        Caller("train_one_epoch_with_gradient_accumulation", 456, "project.engine.training_loop"))
+    for caller, name, wanted in [
+        (chain, "h", "`h` is low precision with autocast off: `Block.forward` (line 27) runs this under the autocast "
+                     "of `train` (in `train`, line 14)"),
+        (long_chain, "h", "`h` is low precision with autocast off: a caller runs this under autocast"),
+    ]:
+        source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}",
+                        shorter=(f"`{{name}}` is low precision with autocast off: {caller.describe(short=True)}",
+                                 "`{name}` is low precision with autocast off: a caller runs this under autocast"))
+        assert source.text(name) == wanted and len(source.text(name)) <= 120

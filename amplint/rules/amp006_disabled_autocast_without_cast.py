@@ -175,7 +175,7 @@ class DisabledAutocastWithoutCast(Rule):
 
             safe = name in floats and not sources[name].parameter
             applicability = Applicability.SAFE if safe else Applicability.UNSAFE
-            yield Finding(use, sources[name].message.replace("{name}", name),
+            yield Finding(use, sources[name].text(name),
                           FixPlan(f"Cast `{name}` with `.float()` inside the disabled region", rebuild,
                                   applicability))
 
@@ -187,6 +187,15 @@ class Source:
 
     message: str
     parameter: bool = False
+    shorter: tuple[str, ...] = ()  # the same said shorter, for names that make `message` too long
+
+    def text(self, name: str) -> str:
+        """The message for `name`: the first wording that keeps it within `MAX_MESSAGE` characters."""
+        wordings = [template.replace("{name}", name) for template in (self.message, *self.shorter)]
+        return next((text for text in wordings if len(text) <= MAX_MESSAGE), wordings[-1])
+
+
+MAX_MESSAGE = 120
 
 
 @dataclass
@@ -199,7 +208,7 @@ class Caller:
     module: str | None = None  # None: this module
     under: Caller | None = None
 
-    def describe(self) -> str:
+    def describe(self, short: bool = False) -> str:
         """"`train` (line 12) runs this under autocast", "`Net.forward` (line 27) runs this under the autocast of
         `train` (in `train`, line 13)"."""
         if self.under is None:
@@ -207,6 +216,8 @@ class Caller:
         root = self.under
         while root.under is not None:
             root = root.under
+        if short:  # the caller whose region it is, not the ones between
+            return f"it runs under the autocast of {root._site()}"
         return f"{self._site()} runs this under the autocast of {root._site()}"
 
     def _site(self) -> str:
@@ -367,9 +378,10 @@ def fed_parameters(facts: ModuleFacts, info: FunctionInfo) -> dict[str, Source]:
         for name, argument in bind_arguments(info.node, site.node, skip_self="." in info.qualname).items():
             if name not in fed and name not in scalars and is_low_precision(argument, low,
                                                                             lowering(facts, site.frame)):
-                fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from "
-                                   f"{where.format(facts.line_of(site.node))}, used uncast with autocast off",
-                                   parameter=True)
+                line = facts.line_of(site.node)
+                fed[name] = Source(f"parameter `{{name}}` gets a low-precision tensor from {where.format(line)}, used "
+                                   f"uncast with autocast off", parameter=True,
+                                   shorter=(f"parameter `{{name}}` is low precision (call at line {line}), used uncast",))
     return fed
 
 
@@ -416,8 +428,10 @@ def arriving_names(facts: ModuleFacts, info: FunctionInfo | None, function: Fram
                             f"{facts.line_of(island.opener)})") if produces else None
         elif region is None and caller is not None:
             produces = is_low_precision(assignment.value, set(low), lowering(facts, assignment.frame, scalars))
-            source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}") \
-                if produces else None
+            source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}",
+                            shorter=(f"`{{name}}` is low precision with autocast off: {caller.describe(short=True)}",
+                                     f"`{{name}}` is low precision with autocast off: a caller runs this under "
+                                     f"autocast")) if produces else None
         else:
             source = kept_low(assignment.value, low)
             produces = source is not None
