@@ -81,12 +81,14 @@ def test_long_names_get_a_shorter_message():
     then the callers' names."""
     from amplint.rules.amp006_disabled_autocast_without_cast import Caller, Source
 
-    chain = Caller("Block.forward", 27, None, Caller("train", 14, "train"))
+    chain = Caller("Net.forward", 27, None, Caller("train", 14, "train"))
     long_chain = Caller("TransformerEncoderBlockWithRotary.forward", 1234, None,
                         Caller("train_one_epoch_with_gradient_accumulation", 456, "project.engine.training_loop"))
     for caller, name, wanted in [
-        (chain, "h", "`h` is low precision with autocast off: `Block.forward` (line 27) runs this under the autocast "
+        (chain, "h", "`h` is low precision with autocast off: `Net.forward` (line 27) runs this under the autocast "
                      "of `train` (in `train`, line 14)"),
+        (chain, "hidden", "`hidden` is low precision with autocast off: it runs under the autocast of `train` (in "
+                          "`train`, line 14)"),
         (long_chain, "h", "`h` is low precision with autocast off: a caller runs this under autocast"),
     ]:
         source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}",
