@@ -85,13 +85,13 @@ def test_long_names_get_a_shorter_message():
     long_chain = Caller("TransformerEncoderBlockWithRotary.forward", 1234, None,
                         Caller("train_one_epoch_with_gradient_accumulation", 456, "project.engine.training_loop"))
     for caller, name, wanted in [
-        (chain, "h", "`h` is low precision with autocast off: `Net.forward` (line 27) runs this under the autocast "
+        (chain, "h", "`h` arrives low precision: `Net.forward` (line 27) runs this under the autocast "
                      "of `train` (in `train`, line 14)"),
-        (chain, "hidden", "`hidden` is low precision with autocast off: it runs under the autocast of `train` (in "
+        (chain, "hidden_states_out", "`hidden_states_out` arrives low precision: it runs under the autocast of `train` (in "
                           "`train`, line 14)"),
-        (long_chain, "h", "`h` is low precision with autocast off: a caller runs this under autocast"),
+        (long_chain, "h", "`h` arrives low precision: a caller runs this under autocast"),
     ]:
-        source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}",
-                        shorter=(f"`{{name}}` is low precision with autocast off: {caller.describe(short=True)}",
-                                 "`{name}` is low precision with autocast off: a caller runs this under autocast"))
+        source = Source(f"`{{name}}` arrives low precision: {caller.describe()}",
+                        shorter=(f"`{{name}}` arrives low precision: {caller.describe(short=True)}",
+                                 "`{name}` arrives low precision: a caller runs this under autocast"))
         assert source.text(name) == wanted and len(source.text(name)) <= 120

@@ -428,9 +428,9 @@ def arriving_names(facts: ModuleFacts, info: FunctionInfo | None, function: Fram
                             f"{facts.line_of(island.opener)})") if produces else None
         elif region is None and caller is not None:
             produces = is_low_precision(assignment.value, set(low), lowering(facts, assignment.frame, scalars))
-            source = Source(f"`{{name}}` is low precision with autocast off: {caller.describe()}",
-                            shorter=(f"`{{name}}` is low precision with autocast off: {caller.describe(short=True)}",
-                                     f"`{{name}}` is low precision with autocast off: a caller runs this under "
+            source = Source(f"`{{name}}` arrives low precision: {caller.describe()}",
+                            shorter=(f"`{{name}}` arrives low precision: {caller.describe(short=True)}",
+                                     f"`{{name}}` arrives low precision: a caller runs this under "
                                      f"autocast")) if produces else None
         else:
             source = kept_low(assignment.value, low)
