@@ -259,10 +259,10 @@ def _lint_sliced(text: str, filename: str, rules: list[Rule], index: LineIndex, 
     deeply (the whole text's refusal is reported), a slice that does not parse or whose analysis fails (the
     whole text's parse or analysis reports it), a fix whose edits touch a blanked range (it may have been built
     from the blanks), a fix writing a quote where the blanked strings would have chosen another."""
-    piece = slice_module(text)
-    if piece is None or nesting(text).depth > MAX_NESTING:
-        return None
     try:
+        piece = slice_module(text)
+        if piece is None or nesting(text).depth > MAX_NESTING:
+            return None
         module = parse(piece.text)
         found = diagnose(module, piece.text, filename, rules, SliceIndex(piece.text, index), project)
     except Exception:  # noqa: BLE001 - the whole text is analysed instead, and reports what is wrong
