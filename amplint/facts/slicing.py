@@ -193,6 +193,8 @@ def slice_module(text: str, how: str | None = None) -> Slice | None:
         return None
     if "\r" in text and text.count("\r") != text.count("\r\n"):
         return None  # a lone `\r`: lines as `ast` counts them may not be libcst's
+    if how == "auto" and wordless_functions(text) < MIN_SHARE * len(text):
+        return None  # not worth the `ast` parse: too little could be blanked
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -200,6 +202,37 @@ def slice_module(text: str, how: str | None = None) -> Slice | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
         return None  # the engine parses it whole and reports what is wrong
     return _Slicer(text, tree).slice(MIN_SHARE if how == "auto" else 0.0)
+
+
+_DEF = re.compile(r"[ \t]*(?:@|(?:async[ \t]+)?def[ \t])")
+
+
+def wordless_functions(text: str) -> int:
+    """About how many characters of the text are functions without a strong word: an estimate from the lines
+    alone (a decorator or `def` line opens a block, the next line of code indented no deeper, other than its
+    `def`, closes it), which spares the `ast` parse of a module where blanking could not reach `MIN_SHARE`. An
+    estimate can only cost time: what is blanked is decided on the `ast` tree."""
+    total = 0
+    start = indent = -1  # the open block: its offset and indentation (-1: none)
+    header = False  # in the decorators of the open block, before its `def`
+    position = 0
+    for line in text.splitlines(keepends=True):
+        stripped = line.lstrip(" \t")
+        if stripped[:1] not in ("", "\n", "\r", "#"):
+            depth = len(line) - len(stripped)
+            if start >= 0 and depth <= indent:
+                if header and depth == indent and _DEF.match(line):
+                    header = stripped.startswith("@")
+                else:
+                    if not _STRONG.search(text, start, position):
+                        total += position - start
+                    start = -1
+            if start < 0 and _DEF.match(line):
+                start, indent, header = position, len(line) - len(stripped), stripped.startswith("@")
+        position += len(line)
+    if start >= 0 and not _STRONG.search(text, start, position):
+        total += position - start
+    return total
 
 
 class _Function:
