@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from amplint.cli import main
 from amplint.engine import lint_text
-from amplint.facts.slicing import ENVIRONMENT, Slice, slice_module, string_quotes
+from amplint.facts.slicing import ENVIRONMENT, Slice, slice_module, string_quotes, wordless_functions
 from amplint.fixer import fix_text
 from amplint.rules import ALL_RULES
 
@@ -461,3 +461,12 @@ def test_touches_borders_and_overlaps() -> None:
     piece = Slice("", "", ((10, 20), (30, 40)))
     assert piece.touches(20, 20) and piece.touches(5, 10) and piece.touches(15, 35)
     assert not piece.touches(21, 29) and not piece.touches(0, 9) and not piece.touches(41, 50)
+
+
+def test_the_estimate_counts_functions_without_a_strong_word() -> None:
+    helper = "@decorator\ndef helper(x):\n    return x\n"
+    training = "def train(scaler, loss):\n    scaler.scale(loss).backward()\n"
+    method = "class A:\n    def m(self):\n        return 1\n\n    def n(self):\n        return autocast\n"
+    assert wordless_functions(helper + training) == len(helper)
+    assert wordless_functions(training) == 0
+    assert wordless_functions(method) == len("    def m(self):\n        return 1\n\n")
