@@ -14,10 +14,11 @@ here.
 from __future__ import annotations
 
 import os
+import re
 from typing import Callable, Iterable
 
 from amplint.index.functions import FileIndex, index_text
-from amplint.index.project import ProjectIndex
+from amplint.index.project import ProjectIndex, Target
 
 INDEX_WORDS = ("GradScaler",)
 # Facts whose functions' callers matter to a rule wherever they are: a caller in a loop, in a file that may hold
@@ -33,13 +34,6 @@ def holds_vocabulary(text: str) -> bool:
 def index_file(text: str) -> FileIndex | None:
     """The file's record, or None when it holds no AMP vocabulary or does not parse."""
     return index_text(text) if holds_vocabulary(text) else None
-
-
-def interesting_names(project: ProjectIndex) -> set[str]:
-    """Last names of the functions whose callers a rule may ask about (`CALLED_FACTS`)."""
-    return {qualname.rsplit(".", 1)[-1] for path in project.indexed
-            for qualname, summary in project.files[path].functions.items()
-            if summary.does & CALLED_FACTS and "keeps_scaler" not in summary.does}
 
 
 def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> ProjectIndex:
@@ -78,31 +72,87 @@ def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | 
 
 
 def expand(project: ProjectIndex, others: dict[str, Callable[[str], str | None]]) -> None:
-    """The second round: files outside the index that name an interesting function, or a function that calls one
-    (a caller's caller, up to the index's depth), enter it. `others`: path -> how to read it (read once, when a
-    name is first looked for)."""
+    """The second round: files outside the index that may call an interesting function, or a function that calls
+    one (a caller's caller, up to the index's depth), enter it. A file may call a function of another module when
+    its text calls the name (`name(`) and an import statement names that module (a part of its dotted name). `others`: path -> how to read it (read once, when first looked at)."""
     from amplint.index.project import MAX_DEPTH
 
-    wanted = interesting_names(project)
-    scanned: set[str] = set()
+    builders = {Target(path, qualname) for path in project.indexed for qualname in _builders(project, path)}
+    wanted = set(builders)
+    scanned: set[Target] = set()
     texts: dict[str, str | None] = {}
+    called: dict[str, set[str]] = {}  # path -> the names its text calls (`name(`), found once
     for _ in range(MAX_DEPTH):
-        wanted |= {qualname.rsplit(".", 1)[-1] for path in project.indexed
-                   for qualname, summary in project.files[path].functions.items()
-                   if any(call.callee.rsplit(".", 1)[-1] in wanted for call in summary.calls)}
-        names = wanted - scanned
-        if not names or not others:
+        wanted |= _callers_of(project, wanted)
+        pending = wanted - scanned
+        if not pending or not others:
             return
-        scanned |= names
+        scanned |= pending
+        by_name: dict[str, list[re.Pattern[str]]] = {}
+        for target in pending:
+            if "." in target.qualname and target not in builders:
+                continue  # a method found as a caller: its callers reach it through `self` or an object
+            name = target.qualname.rsplit(".", 1)[-1]
+            by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
+        if not by_name:
+            continue
+        named = re.compile("|".join(re.escape(name) for name in sorted(by_name, key=len, reverse=True)))
+        few = len(by_name) <= 16
+        importing = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:" + "|".join(sorted(
+            {re.escape(project.names.get(target.module, "").rsplit(".", 1)[-1] or "__main__") for target in pending}
+            | {re.escape(name) for name in by_name})) + r")\b", re.MULTILINE)
         for path in list(others):
-            text = texts[path] if path in texts else texts.setdefault(path, others[path](path))
+            if path not in texts:
+                texts[path] = others[path](path)
+            text = texts[path]
             if text is None:
                 del others[path]
-            elif any(name in text for name in names):
+                continue
+            if importing.search(text) is None or (few and named.search(text) is None):
+                continue  # imports none of their modules, or names none of them: cheaper than finding its calls
+            if path not in called:
+                called[path] = set(_CALLED.findall(text))
+            if any(words.search(text) for name in called[path] & by_name.keys() for words in by_name[name]):
                 del others[path]
                 record = index_text(text)
                 if record is not None:
                     project.add(path, record)
+
+
+_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a call (or of a def: more, fine)
+
+
+def _builders(project: ProjectIndex, path: str) -> set[str]:
+    """Qualnames of the file's functions that build a GradScaler they do not hand on."""
+    return {qualname for qualname, summary in project.files[path].functions.items()
+            if summary.does & CALLED_FACTS and "keeps_scaler" not in summary.does}
+
+
+def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
+    """The indexed functions whose calls the index resolves to one of the targets, outside a loop: their own callers
+    decide whether the call repeats (a call in a loop needs no further round)."""
+    lasts = {target.qualname.rsplit(".", 1)[-1] for target in targets}
+    found = set()
+    for path in list(project.indexed):
+        view = project.view(path)
+        for qualname, summary in project.files[path].functions.items():
+            if qualname.split(".")[-1].startswith("test"):
+                continue  # a pytest test: pytest calls it, once
+            for call in summary.calls:
+                last = call.callee.rsplit(".", 1)[-1]
+                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances) \
+                        and not call.in_loop and view.resolve(qualname, call.callee) in targets:
+                    found.add(Target(path, qualname))
+                    break
+    return found
+
+
+def _module_words(module: str, name: str) -> re.Pattern[str]:
+    """A regex finding an import statement through which another file can reach the function `name` of `module`:
+    one naming the module (its last part: `import engine`, `from proj.training import loop`) or the function
+    itself (`from proj.training import train_epoch`, a package's re-export)."""
+    last = module.rsplit(".", 1)[-1] or "__main__"
+    return re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:{re.escape(last)}|{re.escape(name)})\b", re.MULTILINE)
 
 
 def sibling_files(paths: Iterable[str]) -> list[str]:
