@@ -44,6 +44,7 @@ README_PAGES = {
     "index.md": ("amplint", ("", "Set-up", "Install", "Documentation", "Development")),  # "": before the first section
     "usage.md": ("Usage", ("Usage", "Suppression")),
     "rules/index.md": ("Rules", ("Rules",)),
+    "architecture.md": ("Architecture", ("Architecture",)),
 }
 
 # The pages written in docs/ (each file is its page, in the menu at this place), after README_PAGES's.
@@ -347,7 +348,7 @@ def nav(site: dict[str, str]) -> list:
             {"What amplint does not flag": "not-flagged.md"},
             {"Runtime evidence": "evidence.md"}, {"Fixes": "fixes.md"}, {"Reliability": "reliability.md"},
             {"Notebooks and editors": "notebooks-and-editors.md"}, {"Integrations": "integrations.md"},
-            {"Performance and benchmark": "performance.md"}]
+            {"Performance and benchmark": "performance.md"}, {"Architecture": "architecture.md"}]
 
 
 def _paths(entries) -> list[str]:
