@@ -21,14 +21,21 @@ from amplint.index.functions import FileIndex, index_text
 from amplint.index.project import ProjectIndex, Target
 
 INDEX_WORDS = ("GradScaler",)
-# Facts whose functions' callers matter to a rule wherever they are: a caller in a loop, in a file that may hold
-# no AMP vocabulary (AMP004's per-epoch scaler). Callers in a region need no second round: a region is opened by
-# a name `autocast`, which puts its file in the index already.
-CALLED_FACTS = frozenset({"builds_scaler"})
 
 
 def holds_vocabulary(text: str) -> bool:
-    return any(word in text for word in INDEX_WORDS)
+    """Is the file indexed up front: it may build a GradScaler (its function's callers may loop, AMP004), or open a
+    disabled autocast region (its function's callers may run it under an enabled one, AMP006)?"""
+    return any(word in text for word in INDEX_WORDS) or ("autocast" in text and _DISABLED.search(text) is not None)
+
+
+_DISABLED = re.compile(r"enabled\s*=\s*False")  # how a disabled region is written (a positional False: not here)
+
+
+# Facts whose functions' callers matter to a rule wherever they are, so that the files that may call them are
+# indexed too (the second round): a scaler built per call (AMP004: a caller in a loop), a disabled region (AMP006:
+# a caller in an enabled region).
+CALLED_FACTS = frozenset({"builds_scaler", "disabled_region"})
 
 
 def index_file(text: str) -> FileIndex | None:
@@ -123,9 +130,10 @@ _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a 
 
 
 def _builders(project: ProjectIndex, path: str) -> set[str]:
-    """Qualnames of the file's functions that build a GradScaler they do not hand on."""
+    """Qualnames of the file's functions whose callers matter (`CALLED_FACTS`; a scaler handed on does not)."""
     return {qualname for qualname, summary in project.files[path].functions.items()
-            if summary.does & CALLED_FACTS and "keeps_scaler" not in summary.does}
+            if "disabled_region" in summary.does
+            or ("builds_scaler" in summary.does and "keeps_scaler" not in summary.does)}
 
 
 def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
