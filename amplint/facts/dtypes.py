@@ -406,17 +406,26 @@ VIEW_ATTRIBUTES = frozenset({"T", "mT", "H", "mH", "data"})
 
 
 def viewed_name(node: cst.BaseExpression) -> cst.BaseExpression:
-    """The name under a view of it that keeps its dtype (`h.T`, `h.mT`, `h.data`, `h[0]`, `h[:, None].T`): used
+    """The name under a view of it that keeps its dtype (`h.T`, `h.mT`, `h.data`, `h[0]`, `h[:, None].T`; not an
+    item of a mapping, `h["key"]`): used
     as an operand or argument, that view computes with the name's dtype, so casting only the plain uses of the
     name would leave `h.float() @ h.T` mixing float32 and bfloat16 (`expected m1 and m2 to have the same
     dtype`). Anything else is returned as is."""
     while True:
         if isinstance(node, cst.Attribute) and node.attr.value in VIEW_ATTRIBUTES:
             node = node.value
-        elif isinstance(node, cst.Subscript):
+        elif isinstance(node, cst.Subscript) and not _keyed_by_string(node):
             node = node.value
         else:
             return node
+
+
+def _keyed_by_string(node: cst.Subscript) -> bool:
+    """`outputs["logits"]`: an item of a mapping (a tensor is indexed by numbers, slices, None or tensors), which
+    need not share the dtype of anything: not a view."""
+    return any(isinstance(element.slice, cst.Index)
+               and isinstance(element.slice.value, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))
+               for element in node.slice)
 
 
 class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_class
