@@ -130,6 +130,7 @@ class _Builder:
         self.index = FileIndex()
         self.by_id: dict[int, FunctionSummary] = {}
         self.scalers = summary.scaler_names()
+        self._stepped_and_updated: dict[int, set[str]] = {}  # id of a function's summary -> `_steps_and_updates`
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
@@ -256,13 +257,28 @@ class _Builder:
         elif name in CLIP_NAMES and self.summary.resolves(call.func, CLIP_FUNCTIONS):
             self._note(owner, "clip", line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
         elif name == "step" and method:
-            self._note(owner, "scaler_step" if receiver in scalers else "step", line)
-        elif name == "update" and method and receiver in scalers:
+            scaler = receiver in scalers or (call.args and self._steps_and_updates(owner, receiver))
+            self._note(owner, "scaler_step" if scaler else "step", line)
+        elif name == "update" and method and (receiver in scalers or self._steps_and_updates(owner, receiver)):
             self._note(owner, "scaler_update", line)
         elif name == "eval" and method and not call.args:
             self._note(owner, "eval", line)
         elif self.summary.resolves(call.func, GRAD_ON):
             self._note(owner, "enable_grad", line)
+
+    def _steps_and_updates(self, owner: FunctionSummary | None, receiver: str) -> bool:
+        """Does the function call `receiver.step(x)` with an argument and `receiver.update()`: a scaler handed in
+        (`self.scaler.step(self.optimizer)`; an optimizer's step takes no argument but a closure, and is not
+        updated). The facts layer knows a scaler by its uses the same way (scale, step and update together)."""
+        key = id(owner)
+        if key not in self._stepped_and_updated:
+            steps, updates = set(), set()
+            for name, found in (("step", steps), ("update", updates)):
+                for function, _, on, _, call in self.summary.call_sites_by_name.get(name, ()):
+                    if self._owner(function) is owner and on and (name == "update" or call.args):
+                        found.add(on)
+            self._stepped_and_updated[key] = steps & updates
+        return receiver in self._stepped_and_updated[key]
 
     def _in_region(self, function, withs) -> bool:
         summary = self.summary
