@@ -224,8 +224,7 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     """The project index of a run (amplint/index/): its Python files and those beside them, each read once,
     its record built (or taken from the cache) in the worker pool; then the files that name a function the
     index found doing something a rule asks about across modules (`expand`)."""
-    from amplint.index.build import expand, sibling_files
-    from amplint.index.project import ProjectIndex
+    from amplint.index.build import gather, sibling_files
 
     python = [path for path in dict.fromkeys([*paths, *sibling_files(paths)]) if not path.endswith(".ipynb")]
     records: list = [None] * len(python)
@@ -243,14 +242,7 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
                         records[index] = record
                 except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                     continue
-    project = ProjectIndex(settings.max_file_size)
-    for path, record in zip(python, records):
-        if record is not None:
-            project.add(path, record)
-        else:
-            project.know(path)
-    expand(project, {path: _read_text for path in python if path not in project.indexed})
-    return project
+    return gather(python, records, _read_text, settings.max_file_size)
 
 
 def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:

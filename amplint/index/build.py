@@ -47,8 +47,15 @@ def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> Proj
     """The project index of these files, read with `read` (the text, or None when unreadable), serially. The
     parallel runner does the same in its workers (`index_file` per file, then `expand`)."""
     paths = list(paths)
-    project = ProjectIndex()
-    for path, record in zip(paths, (index_file(text) if text is not None else None for text in map(read, paths))):
+    return gather(paths, [index_file(text) if text is not None else None for text in map(read, paths)], read)
+
+
+def gather(paths: list[str], records: list, read: Callable[[str], str | None],
+           max_size: int = 10 * 1024 * 1024) -> ProjectIndex:
+    """The project of these files and their phase-1 records (None: known by name only), after the second round
+    (`expand`, which reads the others with `read`)."""
+    project = ProjectIndex(max_size)
+    for path, record in zip(paths, records):
         if record is not None:
             project.add(path, record)
         else:

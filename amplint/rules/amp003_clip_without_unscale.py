@@ -696,29 +696,11 @@ class _Helpers:
                 line = doer.lines.get(fact, doer.line)
                 doing = reached[0][-1]
                 found[fact] = _Doer(doing.qualname, names.get(doing.module, "?"), line, line, doing)
-        clip = found.get("clip")
-        if clip is not None and "scaler_step" not in found:
-            self._scaler_step_beside(clip, found)
-
-    def _scaler_step_beside(self, clip: _Doer, found: dict[str, _Doer]) -> None:
-        """The index knows a scaler by its construction in the file; a helper handed one (`def optimizer_step(
-        scaler, optimizer)`) steps it as any object. Known by what the function does with it: `x.step(...)` and
-        `x.update()` both (an optimizer has no `update`, an EMA no `step`). Its step, in the function that clips,
-        is the scaler's; another `.step()` there (a scheduler's) is then no plain optimizer step."""
-        summary = self.view.function(clip.target) if clip.target is not None else None
-        if summary is None:
-            return
-        receivers: dict[str, set[str]] = {}
-        for record in summary.calls:
-            receiver, _, method = record.callee.rpartition(".")
-            if receiver:
-                receivers.setdefault(receiver, set()).add(method)
-        lines = [record.line for record in summary.calls if record.callee.rpartition(".")[2] == "step"
-                 and {"step", "update"} <= receivers.get(record.callee.rpartition(".")[0], set())]
-        if lines:
-            found["scaler_step"] = _Doer(clip.qualname, clip.module, min(lines), min(lines), clip.target)
-            if "step" in found and found["step"].target == clip.target:
-                del found["step"]
+        step, scaler_step = found.get("step"), found.get("scaler_step")
+        if step is not None and scaler_step is not None and step.target == scaler_step.target:
+            # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
+            # in that function (a scheduler's) is then no plain optimizer step.
+            del found["step"]
 
 
 MAX_MESSAGE = 120
