@@ -277,8 +277,9 @@ def split_into_groups(phase: UpdatePhase, body: list[cst.BaseStatement], events:
 def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None = None) -> FixPlan | None:
     """Move the update phase out of the region's `with` block, reopening the block for forward code after.
 
-    None when the region is not a plain `with` block with an indented body, when its autocast item is not the
-    last of several items (closing it alone would reorder how they are entered and exited, and a later item may
+    None when the region is not a plain `with` block with an indented body, when the statement to move is a loop
+    that runs forward code too (the region wraps the whole training loop: the fix would take the forward out of
+    autocast; rewrapping each forward is left to the user), when its autocast item is not the last of several items (closing it alone would reorder how they are entered and exited, and a later item may
     use its `as` name), when comments closing the block would have no block left to stay in, or when `event`'s
     statement would not move.
     """
@@ -295,6 +296,8 @@ def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None =
     moved = [statement for kind, statements in groups if kind == "out" for statement in statements]
     if not moved or (event is not None and not any(_contains(s, event.call) for s in moved)):
         return None
+    if any(isinstance(s, (cst.For, cst.While)) and not phase.statement(s) for s in moved):
+        return None  # a loop holding forward code too (a region around the whole epoch): moving it drops autocast
     last_in = max((i for i, (kind, _) in enumerate(groups) if kind == "in"), default=None)
     footer = with_node.body.footer
     if last_in is None and any(line.comment for line in footer):
