@@ -491,3 +491,22 @@ def test_diff_and_stdin(tmp_path):
     result = CliRunner().invoke(main, ["check", "-", "--stdin-filename", "nb.ipynb", "--fix"], input=raw)
     assert result.exit_code == 0
     assert result.output.encode() == (FIXTURES / "fixed" / "scaler_across_cells.ipynb").read_bytes()
+
+
+def test_a_fix_that_edits_other_cells_is_reported_without_misplaced_edits(tmp_path):
+    """A module-wide migration edits the import's cell and the call's: in the report of the call's cell its
+    edits would have rows of other cells (negative ones), so it shows only what it does; `--fix` applies it."""
+    from samples import notebook_json
+
+    path = tmp_path / "train.ipynb"
+    path.write_text(notebook_json(["import torch\nfrom torch.cuda.amp import autocast\n", "x = 1\n",
+                                   "with autocast():\n    y = torch.ones(2)\n"]))
+    result = CliRunner().invoke(main, ["check", "--no-cache", "--output-format", "json", str(path)])
+    found = [d for d in json.loads(result.output) if d["code"] == "AMP007" and d["cell"] == 3]
+    assert found
+    for diagnostic in found:
+        fix = diagnostic["fix"]
+        assert fix is None or all(edit["location"]["row"] >= 1 for edit in fix["edits"])
+    CliRunner().invoke(main, ["check", "--no-cache", "--fix", str(path)])
+    fixed = "".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
+    assert "torch.cuda.amp" not in fixed and "torch.amp" in fixed

@@ -22,7 +22,7 @@ import re
 import textwrap
 from dataclasses import dataclass, field
 
-from amplint.diagnostics import Diagnostic, Fix, Location
+from amplint.diagnostics import Applicability, Diagnostic, Fix, Location
 from amplint.engine import SYNTAX_ERROR, lint_text
 from amplint.fixer import parse_error
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText, read_bytes, write_atomically
@@ -486,13 +486,24 @@ def _cell_location(location: Location, cell: CodeCell) -> Location:
     return Location(row, column)
 
 
+def _last_row(edit) -> int:
+    """The last row an edit touches (an edit of whole lines ends at the start of the next one)."""
+    end = edit.end_location
+    return end.row - 1 if end.column == 1 and end.row > edit.location.row else end.row
+
+
 def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
     """The same diagnostic with rows counted within its cell, and `cell` set."""
     if not notebook.cells:
         return diagnostic
     cell = notebook.cell_at(diagnostic.location.row)
     fix = diagnostic.fix
-    if fix is not None:
+    if fix is not None and any(notebook.cell_at(edit.location.row) is not cell
+                               or notebook.cell_at(_last_row(edit)) is not cell for edit in fix.edits):
+        # A fix that edits other cells too (a module-wide import migration): its edits have no place in this
+        # cell's rows, so the report shows what it does without them; `--fix` and `--diff` still apply it.
+        fix = Fix(fix.message, (), Applicability.DISPLAY_ONLY)
+    elif fix is not None:
         edits = tuple(dataclasses.replace(edit, location=_cell_location(edit.location, cell),
                                           end_location=_cell_location(edit.end_location, cell))
                       for edit in fix.edits)
