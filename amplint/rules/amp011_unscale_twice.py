@@ -277,8 +277,8 @@ def _continue_between(loop: Frame, unscale: Event, update: Event) -> bool:
     positions = {id(statement): position for position, statement in enumerate(body)}
     start = next((positions[id(s)] for s in unscale.call.statements if id(s) in positions), None)
     end = next((positions[id(s)] for s in update.call.statements if id(s) in positions), None)
-    if start is None or end is None:
-        return False
+    if start is None or end is None or start == end:
+        return False  # one statement holds both: a `continue` before it skips both (one inside it: not seen)
     between = body[start + 1:end] if start < end else [*body[start + 1:], *body[:end]]
     return any(_continues(statement) for statement in between)
 
