@@ -23,10 +23,12 @@ class Reached:
     line: int  # where the last function of the chain does it
 
     def describe(self, facts: ModuleFacts, what: str) -> str:
-        """"`backward_and_step()` runs a backward (in `steps`, line 5)": the call as written, the module and line
-        where it is done."""
-        module = facts.project.project.names.get(self.chain[-1].module, "?")
-        return f"`{self.call.dotted}()` runs {what} (in `{module}`, line {self.line})"
+        """"`backward_and_step()` runs a backward (in `steps`, line 5)": the call as written, the module (when
+        another) and the line where it is done."""
+        view = facts.project
+        target = self.chain[-1]
+        where = "line" if target.module == view.path else f"in `{view.project.names.get(target.module, '?')}`, line"
+        return f"`{self.call.dotted}()` runs {what} ({where} {self.line})"
 
     def path(self) -> str:
         """"`run_step()` -> `backward_and_step()`": the calls from the called function to the one that does it."""

@@ -162,9 +162,10 @@ class ScalerPerIteration(Rule):
             return Finding(build.node, message, help="Build it once, where the training loop is, and pass it in: "
                                                      "its scale restarts at 65536 on every call and never adapts")
         site = chain[-1]
-        module = view.project.names.get(site.caller.module, "?")
-        message = (f"`{build.bound_to}` is a new GradScaler per call of `{info.qualname}()`, which "
-                   f"`{module}.{site.caller.qualname}()` calls in a loop (line {site.call.line})")
+        caller = site.caller.qualname if site.caller.module == view.path else \
+            f"{view.project.names.get(site.caller.module, '?')}.{site.caller.qualname}"
+        message = (f"`{build.bound_to}` is a new GradScaler per call of `{info.qualname}()`, which `{caller}()` "
+                   f"calls in a loop (line {site.call.line})")
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
         return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
                                                  "restarts at 65536 on every call and never adapts")
