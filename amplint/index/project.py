@@ -214,6 +214,14 @@ class ModuleView:
         self.project.know(self.path)
         self._own = build
 
+    def record(self, path: str) -> FileIndex | None:
+        """The index record of a file of the project (read when first needed; recorded as read by this view)."""
+        return self._file(path)
+
+    def class_at(self, path: str, written: str) -> tuple[str, str] | None:
+        """(path, class name) of a class named as written in the file at `path` (`Helper`, `helpers.Helper`)."""
+        return self._class(path, written, MAX_DEPTH)
+
     def _own_record(self) -> FileIndex | None:
         if self.path not in self.project.files and self._own is not None:
             record, self._own = self._own(), None

@@ -336,12 +336,12 @@ def project_callers(view, target: Target) -> Iterator[CallerSite]:
         return
     view.asked_calls.add("*")
     for path in sorted(view.project.indexed | {view.path}):
-        record = view._file(path)
+        record = view.record(path)
         if record is None:
             continue
         for key, constructor in record.instances.items():
             if constructor.rsplit(".", 1)[-1] != class_name or \
-                    view._class(path, constructor, MAX_DEPTH) != (target.module, class_name):
+                    view.class_at(path, constructor) != (target.module, class_name):
                 continue
             if ":" in key:
                 scope, name = key.split(":", 1)
@@ -430,8 +430,8 @@ def arriving_names(facts: ModuleFacts, info: FunctionInfo | None, function: Fram
             produces = is_low_precision(assignment.value, set(low), lowering(facts, assignment.frame, scalars))
             source = Source(f"`{{name}}` arrives low precision: {caller.describe()}",
                             shorter=(f"`{{name}}` arrives low precision: {caller.describe(short=True)}",
-                                     f"`{{name}}` arrives low precision: a caller runs this under "
-                                     f"autocast")) if produces else None
+                                     "`{name}` arrives low precision: a caller runs this under "
+                                     "autocast")) if produces else None
         else:
             source = kept_low(assignment.value, low)
             produces = source is not None
