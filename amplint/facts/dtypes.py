@@ -273,20 +273,27 @@ def is_floating_tensor(value: cst.BaseExpression, floats: set[str], facts=None, 
     return facts is not None and tensor_module(facts, func, frame)
 
 
+def nn_construction(facts, call: cst.Call) -> tuple[str | None, cst.Call]:
+    """(the class's last name, the construction) when the call constructs a torch.nn module, placed or not
+    (`nn.Linear(...)`, `nn.Linear(...).to(device)`); (None, the call) otherwise."""
+    while isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_PLACEMENT and isinstance(
+            call.func.value, cst.Call):
+        call = call.func.value
+    qualified = facts.imports.qualify(call.func) or ""
+    if not qualified.startswith("torch.nn.") or qualified.startswith("torch.nn.functional."):
+        return None, call
+    return qualified.rsplit(".", 1)[-1], call
+
+
 def tensor_module(facts, func: cst.BaseExpression, frame: Frame | None, depth: int = 0) -> bool:
     """Is `func` (a callee) a torch.nn module known to return one floating tensor: every binding of its name is
     a construction of one (`nn.Linear(...)`, `nn.Sequential(nn.Linear(...), nn.ReLU())`, also `.to(device)`)?"""
     if depth > 3:
         return False
     if isinstance(func, cst.Call):
-        callee = func.func
-        if isinstance(callee, cst.Attribute) and callee.attr.value in MODULE_PLACEMENT and isinstance(
-                callee.value, cst.Call):
-            return tensor_module(facts, callee.value, frame, depth + 1)
-        qualified = facts.imports.qualify(callee) or ""
-        if not qualified.startswith("torch.nn.") or qualified.startswith("torch.nn.functional."):
+        last, func = nn_construction(facts, func)
+        if last is None:
             return False
-        last = qualified.rsplit(".", 1)[-1]
         if last == "Sequential":
             return bool(func.args) and all(
                 arg.keyword is None and not arg.star and tensor_module(facts, arg.value, frame, depth + 1)
@@ -331,14 +338,9 @@ def module_output(facts, func: cst.BaseExpression, frame: Frame | None, depth: i
     if depth > 3:
         return None
     if isinstance(func, cst.Call):
-        callee = func.func
-        if isinstance(callee, cst.Attribute) and callee.attr.value in MODULE_PLACEMENT and isinstance(
-                callee.value, cst.Call):
-            return module_output(facts, callee.value, frame, depth + 1)
-        qualified = facts.imports.qualify(callee) or ""
-        if not qualified.startswith("torch.nn.") or qualified.startswith("torch.nn.functional."):
+        last, func = nn_construction(facts, func)
+        if last is None:
             return None
-        last = qualified.rsplit(".", 1)[-1]
         if last == "Sequential":
             state = "keep"
             for arg in func.args:

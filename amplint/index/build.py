@@ -139,8 +139,7 @@ _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a 
 def _builders(project: ProjectIndex, path: str) -> set[str]:
     """Qualnames of the file's functions whose callers matter (`CALLED_FACTS`; a scaler handed on does not)."""
     return {qualname for qualname, summary in project.files[path].functions.items()
-            if "disabled_region" in summary.does
-            or ("builds_scaler" in summary.does and "keeps_scaler" not in summary.does)}
+            if summary.does & CALLED_FACTS - ({"builds_scaler"} if "keeps_scaler" in summary.does else set())}
 
 
 def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:

@@ -93,20 +93,19 @@ class FileIndex:
     # "Class.attr" or a module-level/local name -> the callee of the call it is assigned (`self.h = Helper()`)
     instances: dict[str, str] = field(default_factory=dict)
     module_calls: list[CallRecord] = field(default_factory=list)  # calls at module level (scripts)
-    module_does: set[str] = field(default_factory=set)  # facts of the module-level code
 
     def to_json(self) -> dict:
         return {"f": {name: summary.to_json() for name, summary in self.functions.items()},
                 "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
-                "m": [call.to_json() for call in self.module_calls], "md": sorted(self.module_does)}
+                "m": [call.to_json() for call in self.module_calls]}
 
     @classmethod
     def from_json(cls, data: dict) -> FileIndex:
         return cls({name: FunctionSummary.from_json(value) for name, value in data["f"].items()},
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
-                   [CallRecord.from_json(call) for call in data["m"]], set(data["md"]))
+                   [CallRecord.from_json(call) for call in data["m"]])
 
     def digest(self) -> str:
         """A fingerprint of what other files can read of this one (the cache keys dependants by it)."""
@@ -218,8 +217,7 @@ class _Builder:
 
     def _note(self, summary: FunctionSummary | None, fact: str, line: int) -> None:
         if summary is None:
-            self.index.module_does.add(fact)
-            return
+            return  # module-level code: only its calls are asked about (`module_calls`)
         summary.does.add(fact)
         summary.lines.setdefault(fact, line)
 

@@ -31,12 +31,8 @@ MAX_DEPTH = 3  # calls followed from a function, and callers followed up from on
 
 @dataclass(frozen=True)
 class Target:
-    module: str
+    module: str  # the path of its file
     qualname: str
-
-    def describe(self, here: str | None = None) -> str:
-        """`train_one_epoch` in this module, else `engine.train_one_epoch`."""
-        return self.qualname if self.module == here else f"{self.module}.{self.qualname}"
 
 
 @dataclass(frozen=True)
@@ -428,13 +424,9 @@ def _held(index: FileIndex, caller: str | None, name: str) -> str | None:
     return index.instances.get(f":{name}")
 
 
-def _noted(view: ModuleView) -> FileIndex | None:
-    return view._file(view.path)
-
-
 def functions_doing(view: ModuleView, fact: str) -> list[Target]:
     """The functions of the view's file that do `fact` themselves."""
-    index = _noted(view)
+    index = view.record(view.path)
     if index is None:
         return []
     return [Target(view.path, qualname) for qualname, summary in index.functions.items() if fact in summary.does]
@@ -444,7 +436,7 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
     """(calling function or None, call, target) of every call of the view's file that runs `where` ("in_region",
     "in_loop", "no_grad") and that the index resolves to a function of the project (of this file too: through
     an object, a `__call__` or a base class, calls the facts layer does not follow)."""
-    index = _noted(view)
+    index = view.record(view.path)
     if index is None:
         return
     sites = [(qualname, call) for qualname, summary in index.functions.items() for call in summary.calls]
