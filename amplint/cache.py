@@ -14,6 +14,17 @@ Layout of the folder (default `.amplint_cache` in the project root):
 Only lint results are cached, never fix runs, and never a result with an internal error (AMP902). Entries
 are written to a temporary file and renamed into place, so concurrent runs never see half an entry.
 
+A run of many files also keeps a run record: every file's diagnostics under a key made of the files it lints,
+the rules for each, the other files of their project and the settings above, with the state of each file
+(size, modification and change times in nanoseconds, inode: `file_states`) before the run read it. A later run
+of the same files whose files are all in that state takes its results from the record without reading any
+file; any difference (one file touched, added or removed) and the files go through the entries above, by
+content. The change time moves on every write and cannot be set back by a tool, so a file rewritten in place
+with the same size and modification time still differs. A file whose times are within `RACY_NS` of the moment
+its state was taken could be written again within the same tick of the file system's clock without any of them
+moving; the record keeps a digest of its bytes too, and a later run reads and compares it (as git does for its
+racily clean files).
+
 An entry is trusted only when it is a regular file (a FIFO is never opened blocking), holds the key it is
 stored under, has exactly the shape and types `encode` writes, and carries a checksum of its key and its
 diagnostics: the key is a digest of the file's bytes (with the settings), so the checksum ties the result to
@@ -162,12 +173,16 @@ def entry_bytes(key: str, diagnostics: Sequence[Diagnostic], dependencies: dict[
     body = json.dumps({"diagnostics": encode([dataclasses.replace(d, filename="") for d in diagnostics]),
                        "dependencies": dict(dependencies or {})},
                       ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _framed(key, body)
+
+
+def _framed(key: str, body: bytes) -> bytes:
+    """An entry's bytes: the key and the checksum of the body first, then the body (a JSON object)."""
     return _entry_head(key) + _checksum(key, body).encode() + ENTRY_MIDDLE + body + b"}"
 
 
-def entry_content(key: str, raw: bytes) -> tuple[list[Diagnostic], dict[str, str]] | None:
-    """The diagnostics and dependencies of an entry's bytes, or None unless the entry is exactly what
-    `entry_bytes` writes for this key (key, checksum, shape and types)."""
+def _checked_body(key: str, raw: bytes) -> bytes | None:
+    """The body of an entry's bytes when they are framed for this key and the checksum holds, else None."""
     head = _entry_head(key)
     start = len(head) + CHECKSUM_LENGTH + len(ENTRY_MIDDLE)
     if not (raw.startswith(head) and raw[start - len(ENTRY_MIDDLE):start] == ENTRY_MIDDLE and raw.endswith(b"}")):
@@ -175,13 +190,30 @@ def entry_content(key: str, raw: bytes) -> tuple[list[Diagnostic], dict[str, str
     body = raw[start:-1]
     if raw[len(head):len(head) + CHECKSUM_LENGTH] != _checksum(key, body).encode():
         return None
+    return body
+
+
+def _diagnostics_of(encoded: object) -> list[Diagnostic] | None:
+    """A decoded list of diagnostics of exactly the types a rule produces, or None."""
+    diagnostics = decode(encoded)
+    if type(diagnostics) is not list or not all(is_valid_diagnostic(d) for d in diagnostics):
+        return None
+    return diagnostics
+
+
+def entry_content(key: str, raw: bytes) -> tuple[list[Diagnostic], dict[str, str]] | None:
+    """The diagnostics and dependencies of an entry's bytes, or None unless the entry is exactly what
+    `entry_bytes` writes for this key (key, checksum, shape and types)."""
+    body = _checked_body(key, raw)
+    if body is None:
+        return None
     try:
         content = json.loads(body)
-        diagnostics = decode(content["diagnostics"])
+        diagnostics = _diagnostics_of(content["diagnostics"])
         dependencies = content["dependencies"]
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
-    if type(diagnostics) is not list or not all(is_valid_diagnostic(d) for d in diagnostics):
+    if diagnostics is None:
         return None
     if type(dependencies) is not dict or not all(type(k) is str and type(v) is str for k, v in dependencies.items()):
         return None
@@ -413,22 +445,132 @@ class Cache:
         key = self.key(raw, (), "index")  # its own key: no rule codes, another mode
         path = self._path(key)
         stored = read_regular_file(path, MAX_ENTRY_BYTES)
-        if stored is not None and stored.startswith(_entry_head(key)):
-            body = stored[len(_entry_head(key)) + CHECKSUM_LENGTH + len(ENTRY_MIDDLE):-1]
-            if stored[len(_entry_head(key)):len(_entry_head(key)) + CHECKSUM_LENGTH] == _checksum(key, body).encode():
-                try:
-                    data = json.loads(body)
-                    return None if data is None else FileIndex.from_json(data)
-                except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
-                    pass  # a damaged record is built again
+        body = _checked_body(key, stored) if stored is not None else None
+        if body is not None:
+            try:
+                data = json.loads(body)
+                return None if data is None else FileIndex.from_json(data)
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
+                pass  # a damaged record is built again
         record = build()
         body = json.dumps(record.to_json() if record is not None else None, separators=(",", ":")).encode()
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(Path(path), _entry_head(key) + _checksum(key, body).encode() + ENTRY_MIDDLE + body + b"}")
+            _write_atomically(Path(path), _framed(key, body))
         except OSError:
             pass
         return record
+
+
+    # whole runs, by the state of their files ------------------------------------------------------------------
+    def run_key(self, paths: Sequence[str], others: Sequence[str], rules_of: Callable[[str], Sequence[object]],
+                mode: object, max_size: int) -> str:
+        """The key of a run's record: the files it lints (in order) with the rules for each, the other files of its
+        project (whose index facts its findings may read), the mode, the size limit, and amplint's code."""
+        digest = hashlib.sha256()
+        digest.update(f"{self.fingerprint}\0run\0{mode!r}\0{max_size}\0".encode())
+        for path in paths:
+            codes = ",".join(f"{getattr(rule, 'code', type(rule).__name__)}{getattr(rule, 'torch', '')}"
+                             for rule in rules_of(path))
+            digest.update(f"{path}\0{codes}\0".encode("utf-8", "surrogateescape"))
+        digest.update(b"\1")
+        for path in others:
+            digest.update(f"{path}\0".encode("utf-8", "surrogateescape"))
+        return digest.hexdigest()[:40]
+
+    def load_run(self, key: str, paths: Sequence[str], project: Sequence[str],
+                 states: list) -> list[list[Diagnostic]] | None:
+        """Each file's diagnostics from the run record `key`, when every file of the run and of its project
+        (`project`, whose current `file_states` are `states`) is as it was then; else None and the run is done
+        again."""
+        raw = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
+        body = _checked_body(key, raw) if raw is not None else None
+        if body is None:
+            return None
+        try:
+            content = json.loads(body)
+            if not (type(content["states"]) is list and len(content["states"]) == len(states)
+                    and all(_same_state(then, now, path) for then, now, path in zip(content["states"], states, project))
+                    and len(content["diagnostics"]) == len(paths)):
+                return None
+            found = [_diagnostics_of(encoded) for encoded in content["diagnostics"]]
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            return None
+        if any(diagnostics is None for diagnostics in found):
+            return None
+        return [[dataclasses.replace(d, filename=path) for d in diagnostics] for path, diagnostics in zip(paths, found)]
+
+    def store_run(self, key: str, paths: Sequence[str], states: list, found: Sequence[Sequence[Diagnostic]]) -> None:
+        """Keep a run's diagnostics under `key`, with the state its files had before it read them."""
+        if any(d.code == "AMP902" or d.filename != path for path, ds in zip(paths, found) for d in ds):
+            return
+        try:
+            body = json.dumps({"states": states,
+                               "diagnostics": [encode([dataclasses.replace(d, filename="") for d in ds]) for ds in found]},
+                              ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except (_Uncacheable, TypeError, ValueError):
+            return
+        path = Path(self._path(key))
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, _framed(key, body))
+        except OSError:
+            pass
+
+
+RACY_NS = 2_000_000_000  # the coarsest file system clock in use (FAT keeps modification times to 2 s)
+_STAT_FIELDS = 6  # size, modification and change times, inode, device, mode
+
+
+def file_states(paths: Sequence[str]) -> list:
+    """What tells that a file changed without reading it: size, modification and change times (nanoseconds: a
+    write moves the change time, which no tool can set back), inode, device and mode; then, for a file written
+    within `RACY_NS` of now, the digest of its bytes. None for a file that cannot be looked at."""
+    import time
+
+    now = time.time_ns()
+    states: list = []
+    for path in paths:
+        try:
+            info = os.stat(path)
+        except (OSError, ValueError):
+            states.append(None)
+            continue
+        state: list = [info.st_size, info.st_mtime_ns, info.st_ctime_ns, info.st_ino, info.st_dev, info.st_mode]
+        if max(info.st_mtime_ns, info.st_ctime_ns) >= now - RACY_NS:
+            state.append(_content_digest(path, info))
+        states.append(state)
+    return states
+
+
+def _content_digest(path: str, info: os.stat_result) -> str | None:
+    """The digest of a regular file's bytes; None for anything else or a file that cannot be read."""
+    if not stat.S_ISREG(info.st_mode):
+        return None
+    try:
+        raw = read_bytes(path, max(info.st_size, 1) * 2, follow=True)
+    except SourceError:
+        return None
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _same_state(then: object, now: list | None, path: str) -> bool:
+    """Is a file as a run record saw it: the same state, and, where the record kept a digest (a file written
+    just before that run), the same bytes now."""
+    if now is None or then is None:
+        return then is None and now is None
+    if type(then) is not list or then[:_STAT_FIELDS] != now[:_STAT_FIELDS]:
+        return False
+    if len(then) == _STAT_FIELDS:
+        return True
+    if len(then) != _STAT_FIELDS + 1 or then[_STAT_FIELDS] is None:
+        return False  # a file that could not be read then is looked at again
+    if len(now) > _STAT_FIELDS:
+        return now[_STAT_FIELDS] == then[_STAT_FIELDS]
+    try:
+        return _content_digest(path, os.stat(path)) == then[_STAT_FIELDS]
+    except (OSError, ValueError):
+        return False
 
 
 def open_for_run(explicit: str | None, settings, warn: Callable[[str], None]) -> Cache | None:

@@ -199,6 +199,60 @@ def lint_paths(paths: Sequence[str], rule_classes: Sequence[type], settings, mod
     """Every file's outcome, in the order of `paths`: phase 1 indexes the project (the files of the run and the
     Python files beside them, `index_project`), phase 2 lints each file with the index seen from it."""
     paths = list(paths)
+    record = _RunRecord.of(paths, rule_classes, settings, mode, cache)
+    if record is not None:
+        found = record.load()
+        if found is not None:
+            if progress is not None:
+                progress.close()
+            return found
+    outcomes = _lint_paths(paths, rule_classes, settings, mode, jobs, cache, progress)
+    if record is not None:
+        record.store(outcomes)
+    return outcomes
+
+
+class _RunRecord:
+    """A run's results kept whole in the cache (`Cache.load_run`): taken back without reading a file when the
+    same files, with the same rules, are all as they were."""
+
+    def __init__(self, cache, key: str, paths: list[str], project: list[str]) -> None:
+        self.cache, self.key, self.paths, self.project = cache, key, paths, project
+        self.states = _states(project)  # before anything is read: a file changed during the run differs next time
+
+    @classmethod
+    def of(cls, paths: list[str], rule_classes, settings, mode: Mode, cache) -> _RunRecord | None:
+        """The record of a lint run with a cache; None for a fix or diff run, or without a cache."""
+        if cache is None or mode.fix or mode.diff or not paths:
+            return None
+        from amplint.index.build import sibling_files
+
+        given = set(paths)
+        others = [path for path in sibling_files(paths) if path not in given]
+        key = cache.run_key(paths, others, lambda path: rules_for(path, list(rule_classes), settings), mode,
+                            settings.max_file_size)
+        return cls(cache, key, paths, [*paths, *others])
+
+    def load(self) -> list[FileOutcome] | None:
+        found = self.cache.load_run(self.key, self.paths, self.project, self.states)
+        if found is None:
+            return None
+        return [FileOutcome(path, diagnostics) for path, diagnostics in zip(self.paths, found)]
+
+    def store(self, outcomes: list[FileOutcome]) -> None:
+        """Kept only when every outcome is its diagnostics alone (no note, no internal error)."""
+        if all(o is not None and o.path == path and not (o.note or o.internal_error or o.fixed or o.diff)
+               for path, o in zip(self.paths, outcomes, strict=True)):
+            self.cache.store_run(self.key, self.paths, self.states, [o.diagnostics for o in outcomes])
+
+
+def _states(paths: list[str]) -> list:
+    from amplint.cache import file_states
+
+    return file_states(paths)
+
+
+def _lint_paths(paths: list[str], rule_classes, settings, mode: Mode, jobs, cache, progress) -> list[FileOutcome]:
     jobs = worker_count(jobs, len(paths))
     project = index_project(paths, jobs, settings, cache)
     if jobs == 1 or len(paths) < SERIAL_BELOW:
