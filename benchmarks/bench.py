@@ -12,6 +12,14 @@ process per run). Then the scaling runs: the tree copied 1, 2 and 4 times, and o
 and of 100,000 lines. It also times amplint's libcst parse of each file that holds a finding: the least a cold
 run needs whatever the prefilter does (the largest such file is parsed on one core). Every measurement is
 wall-clock time on this machine as it is: say whether other work was running when you quote the numbers.
+
+Single files: the shipped example (`examples/train_amp.py`, which has findings) and a clean file, each linted
+alone, next to `python -c pass` (the interpreter's start, the floor of any Python tool). amplint's runs may write
+bytecode (PYTHONDONTWRITEBYTECODE is dropped for them): an installed amplint has its .pyc files, and a run that
+compiles its ~70 modules every time measures the compiler, not the linter.
+
+`--cold-target` is the ratio to ruff the cold run is judged against (2 for torch's tree; the issue asks 3 of a
+tree of training repositories).
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ def measure(command: list[str], cwd: Path, limit: float = 0.0) -> dict:
     """Wall time and peak memory of one run, in a fresh wrapper process."""
     environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     environment.pop("CI", None)
+    environment.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed amplint has its bytecode (see above)
     output = subprocess.run([sys.executable, "-c", WRAPPER, str(limit), *command], cwd=cwd, env=environment,
                             capture_output=True, text=True, check=True).stdout
     return json.loads(output.strip().splitlines()[-1])
@@ -164,6 +173,7 @@ def main() -> None:
     parser.add_argument("--torchfix-limit", type=float, default=600.0, help="seconds before TorchFix is stopped")
     parser.add_argument("--no-scaling", action="store_true", help="skip the scaling runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--cold-target", type=float, default=2.0, help="the cold run's target, times ruff")
     args = parser.parse_args()
 
     tree = (args.tree or default_tree()).resolve()
@@ -211,6 +221,19 @@ def main() -> None:
             order = names[round_number % len(names):] + names[:round_number % len(names)]  # alternate the order
             for name in order:
                 runs[name].append(measure(commands[name], work))
+
+        # One file with findings and a clean file, each alone, next to the interpreter's own start.
+        clean = work / "clean.py"
+        clean.write_text("import os\n\nprint(os.getcwd())\n")
+        singles = {"python -c pass": [sys.executable, "-c", "pass"],
+                   "amplint, one file with findings": amplint_command([str(REPO / "examples" / "train_amp.py")],
+                                                                      ["--no-cache", *extra]),
+                   "amplint, one clean file": amplint_command([str(clean)], ["--no-cache", *extra])}
+        for name in singles:
+            measure(singles[name], work)  # bytecode written, files in the page cache
+        single_runs = {name: [measure(command, work)["seconds"] for _ in range(max(3, args.rounds))]
+                       for name, command in singles.items()}
+        results["single_files"] = {name: statistics.median(seconds) for name, seconds in single_runs.items()}
 
         torchfix_row = None
         if torchfix:
@@ -265,6 +288,9 @@ def main() -> None:
         print(f"{label:38} {median(name):8.2f}s {min(seconds):8.2f}s {max(seconds):8.2f}s {human_bytes(peak):>9} "
               f"{median(name) / ruff_median:7.2f}x")
         results[name] = {"median": median(name), "min": min(seconds), "max": max(seconds), "rss_kb": peak}
+    singles = results["single_files"]
+    for name, seconds in singles.items():
+        print(f"{name:38} {seconds:8.3f}s")
     if torchfix_row:
         status = " (stopped at the limit: a lower bound)" if torchfix_row["timed_out"] else ""
         print(f"{'TorchFix, whole tree (extrapolated)':38} {torchfix_row['extrapolated_seconds']:8.1f}s "
@@ -296,10 +322,15 @@ def main() -> None:
     cold, warm = results["amplint cold"], results["amplint warm"]
     peak = max(cold["rss_kb"], warm["rss_kb"])
     print("\ntargets:")
-    print(f"  amplint cold <= 2x ruff: {cold['median'] / ruff_median:.2f}x "
-          f"{'met' if cold['median'] <= 2 * ruff_median else 'NOT met'}")
-    print(f"  warm cache <= ruff cold: {warm['median'] / ruff_median:.2f}x "
-          f"{'met' if warm['median'] <= ruff_median else 'NOT met'}")
+    print(f"  amplint cold <= {args.cold_target:g}x ruff: {cold['median'] / ruff_median:.2f}x "
+          f"{'met' if cold['median'] <= args.cold_target * ruff_median else 'NOT met'}")
+    print(f"  warm cache <= 0.5x ruff cold: {warm['median'] / ruff_median:.2f}x "
+          f"{'met' if warm['median'] <= 0.5 * ruff_median else 'NOT met'}")
+    one, clean_file, bare = (singles["amplint, one file with findings"], singles["amplint, one clean file"],
+                             singles["python -c pass"])
+    print(f"  one file with findings <= 0.15s: {one:.3f}s {'met' if one <= 0.15 else 'NOT met'}")
+    print(f"  a clean file <= 2.5x python -c pass: {clean_file / bare:.1f}x "
+          f"{'met' if clean_file <= 2.5 * bare else 'NOT met'}")
     if torchfix_row:
         speedup = torchfix_row["extrapolated_seconds"] / cold["median"]
         on_sample = torchfix_row["seconds"] / torchfix_row["amplint_on_sample"]

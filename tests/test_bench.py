@@ -32,6 +32,10 @@ def test_bench_runs_on_a_small_tree(tmp_path):
                          capture_output=True, text=True, env=environment, timeout=600)
     assert run.returncode == 0, run.stderr
     assert "amplint, cold (--no-cache)" in run.stdout and "targets:" in run.stdout
+    assert "one file with findings <= 0.15s" in run.stdout and "python -c pass" in run.stdout
+    singles = json.loads(results.read_text())["single_files"]
+    assert set(singles) == {"python -c pass", "amplint, one file with findings", "amplint, one clean file"}
+    assert all(seconds > 0 for seconds in singles.values())
     floor = json.loads(results.read_text())["parse_floor"]
     assert floor["files"] == 2  # the two flagged files; plain.py has no finding
     assert floor["floor"] >= floor["largest"] > 0
