@@ -296,7 +296,7 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
                         records[index] = record
                 except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                     continue
-    return gather(python, records, _read_text, settings.max_file_size)
+    return gather(python, records, _read_text, settings.max_file_size, cache)
 
 
 def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:

@@ -180,3 +180,32 @@ def test_a_file_rewritten_within_one_clock_tick_differs_by_its_bytes(tmp_path):
     path.write_text(ENGINE, encoding="utf-8")
     assert cache_module._same_state(then, same_tick, str(path))
     assert cache_module._same_state(then[:6], same_tick, str(path))  # an old file is trusted by its state
+
+
+HELPERS = "def tidy(model):\n    return model  # tidy\n"
+CALLS_HELPER = TRAIN.replace("import engine\n", "import helpers\n").replace(
+    "        engine.optimizer_step(model, optimizer, scaler)\n",
+    "        helpers.tidy(model)\n        scaler.step(optimizer)\n        scaler.update()\n")
+
+
+def test_a_record_read_on_demand_is_built_once_per_content(tmp_path, monkeypatch):
+    """A file the index only knows by name (no AMP vocabulary) is read when an answer needs it; with a cache its
+    record is kept by content like phase 1's, so the next run (say, after train.py changed) does not build it."""
+    from amplint.index import functions
+
+    (tmp_path / "helpers.py").write_text(HELPERS, encoding="utf-8")
+    (tmp_path / "train.py").write_text(CALLS_HELPER, encoding="utf-8")
+    built = []
+    original = functions.index_text
+
+    def counting(text, *args, **kwargs):
+        if "# tidy" in text:
+            built.append(text)
+        return original(text, *args, **kwargs)
+
+    monkeypatch.setattr(functions, "index_text", counting)
+    first = _lint(tmp_path, files=("train.py",))
+    assert first[0].diagnostics == [] and len(built) == 1
+    (tmp_path / "train.py").write_text(CALLS_HELPER + "\n", encoding="utf-8")
+    assert _lint(tmp_path, files=("train.py",))[0].diagnostics == []
+    assert len(built) == 1

@@ -51,10 +51,10 @@ def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> Proj
 
 
 def gather(paths: list[str], records: list, read: Callable[[str], str | None],
-           max_size: int = 10 * 1024 * 1024) -> ProjectIndex:
+           max_size: int = 10 * 1024 * 1024, cache=None) -> ProjectIndex:
     """The project of these files and their phase-1 records (None: known by name only), after the second round
-    (`expand`, which reads the others with `read`)."""
-    project = ProjectIndex(max_size)
+    (`expand`, which reads the others with `read`). `cache`: where records read on demand are kept."""
+    project = ProjectIndex(max_size, cache)
     for path, record in zip(paths, records):
         if record is not None:
             project.add(path, record)

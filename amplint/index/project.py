@@ -67,7 +67,8 @@ class ProjectIndex:
     (`calls_named`) are those of the files indexed up front, so that an answer never depends on which known
     files happened to be read before it."""
 
-    def __init__(self, max_size: int = 10 * 1024 * 1024) -> None:
+    def __init__(self, max_size: int = 10 * 1024 * 1024, cache=None) -> None:
+        self.cache = cache  # the run's cache (`Cache.index_record`): a record read on demand is built once per content
         self.files: dict[str, FileIndex] = {}  # path -> its record (indexed up front or read on demand)
         self.indexed: set[str] = set()  # paths indexed up front
         self.names: dict[str, str] = {}  # path -> module name, of every file the project knows
@@ -112,7 +113,7 @@ class ProjectIndex:
         read or parsed: it then says nothing)."""
         found = self.files.get(path)
         if found is None and path in self.names:
-            found = self.files[path] = _read_record(path, self.max_size)
+            found = self.files[path] = _read_record(path, self.max_size, self.cache)
         return found
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
@@ -448,14 +449,18 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
                 yield qualname, call, target
 
 
-def _read_record(path: str, max_size: int) -> FileIndex:
+def _read_record(path: str, max_size: int, cache=None) -> FileIndex:
     from amplint.index.functions import index_text
     from amplint.source import SourceError, read_source
 
     try:
-        record = index_text(read_source(path, max_size).text)
+        source = read_source(path, max_size)
     except (SourceError, OSError):
-        record = None
+        return FileIndex()
+    if cache is None:
+        record = index_text(source.text)
+    else:  # the same record as phase 1 keeps for these bytes
+        record = cache.index_record(source.raw, lambda: index_text(source.text))
     return record if record is not None else FileIndex()
 
 
