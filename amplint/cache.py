@@ -261,15 +261,29 @@ def code_fingerprint() -> str:
                 except OSError:
                     continue
                 digest.update(f"{os.path.relpath(path, package)}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
-    try:
-        from importlib.metadata import version
-
-        libcst_version = version("libcst")
-    except Exception:  # noqa: BLE001 - a missing distribution record must not stop a run
-        libcst_version = "?"
+    libcst_version = _libcst_version()
     digest.update(f"libcst {libcst_version}\0{platform.python_implementation()} {platform.python_version()}\0".encode())
     digest.update(_schema().encode())
     return digest.hexdigest()
+
+
+def _libcst_version() -> str:
+    """libcst's version as its package states it (`libcst/_version.py`), found without importing libcst or
+    reading every installed distribution's record (importlib.metadata costs a run more than the rest of a warm
+    start); its path and modification time too, so a reinstalled libcst is another fingerprint."""
+    from importlib.machinery import PathFinder  # not importlib.util.find_spec: it would load the lazy libcst
+
+    try:
+        spec = PathFinder.find_spec("libcst")
+        folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+        if folder is None:
+            return "?"
+        path = os.path.join(folder, "_version.py")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(4096)
+        return f"{text.strip()}\0{path}\0{os.stat(path).st_mtime_ns}"
+    except (OSError, ValueError, ImportError):
+        return "?"
 
 
 # The folder and the cache ---------------------------------------------------------------------------------
@@ -469,9 +483,14 @@ class Cache:
         project (whose index facts its findings may read), the mode, the size limit, and amplint's code."""
         digest = hashlib.sha256()
         digest.update(f"{self.fingerprint}\0run\0{mode!r}\0{max_size}\0".encode())
+        spelled: dict[tuple[int, ...], str] = {}  # most files share one list of rules: spelled once
         for path in paths:
-            codes = ",".join(f"{getattr(rule, 'code', type(rule).__name__)}{getattr(rule, 'torch', '')}"
-                             for rule in rules_of(path))
+            rules = rules_of(path)
+            identity = tuple(map(id, rules))
+            codes = spelled.get(identity)
+            if codes is None:
+                codes = spelled[identity] = ",".join(
+                    f"{getattr(rule, 'code', type(rule).__name__)}{getattr(rule, 'torch', '')}" for rule in rules)
             digest.update(f"{path}\0{codes}\0".encode("utf-8", "surrogateescape"))
         digest.update(b"\1")
         for path in others:

@@ -157,6 +157,20 @@ def test_code_fingerprint_follows_version_and_code(monkeypatch):
     monkeypatch.undo()
     monkeypatch.setattr(cache_module, "_schema", lambda: "Diagnostic(new:field)")
     assert cache_module.code_fingerprint() != base
+    monkeypatch.undo()
+    monkeypatch.setattr(cache_module, "_libcst_version", lambda: "__version__ = '0.0.1'")
+    assert cache_module.code_fingerprint() != base
+
+
+def test_libcst_version_is_read_without_importing_libcst():
+    import subprocess
+    import sys
+
+    code = ("import sys; from amplint.cache import _libcst_version; v = _libcst_version(); "
+            "loaded = 'libcst._nodes' in sys.modules; from importlib.metadata import version; "
+            "print(version('libcst') in v, loaded)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert shown == ["True", "False"]  # the installed version, and libcst (lazy in amplint) never loaded
 
 
 def test_corrupt_entry_is_ignored_and_rebuilt(tmp_path, engine_calls):

@@ -22,25 +22,15 @@ class Report:
     summary: bool = True  # the human formats end with the totals (concise.summary); not with --quiet
 
 
-def _formats() -> dict[str, Callable[[Report], str]]:
-    """Imported on use so that `import amplint.output` (config, cli start-up) stays cheap."""
-    from amplint.output import concise, full, github, gitlab, grouped, json_format, json_lines, junit, sarif
-
-    return {
-        "full": full.render,
-        "concise": concise.render,
-        "grouped": grouped.render,
-        "json": json_format.render,
-        "json-lines": json_lines.render,
-        "github": github.render,
-        "gitlab": gitlab.render,
-        "sarif": sarif.render,
-        "junit": junit.render,
-    }
+# format name -> the module that renders it (imported on use: a run imports the one it prints)
+_MODULES = {"full": "full", "concise": "concise", "grouped": "grouped", "json": "json_format",
+            "json-lines": "json_lines", "github": "github", "gitlab": "gitlab", "sarif": "sarif", "junit": "junit"}
 
 
-FORMAT_NAMES = ("full", "concise", "grouped", "json", "json-lines", "github", "gitlab", "sarif", "junit")
+FORMAT_NAMES = tuple(_MODULES)
 
 
 def render(name: str, report: Report) -> str:
-    return _formats()[name](report)
+    import importlib
+
+    return importlib.import_module(f"amplint.output.{_MODULES[name]}").render(report)
