@@ -48,7 +48,7 @@ def analyse(source: Source, text: str, rules: list[Rule], mode: Mode, project=No
     fixing = mode.fix or mode.diff
     if not program.analysable:
         return FileOutcome(path, [], fixed_text=text if fixing else None)
-    if source.screened:
+    if source.screens(program):
         candidates = screen(program.text, rules, project)
         if candidates is None:  # no enabled rule can fire here
             return FileOutcome(path, [], fixed_text=text if fixing else None)

@@ -510,3 +510,30 @@ def test_a_fix_that_edits_other_cells_is_reported_without_misplaced_edits(tmp_pa
     CliRunner().invoke(main, ["check", "--no-cache", "--fix", str(path)])
     fixed = "".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"])
     assert "torch.cuda.amp" not in fixed and "torch.amp" in fixed
+
+
+# --- the screen ------------------------------------------------------------------------------------------------
+ALL_NOTEBOOKS = sorted(FIXTURES.rglob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_screening_a_notebook_drops_no_finding(path, monkeypatch):
+    screened = lint(path)
+    monkeypatch.setattr(nb.NotebookSource, "screens", lambda self, program: False)
+    assert screened == lint(path)
+
+
+def test_a_notebook_that_compiles_and_no_rule_can_fire_on_is_not_analysed(tmp_path, monkeypatch):
+    analysed = []
+    real = pipeline.lint_program
+    monkeypatch.setattr(pipeline, "lint_program", lambda *args, **kw: analysed.append(1) or real(*args, **kw))
+    quiet = write_notebook(tmp_path / "q.ipynb", [code("%matplotlib inline\nimport numpy as np"), code("np.ones(3)")])
+    assert lint(quiet) == [] and analysed == []
+    amp = write_notebook(tmp_path / "a.ipynb", [code("import torch"), code(
+        "def step(model, x):\n    with torch.autocast('cpu'):\n        model(x).sum().backward()\n")])
+    assert [d.code for d in lint(amp)] == ["AMP001"] and analysed == [1]
+
+
+def test_a_cell_that_does_not_parse_is_reported_whatever_the_words(tmp_path):
+    path = write_notebook(tmp_path / "b.ipynb", [code("x = 1"), code("def f(:\n    pass\n")])
+    assert [(d.code, d.cell) for d in lint(path)] == [("AMP900", 2)]

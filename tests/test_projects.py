@@ -169,3 +169,22 @@ def test_a_new_caller_elsewhere_relints_the_callee(tmp_path, analysed):
     (tree / "main.py").write_text(MAIN)
     analysed.clear()
     assert _cached_run(tree, cache) == {("engine.py", "AMP004")} and "engine.py" in analysed
+
+
+def test_reaches_reads_no_module_past_its_depth(tmp_path):
+    """A chain of calls one module per call: `reaches` looks `MAX_DEPTH` calls deep and reads the modules of those
+    functions only, so a cached answer does not depend on (is not re-linted for) the module one call further."""
+    from amplint.index.project import MAX_DEPTH, Target
+
+    count = MAX_DEPTH + 2
+    for i in range(count):
+        body = f"from m{i + 1} import f{i + 1}\n\n\ndef f{i}(x):\n    return f{i + 1}(x)\n" if i + 1 < count else \
+            f"import torch\n\n\ndef f{i}(p):\n    torch.nn.utils.clip_grad_norm_(p, 1.0)\n"
+        (tmp_path / f"m{i}.py").write_text(body)
+    paths = [str(tmp_path / f"m{i}.py") for i in range(count)]
+    view = build_index(paths, lambda p: Path(p).read_text()).view(paths[0])
+    assert view.reaches(Target(paths[0], "f0"), ("clip",)) is None  # the clip is MAX_DEPTH + 1 calls away
+    assert sorted(Path(p).name for p in view.read_modules) == [f"m{i}.py" for i in range(1, MAX_DEPTH + 1)]
+    near = build_index(paths[1:], lambda p: Path(p).read_text()).view(paths[1])
+    chain, fact = near.reaches(Target(paths[1], "f1"), ("clip",))
+    assert fact == "clip" and [t.qualname for t in chain] == [f"f{i}" for i in range(1, count)]

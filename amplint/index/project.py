@@ -368,7 +368,7 @@ class ModuleView:
         tell). Breadth first: the shortest chain."""
         frontier: list[tuple[Target, list[Target]]] = [(target, [target])]
         seen = {target}
-        for _ in range(depth + 1):
+        for level in range(depth + 1):
             following = []
             for current, chain in frontier:
                 summary = self.function(current)
@@ -377,6 +377,8 @@ class ModuleView:
                 for fact in facts:
                     if fact in summary.does:
                         return chain, fact
+                if level == depth:
+                    continue  # the last level's callees would never be looked at: not resolved (nor read)
                 for call in summary.calls:
                     callee = self._resolve(current.module, current.qualname, call.callee, MAX_DEPTH)
                     if callee is not None and callee not in seen:

@@ -64,6 +64,11 @@ class Source:
     screened = True
     line_noqa = True  # `# noqa` comments are honoured here (flake8 applies its own)
 
+    def screens(self, program) -> bool:
+        """May the screen spare this program libcst (see `screened`)? A source may also screen a program it knows
+        to parse: a syntax error is then not what a skipped program would hide."""
+        return self.screened
+
     def read(self) -> SourceText:
         """Its text; SourceError when it cannot be read or decoded (reported as AMP901)."""
         raise NotImplementedError

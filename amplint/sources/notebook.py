@@ -12,6 +12,7 @@ included, so "cell 3" is the third cell from the top whatever the kinds of the c
 
 from __future__ import annotations
 
+import ast
 import bisect
 import codecs
 import copy
@@ -20,6 +21,7 @@ import difflib
 import json
 import re
 import textwrap
+import warnings
 from dataclasses import dataclass, field
 
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Location
@@ -133,6 +135,17 @@ class Notebook:
     def analysable(self) -> bool:
         """Is there Python to analyse (a Python kernel, some code cell)?"""
         return self.python and bool(self.cells)
+
+    def compiles(self) -> bool:
+        """Does the joined program parse (CPython's parser, no code built)? Only then may the screen spare it libcst
+        (`NotebookSource.screens`): a program that does not parse goes to the engine, which reports the cells."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # invalid escapes and the like: warnings, not errors
+                compile(self.text, "<notebook>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+            return False
+        return True
 
     def isolate(self, filename: str) -> bool:
         """After a syntax error: blank the cells that do not parse alone (see `isolate_broken_cells`)."""
@@ -837,9 +850,13 @@ def cell_diff(path: str, notebook: Notebook, sources: dict[int, str]) -> str:
 class NotebookSource(Source):
     """A notebook, from its path (fixes are written back), from bytes (stdin) or from its JSON text.
 
-    Never screened: a malformed notebook, or a cell that does not parse, is reported whatever its words."""
+    A malformed notebook is reported whatever its words (`screened` is false: the cache never decides one by
+    its words), and so is a cell that does not parse: its program is screened only once it compiles (`screens`)."""
 
     screened = False
+
+    def screens(self, program: Notebook) -> bool:
+        return program.compiles()
 
     def __init__(self, path: str, raw: bytes | None = None, text: str | None = None,
                  max_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
