@@ -277,26 +277,44 @@ _INDEXING: tuple | None = None  # (max file size, cache) in a phase-1 worker
 def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     """The project index of a run (amplint/index/): its Python files and those beside them, each read once,
     its record built (or taken from the cache) in the worker pool; then the files that name a function the
-    index found doing something a rule asks about across modules (`expand`)."""
-    from amplint.index.build import gather, sibling_files
+    index found doing something a rule asks about across modules (`expand`), looked at in the same pool."""
+    from amplint.index.build import gather, local_scan, sibling_files
 
     python = [path for path in dict.fromkeys([*paths, *sibling_files(paths)]) if not path.endswith(".ipynb")]
-    records: list = [None] * len(python)
+    max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
-        _start_indexing(settings.max_file_size, cache)
-        records = _index_chunk(python)
-    else:
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
-                                 initargs=(settings.max_file_size, cache, os.getpid())) as pool:
-            chunks = plan_chunks(python, jobs)
-            futures = {pool.submit(_index_chunk, [python[i] for i in chunk]): chunk for chunk in chunks}
-            for future in as_completed(futures):
-                try:
-                    for index, record in zip(futures[future], future.result(), strict=True):
-                        records[index] = record
-                except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
-                    continue
-    return gather(python, records, _read_text, settings.max_file_size, cache)
+        _start_indexing(max_size, cache)
+        return gather(python, _index_chunk(python), _read_source, max_size, cache)
+    records: list = [None] * len(python)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
+                             initargs=(max_size, cache, os.getpid())) as pool:
+        chunks = plan_chunks(python, jobs)
+        futures = {pool.submit(_index_chunk, [python[i] for i in chunk]): chunk for chunk in chunks}
+        for future in as_completed(futures):
+            try:
+                for index, record in zip(futures[future], future.result(), strict=True):
+                    records[index] = record
+            except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
+                continue
+        here = local_scan(lambda path: _read_source(path, max_size), cache)  # a chunk whose worker was lost
+        return gather(python, records, _read_source, max_size, cache, scan=_pooled_scan(pool, jobs, here))
+
+
+def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here):
+    """A round of the second round (`amplint.index.build.Round`) over the pool's workers, the files cut into
+    chunks; a chunk whose worker fails is looked at in this process (`here`)."""
+    def scan(paths: list[str], found) -> list:
+        size = max(1, -(-len(paths) // (jobs * CHUNKS_PER_JOB)))
+        chunks = [paths[start:start + size] for start in range(0, len(paths), size)]
+        futures = [pool.submit(_scan_chunk, chunk, found) for chunk in chunks]
+        results: list = []
+        for chunk, future in zip(chunks, futures):
+            try:
+                results += future.result()
+            except Exception:  # noqa: BLE001 - a lost chunk is looked at here
+                results += here(chunk, found)
+        return results
+    return scan
 
 
 def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:
@@ -322,11 +340,17 @@ def _index_chunk(paths: list[str]) -> list:
     return records
 
 
-def _read_text(path: str) -> str | None:
+def _scan_chunk(paths: list[str], found) -> list:
+    from amplint.index.build import scan_files
+
+    max_size, cache = _INDEXING
+    return scan_files(paths, found, lambda path: _read_source(path, max_size), cache)
+
+
+def _read_source(path: str, max_size: int | None = None):
     from amplint.index.build import read_text
 
-    source = read_text(path, _INDEXING[0] if _INDEXING else 10 * 1024 * 1024)
-    return source.text if source is not None else None
+    return read_text(path, max_size if max_size is not None else _INDEXING[0])
 
 
 def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:

@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from amplint import parallel
 from amplint.cli import main
+from amplint.config import Settings
+from amplint.index import build
 from amplint.index.build import build_index
+from amplint.outcome import Mode
+from amplint.rules import ALL_RULES
 from amplint.index.project import module_name
 
 from test_fixtures import NOT_COMPARED_IN_CORE, expected_marks
@@ -188,3 +193,48 @@ def test_reaches_reads_no_module_past_its_depth(tmp_path):
     near = build_index(paths[1:], lambda p: Path(p).read_text()).view(paths[1])
     chain, fact = near.reaches(Target(paths[1], "f1"), ("clip",))
     assert fact == "clip" and [t.qualname for t in chain] == [f"f{i}" for i in range(1, count)]
+
+
+def _second_round_tree(tree: Path) -> list[str]:
+    """engine.py builds a scaler per call; main.py (no AMP word: found by the second round) calls it per epoch
+    through a launcher of its own; enough unrelated files that a run takes the worker pool."""
+    tree.mkdir()
+    (tree / "engine.py").write_text(ENGINE)
+    (tree / "main.py").write_text(MAIN.replace("def main(", "def launch(model, optimizer, loader):\n"
+                                              "    train_one_epoch(model, optimizer, loader)\n\n\ndef main(")
+                                   .replace("        train_one_epoch(model, optimizer, loader)\n",
+                                            "        launch(model, optimizer, loader)\n"))
+    for i in range(parallel.SERIAL_BELOW):
+        (tree / f"other{i}.py").write_text(UNRELATED + f"\n\ndef train_one_epoch_{i}():\n    return {i}\n")
+    return sorted(str(path) for path in tree.glob("*.py"))
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_the_second_round_finds_callers_in_workers_as_in_one_process(tmp_path, jobs):
+    paths = _second_round_tree(tmp_path / "tree")
+    project = parallel.index_project(paths, jobs, Settings())
+    assert {Path(p).name for p in project.indexed} == {"engine.py", "main.py"}
+    outcomes = parallel.lint_paths(paths, ALL_RULES, Settings(), Mode(), jobs=jobs)
+    assert [(Path(o.path).name, d.code) for o in outcomes for d in o.diagnostics] == [("engine.py", "AMP004")]
+
+
+def test_a_second_round_chunk_whose_worker_fails_is_looked_at_here(tmp_path, monkeypatch):
+    paths = _second_round_tree(tmp_path / "tree")
+
+    def lost(paths, found):
+        raise OSError("worker lost")
+
+    if parallel._context().get_start_method() != "fork":
+        pytest.skip("the workers must be forked to fail as patched here")
+    monkeypatch.setattr(parallel, "_scan_chunk", lost)  # the forked workers fail every round's chunk
+    looked_here = []
+    real = build.local_scan
+
+    def counted(*args):
+        scan = real(*args)
+        return lambda paths, found: looked_here.append(len(paths)) or scan(paths, found)
+
+    monkeypatch.setattr(build, "local_scan", counted)
+    project = parallel.index_project(paths, 2, Settings())
+    assert {Path(p).name for p in project.indexed} == {"engine.py", "main.py"}
+    assert sum(looked_here) >= len(paths) - 1  # every file outside the index, in the first round

@@ -90,7 +90,7 @@ def test_a_record_is_taken_back_without_reading_files_written_long_ago(project, 
     def no_reading(*args, **kwargs):
         raise AssertionError("a file was read")
 
-    monkeypatch.setattr(parallel, "_read_text", no_reading)
+    monkeypatch.setattr(parallel, "_read_source", no_reading)
     monkeypatch.setattr(cache_module, "_content_digest", no_reading)
     assert _found(_lint(project)) == _found(first)
     assert len(runs) == 1

@@ -13,8 +13,10 @@ here.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from amplint.index.functions import FileIndex, index_text
@@ -47,20 +49,30 @@ def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> Proj
     """The project index of these files, read with `read` (the text, or None when unreadable), serially. The
     parallel runner does the same in its workers (`index_file` per file, then `expand`)."""
     paths = list(paths)
-    return gather(paths, [index_file(text) if text is not None else None for text in map(read, paths)], read)
+    texts = [read(path) for path in paths]
+    known = dict(zip(paths, texts))
+    return gather(paths, [index_file(text) if text is not None else None for text in texts],
+                  lambda path: _as_source(known[path]) if path in known else _as_source(read(path)))
 
 
-def gather(paths: list[str], records: list, read: Callable[[str], str | None],
-           max_size: int = 10 * 1024 * 1024, cache=None) -> ProjectIndex:
+def _as_source(text: str | None):
+    from amplint.source import SourceText
+
+    return SourceText(text, "utf-8", None) if text is not None else None
+
+
+def gather(paths: list[str], records: list, read: Callable[[str], object], max_size: int = 10 * 1024 * 1024,
+           cache=None, scan: Scan | None = None) -> ProjectIndex:
     """The project of these files and their phase-1 records (None: known by name only), after the second round
-    (`expand`, which reads the others with `read`). `cache`: where records read on demand are kept."""
+    (`expand`: the others read with `read`, a path's `SourceText` or None, or looked at by `scan`). `cache`: where
+    records read on demand, or in the second round, are kept."""
     project = ProjectIndex(max_size, cache)
     for path, record in zip(paths, records):
         if record is not None:
             project.add(path, record)
         else:
             project.know(path)
-    expand(project, {path: read for path in paths if path not in project.indexed})
+    expand(project, [path for path in paths if path not in project.indexed], scan or local_scan(read, cache))
     return project
 
 
@@ -85,24 +97,96 @@ def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | 
     return source.text, cache.index_record(source.raw, lambda: index_text(source.text))
 
 
-def expand(project: ProjectIndex, others: dict[str, Callable[[str], str | None]]) -> None:
+@dataclass(frozen=True)
+class Round:
+    """What one round of `expand` looks for in a file outside the index: plain patterns, so that a worker process
+    can look (`scan_files`). A file matches when an import statement names one of the round's modules or functions
+    (`importing`), its text names one of the functions (`named`, asked when they are few: cheaper than finding its
+    calls), and it calls one of them by name (`name(`) with an import statement through which that function can
+    be reached (`reaching`: name -> patterns, `_module_words`)."""
+
+    importing: str
+    named: str | None
+    reaching: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def matches(self, text: str, called: Callable[[], set[str]]) -> bool:
+        """`called()`: the names the text calls (`_CALLED`), found when first needed."""
+        if _compiled(self.importing).search(text) is None or \
+                (self.named is not None and _compiled(self.named).search(text) is None):
+            return False
+        names = called()
+        return any(_compiled(words).search(text) for name, patterns in self.reaching if name in names
+                   for words in patterns)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.MULTILINE)
+
+
+# A file looked at in a round: None when it cannot be read (it is left out of later rounds), False when it does not
+# match, else (its record,): it enters the index (a record of None: it does not parse, and is left out).
+Found = bool | tuple[FileIndex | None] | None
+Scan = Callable[[list[str], Round], list[Found]]
+
+
+def scan_files(paths: list[str], found: Round, read: Callable[[str], object], cache=None,
+               texts: dict | None = None, called: dict | None = None) -> list[Found]:
+    """Each file's `Found` for one round. `read(path)`: its `SourceText`, or None; `texts`, `called`: what earlier
+    rounds read (kept by the caller), so that a file is read and its calls found once. A file that matches is
+    summarised (`index_text`; its record kept in `cache` by content, as phase 1's)."""
+    texts = {} if texts is None else texts
+    called = {} if called is None else called
+    results: list[Found] = []
+    for path in paths:
+        if path not in texts:
+            texts[path] = read(path)
+        source = texts[path]
+        if source is None:
+            results.append(None)
+            continue
+        text = source.text
+
+        def calls(path=path, text=text) -> set[str]:
+            if path not in called:
+                called[path] = set(_CALLED.findall(text))
+            return called[path]
+
+        if not found.matches(text, calls):
+            results.append(False)
+        elif cache is not None and source.raw is not None:
+            results.append((cache.index_record(source.raw, lambda: index_text(text)),))
+        else:
+            results.append((index_text(text),))
+    return results
+
+
+def local_scan(read: Callable[[str], object], cache=None) -> Scan:
+    """`scan_files` in this process, each file read once for all rounds."""
+    texts: dict = {}
+    called: dict = {}
+    return lambda paths, found: scan_files(paths, found, read, cache, texts, called)
+
+
+def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
     """The second round: files outside the index that may call an interesting function, or a function that calls
     one (a caller's caller, up to the index's depth), enter it. A file may call a function of another module when
-    its text calls the name (`name(`) and an import statement names that module (a part of its dotted name). `others`: path -> how to read it (read once, when first looked at)."""
+    its text calls the name (`name(`) and an import statement names that module (a part of its dotted name), or
+    the function: `Round`. `others`: the paths of the files outside the index; `scan` looks at them for a round
+    (`local_scan`, or the run's worker processes)."""
     from amplint.index.project import MAX_DEPTH
 
+    others = list(others)
     builders = {Target(path, qualname) for path in project.indexed for qualname in _builders(project, path)}
     wanted = set(builders)
     scanned: set[Target] = set()
-    texts: dict[str, str | None] = {}
-    called: dict[str, set[str]] = {}  # path -> the names its text calls (`name(`), found once
     for _ in range(MAX_DEPTH):
         wanted |= _callers_of(project, wanted)
         pending = wanted - scanned
         if not pending or not others:
             return
         scanned |= pending
-        by_name: dict[str, list[re.Pattern[str]]] = {}
+        by_name: dict[str, list[str]] = {}
         for target in pending:
             if "." in target.qualname and target not in builders:
                 continue  # a method found as a caller: its callers reach it through `self` or an object
@@ -110,27 +194,19 @@ def expand(project: ProjectIndex, others: dict[str, Callable[[str], str | None]]
             by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
         if not by_name:
             continue
-        named = re.compile("|".join(re.escape(name) for name in sorted(by_name, key=len, reverse=True)))
-        few = len(by_name) <= 16
-        importing = re.compile(r"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:" + "|".join(sorted(
+        importing = r"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:" + "|".join(sorted(
             {re.escape(project.names.get(target.module, "").rsplit(".", 1)[-1] or "__main__") for target in pending}
-            | {re.escape(name) for name in by_name})) + r")\b", re.MULTILINE)
-        for path in list(others):
-            if path not in texts:
-                texts[path] = others[path](path)
-            text = texts[path]
-            if text is None:
-                del others[path]
-                continue
-            if importing.search(text) is None or (few and named.search(text) is None):
-                continue  # imports none of their modules, or names none of them: cheaper than finding its calls
-            if path not in called:
-                called[path] = set(_CALLED.findall(text))
-            if any(words.search(text) for name in called[path] & by_name.keys() for words in by_name[name]):
-                del others[path]
-                record = index_text(text)
-                if record is not None:
-                    project.add(path, record)
+            | {re.escape(name) for name in by_name})) + r")\b"
+        named = "|".join(re.escape(name) for name in sorted(by_name, key=len, reverse=True))
+        found = Round(importing, named if len(by_name) <= 16 else None,
+                      tuple((name, tuple(patterns)) for name, patterns in sorted(by_name.items())))
+        remaining = []
+        for path, result in zip(others, scan(others, found), strict=True):
+            if result is False:
+                remaining.append(path)
+            elif result is not None and result[0] is not None:
+                project.add(path, result[0])
+        others = remaining
 
 
 _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a call (or of a def: more, fine)
@@ -161,12 +237,12 @@ def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
     return found
 
 
-def _module_words(module: str, name: str) -> re.Pattern[str]:
+def _module_words(module: str, name: str) -> str:
     """A regex finding an import statement through which another file can reach the function `name` of `module`:
     one naming the module (its last part: `import engine`, `from proj.training import loop`) or the function
     itself (`from proj.training import train_epoch`, a package's re-export)."""
     last = module.rsplit(".", 1)[-1] or "__main__"
-    return re.compile(rf"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:{re.escape(last)}|{re.escape(name)})\b", re.MULTILINE)
+    return rf"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:{re.escape(last)}|{re.escape(name)})\b"
 
 
 def sibling_files(paths: Iterable[str]) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from amplint.index.build import expand, index_file, read_text
+from amplint.index.build import expand, index_file, local_scan, read_text
 from amplint.index.functions import FileIndex, index_text
 from amplint.index.project import ModuleView, ProjectIndex
 
@@ -45,7 +45,7 @@ class Workspace:
             names = sorted(os.listdir(folder))
         except OSError:
             return
-        others: dict = {}
+        others: list[str] = []
         for name in names:
             path = os.path.join(folder, name)
             if not name.endswith((".py", ".pyi")) or path in buffers or not os.path.isfile(path):
@@ -56,9 +56,5 @@ class Workspace:
                 self.project.add(path, record)
             else:
                 self.project.know(path)
-                others[path] = self._text
-        expand(self.project, others)
-
-    def _text(self, path: str) -> str | None:
-        source = read_text(path, self.project.max_size)
-        return source.text if source is not None else None
+                others.append(path)
+        expand(self.project, others, local_scan(lambda path: read_text(path, self.project.max_size)))
