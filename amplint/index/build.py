@@ -50,9 +50,9 @@ def build_index(paths: Iterable[str], read: Callable[[str], str | None]) -> Proj
     parallel runner does the same in its workers (`index_file` per file, then `expand`)."""
     paths = list(paths)
     texts = [read(path) for path in paths]
-    known = dict(zip(paths, texts))
+    by_path = dict(zip(paths, texts))  # each file read once: the second round looks at these texts
     return gather(paths, [index_file(text) if text is not None else None for text in texts],
-                  lambda path: _as_source(known[path]) if path in known else _as_source(read(path)))
+                  lambda path: _as_source(by_path.get(path)))
 
 
 def _as_source(text: str | None):
