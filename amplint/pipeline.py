@@ -50,9 +50,9 @@ def analyse(source: Source, text: str, rules: list[Rule], mode: Mode, project=No
         return FileOutcome(path, [], fixed_text=text if fixing else None)
     if source.screens(program):
         candidates = screen(program.text, rules, project)
-        if candidates is None:  # no enabled rule can fire here
+        if candidates is None and program.skippable():  # no enabled rule can fire here
             return FileOutcome(path, [], fixed_text=text if fixing else None)
-        if not fixing:  # only the rules that can fire here; a fix run keeps them all (a fix can wake another)
+        if candidates is not None and not fixing:  # only the rules that can fire here (a fix can wake another)
             rules = candidates
     if not fixing:
         found = lint_program(program, path, rules, source.line_noqa, project)

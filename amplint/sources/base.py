@@ -28,6 +28,11 @@ class PythonProgram:
     def __init__(self, text: str) -> None:
         self.text = text
 
+    def skippable(self) -> bool:
+        """May the screen's "no rule can fire here" stand? For a Python file it does: a syntax error in a file
+        that no rule can fire on goes unreported."""
+        return True
+
     def isolate(self, filename: str) -> bool:
         """After a syntax error, leave out the parts that do not parse, so that the rest is still analysed;
         whether any was left out. A Python file is one piece: a syntax error is its finding."""
@@ -65,8 +70,8 @@ class Source:
     line_noqa = True  # `# noqa` comments are honoured here (flake8 applies its own)
 
     def screens(self, program) -> bool:
-        """May the screen spare this program libcst (see `screened`)? A source may also screen a program it knows
-        to parse: a syntax error is then not what a skipped program would hide."""
+        """Is this program screened (see `screened`)? A source may screen a program whose skip it can check
+        (`skippable`) even when its words alone decide nothing."""
         return self.screened
 
     def read(self) -> SourceText:

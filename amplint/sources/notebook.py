@@ -136,9 +136,10 @@ class Notebook:
         """Is there Python to analyse (a Python kernel, some code cell)?"""
         return self.python and bool(self.cells)
 
-    def compiles(self) -> bool:
-        """Does the joined program parse (CPython's parser, no code built)? Only then may the screen spare it libcst
-        (`NotebookSource.screens`): a program that does not parse goes to the engine, which reports the cells."""
+    def skippable(self) -> bool:
+        """May the screen's "no rule can fire here" stand: does the joined program parse (CPython's parser, no code
+        built)? Asked only of a program the screen would skip; one that does not parse goes to the engine, which
+        reports the cells that do not."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes and the like: warnings, not errors
@@ -851,12 +852,13 @@ class NotebookSource(Source):
     """A notebook, from its path (fixes are written back), from bytes (stdin) or from its JSON text.
 
     A malformed notebook is reported whatever its words (`screened` is false: the cache never decides one by
-    its words), and so is a cell that does not parse: its program is screened only once it compiles (`screens`)."""
+    its words), and so is a cell that does not parse: the screen skips its program only when it parses
+    (`Notebook.skippable`)."""
 
     screened = False
 
     def screens(self, program: Notebook) -> bool:
-        return program.compiles()
+        return True
 
     def __init__(self, path: str, raw: bytes | None = None, text: str | None = None,
                  max_size: int = DEFAULT_MAX_FILE_SIZE) -> None:
