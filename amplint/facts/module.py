@@ -404,10 +404,11 @@ class ModuleFacts:
 
     @cached_property
     def _scaler_usage_keys(self) -> set[str]:
-        """Names used the way only a GradScaler is: `x.scale(loss).backward()`, `x.unscale_(opt)`, or all of
-        `x.scale(...)`, `x.step(...)` and `x.update()`."""
+        """Names used the way only a GradScaler is: `x.scale(loss).backward()`, `x.unscale_(opt)`, all of
+        `x.scale(...)`, `x.step(...)` and `x.update()`, or `x.step(...)` and `x.update()` in one function."""
         keys = set()
         scales, steps, updates = set(), set(), set()
+        in_function: dict[str, set[int]] = {}  # receiver of `x.step(arg)` -> the functions stepping it so
         for call in self.calls:
             if call.method == "unscale_" and call.receiver:
                 keys.add(call.receiver)
@@ -415,8 +416,15 @@ class ModuleFacts:
                 scales.add(call.receiver)
             if call.method == "step" and call.node.args:
                 steps.add(call.receiver)
+                in_function.setdefault(call.receiver, set()).add(id(call.frame.function()) if call.frame else 0)
+        for call in self.calls:
             if call.method == "update" and not call.node.args:
                 updates.add(call.receiver)
+                # `x.step(optimizer)` and `x.update()` in one function: a scaler handed in (the index's
+                # `scaler_step`; an optimizer's step takes no argument but a closure, and is not updated)
+                if call.receiver and (id(call.frame.function()) if call.frame else 0) in in_function.get(
+                        call.receiver, ()):
+                    keys.add(call.receiver)
             if call.method == "backward" and isinstance(call.node.func, cst.Attribute):
                 inner = call.node.func.value
                 if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \

@@ -9,8 +9,11 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
   stores it on an object (`self.scaler = ...`), passes it to a call, or restores it with `load_state_dict`;
 - `backward` (a method `backward()`/`manual_backward()` or `torch.autograd.backward`), `scaled_backward`;
 - `unscale`, `clip` (`clip_grad_norm_`/`clip_grad_value_`, a torch clip, not a framework's method), `step`
-  (a method `step()`), `scaler_step`, `scaler_update` (on something that can hold a GradScaler);
-- `region` (opens an autocast region not written disabled), `disabled_region`, `no_grad`
+  (a method `step()`), `optimizer_step` (also, on an object used as an optimizer is: `zero_grad()` on it in the
+  file, or handed to a scaler's `step`/`unscale_`, as the facts layer's `is_optimizer`), `scaler_step`,
+  `scaler_update` (on something that can hold a GradScaler);
+- `region` (opens an autocast region not written disabled), `disabled_region`, `autocast_off` (decorated
+  `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `no_grad`
   (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
 
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
@@ -31,8 +34,8 @@ from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, 
     SET_GRAD_ENABLED
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
-FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "scaler_step",
-         "scaler_update", "region", "disabled_region", "no_grad", "enable_grad", "eval", "loop")
+FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "optimizer_step",
+         "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "no_grad", "enable_grad", "eval", "loop")
 # The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
@@ -130,6 +133,7 @@ class _Builder:
         self.by_id: dict[int, FunctionSummary] = {}
         self.scalers = summary.scaler_names()
         self._stepped_and_updated: dict[int, set[str]] = {}  # id of a function's summary -> `_steps_and_updates`
+        self._optimizers: set[str] | None = None  # `_used_as_optimizer`
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
@@ -178,9 +182,10 @@ class _Builder:
         assigned: dict[str, set[str]] = {}
         for function, node in self.summary.call_assignments:
             owner = self._owner(function)
-            if len(node.targets) != 1 or (owner is None and function is not None):
+            targets = node.targets if type(node) is ast.Assign else [node.target]
+            if len(targets) != 1 or (owner is None and function is not None):
                 continue  # several targets, or in a lambda
-            target = node.targets[0]
+            target = targets[0]
             qualname = owner.qualname if owner is not None else ""  # "" at module level: ":name"
             class_name = qualname.split(".")[0] if "." in qualname else ""
             if type(target) is ast.Attribute and type(target.value) is ast.Name and target.value.id == "self" \
@@ -257,12 +262,27 @@ class _Builder:
         elif name == "step" and method:
             scaler = receiver in scalers or (call.args and self._steps_and_updates(owner, receiver))
             self._note(owner, "scaler_step" if scaler else "step", line)
+            if not scaler and receiver in self._used_as_optimizer():
+                self._note(owner, "optimizer_step", line)
         elif name == "update" and method and (receiver in scalers or self._steps_and_updates(owner, receiver)):
             self._note(owner, "scaler_update", line)
         elif name == "eval" and method and not call.args:
             self._note(owner, "eval", line)
         elif self.summary.resolves(call.func, GRAD_ON):
             self._note(owner, "enable_grad", line)
+
+    def _used_as_optimizer(self) -> set[str]:
+        """Receivers the file uses as only an optimizer is used: `x.zero_grad()`, or handed to a scaler's
+        `step`/`unscale_` (the facts layer's `is_optimizer`, by use and never by name)."""
+        if self._optimizers is None:
+            found = {receiver for _, _, receiver, _, _ in self.summary.call_sites_by_name.get("zero_grad", ())
+                     if receiver}
+            for method in ("step", "unscale_"):
+                for _, _, receiver, _, call in self.summary.call_sites_by_name.get(method, ()):
+                    if receiver and receiver in self.scalers:
+                        found.update(name for name in map(dotted, call.args) if name)
+            self._optimizers = found
+        return self._optimizers
 
     def _steps_and_updates(self, owner: FunctionSummary | None, receiver: str) -> bool:
         """Does the function call `receiver.step(x)` with an argument and `receiver.update()`: a scaler handed in
@@ -318,8 +338,13 @@ class _Builder:
                     self._note(owner, mode, with_node.lineno)
         for function_id, decorators in self.summary.call_decorators.items():
             owner = self.by_id.get(function_id)
-            if owner is not None and any(self.summary.can_open(d) and not _disabled(d) for d in decorators):
+            if owner is None:
+                continue
+            openers = [d for d in decorators if self.summary.can_open(d)]
+            if any(not _disabled(d) for d in openers):
                 self._note(owner, "region", owner.line)
+            elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
+                self._note(owner, "autocast_off", owner.line)
 
     def _scaler_builds(self) -> None:
         """GradScaler constructions (resolved through the imports, as the facts layer's `GRAD_SCALERS`), and

@@ -4,7 +4,8 @@ to functions across modules (phase 1's result, what phase 2 asks about calls tha
 Module names come from the files' places: a file in a package (folders holding `__init__.py`) is named from the
 top-most package down (`pkg/sub/mod.py`: `pkg.sub.mod`); a file outside packages by its stem, as Python names a
 script's sibling that the script imports (`train.py` beside `engine.py`: `import engine`). When two files have
-one name (two folders of scripts), an import resolves to the one nearest the importing file.
+one name (two folders of scripts), an import resolves to the one nearest the importing file. An import no name
+matches is looked for as Python does for a script, from the importing file's folder up (`find_module`).
 
 A call leaves its function through: a module-level function of the same module or of an imported project module
 (`f()`, `mod.f()`, `from pkg import f` through a package's `__init__` re-exports, `from x import *`), a method of
@@ -167,11 +168,30 @@ class ProjectIndex:
         """The path of the project module `name`, the nearest to the file `near` when several have that name."""
         paths = self.by_name.get(name)
         if not paths:
-            return None
+            return self._beside(name, near)
         if len(paths) == 1:
             return paths[0]
         folder = os.path.dirname(near)
         return max(paths, key=lambda p: (len(os.path.commonpath([folder, os.path.dirname(p)])), -len(p)))
+
+    def _beside(self, name: str, near: str) -> str | None:
+        """The module `name` as Python finds it when the file `near` runs as a script: from the script's own
+        folder, the first entry of `sys.path` (a checkout with an `__init__.py` at its root names its files
+        `root.x`, and yet `train.py` there imports `x`). Folders above it are tried too, up to the top-most
+        package's parent, the root the package names come from."""
+        folder = os.path.dirname(near)
+        parts = name.split(".")
+        while True:
+            base = os.path.join(folder, *parts)
+            for candidate in (base + ".py", base + ".pyi", os.path.join(base, "__init__.py")):
+                if candidate in self.names:
+                    return candidate
+            if not _package(folder):
+                return None  # the top-most package's parent: the root of the names
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return None
+            folder = parent
 
     def absolute(self, path: str, module: str, level: int) -> str:
         """The absolute module name of a (possibly relative) import written in the file at `path`."""
@@ -361,18 +381,19 @@ class ModuleView:
         index = self._file(target.module)
         return index.functions.get(target.qualname) if index else None
 
-    def reaches(self, target: Target, facts: tuple[str, ...], depth: int = MAX_DEPTH
+    def reaches(self, target: Target, facts: tuple[str, ...], depth: int = MAX_DEPTH, stop: tuple[str, ...] = ()
                 ) -> tuple[list[Target], str] | None:
         """Does the function, or a function it calls (`depth` calls deep), do one of `facts`? The chain of
         functions from `target` to the one that does, and the fact; None when none does (or the index cannot
-        tell). Breadth first: the shortest chain."""
+        tell). Breadth first: the shortest chain. A function with one of the facts `stop` is not looked into
+        (`autocast_off`: what it does runs outside any caller's region)."""
         frontier: list[tuple[Target, list[Target]]] = [(target, [target])]
         seen = {target}
         for level in range(depth + 1):
             following = []
             for current, chain in frontier:
                 summary = self.function(current)
-                if summary is None:
+                if summary is None or any(fact in summary.does for fact in stop):
                     continue
                 for fact in facts:
                     if fact in summary.does:
@@ -386,6 +407,17 @@ class ModuleView:
                         following.append((callee, [*chain, callee]))
             frontier = following
         return None
+
+    def project_runs_backward(self) -> bool:
+        """Does a function of the project (this file's included) run a backward itself? Asked of the files
+        indexed up front first, then of those known by name (read now, once per run); each file read becomes a
+        dependency of a cached result, so a backward added anywhere changes the answer."""
+        project = self.project
+        for path in [self.path, *sorted(project.indexed), *sorted(set(project.names) - project.indexed)]:
+            index = self._file(path)
+            if index is not None and any("backward" in summary.does for summary in index.functions.values()):
+                return True
+        return False
 
     def callers(self, target: Target) -> Iterator[CallerSite]:
         """Every call site in the project that the index resolves to `target`."""

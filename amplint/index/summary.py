@@ -221,7 +221,7 @@ class Summary:
         self.import_bound: dict[str, set[str]] = {}  # local name bound by an import -> last parts it stands for
         self.assigned: set[str] = set()  # dotted names assigned anywhere (what the facts layer can follow)
         self.assignments: list[tuple[set[str], ast.AST]] = []  # (dotted targets, value) of `=` statements
-        self.call_assignments: list[tuple[ast.AST | None, ast.Assign]] = []  # (its function, `x = f(...)`)
+        self.call_assignments: list[tuple[ast.AST | None, ast.Assign | ast.AnnAssign]] = []  # (its function, `x = f(...)`)
         self.import_nodes: list[ast.AST] = []  # every import statement, in any scope
         self._openers: set[str] | None = None
         self.function_names: list[str] = []
@@ -382,7 +382,7 @@ class Summary:
                         for k in node.keywords):
                     self.false_calls.append(node)
             elif kind is ast.Assign or kind is ast.AnnAssign:
-                if kind is ast.Assign and type(node.value) is call_type:
+                if type(node.value) is call_type:  # `x = f()` and `x: T = f()` bind alike
                     self.call_assignments.append((function, node))
                 targets: set[str] = set()
                 for target in (node.targets if kind is ast.Assign else (node.target,)):
@@ -575,6 +575,11 @@ class Summary:
             # `x.scale(...)`, `x.step(...)` and `x.update()` together: only a GradScaler has all three
             scalers |= set.intersection(*({receiver for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ()) if receiver}
                                           for method in ("scale", "step", "update")))
+            # `x.step(arg)` and `x.update()` in one function: a scaler handed in (the facts layer's usage keys)
+            stepped = {(id(function), receiver) for function, _, receiver, _, call
+                       in self.call_sites_by_name.get("step", ()) if receiver and call.args}
+            scalers |= {receiver for function, _, receiver, _, call in self.call_sites_by_name.get("update", ())
+                        if receiver and not call.args and (id(function), receiver) in stepped}
             for targets, names in self._assignment_names():
                 if names & wanted:  # a name or an attribute's last name (the dotted names never match a word)
                     scalers |= targets
@@ -773,13 +778,15 @@ class Summary:
 
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
-        something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`, or all of
-        `x.scale(...)`, `x.step(...)` and `x.update()`)."""
+        something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`, all of
+        `x.scale(...)`, `x.step(...)` and `x.update()`, or `x.step(arg)` and `x.update()` in one function)."""
         return ((self.imports_module("torch") and (
                     self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
                 or self.calls_method("unscale_")
                 or (self.calls_method("scale") and (self.calls_method("backward") or (
-                    self.calls_method("step") and self.calls_method("update")))))
+                    self.calls_method("step") and self.calls_method("update"))))
+                or (self.calls_method("step") and self.calls_method("update")
+                    and self.ask(True, lambda: bool(self.scaler_names()))))
 
     def backward_possible(self) -> bool:
         """A backward can run: `x.backward()`, or a call resolving to `torch.autograd.backward`/`grad`."""

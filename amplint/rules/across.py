@@ -10,6 +10,10 @@ from amplint.facts.model import Call, Region
 from amplint.index.project import Target, calls_leaving
 
 
+# A function whose facts a caller's region does not reach: its body runs with autocast off.
+REGION_OFF = ("autocast_off",)
+
+
 @dataclass
 class Reached:
     """A call of this module, in an active autocast region, to a function of another module that does `fact`
@@ -52,7 +56,7 @@ def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> It
         target = view.resolve(info.qualname if info else None, call.dotted)
         if target is None or (target.module == view.path and id(call) in followed):
             continue  # a call the facts layer follows: what the callee does is reported where it is
-        reached = view.reaches(target, wanted)
+        reached = view.reaches(target, wanted, stop=REGION_OFF)
         if reached is None:
             continue
         chain, fact = reached
@@ -63,7 +67,7 @@ def calls_in_regions_reaching(facts: ModuleFacts, wanted: tuple[str, ...]) -> It
 def reaches_from_region(view, wanted: tuple[str, ...]) -> bool:
     """The screen's question: does a call in a region of the view's file reach, in another module, a function
     doing one of `wanted`?"""
-    return any(view.reaches(target, wanted) for _, _, target in calls_leaving(view, "in_region"))
+    return any(view.reaches(target, wanted, stop=REGION_OFF) for _, _, target in calls_leaving(view, "in_region"))
 
 
 def reaches_from_module(view, wanted: tuple[str, ...]) -> bool:

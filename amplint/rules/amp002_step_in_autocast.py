@@ -10,9 +10,9 @@ from amplint.rules.base import Finding, Rule
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
-# The index's facts for a function that steps or updates a GradScaler itself (an optimizer's own `step()` is not
-# known across modules: the index cannot tell an optimizer from a scheduler there).
-SCALER_UPDATES = ("scaler_step", "scaler_update")
+# The index's facts for a function that steps an optimizer (known by use, as the facts layer knows one) or steps
+# or updates a GradScaler itself.
+SCALER_UPDATES = ("optimizer_step", "scaler_step", "scaler_update")
 
 
 class StepInAutocast(Rule):
@@ -83,7 +83,8 @@ class StepInAutocast(Rule):
         for reached in calls_in_regions_reaching(facts, SCALER_UPDATES):
             if reached.call.method in ("step", "update"):
                 continue  # a step or update named as such is an event of its own (reported above, when known)
-            what = "a scaler's update" if reached.fact == "scaler_update" else "a scaler's step"
+            what = {"scaler_update": "a scaler's update", "scaler_step": "a scaler's step"}.get(
+                reached.fact, "an optimizer's step")
             message = f"{reached.describe(facts, what)} in {describe_region(facts, reached.region, reached.region_chain)}"
             yield Finding(reached.call.node, message,
                           help=f"Call it after the autocast block (the step is reached through {reached.path()})")

@@ -236,8 +236,9 @@ class ScalerInInference(Rule):
         opener = functions.grad_off_opener(function)
         if opener is not None:
             return f"{owner} opens `{snippet(facts, opener, 24)}`"
-        if function is not None and eval_like(function.name) and not facts.module_has_backward:
-            return f"{owner} in a module without backward"
+        if function is not None and eval_like(function.name) and not facts.module_has_backward \
+                and not facts.project.project_runs_backward():
+            return f"{owner} in a project without backward"  # a module of a training project may hold tests
         return None
 
     # uses ----------------------------------------------------------------------------------------------------
