@@ -2,10 +2,10 @@
 
 Every flagged and clean single-file fixture with two or more top-level functions or classes is written again as a
 project, one definition per module (`m_<name>.py` with the file's imports and explicit imports of the other
-definitions; the rest of the module code in `main.py`), and must report the same codes as the one file. A case
-whose definitions read a module-level name that the rest of the file binds (`scaler = GradScaler()` at module
-level, read in `train_step`) is not a program once split (the split module has no such global): it is left out,
-not compared.
+definitions; the rest of the module code in `main.py`), and must report the same codes as the one file. A
+module-level assignment that a definition reads (`scaler = GradScaler()` read in `train_step`) goes to
+`m_state.py`, which every module imports it from, so that the split is still the same program; a case whose
+definitions read a name bound otherwise at module level (a loop, a `with`) is left out, not compared.
 
 The cases that still differ are listed in `KNOWN_TO_DIFFER` with the reason; a listed case that starts to agree
 fails the test, so the list only shrinks.
@@ -41,6 +41,9 @@ KNOWN_TO_DIFFER = {
         "AMP006 asks for a caller under autocast in the island's module",
     ("AMP012-half-model-with-scaler", "flagged", "named_parameter_groups.py"):
         "a model made half in a factory of another module is not followed to the scaler's step",
+    ("AMP010-step-without-update", "flagged", "per_step_function.py"):
+        "a per-step function's loop in another module is not asked for (nor whether another module updates "
+        "a scaler shared through a module)",
     ("AMP013-scaler-with-bfloat16", "flagged", "decorated_forward.py"):
         "the dtype of a region a decorated `forward` of another module opens is not known at the call",
 }
@@ -50,36 +53,53 @@ def _definitions(tree: ast.Module) -> list[ast.stmt]:
     return [node for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
 
 
-def _module_globals_read(tree: ast.Module) -> bool:
-    """Does a definition read a name that the module's own top-level statements (not defs, not imports) bind?"""
+def _globals_read(tree: ast.Module) -> tuple[list[ast.stmt], bool]:
+    """The module-level assignments binding names that a definition reads, and whether some name a definition
+    reads is bound at module level otherwise (then the case is not split)."""
     definitions = _definitions(tree)
-    bound = set()
+    names = {definition.name for definition in definitions}
+    read = {child.id for definition in definitions for child in ast.walk(definition)
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load)}
+    moved, other = [], False
     for node in tree.body:
         if node in definitions or isinstance(node, (ast.Import, ast.ImportFrom)):
             continue
-        for child in ast.walk(node):
-            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
-                bound.add(child.id)
-    return any(isinstance(child, ast.Name) and isinstance(child.ctx, ast.Load) and child.id in bound
-               for definition in definitions for child in ast.walk(definition))
+        if set(_bound(node)) & read:
+            uses_definitions = any(isinstance(child, ast.Name) and child.id in names for child in ast.walk(node))
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and not uses_definitions:
+                moved.append(node)
+            else:
+                other = True
+    return moved, other
+
+
+def _bound(node: ast.stmt) -> list[str]:
+    return sorted({child.id for child in ast.walk(node)
+                   if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store)})
 
 
 def split(text: str, folder: Path) -> None:
-    """One module per top-level definition, the rest in `main.py` (as the module docstring says)."""
+    """One module per top-level definition, the globals they read in `m_state.py`, the rest in `main.py`."""
     tree = ast.parse(text)
-    imports = [ast.get_source_segment(text, node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    imports = [ast.get_source_segment(text, node) for node in tree.body
+               if isinstance(node, (ast.Import, ast.ImportFrom))]
     definitions = _definitions(tree)
+    moved, _ = _globals_read(tree)
     names = [node.name for node in definitions]
+    state = [f"from m_state import {name}" for node in moved for name in _bound(node)]
+    if moved:
+        (folder / "m_state.py").write_text("\n".join(imports + [ast.get_source_segment(text, n) for n in moved]) + "\n")
     for node in definitions:
         own = [f"from m_{other} import {other}" for other in names if other != node.name]
         decorators = "".join(f"@{ast.get_source_segment(text, d)}\n" for d in node.decorator_list)
         segment = ast.get_source_segment(text, node)
         if not segment.lstrip().startswith("@"):
             segment = decorators + segment
-        (folder / f"m_{node.name}.py").write_text("\n".join(imports + own) + "\n\n\n" + segment + "\n")
-    rest = [ast.get_source_segment(text, node) for node in tree.body
-            if node not in definitions and not isinstance(node, (ast.Import, ast.ImportFrom))]
-    (folder / "main.py").write_text("\n".join(imports + [f"from m_{name} import {name}" for name in names] + rest) + "\n")
+        (folder / f"m_{node.name}.py").write_text("\n".join(imports + state + own) + "\n\n\n" + segment + "\n")
+    rest = [ast.get_source_segment(text, node) for node in tree.body if node not in definitions
+            and node not in moved and not isinstance(node, (ast.Import, ast.ImportFrom))]
+    (folder / "main.py").write_text(
+        "\n".join(imports + state + [f"from m_{name} import {name}" for name in names] + rest) + "\n")
 
 
 def _cases() -> list[Path]:
@@ -88,7 +108,7 @@ def _cases() -> list[Path]:
         if path.parent.name not in ("flagged", "clean"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        if len(_definitions(tree)) >= 2 and not _module_globals_read(tree):
+        if len(_definitions(tree)) >= 2 and not _globals_read(tree)[1]:
             found.append(path)
     return found
 
@@ -141,3 +161,19 @@ def test_an_annotated_assignment_binds_like_a_plain_one(tmp_path):
     annotated = codes(tmp_path)
     (tmp_path / "train.py").write_text(body.format(""))
     assert annotated == codes(tmp_path) == {"AMP001"}
+
+
+def test_a_scaler_built_in_another_module_is_the_same_object(tmp_path):
+    """`from state import scaler` where state.py builds a GradScaler at module level: its `scale()` under no_grad
+    is AMP005 as in one module; a parameter of the same name is another object, and an imported non-scaler
+    (an sklearn-style `scaler`) is none."""
+    (tmp_path / "state.py").write_text("import torch\nscaler = torch.amp.GradScaler('cuda')\n")
+    (tmp_path / "other.py").write_text("from sklearn.preprocessing import StandardScaler\nscaler = StandardScaler()\n")
+    body = ("import torch\nfrom {module} import scaler\n\n\n@torch.no_grad()\ndef evaluate(model, x{param}):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        return scaler.scale(model(x))\n")
+    (tmp_path / "evaluate.py").write_text(body.format(module="state", param=""))
+    assert codes(tmp_path) == {"AMP005"}
+    (tmp_path / "evaluate.py").write_text(body.format(module="state", param=", scaler=None"))
+    assert codes(tmp_path) == set()
+    (tmp_path / "evaluate.py").write_text(body.format(module="other", param=""))
+    assert codes(tmp_path) == set()

@@ -436,6 +436,23 @@ class ModuleFacts:
         keys.update(key for key in scales & steps & updates if key)
         return keys
 
+    def _imported_scaler(self, key: str, frame: Frame | None) -> bool:
+        """A name imported from a project module that builds a GradScaler under it at module level: the same
+        object as in one module (`scaler = GradScaler()` beside the functions using it). A parameter of the
+        function (or of one enclosing it) of that name is another object."""
+        if key not in self.source:
+            return False
+        current = frame.function() if frame is not None else None
+        while current is not None:
+            info = self._function_infos.get(id(current))
+            parameters = info.node.params if info is not None else None
+            if parameters is not None and key in {p.name.value for p in (
+                    *parameters.posonly_params, *parameters.params, *parameters.kwonly_params,
+                    *(x for x in (parameters.star_arg, parameters.star_kwarg) if isinstance(x, cst.Param)))}:
+                return False
+            current = current.parent.function() if getattr(current, "parent", None) is not None else None
+        return self.project.module_binding(key) in api.GRAD_SCALERS
+
     def is_scaler(self, key: str | None, frame: Frame | None) -> bool:
         """Is `key` (as seen from `frame`) a torch GradScaler? Unknown objects are not."""
         if not key:
@@ -445,6 +462,7 @@ class ModuleFacts:
             bound = self.bindings(key, frame)
             self._scaler_cache[cache_key] = (
                 any(self.is_scaler_construction(a.value) for a in bound) or key in self._scaler_usage_keys
+                or (not bound and "." not in key and self._imported_scaler(key, frame))
             )
         return self._scaler_cache[cache_key]
 

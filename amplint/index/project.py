@@ -408,6 +408,32 @@ class ModuleView:
             frontier = following
         return None
 
+    def module_binding(self, name: str, path: str | None = None, depth: int = MAX_DEPTH) -> str | None:
+        """For a name the file imports from a project module (`from state import scaler`), the qualified name of
+        the call that module assigns it at module level (`scaler = torch.amp.GradScaler()`:
+        "torch.amp.GradScaler"), through re-exports; None when the index cannot tell."""
+        path = path or self.path
+        index = self._file(path)
+        if index is None or depth < 0:
+            return None
+        imported = index.imports.get(name)
+        if imported is None or imported[1] is None:
+            return None
+        module, attribute, level = imported
+        target = self._find(self.project.absolute(path, module, level), path)
+        record = self._file(target) if target is not None else None
+        if record is None:
+            return None
+        callee = record.instances.get(f":{attribute}")
+        if callee is None:
+            return self.module_binding(attribute, target, depth - 1)  # re-exported (`from .state import scaler`)
+        head, _, rest = callee.partition(".")
+        source = record.imports.get(head)
+        if source is None:
+            return None  # a class or function of that module: not an API this vocabulary names
+        base = source[0] if source[1] is None else f"{source[0]}.{source[1]}"
+        return f"{base}.{rest}" if rest else base
+
     def project_runs_backward(self) -> bool:
         """Does a function of the project (this file's included) run a backward itself? Asked of the files
         indexed up front first, then of those known by name (read now, once per run); each file read becomes a

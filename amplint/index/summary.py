@@ -583,6 +583,13 @@ class Summary:
             for targets, names in self._assignment_names():
                 if names & wanted:  # a name or an attribute's last name (the dotted names never match a word)
                     scalers |= targets
+            # A name imported from a module other than torch's and used as a scaler may be one that module builds
+            # (`from state import scaler`; the facts layer asks the project index, `ModuleView.module_binding`)
+            imported = {local for node in self.import_nodes if type(node) is ast.ImportFrom
+                        and not (node.module or "").split(".")[0] == "torch" for alias in node.names
+                        for local in (alias.asname or alias.name,)}
+            scalers |= {receiver for method in ("scale", "unscale_", "step", "update")
+                        for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ()) if receiver in imported}
             self._scalers = scalers
         return self._scalers
 
@@ -779,13 +786,14 @@ class Summary:
     def scaler_possible(self) -> bool:
         """Some object can be known as a GradScaler: one is constructed (a call resolving to a GradScaler), or
         something is used the way only a scaler is (`x.unscale_(...)`, `x.scale(loss).backward()`, all of
-        `x.scale(...)`, `x.step(...)` and `x.update()`, or `x.step(arg)` and `x.update()` in one function)."""
+        `x.scale(...)`, `x.step(...)` and `x.update()`, `x.step(arg)` and `x.update()` in one function, or a
+        name imported from a module other than torch's and used so: `scaler_names`)."""
         return ((self.imports_module("torch") and (
                     self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
                 or self.calls_method("unscale_")
                 or (self.calls_method("scale") and (self.calls_method("backward") or (
                     self.calls_method("step") and self.calls_method("update"))))
-                or (self.calls_method("step") and self.calls_method("update")
+                or ((self.calls_method("step") or self.calls_method("scale"))
                     and self.ask(True, lambda: bool(self.scaler_names()))))
 
     def backward_possible(self) -> bool:
