@@ -78,28 +78,37 @@ def _bound(node: ast.stmt) -> list[str]:
                    if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store)})
 
 
-def split(text: str, folder: Path) -> None:
-    """One module per top-level definition, the globals they read in `m_state.py`, the rest in `main.py`."""
+def split(text: str, folder: Path, package: bool = False) -> None:
+    """One module per top-level definition, the globals they read in `m_state.py`, the rest in `main.py`. With
+    `package`, the modules are those of a package `pkg` (importing each other as `pkg.m_x`) whose `__init__`
+    re-exports every definition, and `main.py` imports them from the package."""
     tree = ast.parse(text)
+    prefix = "pkg." if package else ""
+    modules = folder / "pkg" if package else folder
+    modules.mkdir(exist_ok=True)
     imports = [ast.get_source_segment(text, node) for node in tree.body
                if isinstance(node, (ast.Import, ast.ImportFrom))]
     definitions = _definitions(tree)
     moved, _ = _globals_read(tree)
     names = [node.name for node in definitions]
-    state = [f"from m_state import {name}" for node in moved for name in _bound(node)]
+    state = [f"from {prefix}m_state import {name}" for node in moved for name in _bound(node)]
     if moved:
-        (folder / "m_state.py").write_text("\n".join(imports + [ast.get_source_segment(text, n) for n in moved]) + "\n")
+        (modules / "m_state.py").write_text("\n".join(imports + [ast.get_source_segment(text, n) for n in moved]) + "\n")
     for node in definitions:
-        own = [f"from m_{other} import {other}" for other in names if other != node.name]
+        own = [f"from {prefix}m_{other} import {other}" for other in names if other != node.name]
         decorators = "".join(f"@{ast.get_source_segment(text, d)}\n" for d in node.decorator_list)
         segment = ast.get_source_segment(text, node)
         if not segment.lstrip().startswith("@"):
             segment = decorators + segment
-        (folder / f"m_{node.name}.py").write_text("\n".join(imports + state + own) + "\n\n\n" + segment + "\n")
+        (modules / f"m_{node.name}.py").write_text("\n".join(imports + state + own) + "\n\n\n" + segment + "\n")
+    if package:
+        (modules / "__init__.py").write_text("".join(f"from .m_{name} import {name}\n" for name in names))
     rest = [ast.get_source_segment(text, node) for node in tree.body if node not in definitions
             and node not in moved and not isinstance(node, (ast.Import, ast.ImportFrom))]
-    (folder / "main.py").write_text(
-        "\n".join(imports + state + [f"from m_{name} import {name}" for name in names] + rest) + "\n")
+    from_package = [f"from pkg import {name}" for name in names]
+    (folder / "main.py").write_text("\n".join(
+        imports + state + (from_package if package else [f"from m_{name} import {name}" for name in names]) + rest)
+        + "\n")
 
 
 def _cases() -> list[Path]:
@@ -122,9 +131,10 @@ def codes(path: Path) -> set[str]:
     return {d["code"] for d in json.loads(result.output)} & CODES
 
 
+@pytest.mark.parametrize("package", [False, True], ids=["modules", "package"])
 @pytest.mark.parametrize("case", CASES, ids=lambda path: f"{path.parent.parent.name}/{path.parent.name}/{path.name}")
-def test_split_gives_the_same_codes(case, tmp_path):
-    split(case.read_text(encoding="utf-8"), tmp_path)
+def test_split_gives_the_same_codes(case, package, tmp_path):
+    split(case.read_text(encoding="utf-8"), tmp_path, package)
     alone, spread = codes(case), codes(tmp_path)
     key = (case.parent.parent.name, case.parent.name, case.name)
     if key in KNOWN_TO_DIFFER:
