@@ -408,23 +408,19 @@ class ModuleFacts:
         `x.scale(...)`, `x.step(...)` and `x.update()`, or `x.step(...)` and `x.update()` in one function."""
         keys = set()
         scales, steps, updates = set(), set(), set()
-        in_function: dict[str, set[int]] = {}  # receiver of `x.step(arg)` -> the functions stepping it so
+        stepped_in, updated_in = set(), set()  # (receiver, id of the function) of `x.step(arg)`, `x.update()`
         for call in self.calls:
+            function = id(call.frame.function()) if call.frame else 0
             if call.method == "unscale_" and call.receiver:
                 keys.add(call.receiver)
             if call.method == "scale" and len(call.node.args) == 1:
                 scales.add(call.receiver)
             if call.method == "step" and call.node.args:
                 steps.add(call.receiver)
-                in_function.setdefault(call.receiver, set()).add(id(call.frame.function()) if call.frame else 0)
-        for call in self.calls:
+                stepped_in.add((call.receiver, function))
             if call.method == "update" and not call.node.args:
                 updates.add(call.receiver)
-                # `x.step(optimizer)` and `x.update()` in one function: a scaler handed in (the index's
-                # `scaler_step`; an optimizer's step takes no argument but a closure, and is not updated)
-                if call.receiver and (id(call.frame.function()) if call.frame else 0) in in_function.get(
-                        call.receiver, ()):
-                    keys.add(call.receiver)
+                updated_in.add((call.receiver, function))
             if call.method == "backward" and isinstance(call.node.func, cst.Attribute):
                 inner = call.node.func.value
                 if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
@@ -432,8 +428,11 @@ class ModuleFacts:
                     receiver = dotted_name(inner.func.value)
                     if receiver:
                         keys.add(receiver)
-        # `x.scale(loss)`, `x.step(optimizer)` and `x.update()` together: only a GradScaler has all three.
+        # `x.scale(loss)`, `x.step(optimizer)` and `x.update()` together: only a GradScaler has all three; and
+        # `x.step(optimizer)` with `x.update()` in one function is a scaler handed in (an optimizer's step takes
+        # no argument but a closure, and is not updated), as the index's `Summary.scaler_names`.
         keys.update(key for key in scales & steps & updates if key)
+        keys.update(key for key, _ in stepped_in & updated_in if key)
         return keys
 
     def _imported_scaler(self, key: str, frame: Frame | None) -> bool:

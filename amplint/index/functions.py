@@ -132,7 +132,6 @@ class _Builder:
         self.index = FileIndex()
         self.by_id: dict[int, FunctionSummary] = {}
         self.scalers = summary.scaler_names()
-        self._stepped_and_updated: dict[int, set[str]] = {}  # id of a function's summary -> `_steps_and_updates`
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
 
     def build(self) -> FileIndex:
@@ -237,7 +236,7 @@ class _Builder:
                 line = call.lineno
                 if loops:
                     self._note(owner, "loop", line)
-                self._fact_of_call(owner, name, receiver, call, line, scalers)
+                self._fact_of_call(owner, name, receiver, call, line, scalers, withs)
                 callee = dotted(call.func)
                 if callee is None or callee in _NOT_PROJECT:
                     continue
@@ -245,7 +244,8 @@ class _Builder:
                                     self._no_grad(function, withs))
                 (owner.calls if owner is not None else self.index.module_calls).append(record)
 
-    def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers) -> None:
+    def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers,
+                      withs=()) -> None:
         method = receiver is not None
         if name in ("backward", "manual_backward") and method and receiver.rsplit(".", 1)[-1] not in ("torch",
                                                                                                      "autograd"):
@@ -260,11 +260,13 @@ class _Builder:
         elif name in CLIP_NAMES and self.summary.resolves(call.func, CLIP_FUNCTIONS):
             self._note(owner, "clip", line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
         elif name == "step" and method:
-            scaler = receiver in scalers or (call.args and self._steps_and_updates(owner, receiver))
+            scaler = receiver in scalers  # also `x.step(arg)` with `x.update()` in one function: a scaler handed in
             self._note(owner, "scaler_step" if scaler else "step", line)
-            if not scaler and receiver in self._used_as_optimizer():
-                self._note(owner, "optimizer_step", line)
-        elif name == "update" and method and (receiver in scalers or self._steps_and_updates(owner, receiver)):
+            if not scaler and receiver in self._used_as_optimizer() and not any(
+                    self.summary.can_open(item.context_expr) and _disabled(item.context_expr)
+                    for with_node in withs for item in with_node.items):
+                self._note(owner, "optimizer_step", line)  # a step in `autocast(enabled=False)` runs in no region
+        elif name == "update" and method and receiver in scalers:
             self._note(owner, "scaler_update", line)
         elif name == "eval" and method and not call.args:
             self._note(owner, "eval", line)
@@ -283,20 +285,6 @@ class _Builder:
                         found.update(name for name in map(dotted, call.args) if name)
             self._optimizers = found
         return self._optimizers
-
-    def _steps_and_updates(self, owner: FunctionSummary | None, receiver: str) -> bool:
-        """Does the function call `receiver.step(x)` with an argument and `receiver.update()`: a scaler handed in
-        (`self.scaler.step(self.optimizer)`; an optimizer's step takes no argument but a closure, and is not
-        updated). The facts layer knows a scaler by its uses the same way (scale, step and update together)."""
-        key = id(owner)
-        if key not in self._stepped_and_updated:
-            steps, updates = set(), set()
-            for name, found in (("step", steps), ("update", updates)):
-                for function, _, on, _, call in self.summary.call_sites_by_name.get(name, ()):
-                    if self._owner(function) is owner and on and (name == "update" or call.args):
-                        found.add(on)
-            self._stepped_and_updated[key] = steps & updates
-        return receiver in self._stepped_and_updated[key]
 
     def _in_region(self, function, withs) -> bool:
         summary = self.summary

@@ -583,15 +583,19 @@ class Summary:
             for targets, names in self._assignment_names():
                 if names & wanted:  # a name or an attribute's last name (the dotted names never match a word)
                     scalers |= targets
-            # A name imported from a module other than torch's and used as a scaler may be one that module builds
-            # (`from state import scaler`; the facts layer asks the project index, `ModuleView.module_binding`)
-            imported = {local for node in self.import_nodes if type(node) is ast.ImportFrom
-                        and not (node.module or "").split(".")[0] == "torch" for alias in node.names
-                        for local in (alias.asname or alias.name,)}
-            scalers |= {receiver for method in ("scale", "unscale_", "step", "update")
-                        for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ()) if receiver in imported}
             self._scalers = scalers
         return self._scalers
+
+    def screened_scaler_names(self) -> set[str]:
+        """`scaler_names`, and the names imported from a module other than torch's that are used as a scaler is
+        (`from state import scaler`; `scaler.scale(...)`): that module may build one, which the facts layer asks
+        the project index (`ModuleView.module_binding`). The screen's set: the index's own facts keep to
+        `scaler_names`, where an imported scheduler's `step()` must stay a plain step."""
+        imported = {alias.asname or alias.name for node in self.import_nodes if type(node) is ast.ImportFrom
+                    and (node.module or "").split(".")[0] != "torch" for alias in node.names}
+        return self.scaler_names() | {receiver for method in ("scale", "unscale_", "step", "update")
+                                      for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ())
+                                      if receiver in imported}
 
     def _optimizer_names(self) -> set[str]:
         """Dotted names the facts layer can take for an optimizer (`ModuleFacts.is_optimizer`, which knows one by
@@ -603,7 +607,7 @@ class Summary:
             optimizers: set[str] = set()
             for method in ("step", "unscale_"):
                 for _, _, receiver, _, call in self.call_sites_by_name.get(method, ()):
-                    if receiver and receiver in self.scaler_names():
+                    if receiver and receiver in self.screened_scaler_names():
                         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
                             name = dotted(argument)
                             if name:
@@ -625,7 +629,7 @@ class Summary:
         method calls whose receiver can hold a GradScaler; with `looped`, only calls in a loop's body."""
         for name in self._names_for(names):
             for function, withs, receiver, in_loop, _ in self.call_sites_by_name.get(name, ()):
-                if on_scaler and not (receiver and receiver in self.scaler_names()):
+                if on_scaler and not (receiver and receiver in self.screened_scaler_names()):
                     continue
                 if looped and not in_loop:
                     continue
@@ -778,7 +782,7 @@ class Summary:
         receivers = None
         if on_scaler or on_stepper:
             def receivers(receiver: str | None) -> bool:
-                return bool(receiver) and (receiver in self.scaler_names() or (
+                return bool(receiver) and (receiver in self.screened_scaler_names() or (
                     on_stepper and receiver in self._optimizer_names()))
         return self.ask(written and (self.has_token("with") or "@" in self.text),
                          lambda: self._in_region_possible(names, receivers))
@@ -794,7 +798,7 @@ class Summary:
                 or (self.calls_method("scale") and (self.calls_method("backward") or (
                     self.calls_method("step") and self.calls_method("update"))))
                 or ((self.calls_method("step") or self.calls_method("scale"))
-                    and self.ask(True, lambda: bool(self.scaler_names()))))
+                    and self.ask(True, lambda: bool(self.screened_scaler_names()))))
 
     def backward_possible(self) -> bool:
         """A backward can run: `x.backward()`, or a call resolving to `torch.autograd.backward`/`grad`."""
