@@ -49,7 +49,7 @@ EXPECTED = {
     "AMP003-clip-without-unscale/flagged/gan_second_optimizer.py": [(23, "safe")],
     "AMP003-clip-without-unscale/flagged/nn_utils_clip_value.py": [(19, "safe")],
     "AMP003-clip-without-unscale/clean/unscale_owner_of_clipped_params.py": [],
-    "AMP006-disabled-autocast-without-cast/flagged/unknown_values_unsafe_fix.py": [(14, "unsafe")],
+    "AMP006-disabled-autocast-without-cast/flagged/unknown_values_unsafe_fix.py": [(13, "unsafe"), (14, "unsafe")],
     "AMP006-disabled-autocast-without-cast/flagged/known_tensor_module_safe_fix.py": [(19, "safe")],
     "AMP006-disabled-autocast-without-cast/flagged/fp32_head.py": [(18, "safe")],
     "AMP006-disabled-autocast-without-cast/clean/integer_and_bool_values.py": [],

@@ -27,10 +27,6 @@ CODES = {f"AMP{n:03d}" for n in range(1, 15)}
 
 # (rule folder, kind, file) -> why the split still differs
 KNOWN_TO_DIFFER = {
-    **{("AMP006-disabled-autocast-without-cast", "flagged", name): "AMP006 asks for a caller under autocast in the "
-       "island's module" for name in ("decorated_fp32_function.py", "decorated_through_caller.py",
-                                      "forward_parameter_from_parent.py", "forward_submodule_output.py",
-                                      "helper_called_in_region.py", "matmul_before_island.py")},
     ("AMP012-half-model-with-scaler", "flagged", "named_parameter_groups.py"):
         "a model made half in a factory of another module is not followed to the scaler's step",
     ("AMP010-step-without-update", "flagged", "per_step_function.py"):

@@ -536,10 +536,16 @@ def test_disabled_regions():
 
 
 @pytest.mark.parametrize("body, analysed, flagged", [
-    # (`h.sum()`: a method of the value, a use whatever its type; a value of unknown type handed to a user
-    # function is not a use, amplint/facts/dtypes.py)
-    # a disabled block alone: nothing for AMP006 to report
-    ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return model(x)\n", False, False),
+    # (`h.sum()`: a method of a computed value, a use whatever its type. A parameter counts only where used as a
+    # floating tensor, `x.pow(2)`, not handed to a user function nor `.sum()`, as a bool mask is too:
+    # amplint/facts/dtypes.py)
+    # a disabled block alone: analysed (its callers run it under autocast), a parameter handed on: nothing
+    ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return model(x)\n", True, False),
+    # ... a parameter computed with: reported
+    ("def f(model, x):\n    with torch.autocast('cuda', enabled=False):\n        return x.pow(2)\n", True, True),
+    # ... what the function computed before it: reported
+    ("def f(model, x):\n    h = model(x)\n    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n",
+     True, True),
     # after an active one (a sibling): what that one made low precision is still low precision
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n"
      "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", True, True),
@@ -549,19 +555,18 @@ def test_disabled_regions():
     # nested through a name bound to an opener
     ("def f(model, x):\n    ctx = torch.autocast('cuda')\n    with ctx:\n        h = model(x)\n"
      "        with torch.autocast('cuda', enabled=False):\n            return h.sum()\n", True, True),
-    # inside a function decorated with an active autocast: analysed (the uses here are parameters)
+    # inside a function decorated with an active autocast
     ("@torch.autocast('cuda')\ndef f(model, x):\n    h = model(x)\n"
      "    with torch.autocast('cuda', enabled=False):\n        return h.sum()\n", True, True),
-    # a function decorated with a disabled autocast, called from an active region: analysed
-    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.sum()\n"
-     "def f(model, x):\n    with torch.autocast('cuda'):\n        h = model(x)\n        return head_fp32(h)\n",
-     True, True),
-    # the same function called outside every region: not analysed
-    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.sum()\n"
-     "def f(model, x):\n    return head_fp32(model(x))\n", False, False),
-    # a region in a nested def does not nest in the enclosing function's block (the def runs elsewhere)
+    # a function decorated with a disabled autocast: its parameters come in from the callers' autocast
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.pow(2).sum()\n"
+     "def f(model, x):\n    return head_fp32(model(x))\n", True, True),
+    ("@torch.autocast('cuda', enabled=False)\ndef head_fp32(h):\n    return h.sum()\n", True, False),
+    # a region in a nested def: the def's own island, its parameter computed with
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        def g(h):\n"
-     "            with torch.autocast('cuda', enabled=False):\n                return h.sum()\n", False, False),
+     "            with torch.autocast('cuda', enabled=False):\n                return h.exp()\n", True, True),
+    # no disabled region: not analysed
+    ("def f(model, x):\n    with torch.autocast('cuda'):\n        return model(x).exp()\n", False, False),
 ])
 def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
     text = "import torch\n" + body

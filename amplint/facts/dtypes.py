@@ -430,35 +430,111 @@ def _keyed_by_string(node: cst.Subscript) -> bool:
                for element in node.slice)
 
 
+# Methods of a container that take a value to keep, not to compute with (`outputs.append(h)`).
+CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "put", "put_nowait",
+                               "push", "appendleft", "__setitem__"})
+# What shows a parameter (whose type no caller tells) to be a floating tensor where it is used: methods and torch
+# functions that compute in floating point (not those an integer tensor or a bool mask is given too: `sum`,
+# `max`, `unsqueeze`, `gather`, `masked_fill`, `where`).
+FLOAT_COMPUTING = (LOW_OPS | FLOAT_ONLY_OPS | FLOAT32_OPS | frozenset({
+    "sqrt", "rsqrt", "square", "reciprocal", "sigmoid", "tanh", "relu", "gelu", "silu", "softplus", "erf",
+    "exp2", "expm1", "sin", "cos", "atan2", "lerp", "addcmul", "addcdiv", "baddbmm", "layer_norm", "rms_norm",
+    "batch_norm", "instance_norm", "interpolate", "grid_sample", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+})) - frozenset({"sum", "cumsum", "prod", "cumprod", "max", "min", "argmax", "argmin", "topk", "sort",
+                 "allclose", "norm", "dist"})
+# Torch functions each of whose tensor arguments is a floating operand (not a loss's class-index target).
+FLOAT_OPERANDS = LOW_OPS | frozenset({
+    "cdist", "cosine_similarity", "pairwise_distance", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss",
+    "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "atan2", "lerp", "addcmul", "addcdiv",
+})
+_NOT_ARITHMETIC = ("BitAnd", "BitOr", "BitXor", "LeftShift", "RightShift")
+AUTOCAST_DTYPE_QUERIES = frozenset({"get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "get_autocast_dtype",
+                                    "get_autocast_xpu_dtype"})
+
+
+def deliberately_low(value: cst.BaseExpression) -> bool:
+    """Is `value` cast on purpose to the autocast dtype (`cast(args, torch.get_autocast_gpu_dtype())`,
+    `x.to(torch.get_autocast_dtype("cuda"))`), for a kernel that wants it so?"""
+    if isinstance(value, cst.Call) and _op_name(value) in AUTOCAST_DTYPE_QUERIES:
+        return True
+    return any(deliberately_low(child) for child in value.children if isinstance(child, cst.BaseExpression)) or \
+        any(deliberately_low(child.value) for child in value.children if isinstance(child, cst.Arg))
+
+
 class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_class
     """Uses of the watched names inside a block as computation inputs without a float32 cast, in order.
 
     A use is a method receiver, a call argument or an operand; metadata (`h.shape`, `h.size()`), casts and names
-    rebound inside the block before the use do not count. With `floats` (names known to hold floating
-    tensors), a name of unknown type counts as a call argument only for a callee known to compute with tensors
-    (a torch function, or a module `tensor_callee` accepts): a user function handed a model's output (perhaps a
-    dict of heads that it casts itself) is not a use.
+    rebound inside the block before the use do not count, nor a value handed to a container's method
+    (`outputs.append(h)`) or to a call whose result is dropped (`log(h)`). With `floats` (names known to hold
+    floating tensors), a name of unknown type counts as an argument of any call but a builtin.
+
+    `params` (a function's parameters) count only where used as a floating tensor: an arithmetic operand, the
+    receiver of a floating-point method (`x.pow(2)`), the input of a torch function that computes in floating
+    point, or an argument of a torch.nn module whose output is floating (`float_module`): never as an index,
+    a mask or what is handed to a user function.
     """
 
-    def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None) -> None:
+    def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None,
+                 params: set[str] | None = None, float_module=None) -> None:
         self.watched = set(watched)
+        self.params = set(params or ())
         self.floats = floats
         self.tensor_callee = tensor_callee
-        self.uses: list[cst.Name] = []
+        self.float_module = float_module
+        self.dropped: set[int] = set()  # ids of calls whose result is not used (expression statements)
+        self._uses: list[cst.Name] = []
+        self._param_uses: list[cst.Name] = []
+        self._evidenced: set[str] = set()
+        self._rebound: set[str] = set()  # parameters rebound to a method of themselves: evidence, no more uses
 
-    def _use(self, node: cst.BaseExpression) -> None:
+    def _use(self, node: cst.BaseExpression, evidence: bool = False) -> None:
+        if evidence:
+            self._evidence(node)
         node = viewed_name(node)
-        if isinstance(node, cst.Name) and node.value in self.watched:
-            self.uses.append(node)
-
-    def _argument_use(self, node: cst.BaseExpression, func: cst.BaseExpression) -> None:
-        base = viewed_name(node)
-        if self.floats is None or (isinstance(base, cst.Name) and base.value in self.floats):
-            self._use(node)
+        if not isinstance(node, cst.Name):
             return
+        if node.value in self.watched:
+            self._uses.append(node)
+        elif node.value in self.params:
+            if node.value not in self._rebound:
+                self._param_uses.append(node)
+            if evidence:
+                self._evidenced.add(node.value)
+
+    def _evidence(self, node: cst.BaseExpression) -> None:
+        """A floating use of what `node` computes shows the parameter under its dtype-preserving methods to be a
+        floating tensor (`torch.matmul(q, k.transpose(-1, -2))`: `k`); the method's own use is recorded apart."""
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not is_float32_cast(node) \
+                and _op_name(node) in FLOAT_PRESERVING:
+            node = viewed_name(node.func.value)
+        node = viewed_name(node)
+        if isinstance(node, cst.Name) and node.value in self.params:
+            self._evidenced.add(node.value)
+
+    @property
+    def uses(self) -> list[cst.Name]:
+        """The uses, in the order met: every use of a watched name, and of a parameter shown somewhere in the
+        block to be a floating tensor."""
+        return self._uses + [node for node in self._param_uses if node.value in self._evidenced]
+
+    def _argument_use(self, node: cst.BaseExpression, call: cst.Call, position: int | None) -> None:
+        func = call.func
         dotted = dotted_name(func) or ""
-        if dotted.startswith(TORCH_NAMESPACES) or (self.tensor_callee is not None and self.tensor_callee(func)):
+        op = _op_name(call)
+        torch_op = dotted.startswith(TORCH_NAMESPACES)
+        if position is not None and ((torch_op and op in FLOAT_COMPUTING and (position == 0 or op in FLOAT_OPERANDS))
+                                     or (self.float_module is not None and self.float_module(func))):
+            self._use(node, evidence=True)
+            return
+        if torch_op or (self.tensor_callee is not None and self.tensor_callee(func)):
             self._use(node)
+        elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS):
+            self._use(node)  # a function, module or callable of the user's computes with it
+
+    def visit_Expr(self, node: cst.Expr) -> None:
+        if isinstance(node.value, cst.Call):
+            self.dropped.add(id(node.value))
 
     def visit_Call(self, node: cst.Call) -> None:
         op = _op_name(node)
@@ -468,24 +544,40 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
             return  # `h.long()`, `torch.argmax(h)`, `h.gt(0)`: an integer or bool result, no float32 math lost
         if isinstance(node.func, cst.Attribute):
             if not is_float32_cast(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
-                self._use(node.func.value)
+                self._use(node.func.value, evidence=op in FLOAT_COMPUTING)
         if op in UNCAST_SAFE_FUNCTIONS or op in NOT_TENSORS or (
                 isinstance(node.func, cst.Name) and op in BUILTIN_NAMES):
             return
+        position = 0
         for arg in node.args:
-            self._argument_use(arg.value, node.func)
+            positional = arg.keyword is None and not arg.star
+            self._argument_use(arg.value, node, position if positional else None)
+            position += positional
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
-        self._use(node.left)
-        self._use(node.right)
+        arithmetic = type(node.operator).__name__ not in _NOT_ARITHMETIC
+        self._use(node.left, evidence=arithmetic and not isinstance(node.right, cst.Integer))
+        self._use(node.right, evidence=arithmetic and not isinstance(node.left, cst.Integer))
 
     def leave_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             if isinstance(target.target, cst.Name):
                 self.watched.discard(target.target.value)
+                if _rebinds_itself(node.value, target.target.value):
+                    self._rebound.add(target.target.value)
+                else:
+                    self.params.discard(target.target.value)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
+
+
+def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:
+    """`x = x.masked_fill(...)`, `x = x.view(...)`: a method of the name on itself, not a cast (the same tensor's
+    dtype, so what is shown of one is shown of the other)."""
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not is_float32_cast(value) \
+        and _op_name(value) not in INTEGER_OPS and isinstance(viewed_name(value.func.value), cst.Name) \
+        and viewed_name(value.func.value).value == name

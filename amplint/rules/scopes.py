@@ -63,7 +63,10 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
 
 
 def dtype_words(region: Region) -> str:
-    return {"bfloat16": "bfloat16", "float16": "float16"}.get(region.dtype or "", "bfloat16/float16")
+    """The region's low-precision dtype in words: as written, else the device's default (CUDA float16, CPU
+    bfloat16), else "bfloat16/float16"."""
+    dtype = region.dtype or {"cuda": "float16", "cpu": "bfloat16"}.get(region.device or "")
+    return {"bfloat16": "bfloat16", "float16": "float16"}.get(dtype or "", "bfloat16/float16")
 
 
 def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
