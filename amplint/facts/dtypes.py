@@ -205,6 +205,16 @@ def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | N
         return is_low_precision(value.expression, low, how)
     if isinstance(value, cst.Subscript):
         return is_low_precision(value.value, low, how)
+    if isinstance(value, (cst.List, cst.Tuple)):  # a list of such tensors
+        return any(is_low_precision(element.value, low, how) for element in value.elements)
+    if isinstance(value, (cst.ListComp, cst.GeneratorExp)):  # [f.permute(0, 2, 1) for f in feats]
+        inner = set(low)
+        clause = value.for_in
+        while clause is not None:
+            if is_low_precision(clause.iter, inner, how):
+                inner |= {name.value for name in _target_names(clause.target)}
+            clause = clause.inner_for_in
+        return is_low_precision(value.elt, inner, how)
     if isinstance(value, cst.Name):
         return value.value in low
     return False
@@ -472,16 +482,18 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     `params` (a function's parameters) count only where used as a floating tensor: an arithmetic operand, the
     receiver of a floating-point method (`x.pow(2)`), the input of a torch function that computes in floating
     point, or an argument of a torch.nn module whose output is floating (`float_module`): never as an index,
-    a mask or what is handed to a user function.
+    a mask or what is handed to a user function. A value handed to a project function that casts that
+    parameter to float32 first thing (`callee_casts`) is not used uncast.
     """
 
     def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None,
-                 params: set[str] | None = None, float_module=None) -> None:
+                 params: set[str] | None = None, float_module=None, callee_casts=None) -> None:
         self.watched = set(watched)
         self.params = set(params or ())
         self.floats = floats
         self.tensor_callee = tensor_callee
         self.float_module = float_module
+        self.callee_casts = callee_casts  # (call, position, keyword) -> does the callee cast that argument itself?
         self.dropped: set[int] = set()  # ids of calls whose result is not used (expression statements)
         self._uses: list[cst.Name] = []
         self._param_uses: list[cst.Name] = []
@@ -518,7 +530,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         block to be a floating tensor."""
         return self._uses + [node for node in self._param_uses if node.value in self._evidenced]
 
-    def _argument_use(self, node: cst.BaseExpression, call: cst.Call, position: int | None) -> None:
+    def _argument_use(self, node: cst.BaseExpression, call: cst.Call, position: int | None,
+                      keyword: str | None = None) -> None:
         func = call.func
         dotted = dotted_name(func) or ""
         op = _op_name(call)
@@ -529,7 +542,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
             return
         if torch_op or (self.tensor_callee is not None and self.tensor_callee(func)):
             self._use(node)
-        elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS):
+        elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS) \
+                and not (self.callee_casts is not None and self.callee_casts(call, position, keyword)):
             self._use(node)  # a function, module or callable of the user's computes with it
 
     def visit_Expr(self, node: cst.Expr) -> None:
@@ -551,7 +565,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         position = 0
         for arg in node.args:
             positional = arg.keyword is None and not arg.star
-            self._argument_use(arg.value, node, position if positional else None)
+            self._argument_use(arg.value, node, position if positional else None,
+                               arg.keyword.value if arg.keyword is not None else None)
             position += positional
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
@@ -581,3 +596,11 @@ def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:
     return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not is_float32_cast(value) \
         and _op_name(value) not in INTEGER_OPS and isinstance(viewed_name(value.func.value), cst.Name) \
         and viewed_name(value.func.value).value == name
+
+
+def _target_names(target: cst.BaseExpression) -> list[cst.Name]:
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [name for element in target.elements for name in _target_names(element.value)]
+    return []

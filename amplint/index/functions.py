@@ -13,7 +13,8 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
   file, or handed to a scaler's `step`/`unscale_`, as the facts layer's `is_optimizer`), `scaler_step`,
   `scaler_update` (on something that can hold a GradScaler);
 - `region` (opens an autocast region not written disabled), `disabled_region`, `autocast_off` (decorated
-  `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `no_grad`
+  `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `returns_float32` (every
+  return is computed with autocast off), `no_grad`
   (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
 
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
@@ -30,12 +31,13 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, GRAD_SCALERS, NO_GRAD_CONTEXTS, \
-    SET_GRAD_ENABLED
+from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, FLOAT32_DTYPES, GRAD_SCALERS, \
+    NO_GRAD_CONTEXTS, SET_GRAD_ENABLED
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
 FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "optimizer_step",
-         "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "no_grad", "enable_grad", "eval", "loop")
+         "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "returns_float32", "no_grad",
+         "enable_grad", "eval", "loop")
 # The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
@@ -73,15 +75,16 @@ class FunctionSummary:
     does: set[str] = field(default_factory=set)
     lines: dict[str, int] = field(default_factory=dict)  # fact -> line of its first occurrence
     calls: list[CallRecord] = field(default_factory=list)
+    casts: tuple[str, ...] = ()  # parameters the body casts to float32 before anything else (`casts_at_entry`)
 
     def to_json(self) -> dict:
         return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json() for call in self.calls]}
+                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts)}
 
     @classmethod
     def from_json(cls, data: dict) -> FunctionSummary:
         return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
-                   [CallRecord.from_json(call) for call in data["c"]])
+                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())))
 
 
 @dataclass
@@ -131,6 +134,7 @@ class _Builder:
         self.summary = summary
         self.index = FileIndex()
         self.by_id: dict[int, FunctionSummary] = {}
+        self.nodes: dict[int, ast.AST] = {}  # id of a def -> the def
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
 
@@ -156,9 +160,10 @@ class _Builder:
                     qualname = f"{owner}.{node.name}" if owner else node.name
                     arguments = node.args
                     params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-                    summary = FunctionSummary(qualname, node.lineno, params)
+                    summary = FunctionSummary(qualname, node.lineno, params, casts=casts_at_entry(node, params))
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
+                    self.nodes[id(node)] = node
                     for decorator in node.decorator_list:
                         if self._grad_mode(decorator) == "no_grad":
                             self._note(summary, "no_grad", node.lineno)
@@ -333,6 +338,35 @@ class _Builder:
                 self._note(owner, "region", owner.line)
             elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
                 self._note(owner, "autocast_off", owner.line)
+        for function_id, owner in self.by_id.items():
+            if ("disabled_region" in owner.does or "autocast_off" in owner.does) and self._returns_float32(
+                    self.nodes[function_id], "autocast_off" in owner.does):
+                self._note(owner, "returns_float32", owner.line)
+
+    def _returns_float32(self, function: ast.AST, off: bool) -> bool:
+        """Does every `return` of the function return a value computed with autocast off (in a region written
+        disabled, or anywhere in a function decorated so)? What it returns is then float32 where its inputs
+        were (AMP006 reports the region's uncast ones)."""
+        returns: list[bool] = []
+        pending: list[tuple[list, bool]] = [(list(function.body), off)]
+        while pending:
+            statements, disabled = pending.pop()
+            for statement in statements:
+                kind = type(statement)
+                if kind in FUNCTIONS or kind is ast.ClassDef:
+                    continue
+                if kind is ast.Return:
+                    returns.append(disabled and statement.value is not None)
+                    continue
+                inner = disabled or (kind in (ast.With, ast.AsyncWith) and any(
+                    self.summary.can_open(item.context_expr) and _disabled(item.context_expr)
+                    for item in statement.items))
+                for name in ("body", "orelse", "finalbody"):
+                    if isinstance(getattr(statement, name, None), list):
+                        pending.append((getattr(statement, name), inner))
+                for handler in getattr(statement, "handlers", ()):
+                    pending.append((handler.body, inner))
+        return bool(returns) and all(returns)
 
     def _scaler_builds(self) -> None:
         """GradScaler constructions (resolved through the imports, as the facts layer's `GRAD_SCALERS`), and
@@ -385,3 +419,44 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
                         if type(node) is ast.Attribute and node.attr in harmless}
     return any(type(node) is ast.Name and node.id in bound and type(node.ctx) is ast.Load
                and id(node) not in method_receivers for node in ast.walk(function))
+
+
+_FLOAT32_CASTS = frozenset({"float", "double"})
+_FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
+
+
+def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:
+    """The parameters the function casts to float32 first thing: its leading statements (after a docstring,
+    also inside a leading `with`) rebind them as `p = p.float()`, `p = p.to(torch.float32)`, `a, b = a.float(),
+    b.float()`. A caller's value handed to one of them needs no cast of its own."""
+    found: list[str] = []
+    body = list(function.body)
+    if body and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant:
+        body = body[1:]
+    while body and type(body[0]) in (ast.With, ast.AsyncWith):
+        body = list(body[0].body)
+    for statement in body:
+        if type(statement) is not ast.Assign or len(statement.targets) != 1:
+            break
+        target, value = statement.targets[0], statement.value
+        pairs = list(zip(target.elts, value.elts)) if type(target) is ast.Tuple and type(value) is ast.Tuple \
+            and len(target.elts) == len(value.elts) else [(target, value)]
+        cast = [t.id for t, v in pairs if type(t) is ast.Name and t.id in params and _float32_cast_of(v) == t.id]
+        if len(cast) != len(pairs):
+            break
+        found.extend(cast)
+    return tuple(found)
+
+
+def _float32_cast_of(value: ast.expr) -> str | None:
+    """The name `value` casts to float32 (`x.float()`, `x.to(torch.float32)`, `x.type(torch.float64)`,
+    `x.float().contiguous()`), if it is one."""
+    while type(value) is ast.Call and type(value.func) is ast.Attribute:
+        method = value.func.attr
+        receiver = value.func.value
+        dtype = [dotted(arg) for arg in value.args] + [dotted(k.value) for k in value.keywords if k.arg == "dtype"]
+        if method in _FLOAT32_CASTS or (method in ("to", "type") and any(
+                (d or "").rsplit(".", 1)[-1] in _FLOAT32_DTYPES for d in dtype)):
+            return receiver.id if type(receiver) is ast.Name else None
+        value = receiver  # a method after the cast (`.float().contiguous()`): look at what it is called on
+    return None

@@ -130,7 +130,8 @@ class DisabledAutocastWithoutCast(Rule):
         params = {name for name, source in sources.items() if source.parameter}
         visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
                                             lambda func: tensor_module(facts, func, frame), params,
-                                            lambda func: module_output(facts, func, frame) in ("low", "float32"))
+                                            lambda func: module_output(facts, func, frame) in ("low", "float32"),
+                                            callee_casts(facts, frame))
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
         for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
@@ -152,6 +153,46 @@ class DisabledAutocastWithoutCast(Rule):
             applicability = Applicability.SAFE if safe else Applicability.UNSAFE
             yield Finding(uses[0], source.text(name),
                           FixPlan(f"Cast `{name}` with `.float()` inside the fp32 region", rebuild, applicability))
+
+
+def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
+    """`module_output`, and "float32" for a project function whose every return is computed with autocast off
+    (the index's `returns_float32`: `return self.head(tok.float())` in its own fp32 region)."""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def output(func: cst.BaseExpression) -> str | None:
+        kind = module_output(func)
+        if kind is not None or view is None:
+            return kind
+        callee = dotted_name(func)
+        target = view.resolve(info.qualname if info else None, callee) if callee else None
+        summary = view.function(target) if target is not None else None
+        return "float32" if summary is not None and "returns_float32" in summary.does else None
+
+    return output
+
+
+def callee_casts(facts: ModuleFacts, frame: Frame):
+    """Does the project function a call in `frame` runs cast the parameter an argument is bound to (by position
+    or keyword) to float32 first thing (the index's `casts`, in this module or another)?"""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def casts(call: cst.Call, position: int | None, keyword: str | None) -> bool:
+        callee = dotted_name(call.func)
+        target = view.resolve(info.qualname if info else None, callee) if view is not None and callee else None
+        summary = view.function(target) if target is not None else None
+        if summary is None or not summary.casts:
+            return False
+        params = list(summary.params)
+        if "." in target.qualname and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        name = keyword if keyword is not None else (params[position] if position is not None and
+                                                    position < len(params) else None)
+        return name in summary.casts
+
+    return casts
 
 
 @dataclass
@@ -269,6 +310,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         scalar = is_scalar(value, scalars)
         computed = {name for name, source in low.items() if not source.parameter}
         how = lowering(facts, assignment.frame, scalars)
+        how.module_output = returns_float32(facts, how.module_output, assignment.frame)
         source = None
         if deliberately_low(value):
             pass  # cast on purpose to the autocast dtype, for a mixed-precision kernel
