@@ -75,8 +75,14 @@ def _user_frame() -> tuple[str, int]:
     return "<unknown>", 0
 
 
+# One C call answers "is autocast on anywhere" (torch >= 2.4 has it); the per-device queries run only when it is.
+_any_enabled = getattr(torch._C, "_is_any_autocast_enabled", lambda: True)
+
+
 def _enabled_autocast():
     """(device, dtype) of the first device whose autocast is on, else None."""
+    if not _any_enabled():
+        return None
     for device in _DEVICES:
         if torch.is_autocast_enabled(device):
             return device, torch.get_autocast_dtype(device)
