@@ -493,7 +493,8 @@ def test_pytest_plugin_fails_a_test_with_findings_and_imports_torch_only_when_as
     run = subprocess.run([*command, "--amplint-watch"], capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "1 failed, 1 passed" in run.stdout and "AMP001" in run.stdout
-    probe = ("import sys, amplint.runtime.pytest_plugin, amplint.runtime, amplint.cli; "
+    probe = ("import sys, amplint.runtime.pytest_plugin, amplint.runtime, amplint.cli, amplint.engine, "
+             "amplint.rules; "
              "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", probe], check=True, env=env, timeout=60)
 
