@@ -504,3 +504,15 @@ def test_pyproject_registers_the_plugin():
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["entry-points"]["pytest11"] == {"amplint": "amplint.runtime.pytest_plugin"}
+
+
+def test_the_command_line_warning_filter_turns_a_finding_into_an_exception():
+    program = ("import torch, amplint.runtime\n"
+               "model = torch.nn.Linear(2, 1)\n"
+               "with amplint.runtime.watch():\n"
+               "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+               "        model(torch.randn(1, 2)).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-W", "error::amplint.runtime.AmpRuntimeWarning", "-c", program],
+                         capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         timeout=120)
+    assert run.returncode == 1 and "amplint.runtime.AmpRuntimeWarning: AMP001" in run.stderr, run.stderr
