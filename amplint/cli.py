@@ -361,6 +361,25 @@ def server() -> None:
     sys.exit(serve())
 
 
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--output-format", type=click.Choice(FORMAT_NAMES), default="full", help="How to print findings.")
+@click.option("--ignore", multiple=True, help="Codes not to report (comma-separated).")
+@click.option("-q", "--quiet", is_flag=True, help="Print findings only, no summary.")
+@click.argument("script", type=click.Path(exists=True, dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def watch(output_format, ignore, quiet, script, args) -> None:
+    """Run SCRIPT (with ARGS) under the run-time watcher, like `python SCRIPT ARGS`, and report the AMP mistakes it makes (docs/runtime.md); exits 1 on findings, 2 when the script fails."""
+    from amplint.runtime.script import run_script  # imports torch: only here
+
+    findings, failed = run_script(script, list(args), ignore=_split(ignore))
+    if findings or not quiet:
+        report = Report(diagnostics=sorted((f.to_diagnostic() for f in findings), key=lambda d: d.sort_key()),
+                        rules=[registry.RULES_BY_CODE[c] for c in sorted({f.code for f in findings})],
+                        summary=not quiet)
+        click.echo(render(output_format, report), nl=False)
+    sys.exit(EXIT_ERROR if failed else EXIT_FINDINGS if findings else EXIT_CLEAN)
+
+
 def entry() -> None:
     """Console entry point: an unexpected error becomes a message and exit code 2, never a traceback."""
     try:

@@ -50,7 +50,7 @@ README_PAGES = {
 # The pages written in docs/ (each file is its page, in the menu at this place), after README_PAGES's.
 DOCS = ROOT / "docs"
 DOCS_PAGES = ("configuration.md", "not-flagged.md", "evidence.md", "fixes.md", "reliability.md",
-              "notebooks-and-editors.md", "integrations.md", "performance.md")
+              "notebooks-and-editors.md", "integrations.md", "performance.md", "runtime.md")
 EVIDENCE = DOCS / "evidence.md"  # its table: what `python -m amplint.harness` printed
 
 
@@ -348,7 +348,8 @@ def nav(site: dict[str, str]) -> list:
             {"What amplint does not flag": "not-flagged.md"},
             {"Runtime evidence": "evidence.md"}, {"Fixes": "fixes.md"}, {"Reliability": "reliability.md"},
             {"Notebooks and editors": "notebooks-and-editors.md"}, {"Integrations": "integrations.md"},
-            {"Performance and benchmark": "performance.md"}, {"Architecture": "architecture.md"}]
+            {"Performance and benchmark": "performance.md"}, {"Checking at run time": "runtime.md"},
+            {"Architecture": "architecture.md"}]
 
 
 def _paths(entries) -> list[str]:

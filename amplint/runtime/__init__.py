@@ -1,0 +1,67 @@
+"""Checking at run time: `with amplint.runtime.watch() as report:` around a training step reports the AMP
+mistakes the program actually makes, with the codes of the static rules (docs/runtime.md).
+
+This package is the only part of amplint that imports torch, and it does so only when `watch` is first used:
+importing `amplint.runtime` (for `AmpRuntimeWarning` in a `-W error::amplint.runtime.AmpRuntimeWarning`
+filter, or for the pytest plugin) stays cheap and torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["AmpRuntimeError", "AmpRuntimeWarning", "Finding", "watch"]
+
+
+class AmpRuntimeWarning(UserWarning):
+    """Issued once per finding, at the user's line (`warnings.warn_explicit`)."""
+
+
+class AmpRuntimeError(AssertionError):
+    """Raised when a `watch(strict=True)` block ends with findings; `.findings` holds them."""
+
+    def __init__(self, findings: list[Finding]):
+        self.findings = list(findings)
+        super().__init__(f"{len(self.findings)} AMP finding(s) at run time:\n" +
+                         "\n".join(f"  {finding}" for finding in self.findings))
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One AMP mistake seen at run time: the rule's code, a one-line message and the user's frame (the first
+    frame outside torch and amplint) where it happened."""
+
+    code: str
+    message: str
+    filename: str
+    line: int
+
+    @property
+    def site(self) -> tuple[str, str, int]:
+        return (self.code, self.filename, self.line)
+
+    def __str__(self) -> str:
+        return f"{self.filename}:{self.line}: {self.code} {self.message}"
+
+    def to_diagnostic(self):
+        """The finding as the linter's Diagnostic, for amplint's output formats (`amplint watch`)."""
+        import linecache
+
+        from amplint.diagnostics import Diagnostic, Location
+        from amplint.rules import RULES_BY_CODE
+
+        rule = RULES_BY_CODE.get(self.code)
+        source = linecache.getline(self.filename, self.line).rstrip("\r\n")
+        start = len(source) - len(source.lstrip()) + 1
+        return Diagnostic(code=self.code, name=rule.name if rule else self.code, message=self.message,
+                          filename=self.filename, location=Location(self.line, start),
+                          end_location=Location(self.line, max(start + 1, len(source.rstrip()) + 1)),
+                          source_line=source, **({"severity": rule.severity} if rule else {}))
+
+
+def __getattr__(name: str):
+    if name in ("watch", "Report"):  # the part that imports torch
+        from amplint.runtime import watcher
+
+        return getattr(watcher, name)
+    raise AttributeError(f"module 'amplint.runtime' has no attribute {name!r}")

@@ -1,0 +1,518 @@
+"""amplint.runtime: the run-time watcher sees each code's mistake as it happens, and stays silent on the correct
+twin; `amplint watch SCRIPT` and the pytest plugin report what it sees. CPU autocast in bfloat16 and float16
+(torch supports both on CPU); the CUDA variants skip without a GPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from amplint.runtime import AmpRuntimeError, AmpRuntimeWarning, watch  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+HERE = __file__
+DTYPES = [torch.bfloat16, torch.float16]
+DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def _device(device: str) -> str:
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("CUDA not available: the CUDA variant needs a GPU")
+    return device
+
+
+def _watched(body, **options):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AmpRuntimeWarning)
+        with watch(**options) as report:
+            body()
+    return report
+
+
+def codes(report) -> list[str]:
+    return [finding.code for finding in report.findings]
+
+
+def _line_of(marker: str) -> int:
+    for number, line in enumerate(Path(HERE).read_text().splitlines(), 1):
+        if marker in line and "_line_of" not in line:
+            return number
+    raise AssertionError(marker)
+
+
+def _model(device="cpu"):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)
+
+
+def _loss(model, device="cpu"):
+    return model(torch.randn(4, 8, device=device)).pow(2).mean()
+
+
+# --- the "done when" program: autocast from a passed-in context, the fp32 island in a submodule --------------
+
+class Island(nn.Module):
+    def __init__(self, cast: bool):
+        super().__init__()
+        self.cast = cast
+
+    def forward(self, x):
+        with torch.autocast(x.device.type, enabled=False):
+            if self.cast:
+                x = x.float()
+            return torch.softmax(x, dim=-1)  # island-op
+
+
+class Net(nn.Module):
+    def __init__(self, cast: bool):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+        self.island = Island(cast)
+
+    def forward(self, x):
+        return self.island(self.proj(x)).sum(dim=-1)
+
+
+def train_step(ctx, model, optimizer, correct: bool, device="cpu"):
+    optimizer.zero_grad()
+    with ctx:
+        loss = model(torch.randn(4, 8, device=device)).pow(2).mean()
+        if not correct:
+            loss.backward()  # backward-in-ctx
+    if correct:
+        loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_passed_in_context_and_submodule_island_report_amp001_and_amp006(device, dtype):
+    device = _device(device)
+    model = Net(cast=False).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    report = _watched(lambda: train_step(torch.autocast(device, dtype=dtype), model, optimizer, False, device))
+    assert sorted(codes(report)) == ["AMP001", "AMP006"]
+    sites = {finding.code: (finding.filename, finding.line) for finding in report.findings}
+    assert sites["AMP001"] == (HERE, _line_of("# backward-in-ctx"))
+    assert sites["AMP006"] == (HERE, _line_of("# island-op"))
+    assert "softmax" in next(f.message for f in report.findings if f.code == "AMP006")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+def test_passed_in_context_correct_twin_is_silent(device, dtype):
+    device = _device(device)
+    model = Net(cast=True).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert codes(_watched(lambda: train_step(torch.autocast(device, dtype=dtype), model, optimizer, True,
+                                             device))) == []
+
+
+# --- each code, flagged and clean -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp001_autograd_backward_and_grad(flagged):
+    model = _model()
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = _loss(model)
+            if flagged:
+                torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+                torch.autograd.backward(loss)
+        if not flagged:
+            torch.autograd.grad(loss, list(model.parameters()), retain_graph=True)
+            torch.autograd.backward(loss)
+
+    assert codes(_watched(body)) == (["AMP001", "AMP001"] if flagged else [])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp002_optimizer_step_in_autocast(flagged, dtype):
+    model = _model()
+    optimizer = torch.optim.AdamW(model.parameters())
+
+    def body():
+        with torch.autocast("cpu", dtype=dtype):
+            loss = _loss(model)
+        loss.backward()
+        with torch.autocast("cpu", dtype=dtype, enabled=flagged):
+            optimizer.step()
+
+    assert codes(_watched(body)) == (["AMP002"] if flagged else [])
+
+
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp002_scaler_step_and_update_in_autocast(flagged):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = _loss(model)
+        scaler.scale(loss).backward()
+        with torch.autocast("cpu", dtype=torch.float16, enabled=flagged):
+            scaler.step(optimizer)
+            scaler.update()
+
+    report = _watched(body)
+    assert codes(report) == (["AMP002", "AMP002"] if flagged else [])
+    if flagged:
+        assert "scaler.step()" in report.findings[0].message and "scaler.update()" in report.findings[1].message
+
+
+@pytest.mark.parametrize("clip", ["clip_grad_norm_", "clip_grad_value_"])
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp003_clip_between_scaled_backward_and_step(flagged, clip):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    argument = 1.0
+
+    def body():
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = _loss(model)
+            scaler.scale(loss).backward()
+            if not flagged:
+                scaler.unscale_(optimizer)
+            getattr(torch.nn.utils, clip)(model.parameters(), argument)  # the-clip: looked up at call time
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+
+    report = _watched(body)
+    assert codes(report) == (["AMP003"] if flagged else [])  # once per site, though both iterations clip
+    if flagged:
+        assert report.findings[0].line == _line_of("# the-clip") and clip in report.findings[0].message
+
+
+def test_amp003_the_clip_module_namespace_and_a_clip_without_scaler_is_fine():
+    import torch.nn.utils.clip_grad as clip_grad
+
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def body():
+        loss = _loss(model)
+        loss.backward()
+        clip_grad.clip_grad_norm_(model.parameters(), 1.0)  # no scaler involved: fine
+        optimizer.step()
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = _loss(model)
+        scaler.scale(loss).backward()
+        clip_grad.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(optimizer)
+        scaler.update()
+
+    assert codes(_watched(body)) == ["AMP003"]
+
+
+def test_amp003_another_optimizers_parameters_are_not_this_steps_concern():
+    first, second = _model(), _model()
+    opt_first = torch.optim.SGD(first.parameters(), lr=0.1)
+    opt_second = torch.optim.SGD(second.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = _loss(first) + _loss(second)
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt_first)
+        torch.nn.utils.clip_grad_norm_(first.parameters(), 1.0)  # unscaled: fine
+        scaler.step(opt_first)
+        scaler.step(opt_second)
+        scaler.update()
+
+    assert codes(_watched(body)) == []
+
+
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp004_scaler_built_again_after_a_step(flagged):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def body():
+        scaler = None
+        for _ in range(3):
+            if flagged or scaler is None:
+                scaler = torch.amp.GradScaler("cpu")  # the-build
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = _loss(model)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()
+
+    report = _watched(body)
+    assert codes(report) == (["AMP004"] if flagged else [])
+    if flagged:
+        assert report.findings[0].line == _line_of("# the-build")
+
+
+def test_amp004_two_scalers_built_at_one_site_before_any_step_are_fine():
+    assert codes(_watched(lambda: [torch.amp.GradScaler("cpu") for _ in range(2)])) == []
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp005_scaler_built_or_scale_called_without_grad(flagged, mode):
+    model = _model()
+    context = getattr(torch, mode)
+
+    def body():
+        if flagged:
+            with context():
+                scaler = torch.amp.GradScaler("cpu")
+                scaler.scale(_loss(model))
+        else:
+            scaler = torch.amp.GradScaler("cpu")
+            with context():
+                _loss(model)  # evaluation without the scaler
+            scaler.scale(_loss(model))
+
+    report = _watched(body)
+    assert codes(report) == (["AMP005", "AMP005"] if flagged else [])
+    assert all(mode in finding.message for finding in report.findings)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp006_half_tensor_in_disabled_region(flagged, dtype):
+    model = _model()
+
+    def body():
+        with torch.autocast("cpu", dtype=dtype):
+            hidden = model[0](torch.randn(4, 8))
+            with torch.autocast("cpu", enabled=False):
+                if not flagged:
+                    hidden = hidden.float()
+                torch.exp(hidden).sum()
+
+    report = _watched(body)
+    assert codes(report) == (["AMP006"] if flagged else [])
+    if flagged:
+        assert str(dtype).replace("torch.", "") in report.findings[0].message
+
+
+def test_amp006_a_disabled_region_outside_any_enabled_one_is_not_an_island():
+    def body():
+        half = torch.randn(4, device="cpu").to(torch.bfloat16)
+        with torch.autocast("cpu", enabled=False):
+            torch.exp(half)  # no enabled region around it: the user's own bfloat16 math
+
+    assert codes(_watched(body)) == []
+
+
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp013_scaler_with_bfloat16(flagged):
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    dtype = torch.bfloat16 if flagged else torch.float16
+
+    def body():
+        with torch.autocast("cpu", dtype=dtype):
+            loss = _loss(model)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # the-step
+        scaler.update()
+
+    report = _watched(body)
+    assert codes(report) == (["AMP013"] if flagged else [])
+    if flagged:
+        assert report.findings[0].line == _line_of("# the-step")
+
+
+def test_amp013_a_disabled_scaler_is_fine():
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", enabled=False)
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = _loss(model)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    assert codes(_watched(body)) == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_cuda_scaler_with_float16_and_bfloat16(flagged):
+    _device("cuda")
+    model = _model("cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cuda")
+    dtype = torch.bfloat16 if flagged else torch.float16
+
+    def body():
+        with torch.autocast("cuda", dtype=dtype):
+            loss = _loss(model, "cuda")
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+
+    assert codes(_watched(body)) == (["AMP013"] if flagged else [])
+
+
+# --- the watcher itself -----------------------------------------------------------------------------------------
+
+def _flagged_backward():
+    model = _model()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        _loss(model).backward()
+
+
+def test_warnings_strict_ignore_and_once_per_site():
+    with pytest.warns(AmpRuntimeWarning, match="AMP001"):
+        with watch() as report:
+            for _ in range(3):
+                _flagged_backward()
+    assert codes(report) == ["AMP001"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", AmpRuntimeWarning)  # -W error::amplint.runtime.AmpRuntimeWarning
+        with pytest.raises(AmpRuntimeWarning), watch():
+            _flagged_backward()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AmpRuntimeWarning)
+        with pytest.raises(AmpRuntimeError, match="AMP001") as raised, watch(strict=True):
+            _flagged_backward()
+        assert [f.code for f in raised.value.findings] == ["AMP001"]
+        with watch(strict=True, ignore=["amp001"]) as report:
+            _flagged_backward()
+        assert report.findings == []
+
+
+def test_everything_is_restored_and_nesting_is_safe():
+    import torch.nn.utils.clip_grad as clip_grad
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+    autocast = torch.amp.autocast_mode.autocast
+    before = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad, torch.amp.GradScaler.__init__,
+              torch.amp.GradScaler.scale, torch.amp.GradScaler.step, torch.amp.GradScaler.update,
+              torch.amp.GradScaler.unscale_, torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_,
+              autocast.__enter__, autocast.__exit__, len(_global_optimizer_pre_hooks))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AmpRuntimeWarning)
+        with watch() as outer:
+            with watch(ignore=["AMP001"]) as inner:
+                _flagged_backward()
+            assert torch.Tensor.backward is not before[0]  # the outer watch still watches
+            _flagged_backward()
+    assert codes(inner) == [] and codes(outer) == ["AMP001"]
+    after = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad, torch.amp.GradScaler.__init__,
+             torch.amp.GradScaler.scale, torch.amp.GradScaler.step, torch.amp.GradScaler.update,
+             torch.amp.GradScaler.unscale_, torch.nn.utils.clip_grad_norm_, clip_grad.clip_grad_value_,
+             autocast.__enter__, autocast.__exit__, len(_global_optimizer_pre_hooks))
+    assert after == before
+    assert not torch._C._is_torch_function_mode_enabled()
+
+
+def test_an_exception_in_the_block_restores_and_propagates():
+    with pytest.raises(KeyError), watch(strict=True):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", enabled=False):  # an island left by the exception
+                raise KeyError("x")
+    assert not torch._C._is_torch_function_mode_enabled()
+    assert not hasattr(torch.Tensor.backward, "__wrapped__")
+
+
+# --- amplint watch SCRIPT, the pytest plugin, no torch in the linter ---------------------------------------------
+
+SCRIPT = """\
+import sys
+import torch
+
+model = torch.nn.Linear(4, 1)
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    loss = model(torch.randn(2, 4)).sum()
+    loss.backward()
+assert sys.argv[1:] == ["--epochs", "1"], sys.argv
+"""
+
+
+def test_amplint_watch_reports_the_scripts_own_line(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["watch", "--output-format", "concise", "train.py", "--epochs", "1"])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines()[0].startswith("train.py:7:5: AMP001 backward() runs while autocast")
+    json_result = CliRunner().invoke(main, ["watch", "--output-format", "json", "train.py", "--epochs", "1"])
+    import json
+
+    assert [(d["code"], d["location"]["row"]) for d in json.loads(json_result.output)] == [("AMP001", 7)]
+    clean = tmp_path / "clean.py"
+    clean.write_text(SCRIPT.replace("    loss.backward()\n", "loss.backward()\n"))
+    result = CliRunner().invoke(main, ["watch", "clean.py", "--epochs", "1"])
+    assert result.exit_code == 0, result.output
+    ignored = CliRunner().invoke(main, ["watch", "--ignore", "AMP001", "train.py", "--epochs", "1"])
+    assert ignored.exit_code == 0, ignored.output
+    failing = tmp_path / "failing.py"
+    failing.write_text("raise SystemExit(3)\n")
+    assert CliRunner().invoke(main, ["watch", "failing.py"]).exit_code == 2
+
+
+def test_pytest_plugin_fails_a_test_with_findings_and_imports_torch_only_when_asked(tmp_path):
+    (tmp_path / "test_amp.py").write_text(textwrap.dedent("""\
+        import torch
+
+        def test_bad():
+            model = torch.nn.Linear(3, 1)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                model(torch.randn(2, 3)).sum().backward()
+
+        def test_good():
+            model = torch.nn.Linear(3, 1)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(2, 3)).sum()
+            loss.backward()
+        """))
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "amplint.runtime.pytest_plugin", "-p", "no:cacheprovider",
+               "-W", "ignore::amplint.runtime.AmpRuntimeWarning", str(tmp_path / "test_amp.py")]
+    run = subprocess.run([*command, "--amplint-watch"], capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 failed, 1 passed" in run.stdout and "AMP001" in run.stdout
+    probe = ("import sys, amplint.runtime.pytest_plugin, amplint.runtime, amplint.cli, amplint.engine, "
+             "amplint.rules; "
+             "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", probe], check=True, env=env, timeout=60)
+
+
+def test_pyproject_registers_the_plugin():
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"amplint": "amplint.runtime.pytest_plugin"}
+
+
+def test_the_command_line_warning_filter_turns_a_finding_into_an_exception():
+    program = ("import torch, amplint.runtime\n"
+               "model = torch.nn.Linear(2, 1)\n"
+               "with amplint.runtime.watch():\n"
+               "    with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+               "        model(torch.randn(1, 2)).sum().backward()\n")
+    run = subprocess.run([sys.executable, "-W", "error::amplint.runtime.AmpRuntimeWarning", "-c", program],
+                         capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                         timeout=120)
+    assert run.returncode == 1 and "amplint.runtime.AmpRuntimeWarning: AMP001" in run.stderr, run.stderr
