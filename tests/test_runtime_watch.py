@@ -487,7 +487,7 @@ def test_pytest_plugin_fails_a_test_with_findings_and_imports_torch_only_when_as
                 loss = model(torch.randn(2, 3)).sum()
             loss.backward()
         """))
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # -p loads it
     command = [sys.executable, "-m", "pytest", "-q", "-p", "amplint.runtime.pytest_plugin", "-p", "no:cacheprovider",
                "-W", "ignore::amplint.runtime.AmpRuntimeWarning", str(tmp_path / "test_amp.py")]
     run = subprocess.run([*command, "--amplint-watch"], capture_output=True, text=True, env=env, timeout=120)
