@@ -426,26 +426,64 @@ _FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
 
 
 def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:
-    """The parameters the function casts to float32 first thing: its leading statements (after a docstring,
-    also inside a leading `with`) rebind them as `p = p.float()`, `p = p.to(torch.float32)`, `a, b = a.float(),
-    b.float()`. A caller's value handed to one of them needs no cast of its own."""
-    found: list[str] = []
+    """The parameters the function casts to float32 first thing: its leading statements (after a docstring and
+    constant set-up such as `loss = 0`, also inside a leading `with`) rebind them as `p = p.float()`,
+    `p = p.to(torch.float32)`, `a, b = a.float(), b.float()`, or loop over them casting each item first thing
+    (`for dr, dg in zip(real, fake): dr = dr.float(); dg = dg.float()`, loops nested too). A caller's value
+    handed to one of them needs no cast of its own."""
     body = list(function.body)
     if body and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant:
         body = body[1:]
     while body and type(body[0]) in (ast.With, ast.AsyncWith):
         body = list(body[0].body)
+    return tuple(name for name in params if name in _cast_first(body, set(params)))
+
+
+def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
+    """Which of `names` the leading statements of `body` cast to float32 before any other use."""
+    found: set[str] = set()
     for statement in body:
-        if type(statement) is not ast.Assign or len(statement.targets) != 1:
+        kind = type(statement)
+        if kind is ast.Assign and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+            if type(target) is ast.Name and target.id not in names and _constant(value):
+                continue  # set-up: `loss = 0`, `losses = []`
+            pairs = list(zip(target.elts, value.elts)) if type(target) is ast.Tuple and type(value) is ast.Tuple \
+                and len(target.elts) == len(value.elts) else [(target, value)]
+            cast = [t.id for t, v in pairs if type(t) is ast.Name and t.id in names and _float32_cast_of(v) == t.id]
+            if len(cast) != len(pairs):
+                break
+            found.update(cast)
+        elif kind is ast.For:
+            sources = _iterated(statement.iter, names)
+            targets = [statement.target] if type(statement.target) is ast.Name else list(
+                getattr(statement.target, "elts", ()))
+            if sources is None or len(sources) != len(targets) or not all(type(t) is ast.Name for t in targets):
+                break
+            inner = _cast_first(statement.body, {t.id for t in targets})
+            if len(inner) != len(targets):
+                break
+            found.update(sources)
+        else:
             break
-        target, value = statement.targets[0], statement.value
-        pairs = list(zip(target.elts, value.elts)) if type(target) is ast.Tuple and type(value) is ast.Tuple \
-            and len(target.elts) == len(value.elts) else [(target, value)]
-        cast = [t.id for t, v in pairs if type(t) is ast.Name and t.id in params and _float32_cast_of(v) == t.id]
-        if len(cast) != len(pairs):
-            break
-        found.extend(cast)
-    return tuple(found)
+    return found
+
+
+def _iterated(iterable: ast.expr, names: set[str]) -> list[str] | None:
+    """The names a loop walks in step (`x`, `zip(a, b)`, `enumerate`-free), when all are in `names`."""
+    if type(iterable) is ast.Name and iterable.id in names:
+        return [iterable.id]
+    if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "zip" and \
+            iterable.args and not iterable.keywords and all(type(a) is ast.Name and a.id in names
+                                                            for a in iterable.args):
+        return [a.id for a in iterable.args]
+    return None
+
+
+def _constant(value: ast.expr) -> bool:
+    """A literal number or string, or an empty list, tuple or dict."""
+    return type(value) is ast.Constant or (type(value) in (ast.List, ast.Tuple) and not value.elts) or (
+        type(value) is ast.Dict and not value.keys)
 
 
 def _float32_cast_of(value: ast.expr) -> str | None:

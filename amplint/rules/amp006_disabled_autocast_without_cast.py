@@ -306,35 +306,50 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
     for assignment in sorted(relevant, key=lambda a: a.index):
         where = facts.region_of(assignment.frame)
-        value = assignment.value
-        scalar = is_scalar(value, scalars)
         computed = {name for name, source in low.items() if not source.parameter}
         how = lowering(facts, assignment.frame, scalars)
         how.module_output = returns_float32(facts, how.module_output, assignment.frame)
-        source = None
-        if deliberately_low(value):
-            pass  # cast on purpose to the autocast dtype, for a mixed-precision kernel
-        elif where is not None and where.active and where.via in ("with", "decorator"):
-            if is_low_precision(value, computed, how):
-                source = Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
-                                f"from the autocast region at line {facts.line_of(where.opener)}",
-                                dtype=dtype_words(where), container=container(value))
-        elif where is None and implied and is_low_precision(value, computed, how):
-            source = Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} under "
-                            f"the callers' autocast", container=container(value))
+
+        def source_of(value: cst.BaseExpression) -> Source | None:
+            if deliberately_low(value):
+                return None  # cast on purpose to the autocast dtype, for a mixed-precision kernel
+            if where is not None and where.active and where.via in ("with", "decorator"):
+                if not is_low_precision(value, computed, how):
+                    return None
+                return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
+                              f"from the autocast region at line {facts.line_of(where.opener)}",
+                              dtype=dtype_words(where), container=container(value))
+            if where is None and implied:
+                if not is_low_precision(value, computed, how):
+                    return None
+                return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
+                              f"under the callers' autocast", container=container(value))
+            kept = kept_low(value, low)
+            if kept is not None and isinstance(value, cst.Subscript):
+                return Source(kept.message, kept.dtype, kept.parameter)  # an item: no longer the container
+            return kept
+
+        value = assignment.value
+        targets = list(assignment.targets)
+        if len(targets) > 1 and isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(targets) \
+                and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            pairs = [(name, element.value) for name, element in zip(targets, value.elements)]  # a, b = f(x), g(y)
         else:
-            source = kept_low(value, low)
-            if source is not None and isinstance(value, cst.Subscript):
-                source = Source(source.message, source.dtype, source.parameter)  # an item: no longer the container
-        targets = [name for name in assignment.targets if "." not in name]
-        unpacked = len(assignment.targets) > 1
-        for name in targets:
-            if scalar:
+            whole = source_of(value) if len(targets) == 1 or isinstance(value, (cst.Call, cst.Name)) else None
+            if whole is not None and len(targets) > 1:  # a, b = outputs: each an item, not the container
+                whole = Source(whole.message, whole.dtype, whole.parameter)
+            pairs = [(name, None) for name in targets]
+        for name, element in pairs:
+            if "." in name:
+                continue
+            part = element if element is not None else value
+            if is_scalar(part, scalars):
                 scalars.add(name)
             else:
                 scalars.discard(name)
-            if source is not None and (not unpacked or isinstance(value, (cst.Call, cst.Name))):
-                low[name] = Source(source.message, source.dtype, source.parameter, source.container and not unpacked)
+            source = source_of(element) if element is not None else whole
+            if source is not None:
+                low[name] = source
             else:
                 low.pop(name, None)
     return low
