@@ -436,7 +436,25 @@ def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tup
         body = body[1:]
     while body and type(body[0]) in (ast.With, ast.AsyncWith):
         body = list(body[0].body)
-    return tuple(name for name in params if name in _cast_first(body, set(params)))
+    cast = _cast_first(body, set(params)) | _cast_wherever_used(function, set(params))
+    return tuple(name for name in params if name in cast)
+
+
+def _cast_wherever_used(function: ast.AST, names: set[str]) -> set[str]:
+    """Which of `names` the function uses only under a float32 cast (`outputs["logits"].float()`,
+    `x.to(torch.float32)`): every load of the name lies in what a cast is called on."""
+    loads: dict[str, int] = {}
+    under_cast: dict[str, int] = {}
+    for node in ast.walk(function):
+        if type(node) is ast.Name and type(node.ctx) is ast.Load and node.id in names:
+            loads[node.id] = loads.get(node.id, 0) + 1
+        elif type(node) is ast.Name and node.id in names:
+            loads[node.id] = loads.get(node.id, 0) + 10 ** 6  # rebound: not what the caller handed in
+        elif type(node) is ast.Call and type(node.func) is ast.Attribute and _is_float32_cast(node):
+            for inner in ast.walk(node.func.value):
+                if type(inner) is ast.Name and type(inner.ctx) is ast.Load and inner.id in names:
+                    under_cast[inner.id] = under_cast.get(inner.id, 0) + 1
+    return {name for name, count in loads.items() if under_cast.get(name, 0) >= count}
 
 
 def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
@@ -486,15 +504,19 @@ def _constant(value: ast.expr) -> bool:
         type(value) is ast.Dict and not value.keys)
 
 
+def _is_float32_cast(call: ast.Call) -> bool:
+    method = call.func.attr
+    dtype = [dotted(arg) for arg in call.args] + [dotted(k.value) for k in call.keywords if k.arg == "dtype"]
+    return method in _FLOAT32_CASTS or (method in ("to", "type") and any(
+        (d or "").rsplit(".", 1)[-1] in _FLOAT32_DTYPES for d in dtype))
+
+
 def _float32_cast_of(value: ast.expr) -> str | None:
     """The name `value` casts to float32 (`x.float()`, `x.to(torch.float32)`, `x.type(torch.float64)`,
     `x.float().contiguous()`), if it is one."""
     while type(value) is ast.Call and type(value.func) is ast.Attribute:
-        method = value.func.attr
         receiver = value.func.value
-        dtype = [dotted(arg) for arg in value.args] + [dotted(k.value) for k in value.keywords if k.arg == "dtype"]
-        if method in _FLOAT32_CASTS or (method in ("to", "type") and any(
-                (d or "").rsplit(".", 1)[-1] in _FLOAT32_DTYPES for d in dtype)):
+        if _is_float32_cast(value):
             return receiver.id if type(receiver) is ast.Name else None
         value = receiver  # a method after the cast (`.float().contiguous()`): look at what it is called on
     return None
