@@ -168,3 +168,83 @@ def test_the_nesting_guard_counts_elif_chains():
     assert nesting(elif_chain(2500)).depth > MAX_NESTING >= nesting(elif_chain(1000)).depth >= 999
     [refused] = lint_text(elif_chain(2500), "chain.py", rules()).diagnostics
     assert refused.code == "AMP901" and "too deeply nested" in refused.message
+
+
+# Fix rounds verify the program they write -----------------------------------------------------------------------
+
+def training_program(dtype: str, backward: str, clip: bool, step: str, inside: bool) -> str:
+    """A CPU training loop with a GradScaler; the switches make it raise AMP013 (bfloat16: a needless scaler),
+    AMP009 (an unscaled backward with a scaler's step), AMP008 (a step bypassing the scaler), AMP003 (a clip
+    before unscaling) and AMP001 (the backward in the region), alone or together."""
+    backward_line = "loss.backward()" if backward == "plain" else "scaler.scale(loss).backward()"
+    body = ['    scaler = torch.amp.GradScaler("cpu")', "    for x in data:", "        optimizer.zero_grad()",
+            f'        with torch.autocast("cpu", dtype=torch.{dtype}):', "            loss = model(x).sum()",
+            ("            " if inside else "        ") + backward_line]
+    if clip:
+        body.append("        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)")
+    body += ["        " + ("optimizer.step()" if step == "plain" else "scaler.step(optimizer)"), "        scaler.update()"]
+    return ("import torch\n\n\ndef train(model, optimizer, data):\n" + "\n".join(body) + "\n\n\n"
+            "model = torch.nn.Linear(4, 1)\n"
+            "train(model, torch.optim.SGD(model.parameters(), lr=0.1), [torch.randn(2, 4) for _ in range(2)])\n")
+
+
+def test_fixes_of_two_and_three_rules_together_write_programs_that_run(tmp_path):
+    """Every combination, fixed with and without unsafe fixes, compiles and runs with CPU torch as far as the
+    original did (one child process runs them all), never a NameError; the combinations cover two and three rules'
+    fixes on one program."""
+    import itertools
+    import json
+    import subprocess
+    import sys
+
+    programs, sizes = {}, set()
+    for number, switches in enumerate(itertools.product(["bfloat16", "float16"], ["plain", "scaled"], [False, True],
+                                                         ["plain", "scaler"], [False, True])):
+        text = training_program(*switches)
+        found = {d.code for d in lint_text(text, "train.py", rules()).diagnostics if d.fix is not None}
+        for unsafe in (False, True):
+            fixed = fix_text(text, "train.py", rules(), unsafe=unsafe)
+            compile(fixed.text, "train.py", "exec")
+            if fixed.applied:
+                sizes.add(len({d.code for d in fixed.applied} | (found if unsafe else set())))
+                programs[f"{number}-{unsafe}"] = fixed.text
+                programs[f"{number}-original"] = text
+    assert {2, 3} <= sizes  # two and three rules' fixes on one program
+    (tmp_path / "programs.json").write_text(json.dumps(programs))
+    runner = ("import json, sys, traceback\n"
+              "failed = {}\n"
+              "for name, text in json.load(open(sys.argv[1])).items():\n"
+              "    try:\n"
+              "        exec(compile(text, name, 'exec'), {'__name__': '__main__'})\n"
+              "    except Exception:\n"
+              "        failed[name] = traceback.format_exc(limit=1).splitlines()[-1]\n"
+              "print(json.dumps(failed))\n")
+    pytest.importorskip("torch")
+    done = subprocess.run([sys.executable, "-c", runner, str(tmp_path / "programs.json")], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    failed = json.loads(done.stdout.splitlines()[-1])
+    assert not [error for error in failed.values() if error.startswith(("NameError", "UnboundLocalError"))], failed
+    broken = [name for name in failed if not name.endswith("original") and name.split("-")[0] + "-original" not in failed]
+    assert not broken, failed  # a program that ran before its fixes runs after them
+
+
+def test_a_fix_that_reads_a_binding_another_fix_removes_is_dropped_naming_both():
+    text = training_program("bfloat16", "plain", False, "scaler", False)
+    fixed = fix_text(text, "train.py", rules(), unsafe=True)
+    assert "scaler" not in fixed.text.split("def train", 1)[1]
+    assert "AMP009" in fixed.error and "AMP013" in fixed.error and "`scaler`" in fixed.error
+    assert not fixed.remaining
+
+
+def test_the_scope_check_guards_safe_fixes(monkeypatch):
+    """A safe fix whose edit removes a binding the program still reads is refused, whatever the rule built."""
+    from amplint import fixer
+    from amplint.diagnostics import Edit, Location
+
+    text = "def f(loader):\n    n = 1\n    for x in loader:\n        pass\n    return n\n"
+    assert fixer.unbound_names(text) == set()
+    removed = text.replace("    n = 1\n", "")
+    assert fixer.unbound_names(removed) == {("top.f", "n")}
+    judge = fixer._Judge(text, "f.py")
+    assert judge.lost_bindings(removed) == ["n"] and judge.lost_bindings(text) == []
