@@ -5,6 +5,7 @@ Every key and rule code is checked: an unknown one is an error naming it, never 
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import functools
 import json
@@ -178,7 +179,7 @@ def _names_amplint_table(path: Path) -> bool:
     """Does the file's text configure amplint (a broken file cannot be asked through its parsed table)?"""
     try:
         with open(path, "rb") as handle:
-            return AMPLINT_TABLE.search(handle.read()) is not None
+            return AMPLINT_TABLE.search(handle.read().removeprefix(codecs.BOM_UTF8)) is not None
     except OSError:
         return False
 
@@ -186,7 +187,10 @@ def _names_amplint_table(path: Path) -> bool:
 def _read_toml(path: Path) -> dict:
     try:
         with open(path, "rb") as handle:
-            return tomllib.load(handle)
+            data = handle.read()
+        if data.startswith(codecs.BOM_UTF8):
+            data = data[len(codecs.BOM_UTF8):]  # a leading BOM is no part of the TOML (editors on Windows add it)
+        return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: invalid TOML: {error}") from None
     except UnicodeDecodeError:

@@ -17,7 +17,8 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
 from amplint.facts.slicing import slice_module
-from amplint.parsing import MAX_NESTING, TooDeeplyNested, nesting, parse_module, recursion_room
+from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers,
+                             recursion_room)
 from amplint.rules.base import Finding, Rule
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
@@ -228,6 +229,11 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
         index.suppresses = False
     if FILE_NOQA.search(text):
         return FileResult([])
+    if "\x0c" in text and FORM_FEED_INDENT.search(text):
+        return _lint_mapped(text, FORM_FEED_INDENT.sub("", text), filename, rules, index, line_noqa, project)
+    normal = python_identifiers(text)  # NFKC identifiers, as CPython reads them (amplint/parsing.py)
+    if normal is not text:
+        return _lint_mapped(text, normal, filename, rules, index, line_noqa, project)
     sliced = _lint_sliced(text, filename, rules, index, project) if rules else None
     if sliced is not None:
         return sliced
@@ -236,7 +242,7 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
     except cst.ParserSyntaxError as error:
         cpython = cpython_syntax_error(text)  # one CPython parse: does it compile, else where it fails
         if cpython is None and mixed_newlines(text):
-            return _lint_with_uniform_newlines(text, filename, rules, index, project)
+            return _lint_mapped(text, LINE_BREAK.sub("\n", text), filename, rules, index, line_noqa, project)
         row, column, message = cpython or (error.raw_line, error.raw_column + 1, error.message)
         line = index.line(row) if row <= len(index.starts) else ""
         return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {message}", row, column, line)])
@@ -282,29 +288,69 @@ def mixed_newlines(text: str) -> bool:
     return "\r" in text and len(set(LINE_BREAK.findall(text))) > 1
 
 
-def _lint_with_uniform_newlines(text: str, filename: str, rules: list[Rule], index: LineIndex,
-                                project=None) -> FileResult:
-    """A text that CPython compiles but libcst does not parse because of its mixed newlines (libcst 1.0 says
-    "Found newline ... but it's not EOL"), analysed with every line break made `\n`: rows and columns are the
-    same in both texts, so the diagnostics are the text's own. Their fixes are left out: they would be edits
-    of the other text (a fix is byte-exact or not offered)."""
-    uniform = LINE_BREAK.sub("\n", text)
-    try:
-        module = parse(uniform)
-    except cst.ParserSyntaxError as error:
-        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: {error.message}", error.raw_line,
-                                            error.raw_column + 1, index.line(error.raw_line))])
-    except RecursionError as error:
-        return FileResult([error_diagnostic(IO_ERROR, filename, str(error))])
-    try:
-        found = diagnose(module, uniform, filename, rules, LineIndex(uniform), project)
-    except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
-        return FileResult([internal_error(filename, error)], internal_error=True)
-    diagnostics = [replace(d, fix=None if d.fix is not None and d.fix.edits else d.fix,
-                           source_line=index.line(d.location.row)) for d in found]
-    diagnostics = [d for d in diagnostics if not suppressed(d, index)]
-    diagnostics.sort(key=Diagnostic.sort_key)
-    return FileResult(diagnostics)
+# Whitespace up to a line's last form feed in its indentation: CPython's tokenizer resets the column at a form
+# feed (tokenizer.c: `col = altcol = 0`), so `\x0c    with ...` is indented by 4. libcst does not (it refuses
+# such a line opening a block, and drops the form feed from the code it gives back).
+FORM_FEED_INDENT = re.compile(r"(?:\A|(?<=[\r\n]))[ \t\x0c]*\x0c")
+
+
+def _lint_mapped(text: str, transformed: str, filename: str, rules: list[Rule], index: LineIndex, line_noqa: bool,
+                 project=None) -> FileResult:
+    """The diagnostics of `text`, from the analysis of `transformed`: the same rows, each the same line but for
+    a prefix taken away (the form feeds of its indentation) and its line break (mixed newlines made `\n`, which
+    libcst 1.0 refuses: "Found newline ... but it's not EOL"). Rows map to rows, columns move by the line's
+    prefix; a fix's edits are mapped back, every line break they write being the line's own in `text` (by
+    position in the replaced lines; a line added past them takes the last one's), and a fix touching a line that
+    lost a prefix or whose identifiers were given their NFKC form (amplint/parsing.py) is left out (its edit
+    would drop the form feed, or rewrite the identifiers as Python reads them rather than as written)."""
+    inner_index = LineIndex(transformed)
+    shift = [0] * len(index.starts)
+    for row in range(1, len(index.starts) + 1):
+        if row <= len(inner_index.starts):
+            shift[row - 1] = len(index.line(row)) - len(inner_index.line(row))
+    endings = [text[start + len(index.line(row)):index.starts[row] if row < len(index.starts) else len(text)]
+               for row, start in enumerate(index.starts, 1)]
+    changed = {row for row in range(1, len(shift) + 1) if row > len(inner_index.starts)
+               or index.line(row) != inner_index.line(row)}
+    default = next((ending for ending in endings if ending), "\n")
+
+    def location(where: Location) -> Location:
+        row = min(where.row, len(shift))
+        return Location(where.row, where.column + shift[row - 1])
+
+    def offset(inner: int) -> int:
+        where = inner_index.location(inner)
+        column0 = where.column - 1
+        if column0 == 0:
+            return index.starts[where.row - 1]
+        return min(index.starts[where.row - 1] + column0 + shift[where.row - 1], len(text))
+
+    def edit(inner: Edit) -> Edit | None:
+        first, last = inner.location.row, inner.end_location.row
+        rows = range(first, min(last + (inner.end_location.column > 1), len(shift) + 1))
+        if any(row in changed for row in rows):
+            return None
+        own = [endings[row - 1] for row in rows if endings[row - 1]] or [
+            ending for ending in endings[max(first - 2, 0):first] if ending][-1:] or [default]
+        parts = inner.content.split("\n")
+        content = "".join(part + (own[min(number, len(own) - 1)] if number < len(parts) - 1 else "")
+                          for number, part in enumerate(parts))
+        start, end = offset(inner.start), offset(inner.end)
+        return Edit(start, end, content, index.location(start), index.location(end))
+
+    def mapped(diagnostic: Diagnostic) -> Diagnostic:
+        fix = diagnostic.fix
+        if fix is not None and fix.edits:
+            edits = [edit(each) for each in fix.edits]
+            fix = replace(fix, edits=tuple(edits)) if all(edits) else None
+        row = diagnostic.location.row
+        return replace(diagnostic, location=location(diagnostic.location),
+                       end_location=location(diagnostic.end_location), fix=fix,
+                       source_line=index.line(row) if row <= len(index.starts) else diagnostic.source_line)
+
+    result = _lint_text(transformed, filename, rules, line_noqa, project)
+    result.diagnostics = [mapped(diagnostic) for diagnostic in result.diagnostics]
+    return result
 
 
 def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex,

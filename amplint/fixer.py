@@ -16,7 +16,9 @@ Three guarantees, each enforced here for every rule (a rule's own care is not tr
 from __future__ import annotations
 
 import ast
+import builtins
 import re
+import symtable
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -100,6 +102,50 @@ def parse_error(text: str) -> str | None:
     return None
 
 
+# Names a module reads without binding them: its own dunders and the builtins.
+_ALWAYS_BOUND = frozenset(dir(builtins)) | {"__name__", "__file__", "__doc__", "__spec__", "__loader__", "__package__",
+                                            "__builtins__", "__path__", "__annotations__", "__dict__", "__module__",
+                                            "__qualname__", "__class__", "__cached__"}
+_STAR_IMPORT = re.compile(r"\bimport\s*\(?\s*\*")
+
+
+def unbound_names(text: str, bound: set[str] | None = None) -> set[tuple[str, str]] | None:
+    """(scope, name) for each name the program reads where no scope binds it (a NameError when run), found with
+    CPython's own scope analysis (`symtable`); None when it cannot be known (a star import, a text symtable
+    refuses). `bound`, when given, gets every name some scope binds."""
+    if _STAR_IMPORT.search(text):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            top = symtable.symtable(text, "<fixed>", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+        return None
+    tables, pending = [], [(top, top.get_name())]
+    while pending:
+        table, path = pending.pop()
+        tables.append((table, path))
+        pending += [(child, f"{path}.{child.get_name()}") for child in table.get_children()]
+    module = {symbol.get_name() for symbol in top.get_symbols() if symbol.is_assigned() or symbol.is_imported()
+              or symbol.is_namespace() or symbol.is_parameter()}
+    module |= {symbol.get_name() for table, _ in tables for symbol in table.get_symbols()
+               if symbol.is_declared_global() and (symbol.is_assigned() or symbol.is_imported()
+                                                    or symbol.is_namespace())}
+    if bound is not None:
+        bound.update(symbol.get_name() for table, _ in tables for symbol in table.get_symbols()
+                     if symbol.is_assigned() or symbol.is_imported() or symbol.is_namespace() or symbol.is_parameter())
+    unbound = set()
+    for table, path in tables:
+        for symbol in table.get_symbols():
+            name = symbol.get_name()
+            if not symbol.is_referenced() or name in module or name in _ALWAYS_BOUND:
+                continue
+            if table is top or (symbol.is_global() and not symbol.is_assigned() and not symbol.is_imported()
+                                and not symbol.is_parameter() and not symbol.is_namespace()):
+                unbound.add((path, name))
+    return unbound
+
+
 class _Judge:
     """Whether a fixed text is acceptable: it compiles when the original compiled, else it parses. The original is
     compiled only once some fix is to be judged (most files have nothing to fix)."""
@@ -115,8 +161,25 @@ class _Judge:
     def verb(self) -> str:
         return "compile" if self.compiles else "parse"
 
+    @cached_property
+    def unbound(self) -> set[tuple[str, str]] | None:
+        self.bound: set[str] = set()  # every name the original binds somewhere
+        return unbound_names(self.original, self.bound)
+
     def problem(self, text: str) -> str | None:
         return compile_error(text, self.filename) if self.compiles else parse_error(text)
+
+    def lost_bindings(self, text: str) -> list[str]:
+        """The names the fixed program reads that no scope binds any more, though the original bound them: a fix
+        removed a binding that the program (another fix's edit, or the code it left) still reads. (A name the
+        original never bound is not a lost binding.) Asked of programs that compile (CPython's scope analysis
+        needs them whole)."""
+        if not self.compiles or self.unbound is None:
+            return []
+        after = unbound_names(text)
+        if after is None:
+            return []
+        return sorted({name for _, name in after - self.unbound if name in self.bound})
 
 
 def _key(diagnostic: Diagnostic) -> tuple:
@@ -136,17 +199,52 @@ def round_limit(text: str, fixable: int) -> int:
 
 
 def _try_round(text: str, chosen: list[Diagnostic], judge: _Judge, refused: dict[tuple, str]):
-    """(the fixed text, the fixes in it): all of `chosen` together, else the first that works alone. Each fix that
-    fails alone is added to `refused` with its reason. (None, []) when none works."""
-    attempts = [chosen] + ([[d] for d in chosen] if len(chosen) > 1 else [])
-    for attempt in attempts:
-        candidate = apply_edits(text, [edit for d in attempt for edit in d.fix.edits])
-        problem = judge.problem(candidate)
-        if problem is None:
-            return candidate, attempt
-        if len(attempt) == 1:
-            refused[_refusal_key(attempt[0])] = f"{attempt[0].code}: {problem}"
-    return None, []
+    """(the fixed text, the fixes in it): all of `chosen` together, else as many as work together, taken in order;
+    each fix that fails alone is added to `refused` with its reason, and so is a fix whose edits together with
+    those taken before it remove a binding that the program still reads (a `NameError` when run: the message
+    names the fix that removes it and the fix that reads it). (None, []) when none works."""
+    candidate = apply_edits(text, [edit for d in chosen for edit in d.fix.edits])
+    if judge.problem(candidate) is None and not judge.lost_bindings(candidate):
+        return candidate, chosen
+    taken: list[Diagnostic] = []
+    result = None
+    for diagnostic in chosen:
+        trial = apply_edits(text, [edit for d in [*taken, diagnostic] for edit in d.fix.edits])
+        problem = judge.problem(trial)
+        lost = [] if problem else judge.lost_bindings(trial)
+        if problem is None and not lost:
+            taken.append(diagnostic)
+            result = trial
+            continue
+        if not taken or problem is not None:
+            alone = apply_edits(text, list(diagnostic.fix.edits))
+            problem = judge.problem(alone)
+            lost_alone = [] if problem else judge.lost_bindings(alone)
+            if problem is not None:
+                refused[_refusal_key(diagnostic)] = f"{diagnostic.code}: {problem}"
+                continue
+            if lost_alone:
+                refused[_refusal_key(diagnostic)] = (f"{diagnostic.code}: it removes the binding of "
+                                                     f"{_names(lost_alone)}, which the program still reads")
+                continue
+            if not taken or not lost:
+                continue  # it works alone but not with the others: a later round takes it
+        def mentions(d: Diagnostic, source: bool) -> bool:
+            return any(re.search(rf"\b{re.escape(name)}\b", text[edit.start:edit.end] if source else edit.content)
+                       for name in lost for edit in d.fix.edits)
+
+        if mentions(diagnostic, source=False):  # its edits read the name: an earlier fix removed the binding
+            removers = [d.code for d in taken if mentions(d, source=True)] or [taken[-1].code]
+            reason = f"it reads {_names(lost)}, whose binding the {removers[0]} fix removes"
+        else:
+            readers = [d.code for d in taken if mentions(d, source=False)] or [taken[-1].code]
+            reason = f"it removes the binding of {_names(lost)}, which the {readers[0]} fix reads"
+        refused[_refusal_key(diagnostic)] = f"{diagnostic.code}: dropped: {reason}"
+    return (result, taken) if taken else (None, [])
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
 
 
 def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: bool = False,
@@ -190,7 +288,12 @@ def fix_text(text: str, filename: str, rules: list[Rule] | None = None, unsafe: 
         diagnostics = outcome.remaining = after
     problems = [stopped] if stopped else []
     if refused:
-        reasons = "; ".join(sorted(set(refused.values())))
-        problems.insert(0, f"a fix produced code that does not {judge.verb} ({reasons}); fixes not applied")
+        broken = sorted({reason for reason in refused.values() if "binding" not in reason})
+        dropped = sorted({reason for reason in refused.values() if "binding" in reason})
+        if dropped:
+            problems.insert(0, f"a fix would leave a name unbound ({'; '.join(dropped)}); fixes not applied")
+        if broken:
+            problems.insert(0, f"a fix produced code that does not {judge.verb} ({'; '.join(broken)}); "
+                               "fixes not applied")
     outcome.error = "; ".join(problems) or None
     return outcome

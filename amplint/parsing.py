@@ -130,6 +130,7 @@ def _indented(module: cst.Module) -> bool:
 #   `a if b else ...`                   687 / 675 / 518                    2                   1,036
 #   `lambda: lambda: ...`               431 / 443 / 387                    2                   774
 #   `a < a < ...` (flat in libcst)      none at 16,000 (1.5.1, 8 MB)       0
+#   `if`/`elif` chain (1.9.0)           between 600 and 1,000 (1 MB); none at 5,000 (8 MB)   1 (`_elif_chains`)
 # So libcst survives a nesting of about 625 per MB of stack, 5,000 with 8 MB; `MAX_NESTING` is 2,000 (285
 # nested brackets; CPython refuses more than 200, and CPython 3.11 refuses trees deeper than
 # about 3,000). Past 1,000 or so libcst is also slow: a 2,000-term `a + a + ...` takes seconds to parse.
@@ -254,7 +255,30 @@ def nesting(text: str) -> Nesting:
         top = max(top, total + max(deepest, inner))
     if top > best:
         best, best_offset = top, line_start
+    if "elif" in text:
+        chain, chain_offset = _elif_chains(text)
+        if chain > best:
+            best, best_offset = chain, chain_offset
     return Nesting(best, best_offset)
+
+
+# An `elif` is an `If` in the `orelse` of the one before it: a chain of them nests as deep as it is long, in
+# libcst's parser, its code generation and its visitors, though each starts a statement of its own. Bounded by the
+# count of `elif` lines at each indentation (every chain at that indentation together), `ELIF_WEIGHT` levels each.
+ELIF_WEIGHT = 1
+_ELIF = re.compile(r"^([ \t]*)elif\b", re.MULTILINE)
+
+
+def _elif_chains(text: str) -> tuple[int, int]:
+    """(the depth of the longest possible `elif` chain, where its indentation's first `elif` starts)."""
+    counts: dict[str, list[int]] = {}
+    for match in _ELIF.finditer(text.replace("\r", "\n") if "\r" in text else text):
+        entry = counts.setdefault(match.group(1), [0, match.start()])
+        entry[0] += 1
+    if not counts:
+        return 0, 0
+    count, offset = max(counts.values())
+    return count * ELIF_WEIGHT, offset
 
 
 # libcst's code generation and visitors recurse two or three Python frames per level of the tree (amplint's
@@ -277,3 +301,44 @@ def recursion_room(text: str):
         yield
     finally:
         sys.setrecursionlimit(previous)
+
+
+# Identifiers as Python reads them -------------------------------------------------------------------------------
+# CPython's parser normalizes every identifier to NFKC (PEP 3131): `ｔｏｒｃｈ.autocast` (full-width letters) is
+# `torch.autocast`. libcst keeps the text as written, so amplint compares the names of a text whose identifiers are
+# given their NFKC form where that form has the same length (full-width letters, most compatibility forms): the
+# offsets, rows and columns stay those of the text. Strings and comments are left as written (Python does not
+# normalize them), and so are letters NFKC keeps apart (Cyrillic `о` is no Latin `o`, to Python or to amplint).
+
+
+def python_identifiers(text: str) -> str:
+    """`text` with each identifier that is not in NFKC form replaced by its NFKC form, where that keeps its length
+    (found with the tokenizer: never inside strings or comments); `text` itself when nothing changes or the text
+    does not tokenize."""
+    if text.isascii():
+        return text
+    import io
+    import tokenize
+    import unicodedata
+
+    starts = [0] + [match.end() for match in re.finditer(r"\r\n?|\n", text)]
+    replaced: list[tuple[int, int, str]] = []
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text, newline="").readline):
+            if token.type != tokenize.NAME or token.string.isascii():
+                continue
+            normal = unicodedata.normalize("NFKC", token.string)
+            if normal != token.string and len(normal) == len(token.string) and token.start[0] <= len(starts):
+                start = starts[token.start[0] - 1] + token.start[1]
+                if text[start:start + len(normal)] == token.string:
+                    replaced.append((start, start + len(normal), normal))
+    except (tokenize.TokenError, SyntaxError, ValueError, IndentationError, RecursionError, MemoryError):
+        return text
+    if not replaced:
+        return text
+    parts, previous = [], 0
+    for start, end, normal in replaced:
+        parts += [text[previous:start], normal]
+        previous = end
+    parts.append(text[previous:])
+    return "".join(parts)

@@ -31,6 +31,7 @@ from typing import Sequence
 
 from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
 from amplint.index.functions import index_text
+from amplint.parsing import python_identifiers
 from amplint.index.project import STANDALONE, ProjectIndex
 from amplint.index.summary import Summary
 
@@ -111,6 +112,7 @@ class Prefilter:
         """The verdict and, when the file is to be analysed, the enabled rules that can fire on it (each rule
         is asked alone, so the engine need not run the others). `view`: the project index seen from the file,
         for the rules whose findings here can come from other files (`Rule.maybe_applies_across`)."""
+        text = python_identifiers(text)  # `ｔｏｒｃｈ` is `torch` to Python (NFKC): its words are torch's
         if not self.has_words(text):
             return Verdict.SKIP_WORDS, []
         summary = Summary(text)

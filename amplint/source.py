@@ -177,12 +177,38 @@ def _replace(target: str, data: bytes, expected: bytes, info: os.stat_result) ->
             except (OSError, AttributeError):
                 raise _KeepInode from None
         os.chmod(temporary, stat.S_IMODE(info.st_mode))
+        _copy_extended_attributes(target, temporary)
         _check_unchanged(target, expected, info)
         os.replace(temporary, target)
     except BaseException:
         if os.path.lexists(temporary):
             os.unlink(temporary)
         raise
+
+
+def _copy_extended_attributes(source: str, destination: str) -> None:
+    """Give the temporary file the original's extended attributes (`user.*`, ACLs as `system.posix_acl_*`,
+    security labels): a rename would otherwise drop them. Where one cannot be read or set (a file system without
+    them, a namespace this user may not write), _KeepInode: the file is written in place, which keeps them all."""
+    if not hasattr(os, "listxattr"):
+        return
+    try:
+        names = os.listxattr(source)
+    except OSError as error:
+        if error.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return  # the file system has none to keep
+        raise _KeepInode from None
+    try:
+        for name in names:
+            value = os.getxattr(source, name)
+            try:
+                if os.getxattr(destination, name) == value:
+                    continue  # given already (an inherited default ACL, a label set on creation)
+            except OSError:
+                pass
+            os.setxattr(destination, name, value)
+    except OSError:
+        raise _KeepInode from None
 
 
 def _write_in_place(target: str, data: bytes, expected: bytes, info: os.stat_result) -> None:

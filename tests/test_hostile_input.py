@@ -231,8 +231,8 @@ def test_mixed_newlines_fix_keeps_every_newline_byte():
 
 def test_mixed_newlines_that_libcst_refuses_are_analysed(monkeypatch):
     """libcst 1.0 refuses some files with mixed newlines that CPython compiles ("Found newline ... but it's not
-    EOL"; simulated here): they are analysed with uniform newlines (rows and columns are the same), with no fix
-    (an edit of the other text would not be byte-exact), never reported as a syntax error."""
+    EOL"; simulated here): they are analysed with uniform newlines (rows and columns are the same), never reported
+    as a syntax error, and their fixes are offered, mapped back with each line keeping its own line break."""
     import libcst as cst
 
     from amplint import engine
@@ -247,6 +247,13 @@ def test_mixed_newlines_that_libcst_refuses_are_analysed(monkeypatch):
     monkeypatch.setattr(engine, "parse", old_libcst)
     [finding] = engine.lint_text(MIXED, "mixed.py", [rule() for rule in ALL_RULES]).diagnostics
     assert (finding.code, finding.location.row, finding.source_line) == ("AMP001", 4, "    loss.backward()")
-    assert finding.fix is None
+    assert finding.fix is not None
+    from amplint.fixer import fix_text
+
+    fixed = fix_text(MIXED, "mixed.py", [rule() for rule in ALL_RULES])
+    assert fixed.text == 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\nloss.backward()\r\n'
+    longer = 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\n    loss.backward()\r    y = 2\n'
+    fixed = fix_text(longer, "mixed.py", [rule() for rule in ALL_RULES])
+    assert fixed.text == 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\nloss.backward()\ry = 2\n'
     broken = MIXED.replace("x = 1", "x = (")
     assert [d.code for d in engine.lint_text(broken, "mixed.py", []).diagnostics] == ["AMP900"]
