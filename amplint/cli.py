@@ -18,7 +18,7 @@ from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
                             validate_selectors)
-from amplint.diagnostics import Severity, with_severities
+from amplint.diagnostics import Severity, with_docs_url, with_severities
 from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.output import FORMAT_NAMES, Report, render
@@ -86,12 +86,15 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="The result cache's folder (default: .amplint_cache in the project root).")
+@click.option("--docs-url", default=None,
+              help="The documentation site (built with `mkdocs build`) that reports link to: <docs-url>/rules/CODE/. "
+                   "Default: no links; `amplint rule CODE` prints a rule's documentation.")
 @click.option("--show-settings", is_flag=True,
               help="Print the resolved configuration, and where each value came from; lint nothing.")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
           exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
           target_torch_version=None, jobs=None, no_cache=False, cache_dir=None,
-          exit_non_zero_on_warning=False, show_settings=False) -> None:
+          exit_non_zero_on_warning=False, show_settings=False, docs_url=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -107,7 +110,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                 settings.set_by(key, previous + _split(given), f"--{key}", extend=True)
         for key, given, value in (("force-exclude", force_exclude, True), ("output-format", output_format,
                                   output_format), ("exit-non-zero-on-warning", exit_non_zero_on_warning, True),
-                                  ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir)):
+                                  ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir),
+                                  ("docs-url", docs_url, docs_url)):
             if given:
                 settings.set_by(key, value, f"--{key}")
         levels = settings.severity_levels()  # checked when the configuration was read
@@ -134,7 +138,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         source = sources.from_bytes(sys.stdin.buffer.read(), name)
         outcome = pipeline.run(source, rules_for(name, rule_classes, settings), mode)
         outcomes.append(outcome)
-        _apply_levels(outcomes, levels)
+        _apply_levels(outcomes, levels, settings.docs_url)
         if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came
             sys.stdout.flush()
             sys.stdout.buffer.write(outcome.output if outcome.output is not None else b"")
@@ -158,7 +162,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
         outcomes.extend(lint_paths(files, rule_classes, settings, mode, settings.jobs, cache, progress))
-        _apply_levels(outcomes, levels)
+        _apply_levels(outcomes, levels, settings.docs_url)
 
     if mode.diff:
         for outcome in outcomes:
@@ -180,6 +184,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         rules=rule_classes,
         severities=levels,
         summary=not quiet,
+        docs_url=settings.docs_url,
     )
     if fix_only:
         _say_file_errors(outcomes)
@@ -196,10 +201,11 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     sys.exit(_exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
 
-def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity]) -> None:
-    """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`)."""
+def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity], docs_url: str | None = None) -> None:
+    """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`), linking to the
+    documentation site when `docs-url` is set."""
     for outcome in outcomes:
-        outcome.diagnostics = with_severities(outcome.diagnostics, levels)
+        outcome.diagnostics = with_docs_url(with_severities(outcome.diagnostics, levels), docs_url)
 
 
 def _emit(text: str, output_file: str | None) -> None:

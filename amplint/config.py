@@ -53,6 +53,7 @@ class Settings:
     # `[tool.amplint.severity]`: rule selector -> "error" | "warning", as written (see `severity_levels`)
     severity: dict[str, str] = field(default_factory=dict)
     exit_non_zero_on_warning: bool = False  # warnings alone exit 1 (else 0)
+    docs_url: str | None = None  # the documentation site reports link to: <docs-url>/rules/CODE/ (None: no links)
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
@@ -294,6 +295,7 @@ KEYS = {
     "max-file-size": _positive_integer,
     "severity": _levels_per_selector,
     "exit-non-zero-on-warning": _boolean,
+    "docs-url": _string,
 }
 KNOWN_KEYS = frozenset(KEYS)
 
@@ -448,6 +450,8 @@ def _effective(settings: Settings, key: str) -> tuple[object, str]:
         return str(default_directory(settings)), ".amplint_cache in the project root"
     if key == "jobs":
         return os.cpu_count() or 1, "the number of cores (small runs use one)"
+    if key == "docs-url":
+        return None, "reports carry no links; `amplint rule CODE` prints a rule's documentation"
     if key == "target-torch-version":
         return None, "no torch requirement with a lower bound was found, so every spelling is allowed"
     return None, "no value"
