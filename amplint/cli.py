@@ -133,6 +133,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     mode = Mode(fix=fix or fix_only, unsafe=unsafe_fixes, diff=diff)
 
     outcomes: list[FileOutcome] = []
+    missing: list[FileOutcome] = []
     if list(paths) == ["-"]:
         name = stdin_filename or "-"
         source = sources.from_bytes(sys.stdin.buffer.read(), name)
@@ -147,11 +148,15 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                 click.echo(f"amplint: {outcome.message}", err=True)
             sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode, settings.exit_non_zero_on_warning))
     else:
-        _require_existing(paths)
-        files = list(discover(list(paths) or ["."], settings,
-                              on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error))))
-        if not quiet:
-            _say_skipped(list(paths) or ["."], settings, linted=bool(files))
+        missing = _missing(paths)  # reported as AMP901 findings, as ruff reports E902; the rest is linted
+        outcomes.extend(missing)
+        existing = [path for path in paths if path not in {outcome.path for outcome in missing}]
+        named = existing if paths else ["."]
+        files = list(discover(named, settings,
+                              on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error)))) \
+            if named else []
+        if not quiet and named:
+            _say_skipped(named, settings, linted=bool(files))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
@@ -172,7 +177,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"{plural(changed, 'file')} would be changed.", err=True)
-        sys.exit(_fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
+        sys.exit(_usage(missing) or _fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
 
     diagnostics = sorted((d for o in outcomes for d in o.diagnostics), key=lambda d: d.sort_key())
     report = Report(
@@ -190,7 +195,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"Fixed {plural(report.fixed, 'problem')}.")
-        sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
+        sys.exit(_usage(missing) or _fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
         _emit(_statistics(report), output_file)
     else:
@@ -198,7 +203,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         if quiet and format_name in ("full", "concise", "grouped"):  # no summary (Report.summary), no blank lines
             text = "".join(line + "\n" for line in text.splitlines() if line)
         _emit(text, output_file)
-    sys.exit(_exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
+    sys.exit(_usage(missing) or _exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
 
 def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity], docs_url: str | None = None) -> None:
@@ -255,14 +260,17 @@ def _say_skipped(paths: list[str], settings, linted: bool) -> None:
                    err=True)
 
 
-def _require_existing(paths: tuple[str, ...]) -> None:
-    """A path named on the command line that does not exist is a usage error (a typo, a stale pre-commit
-    list), said in one line per path before any work; one that exists but cannot be read is linted (AMP901)."""
-    missing = [path for path in paths if not os.path.lexists(path)]
-    for path in missing:
-        click.echo(f"amplint: path not found: {printable(path)}", err=True)
-    if missing:
-        sys.exit(EXIT_ERROR)
+def _missing(paths: tuple[str, ...]) -> list[FileOutcome]:
+    """A path named on the command line that does not exist (a typo, a stale pre-commit list): an AMP901 finding
+    naming it, as ruff's E902, and the run lints the rest, then exits 2. One that exists but cannot be read is
+    linted (AMP901 too, exit 1)."""
+    return [FileOutcome(path, [error_diagnostic(IO_ERROR, path, "no such file or directory")])
+            for path in dict.fromkeys(paths) if not os.path.lexists(path)]
+
+
+def _usage(missing: list[FileOutcome]) -> int:
+    """Exit 2 when a named path does not exist, whatever else the run found (0: decide as usual)."""
+    return EXIT_ERROR if missing else 0
 
 
 def _unlisted_folder(path: str, error: OSError) -> FileOutcome:
