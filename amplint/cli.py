@@ -40,6 +40,16 @@ def _split(values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
 
 
+class ConfigurationProblem(click.ClickException):
+    """A configuration (or cache folder) the run cannot use: the message alone, exit 2, without click's
+    "Usage: ... Try --help" header, which is for mistakes in the command line itself."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"amplint: error: {self.format_message()}", err=True, file=file)
+
+
 class DefaultToCheck(click.Group):
     """`amplint src/` means `amplint check src/`."""
 
@@ -125,7 +135,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         if not rule_classes:
             raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
     except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+        raise ConfigurationProblem(str(error)) from None
     if show_settings:
         click.echo(describe(settings), nl=False)
         sys.exit(EXIT_CLEAN)
@@ -162,7 +172,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
                 cache = open_for_run(cache_dir, settings, lambda text: click.echo(f"amplint: {text}", err=True))
             except CacheRefused as error:
-                raise click.UsageError(str(error)) from None
+                raise ConfigurationProblem(str(error)) from None
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
@@ -200,8 +210,10 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _emit(_statistics(report), output_file)
     else:
         text = render(format_name, report)
-        if quiet and format_name in ("full", "concise", "grouped"):  # no summary (Report.summary), no blank lines
+        if quiet and format_name == "concise":  # no summary (Report.summary), no blank lines
             text = "".join(line + "\n" for line in text.splitlines() if line)
+        elif quiet and format_name in ("full", "grouped"):  # no summary; the blank lines between findings stay
+            text = text.rstrip("\n") + "\n" if text.strip() else ""
         _emit(text, output_file)
     sys.exit(_usage(missing) or _exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
@@ -352,7 +364,7 @@ def clean(cache_dir, config_path) -> None:
     try:
         directory = Path(cache_dir) if cache_dir else default_directory(load_settings(config_path))
     except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+        raise ConfigurationProblem(str(error)) from None
     try:
         kept = clean_cache(directory)
     except (ValueError, OSError) as error:

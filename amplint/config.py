@@ -276,7 +276,7 @@ def _levels_per_selector(value: object) -> dict[str, str]:
 def _codes_per_pattern(value: object) -> dict[str, list[str]]:
     if not isinstance(value, dict) or not all(isinstance(codes, list) and all(isinstance(c, str) for c in codes)
                                               for codes in value.values()):
-        raise _WrongType('a table of pattern = ["CODE", ...]')
+        raise _WrongType('a table of glob = [codes], such as { "tests/*" = ["AMP005"] }')
     return {pattern: list(codes) for pattern, codes in value.items()}
 
 
@@ -312,7 +312,10 @@ def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplin
         try:
             setattr(settings, key.replace("-", "_"), KEYS[key](value))
         except _WrongType as expected:
-            raise ConfigError(f"{path}: `{key}` must be {expected}, not {_kind(value)}") from None
+            shown = _kind(value)
+            if key == "per-file-ignores" and isinstance(value, dict):  # a table, but a value in it is wrong
+                shown = "a table whose values are not all lists of codes"
+            raise ConfigError(f"{path}: `{key}` must be {expected}, not {shown}") from None
         settings.origins[key] = f"{path}: {table_name} {key}" if table_name else f"{path}: {key}"
     if settings.select == []:
         raise ConfigError(f"{path}: `select` is empty, so no rule is selected (remove the key to select every rule)")

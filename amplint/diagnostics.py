@@ -56,6 +56,26 @@ class Edit:
     content: str
     location: Location
     end_location: Location
+    original: str = field(default="", compare=False)  # the text replaced, for `--show-fixes`' patch
+
+    def patch(self, shift: int = 0) -> list[str]:
+        """The edit as unified diff hunks (`@@ -row,n +row,n @@`, then ` `, `-`, `+` lines), rows the file's;
+        `shift`: how many lines the edits before this one add (the new side's rows move by as many)."""
+        import difflib
+        import re
+
+        old, new = self.original.splitlines(), self.content.splitlines()
+        hunks = []
+        for line in list(difflib.unified_diff(old, new, n=1, lineterm=""))[2:]:
+            match = re.match(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@$", line)
+            if match:
+                row = self.location.row - 1
+                # difflib writes an empty side's start one line before where it would be
+                before = int(match.group(1)) + row
+                after = int(match.group(3)) + row + shift
+                line = f"@@ -{before}{match.group(2) or ''} +{after}{match.group(4) or ''} @@"
+            hunks.append(line)
+        return hunks
 
     def to_dict(self) -> dict:
         return {

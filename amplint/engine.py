@@ -88,7 +88,7 @@ def text_edit(old: str, new: str, index: LineIndex, offset: int = 0) -> Edit | N
     grow = end_in_old - end
     content = new[start: len(new) - suffix + grow]
     return Edit(offset + start, offset + end_in_old, content, index.location(offset + start),
-                index.location(offset + end_in_old))
+                index.location(offset + end_in_old), original=old[start:end_in_old])
 
 
 def fix_edits(result, index: LineIndex) -> tuple[Edit, ...]:
