@@ -18,7 +18,7 @@ from amplint import rules as registry
 from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
                             validate_selectors)
-from amplint.diagnostics import Severity, with_severities
+from amplint.diagnostics import Severity, with_docs_url, with_severities
 from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.output import FORMAT_NAMES, Report, render
@@ -38,6 +38,16 @@ SEVERITY_MEANING = {
 
 def _split(values: tuple[str, ...]) -> list[str]:
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+class ConfigurationProblem(click.ClickException):
+    """A configuration (or cache folder) the run cannot use: the message alone, exit 2, without click's
+    "Usage: ... Try --help" header, which is for mistakes in the command line itself."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:
+        click.echo(f"amplint: error: {self.format_message()}", err=True, file=file)
 
 
 class DefaultToCheck(click.Group):
@@ -86,12 +96,15 @@ def main() -> None:
 @click.option("--no-cache", is_flag=True, help="Do not read or write the result cache.")
 @click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
               help="The result cache's folder (default: .amplint_cache in the project root).")
+@click.option("--docs-url", default=None,
+              help="The documentation site (built with `mkdocs build`) that reports link to: <docs-url>/rules/CODE/. "
+                   "Default: no links; `amplint rule CODE` prints a rule's documentation.")
 @click.option("--show-settings", is_flag=True,
               help="Print the resolved configuration, and where each value came from; lint nothing.")
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
           exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
           target_torch_version=None, jobs=None, no_cache=False, cache_dir=None,
-          exit_non_zero_on_warning=False, show_settings=False) -> None:
+          exit_non_zero_on_warning=False, show_settings=False, docs_url=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -107,7 +120,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                 settings.set_by(key, previous + _split(given), f"--{key}", extend=True)
         for key, given, value in (("force-exclude", force_exclude, True), ("output-format", output_format,
                                   output_format), ("exit-non-zero-on-warning", exit_non_zero_on_warning, True),
-                                  ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir)):
+                                  ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir),
+                                  ("docs-url", docs_url, docs_url)):
             if given:
                 settings.set_by(key, value, f"--{key}")
         levels = settings.severity_levels()  # checked when the configuration was read
@@ -121,7 +135,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         if not rule_classes:
             raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
     except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+        raise ConfigurationProblem(str(error)) from None
     if show_settings:
         click.echo(describe(settings), nl=False)
         sys.exit(EXIT_CLEAN)
@@ -129,12 +143,13 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     mode = Mode(fix=fix or fix_only, unsafe=unsafe_fixes, diff=diff)
 
     outcomes: list[FileOutcome] = []
+    missing: list[FileOutcome] = []
     if list(paths) == ["-"]:
         name = stdin_filename or "-"
         source = sources.from_bytes(sys.stdin.buffer.read(), name)
         outcome = pipeline.run(source, rules_for(name, rule_classes, settings), mode)
         outcomes.append(outcome)
-        _apply_levels(outcomes, levels)
+        _apply_levels(outcomes, levels, settings.docs_url)
         if mode.fix and not mode.diff:  # bytes: the fixed source in its own encoding, else the input as it came
             sys.stdout.flush()
             sys.stdout.buffer.write(outcome.output if outcome.output is not None else b"")
@@ -143,22 +158,26 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                 click.echo(f"amplint: {outcome.message}", err=True)
             sys.exit(_exit_code(outcomes, exit_zero or fix_only, mode, settings.exit_non_zero_on_warning))
     else:
-        _require_existing(paths)
-        files = list(discover(list(paths) or ["."], settings,
-                              on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error))))
-        if not quiet:
-            _say_skipped(list(paths) or ["."], settings, linted=bool(files))
+        missing = _missing(paths)  # reported as AMP901 findings, as ruff reports E902; the rest is linted
+        outcomes.extend(missing)
+        existing = [path for path in paths if path not in {outcome.path for outcome in missing}]
+        named = existing if paths else ["."]
+        files = list(discover(named, settings,
+                              on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error)))) \
+            if named else []
+        if not quiet and named:
+            _say_skipped(named, settings, linted=bool(files))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
                 cache = open_for_run(cache_dir, settings, lambda text: click.echo(f"amplint: {text}", err=True))
             except CacheRefused as error:
-                raise click.UsageError(str(error)) from None
+                raise ConfigurationProblem(str(error)) from None
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
         outcomes.extend(lint_paths(files, rule_classes, settings, mode, settings.jobs, cache, progress))
-        _apply_levels(outcomes, levels)
+        _apply_levels(outcomes, levels, settings.docs_url)
 
     if mode.diff:
         for outcome in outcomes:
@@ -168,7 +187,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"{plural(changed, 'file')} would be changed.", err=True)
-        sys.exit(_fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
+        sys.exit(_usage(missing) or _fix_exit_code(outcomes, changed=bool(changed), exit_zero=False))
 
     diagnostics = sorted((d for o in outcomes for d in o.diagnostics), key=lambda d: d.sort_key())
     report = Report(
@@ -180,26 +199,30 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         rules=rule_classes,
         severities=levels,
         summary=not quiet,
+        docs_url=settings.docs_url,
     )
     if fix_only:
         _say_file_errors(outcomes)
         if not quiet:
             click.echo(f"Fixed {plural(report.fixed, 'problem')}.")
-        sys.exit(_fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
+        sys.exit(_usage(missing) or _fix_exit_code(outcomes, changed=False, exit_zero=exit_zero))
     if statistics:
         _emit(_statistics(report), output_file)
     else:
         text = render(format_name, report)
-        if quiet and format_name in ("full", "concise", "grouped"):  # no summary (Report.summary), no blank lines
+        if quiet and format_name == "concise":  # no summary (Report.summary), no blank lines
             text = "".join(line + "\n" for line in text.splitlines() if line)
+        elif quiet and format_name in ("full", "grouped"):  # no summary; the blank lines between findings stay
+            text = text.rstrip("\n") + "\n" if text.strip() else ""
         _emit(text, output_file)
-    sys.exit(_exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
+    sys.exit(_usage(missing) or _exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
 
-def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity]) -> None:
-    """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`)."""
+def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity], docs_url: str | None = None) -> None:
+    """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`), linking to the
+    documentation site when `docs-url` is set."""
     for outcome in outcomes:
-        outcome.diagnostics = with_severities(outcome.diagnostics, levels)
+        outcome.diagnostics = with_docs_url(with_severities(outcome.diagnostics, levels), docs_url)
 
 
 def _emit(text: str, output_file: str | None) -> None:
@@ -249,14 +272,17 @@ def _say_skipped(paths: list[str], settings, linted: bool) -> None:
                    err=True)
 
 
-def _require_existing(paths: tuple[str, ...]) -> None:
-    """A path named on the command line that does not exist is a usage error (a typo, a stale pre-commit
-    list), said in one line per path before any work; one that exists but cannot be read is linted (AMP901)."""
-    missing = [path for path in paths if not os.path.lexists(path)]
-    for path in missing:
-        click.echo(f"amplint: path not found: {printable(path)}", err=True)
-    if missing:
-        sys.exit(EXIT_ERROR)
+def _missing(paths: tuple[str, ...]) -> list[FileOutcome]:
+    """A path named on the command line that does not exist (a typo, a stale pre-commit list): an AMP901 finding
+    naming it, as ruff's E902, and the run lints the rest, then exits 2. One that exists but cannot be read is
+    linted (AMP901 too, exit 1)."""
+    return [FileOutcome(path, [error_diagnostic(IO_ERROR, path, "no such file or directory")])
+            for path in dict.fromkeys(paths) if not os.path.lexists(path)]
+
+
+def _usage(missing: list[FileOutcome]) -> int:
+    """Exit 2 when a named path does not exist, whatever else the run found (0: decide as usual)."""
+    return EXIT_ERROR if missing else 0
 
 
 def _unlisted_folder(path: str, error: OSError) -> FileOutcome:
@@ -338,7 +364,7 @@ def clean(cache_dir, config_path) -> None:
     try:
         directory = Path(cache_dir) if cache_dir else default_directory(load_settings(config_path))
     except ConfigError as error:
-        raise click.UsageError(str(error)) from None
+        raise ConfigurationProblem(str(error)) from None
     try:
         kept = clean_cache(directory)
     except (ValueError, OSError) as error:

@@ -54,6 +54,7 @@ class Settings:
     # `[tool.amplint.severity]`: rule selector -> "error" | "warning", as written (see `severity_levels`)
     severity: dict[str, str] = field(default_factory=dict)
     exit_non_zero_on_warning: bool = False  # warnings alone exit 1 (else 0)
+    docs_url: str | None = None  # the documentation site reports link to: <docs-url>/rules/CODE/ (None: no links)
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
@@ -279,7 +280,7 @@ def _levels_per_selector(value: object) -> dict[str, str]:
 def _codes_per_pattern(value: object) -> dict[str, list[str]]:
     if not isinstance(value, dict) or not all(isinstance(codes, list) and all(isinstance(c, str) for c in codes)
                                               for codes in value.values()):
-        raise _WrongType('a table of pattern = ["CODE", ...]')
+        raise _WrongType('a table of glob = [codes], such as { "tests/*" = ["AMP005"] }')
     return {pattern: list(codes) for pattern, codes in value.items()}
 
 
@@ -298,6 +299,7 @@ KEYS = {
     "max-file-size": _positive_integer,
     "severity": _levels_per_selector,
     "exit-non-zero-on-warning": _boolean,
+    "docs-url": _string,
 }
 KNOWN_KEYS = frozenset(KEYS)
 
@@ -314,7 +316,10 @@ def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplin
         try:
             setattr(settings, key.replace("-", "_"), KEYS[key](value))
         except _WrongType as expected:
-            raise ConfigError(f"{path}: `{key}` must be {expected}, not {_kind(value)}") from None
+            shown = _kind(value)
+            if key == "per-file-ignores" and isinstance(value, dict):  # a table, but a value in it is wrong
+                shown = "a table whose values are not all lists of codes"
+            raise ConfigError(f"{path}: `{key}` must be {expected}, not {shown}") from None
         settings.origins[key] = f"{path}: {table_name} {key}" if table_name else f"{path}: {key}"
     if settings.select == []:
         raise ConfigError(f"{path}: `select` is empty, so no rule is selected (remove the key to select every rule)")
@@ -452,6 +457,8 @@ def _effective(settings: Settings, key: str) -> tuple[object, str]:
         return str(default_directory(settings)), ".amplint_cache in the project root"
     if key == "jobs":
         return os.cpu_count() or 1, "the number of cores (small runs use one)"
+    if key == "docs-url":
+        return None, "reports carry no links; `amplint rule CODE` prints a rule's documentation"
     if key == "target-torch-version":
         return None, "no torch requirement with a lower bound was found, so every spelling is allowed"
     return None, "no value"

@@ -9,10 +9,13 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-# The documentation site, built from this repository by `mkdocs build` (its `site_url` in mkdocs.yml must be
-# this; docs/hooks.py and tests/test_docs_site.py check it). Every report links to a code's page below it.
-DOCS_BASE = "https://amplint.readthedocs.io/en/latest/"
-DOCS_URL = DOCS_BASE + "rules/{code}.html"  # a rule's page; AMP900-AMP902 have one too
+def rule_url(code: str, docs_url: str | None) -> str | None:
+    """The page of a code on the documentation site at `docs_url` (the `docs-url` setting): `<docs-url>/rules/CODE/`,
+    as `mkdocs build` lays the site out; None without a site (no report then points at an address that may not
+    exist, and `amplint rule CODE` prints the same documentation)."""
+    if not docs_url:
+        return None
+    return f"{docs_url.rstrip('/')}/rules/{code}/"
 
 
 @dataclass(frozen=True, order=True)
@@ -53,6 +56,26 @@ class Edit:
     content: str
     location: Location
     end_location: Location
+    original: str = field(default="", compare=False)  # the text replaced, for `--show-fixes`' patch
+
+    def patch(self, shift: int = 0) -> list[str]:
+        """The edit as unified diff hunks (`@@ -row,n +row,n @@`, then ` `, `-`, `+` lines), rows the file's;
+        `shift`: how many lines the edits before this one add (the new side's rows move by as many)."""
+        import difflib
+        import re
+
+        old, new = self.original.splitlines(), self.content.splitlines()
+        hunks = []
+        for line in list(difflib.unified_diff(old, new, n=1, lineterm=""))[2:]:
+            match = re.match(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@$", line)
+            if match:
+                row = self.location.row - 1
+                # difflib writes an empty side's start one line before where it would be
+                before = int(match.group(1)) + row
+                after = int(match.group(3)) + row + shift
+                line = f"@@ -{before}{match.group(2) or ''} +{after}{match.group(4) or ''} @@"
+            hunks.append(line)
+        return hunks
 
     def to_dict(self) -> dict:
         return {
@@ -91,10 +114,13 @@ class Diagnostic:
     severity: Severity = Severity.ERROR
     # What to do about it (a short line, often the fix's title); None when the message says it all.
     help: str | None = None
+    # The documentation site (the run's `docs-url` setting), set after linting as the levels are; None: no links.
+    docs_url: str | None = field(default=None, compare=False)
 
     @property
-    def url(self) -> str:
-        return DOCS_URL.format(code=self.code)
+    def url(self) -> str | None:
+        """The code's page on the documentation site, None when no `docs-url` is set."""
+        return rule_url(self.code, self.docs_url)
 
     def sort_key(self) -> tuple:
         return (self.filename, self.cell or 0, self.location.row, self.location.column, self.code)
@@ -129,3 +155,10 @@ def with_severities(diagnostics: list[Diagnostic], levels: dict[str, Severity]) 
         return diagnostics
     return [replace(d, severity=levels[d.code]) if levels.get(d.code, d.severity) is not d.severity else d
             for d in diagnostics]
+
+
+def with_docs_url(diagnostics: list[Diagnostic], docs_url: str | None) -> list[Diagnostic]:
+    """The diagnostics linking to the documentation site at `docs_url` (the `docs-url` setting)."""
+    if not docs_url:
+        return diagnostics
+    return [replace(d, docs_url=docs_url) for d in diagnostics]

@@ -20,14 +20,13 @@ from amplint.facts.slicing import slice_module
 from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers,
                              recursion_room)
 from amplint.rules.base import Finding, Rule
+from amplint.suppression import LineSuppressions, file_suppression
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
 IO_ERROR = ("AMP901", "io-error")
 INTERNAL_ERROR = ("AMP902", "internal-error")
 
-NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
 _LF = re.compile("\n")
-FILE_NOQA = re.compile(r"^\s*#\s*amplint:\s*noqa\b", re.IGNORECASE | re.MULTILINE)
 
 
 LINE_BREAK = re.compile(r"\r\n?|\n")  # Python's line breaks, as its tokenizer and libcst count rows
@@ -42,6 +41,8 @@ class LineIndex:
     def __init__(self, text: str) -> None:
         self.text = text
         self.starts = [0] + [match.end() for match in (LINE_BREAK if "\r" in text else _LF).finditer(text)]
+        self.noqa = LineSuppressions(text)  # the text's `# noqa` comments, tokenized when first asked
+        self.file_noqa = None  # the file-level `# amplint: noqa: CODES` (amplint/suppression.py), when it has one
 
     def offset(self, row: int, column0: int) -> int:
         return self.starts[row - 1] + column0
@@ -65,6 +66,8 @@ class SliceIndex(LineIndex):
         self.starts = original.starts  # blanking keeps every line break in place
         self.original = original
         self.suppresses = original.suppresses
+        self.noqa = original.noqa
+        self.file_noqa = original.file_noqa
 
     def line(self, row: int) -> str:
         return self.original.line(row)
@@ -86,7 +89,7 @@ def text_edit(old: str, new: str, index: LineIndex, offset: int = 0) -> Edit | N
     grow = end_in_old - end
     content = new[start: len(new) - suffix + grow]
     return Edit(offset + start, offset + end_in_old, content, index.location(offset + start),
-                index.location(offset + end_in_old))
+                index.location(offset + end_in_old), original=old[start:end_in_old])
 
 
 def fix_edits(result, index: LineIndex) -> tuple[Edit, ...]:
@@ -115,15 +118,14 @@ def error_diagnostic(kind: tuple[str, str], filename: str, message: str, row: in
 
 
 def suppressed(diagnostic: Diagnostic, index: LineIndex) -> bool:
+    """Is the diagnostic suppressed by a file-level `# amplint: noqa: CODES` or, unless flake8 applies its own,
+    by a `# noqa` comment on its line (real comments only: amplint/suppression.py)?"""
+    if index.file_noqa is not None and index.file_noqa.covers(diagnostic.code):
+        return True
     if not index.suppresses:
         return False
-    for match in NOQA.finditer(index.line(diagnostic.location.row)):
-        codes = match.group("codes")
-        if codes is None:
-            return True
-        if diagnostic.code in {c.upper() for c in re.split(r"[,\s]+", codes) if c}:
-            return True
-    return False
+    row = diagnostic.location.row
+    return index.noqa.suppresses(row, diagnostic.code, index.line(row))
 
 
 def _longest(matches, limit: int) -> int:
@@ -227,7 +229,8 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
     index = LineIndex(text)
     if not line_noqa:
         index.suppresses = False
-    if FILE_NOQA.search(text):
+    index.file_noqa = file_suppression(text)
+    if index.file_noqa is not None and index.file_noqa.everything:
         return FileResult([])
     if "\x0c" in text and FORM_FEED_INDENT.search(text):
         return _lint_mapped(text, FORM_FEED_INDENT.sub("", text), filename, rules, index, line_noqa, project)

@@ -17,6 +17,7 @@ from amplint.selection import screen
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText
 from amplint.sources import NOTEBOOK_SUFFIX, Source, from_text, open_path
 from amplint.sources.base import FixRefused
+from amplint.suppression import file_suppression, warn_unknown
 
 
 def run(source: Source, rules: list[Rule], mode: Mode = Mode(), cache=None, project=None) -> FileOutcome:
@@ -48,6 +49,7 @@ def analyse(source: Source, text: str, rules: list[Rule], mode: Mode, project=No
     fixing = mode.fix or mode.diff
     if not program.analysable:
         return FileOutcome(path, [], fixed_text=text if fixing else None)
+    warn_unknown(file_suppression(program.text), path)  # `# amplint: noqa: AMP099`: said once per analysis
     if source.screens(program):
         candidates = screen(program.text, rules, project)
         if candidates is None and program.skippable():  # no enabled rule can fire here

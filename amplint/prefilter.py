@@ -13,8 +13,8 @@ would spend its time. Each file goes through two stages, and only the files that
    costs no parse; then, for the rules that said yes, with answers from the stdlib `ast` tree, built once.
    The rules that say yes in the end are the only ones the engine runs on the file (`Prefilter.select`).
 
-A file that would be analysed but holds `# amplint: noqa` on a line of its own is skipped too (the engine
-would report nothing for it).
+A file that would be analysed but holds a bare `# amplint: noqa` comment on a line of its own is skipped too
+(the engine would report nothing for it); `# amplint: noqa: CODES` leaves out the rules of those codes.
 
 Both stages are conservative: they may keep a file no rule flags, never drop one a rule flags
 (tests/test_prefilter.py checks it on every fixture, variants of them and generated programs). A rule that
@@ -29,7 +29,7 @@ import enum
 import re
 from typing import Sequence
 
-from amplint.engine import FILE_NOQA  # `# amplint: noqa` on a line of its own: the engine reports nothing
+from amplint.suppression import file_suppression  # `# amplint: noqa`, in a real comment on a line of its own
 from amplint.index.functions import index_text
 from amplint.parsing import python_identifiers
 from amplint.index.project import STANDALONE, ProjectIndex
@@ -126,8 +126,12 @@ class Prefilter:
                     and _asked_safely(rule, summary, view)]
             if more:
                 verdict, candidates = Verdict.ANALYSE, [rule for rule in self.rules if rule in candidates or rule in more]
-        if verdict is Verdict.ANALYSE and FILE_NOQA.search(text):  # asked last: it scans the whole text
-            return Verdict.SKIP_NOQA, []
+        if verdict is Verdict.ANALYSE:  # asked last: it may tokenize the whole text
+            suppression = file_suppression(text)
+            if suppression is not None:
+                candidates = [rule for rule in candidates if not suppression.covers(rule.code)]
+                if not candidates:
+                    return Verdict.SKIP_NOQA, []
         return verdict, candidates
 
     def _structure(self, text: str, summary: Summary) -> tuple[Verdict, list[type]]:

@@ -33,7 +33,7 @@ from urllib.parse import unquote, urlparse
 
 from amplint import __version__, pipeline, sources
 from amplint.config import ConfigError, load_settings
-from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_severities
+from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_docs_url, with_severities
 from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic
 from amplint.outcome import Mode
 from amplint.parallel import die_with, kill_processes, pool_processes
@@ -134,7 +134,8 @@ def lint_document(text: str, path: str | None, root: str | None = None,
     if path and settings.force_exclude and settings.excluded(path):
         return []
     diagnostics = pipeline.run(source, rules, Mode(), project=workspace_view(text, path, buffers)).diagnostics
-    return with_severities(diagnostics, settings.severity_levels())  # `[tool.amplint.severity]`
+    return with_docs_url(with_severities(diagnostics, settings.severity_levels()),  # `[tool.amplint.severity]`
+                         settings.docs_url)
 
 
 def fix_all(text: str, path: str | None, root: str | None = None, buffers: dict[str, str] | None = None) -> str:
@@ -530,7 +531,7 @@ def create_server():
             severity=types.DiagnosticSeverity.Error if diagnostic.severity is Severity.ERROR
             else types.DiagnosticSeverity.Warning,
             code=diagnostic.code,
-            code_description=types.CodeDescription(href=diagnostic.url),
+            code_description=types.CodeDescription(href=diagnostic.url) if diagnostic.url else None,
             source=NAME,
         )
 

@@ -27,9 +27,14 @@ class SourceText:
 
 def decode_source(raw: bytes) -> SourceText:
     """Decode per PEP 263 (coding cookie, BOM), keeping newlines exactly as they are."""
+    if b"\x00" in raw:  # no Python source holds a NUL byte (CPython refuses it); binary files do
+        raise SourceError("binary or not Python source (it holds a NUL byte)")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
-    except SyntaxError as error:  # unknown codec in the cookie, BOM/cookie conflict
+    except SyntaxError as error:  # unknown codec in the cookie, BOM/cookie conflict, bytes that are not UTF-8
+        if "invalid or missing encoding declaration" in str(error):
+            raise SourceError("binary or not Python source: cannot decode as UTF-8, and no coding declaration "
+                              "says otherwise") from None
         raise SourceError(f"cannot determine the encoding: {error}") from None
     try:
         text = raw.decode(encoding)

@@ -16,8 +16,9 @@ A README section on no page, a page naming a section the README lacks, a Markdow
 README link into docs/ that is no page, an evidence row of no program or a program with no row is a warning, and
 `mkdocs build --strict` fails on warnings.
 
-The site's address is `site_url` in mkdocs.yml; `amplint.diagnostics.DOCS_BASE` must equal it (checked here and
-by tests/test_docs_site.py), since the reports link to `rules/<CODE>.html` below it.
+The site has no address of its own: wherever it is published, `docs-url` (amplint/config.py) names it, and the
+reports link to `<docs-url>/rules/<CODE>/`, the page of each code here (`use_directory_urls`, mkdocs' default;
+tests/test_docs_site.py checks every address a report carries is a page of the built site).
 """
 
 from __future__ import annotations
@@ -365,11 +366,8 @@ _SITE: dict[str, str] = {}  # the pages of the build in progress (on_config make
 
 
 def on_config(config):
-    from amplint.diagnostics import DOCS_BASE
-
-    if config.site_url != DOCS_BASE:
-        log.warning(f"mkdocs.yml's site_url {config.site_url!r} is not amplint.diagnostics.DOCS_BASE "
-                    f"{DOCS_BASE!r}, the address every report links to")
+    if not config.use_directory_urls:
+        log.warning("mkdocs.yml's use_directory_urls is off: reports link to <docs-url>/rules/<CODE>/")
     _SITE.clear()
     _SITE.update(pages())
     config.nav = nav(_SITE)

@@ -268,11 +268,17 @@ def test_real_permissions():
     assert named[0] == 1 and "locked.py:1:1: AMP901" in named[1] and "flagged.py:6:9" in named[1], named
 
 
-def test_a_missing_path_is_a_usage_error_in_one_line(project):
-    result = run(["nope.py", "flagged.py", "gone/"], project)
+def test_a_missing_path_is_reported_like_ruff_and_the_rest_is_linted(project):
+    result = run(["nope.py", "flagged.py", "gone/", "--output-format", "concise"], project)
     assert result.exit_code == 2
-    assert result.stderr == "amplint: path not found: nope.py\namplint: path not found: gone/\n"
-    assert result.stdout == ""
+    lines = result.stdout.splitlines()
+    assert {"gone/:1:1: AMP901 no such file or directory", "nope.py:1:1: AMP901 no such file or directory"} <= set(lines)
+    assert any(line.startswith("flagged.py:6:9: AMP001") for line in lines), lines  # the rest is linted
+    assert result.stderr == ""
+    only = run(["nope.py", "--output-format", "json"], project)
+    assert only.exit_code == 2 and [d["filename"] for d in json.loads(only.stdout)] == ["nope.py"]
+    assert run(["nope.py", "flagged.py", "--exit-zero"], project).exit_code == 2
+    assert run(["nope.py", "flagged.py", "--diff"], project).exit_code == 2
 
 
 # --- item 16: an empty selection is an error ------------------------------------------------------------------

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 from amplint import harness
 from amplint.cli import main
 from amplint.config import KEYS
-from amplint.diagnostics import DOCS_BASE, DOCS_URL
+from amplint.diagnostics import rule_url
 from amplint.output import FORMAT_NAMES
 from amplint.output.common import FILE_ERRORS
 from amplint.rules import ALL_RULES
@@ -30,6 +30,7 @@ from amplint.rules.base import DOC_SECTIONS
 
 REPO = Path(__file__).resolve().parents[1]
 URL = re.compile(r"https?://[^\s\"'<>\\)]+")
+DOCS_BASE = "https://docs.example.test/amplint/"  # wherever the site is published: the `docs-url` setting
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def page_for(url: str, site: Path) -> Path:
     """The built file an address of the site names."""
     assert url.startswith(DOCS_BASE), f"{url} is not below the site's address {DOCS_BASE}"
     path = urlsplit(url[len(DOCS_BASE):]).path
-    return site / (path or "index.html")
+    return site / path / "index.html" if not path or path.endswith("/") else site / path
 
 
 def report_urls(tmp_path: Path) -> dict[str, set[str]]:
@@ -57,7 +58,7 @@ def report_urls(tmp_path: Path) -> dict[str, set[str]]:
     found = {}
     for name in FORMAT_NAMES:
         result = CliRunner().invoke(main, ["check", str(tmp_path / "train.py"), str(tmp_path / "broken.py"),
-                                           "--no-cache", "--output-format", name])
+                                           "--no-cache", "--output-format", name, "--docs-url", DOCS_BASE])
         assert result.exit_code == 1, result.output
         found[name] = {url for url in URL.findall(result.output) if urlsplit(url).netloc == host}
     return found
@@ -66,20 +67,21 @@ def report_urls(tmp_path: Path) -> dict[str, set[str]]:
 def test_the_site_builds_with_a_page_for_every_address_the_reports_carry(site, tmp_path):
     urls = report_urls(tmp_path)
     for name in ("json", "json-lines", "sarif", "junit"):
-        codes = {Path(urlsplit(url).path).stem for url in urls[name]}
+        codes = {Path(urlsplit(url).path).name for url in urls[name]}
         assert {"AMP001", "AMP003", "AMP004", "AMP900"} <= codes, (name, urls[name])
     assert DOCS_BASE in urls["sarif"]  # the tool's informationUri: the home page
-    every = set().union(*urls.values()) | {DOCS_URL.format(code=rule.code) for rule in ALL_RULES} | {
-        DOCS_URL.format(code=code) for code in FILE_ERRORS}
+    every = set().union(*urls.values()) | {rule_url(rule.code, DOCS_BASE) for rule in ALL_RULES} | {
+        rule_url(code, DOCS_BASE) for code in FILE_ERRORS}
     missing = sorted(url for url in every if not page_for(url, site).is_file())
     assert not missing, f"reports link to pages the site does not have: {missing}"
 
 
 def test_the_sites_address_is_the_one_reports_use():
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
-    assert config["site_url"] == DOCS_BASE
-    assert config["use_directory_urls"] is False  # rules/AMP003.md becomes rules/AMP003.html
-    assert DOCS_URL == DOCS_BASE + "rules/{code}.html"
+    assert "site_url" not in config  # not published anywhere yet: `docs-url` says where it is
+    assert config.get("use_directory_urls", True) is True  # rules/AMP003.md becomes rules/AMP003/
+    assert rule_url("AMP003", DOCS_BASE) == DOCS_BASE + "rules/AMP003/"
+    assert rule_url("AMP003", None) is None
 
 
 class Links(HTMLParser):
@@ -100,8 +102,7 @@ def test_every_link_inside_the_site_resolves(site):
             parts = urlsplit(link)
             if parts.scheme or parts.netloc or not parts.path:
                 continue
-            base = urlsplit(DOCS_BASE).path  # the 404 page links from the site's root: /en/latest/...
-            target = site / parts.path[len(base):] if parts.path.startswith(base) else page.parent / parts.path
+            target = site / parts.path.lstrip("/") if parts.path.startswith("/") else page.parent / parts.path
             if not target.resolve().exists():
                 broken.append(f"{page.relative_to(site)} -> {link}")
     assert not broken, broken
@@ -112,7 +113,7 @@ def test_each_rule_page_has_its_docs_and_its_runtime_evidence(site):
     pages = load_hooks().pages()  # the Markdown the site was built from
     evidence = (REPO / "docs" / "evidence.md").read_text(encoding="utf-8")
     for rule in ALL_RULES:
-        page = (site / "rules" / f"{rule.code}.html").read_text(encoding="utf-8")
+        page = (site / "rules" / rule.code / "index.html").read_text(encoding="utf-8")
         assert f"{rule.code}: {rule.name}" in page
         for section in (*DOC_SECTIONS, "Runtime evidence"):
             assert f">{section.replace('?', '')}" in page.replace("?", ""), (rule.code, section)
@@ -130,7 +131,7 @@ def test_each_rule_page_has_its_docs_and_its_runtime_evidence(site):
 
 
 def test_the_configuration_page_lists_every_key(site):
-    page = (site / "configuration.html").read_text(encoding="utf-8")
+    page = (site / "configuration" / "index.html").read_text(encoding="utf-8")
     reference = page.split('id="reference"', 1)[1]
     for key in KEYS:
         assert f"<code>{key}</code>" in reference, key

@@ -188,7 +188,7 @@ def test_junit_has_a_suite_per_file_and_a_failing_case_per_diagnostic():
     assert failure.text.startswith("b.py:13:9: error: AMP003 ")
     assert [(p.get("name"), p.get("value")) for p in cases[1].findall("properties/property")] == [
         ("severity", "error")]
-    assert failure.text.endswith("/rules/AMP003.html")
+    assert failure.text.endswith("see: amplint rule AMP003")  # no `docs-url`: no link
 
 
 def test_junit_clean_run_is_one_passing_suite():
@@ -249,7 +249,7 @@ def test_sarif_is_valid_against_the_official_schema(clip_report):
     validate_sarif(sarif_of(Report([in_cell], rules=list(ALL_RULES))))
 
 
-def test_sarif_driver_lists_the_rules_that_ran_with_their_documentation():
+def test_sarif_driver_lists_the_rules_that_ran_with_a_short_description():
     report = report_for(("a.py", CLIP))
     report.rules = [rule for rule in ALL_RULES if rule.code != "AMP005"]
     log = sarif_of(report)
@@ -259,16 +259,28 @@ def test_sarif_driver_lists_the_rules_that_ran_with_their_documentation():
     driver = run["tool"]["driver"]
     assert driver["name"] == "amplint"
     assert driver["version"] == __version__
-    assert driver["informationUri"].startswith("https://")
+    assert "informationUri" not in driver  # no `docs-url`: no address that may not exist
     assert [rule["id"] for rule in driver["rules"]] == [rule.code for rule in report.rules]
     for descriptor, rule in zip(driver["rules"], report.rules):
         assert descriptor["name"] == rule.name
         assert descriptor["shortDescription"]["text"] == rule.summary()
-        assert descriptor["help"]["markdown"] == rule.documentation()
-        assert "## Why is this bad?" in descriptor["help"]["markdown"]
-        assert descriptor["helpUri"] == f"https://amplint.readthedocs.io/en/latest/rules/{rule.code}.html"
+        assert descriptor["help"] == {"text": f"{rule.summary()} Documentation: `amplint rule {rule.code}`."}
+        assert "helpUri" not in descriptor
+        assert "## Why is this bad?" not in json.dumps(descriptor)  # never the whole documentation
     assert run["columnKind"] == "unicodeCodePoints"
     assert run["invocations"] == [{"executionSuccessful": True}]
+
+
+def test_sarif_links_the_rules_pages_with_docs_url():
+    report = report_for(("a.py", CLIP))
+    report.rules = list(ALL_RULES)
+    report.docs_url = "https://docs.example.test/amplint"
+    driver = sarif_of(report)["runs"][0]["tool"]["driver"]
+    assert driver["informationUri"] == "https://docs.example.test/amplint/"
+    for descriptor in driver["rules"]:
+        url = f"https://docs.example.test/amplint/rules/{descriptor['id']}/"
+        assert descriptor["helpUri"] == url
+        assert url in descriptor["help"]["markdown"] and url in descriptor["help"]["text"]
 
 
 def test_sarif_result_location_and_fix(clip_report):

@@ -101,22 +101,24 @@ def test_the_readmes_links_into_docs_are_pages():
 
 def test_no_instruction_installs_amplint_from_a_package_index():
     """`pip install amplint` would install whatever an index holds under that name: every instruction names a
-    checkout (`.`) or a git URL."""
+    clone (a path); the published-package form is said to be not yet available, and no page names a placeholder
+    owner."""
     # `amplint` or `"amplint[server]"` as an argument of `pip install`, not followed by ` @ git+...`
     from_index = re.compile(r"""pip install[^\n`&;|#]*?(?<![\w@/.-])(["']?)amplint(\[[\w,]+\])?\1"""
                             r"""(?=[\s`"]|$)(?!\s*@)""")
     found = [(name, match.group(0)) for name, text in PAGES.items() for match in from_index.finditer(text)]
     assert not found, found
-    assert 'pip install "amplint @ git+https://github.com/OWNER/amplint@' in README
-    assert "pip install ." in README
+    assert "pip install ./amplint" in README
+    assert "**not yet available**" in README
+    pages = {**PAGES, "action.yml": (REPO / "action.yml").read_text()}
+    assert not [name for name, text in pages.items() if "OWNER" in text or "amplint.readthedocs.io" in text]
 
 
 def pinned_revisions() -> list[tuple[str, str]]:
-    """(page, rev) of every pre-commit `rev:` and every `uses: OWNER/amplint@REV` in the README and docs/."""
+    """(page, rev) of every pre-commit `rev:` in the README and docs/."""
     found = []
     for name, text in PAGES.items():
         found += [(name, rev) for rev in re.findall(r"^\s*rev:\s*([^\s#]+)", text, re.M)]
-        found += [(name, rev) for rev in re.findall(r"uses:\s*OWNER/amplint@([^\s#]+)", text)]
     return found
 
 

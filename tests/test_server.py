@@ -218,7 +218,7 @@ def run_session(client: Client, workspace: Path) -> None:
     clip = next(d for d in published["diagnostics"] if d["code"] == "AMP003")
     assert clip["range"]["start"] == {"line": 15, "character": 12}
     assert clip["source"] == "amplint" and clip["severity"] == 1  # AMP003 is an error (a warning is 2)
-    assert clip["codeDescription"]["href"].endswith("AMP003.html")
+    assert "codeDescription" not in clip  # no `docs-url`: no link to a site that may not exist
     what, what_to_do = clip["message"].split("\n")  # what is wrong, then the help line
     assert "clips gradients still scaled by `scaler`" in what and what_to_do.startswith("help: Insert `scaler.unscale_(")
 

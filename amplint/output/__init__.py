@@ -20,6 +20,7 @@ class Report:
     rules: list = field(default_factory=list)  # the Rule classes that ran
     severities: dict = field(default_factory=dict)  # code -> Severity the configuration gave, where not the default
     summary: bool = True  # the human formats end with the totals (concise.summary); not with --quiet
+    docs_url: str | None = None  # the documentation site reports link to (`docs-url`); None: no links
 
 
 # format name -> the module that renders it (imported on use: a run imports the one it prints)

@@ -35,6 +35,19 @@ def help_lines(diagnostic: Diagnostic, show_fixes: bool) -> list[str]:
     return lines
 
 
+def patch_lines(diagnostic: Diagnostic) -> list[str]:
+    """The fix as a unified diff of the file's lines, under the help (`--show-fixes`); none for a fix with no
+    edits (advice only)."""
+    fix = diagnostic.fix
+    if fix is None or not fix.edits or not all(edit.original or edit.start == edit.end for edit in fix.edits):
+        return []
+    lines, shift = [], 0
+    for edit in sorted(fix.edits, key=lambda edit: edit.start):
+        lines.extend(f"    {printable(line, keep=chr(9))}" for line in edit.patch(shift))
+        shift += len(edit.content.splitlines()) - len(edit.original.splitlines())
+    return lines
+
+
 def render(report) -> str:
     lines: list[str] = []
     for diagnostic in report.diagnostics:
@@ -42,6 +55,8 @@ def render(report) -> str:
         if diagnostic.source_line:
             lines.extend(frame(diagnostic))
         lines.extend(help_lines(diagnostic, report.show_fixes))
+        if report.show_fixes:
+            lines.extend(patch_lines(diagnostic))
         lines.append("")
     lines.extend(printable(message) for message in report.messages)
     if report.summary:

@@ -43,6 +43,6 @@ def render(report) -> str:
             failure.text = clean(f"{concise.location(diagnostic)}: {diagnostic.severity.value}: {diagnostic.code} "
                                  f"{diagnostic.message}\n"
                                  + (f"help: {diagnostic.help}\n" if diagnostic.help else "")
-                                 + diagnostic.url)
+                                 + (diagnostic.url or f"see: amplint rule {diagnostic.code}"))
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

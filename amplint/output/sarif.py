@@ -1,6 +1,7 @@
 """SARIF 2.1.0, the format code scanning (GitHub, Azure DevOps, IDE viewers) reads.
 
-One run: the tool with every rule that ran and its full documentation, one result per diagnostic with its
+One run: the tool with every rule that ran (a short description, where its documentation is: `amplint rule CODE`,
+and the page's address as `helpUri` when `docs-url` is set), one result per diagnostic with its
 region and, when there is one, its fix as replacements. Columns count characters (code points), as amplint's do.
 Levels: each rule's default is its `defaultConfiguration`, a level the configuration changed is a
 `ruleConfigurationOverrides` entry of the invocation, and every result states its own `level`.
@@ -13,11 +14,10 @@ from pathlib import Path
 from urllib.parse import quote
 
 from amplint import __version__
-from amplint.diagnostics import DOCS_BASE, DOCS_URL, Diagnostic, Edit, Location
+from amplint.diagnostics import Diagnostic, Edit, Location, rule_url
 from amplint.output.common import FILE_ERRORS, fingerprints, name_bytes, portable, relative_path
 
 SCHEMA_URI = "https://docs.oasis-open.org/sarif/sarif/v2.1.0/errata01/os/schemas/sarif-schema-2.1.0.json"
-INFORMATION_URI = DOCS_BASE  # the site's home page
 SRCROOT = "%SRCROOT%"
 
 
@@ -47,28 +47,48 @@ def first_paragraph(documentation: str) -> str:
     return " ".join(paragraph)
 
 
-def rule_descriptor(rule) -> dict:
-    documentation = rule.documentation()
-    return {
+def help_text(code: str, description: str, docs_url: str | None) -> dict:
+    """What the rule finds and where its documentation is (never the whole documentation: viewers show it per
+    result, and a log carries it once per rule)."""
+    url = rule_url(code, docs_url)
+    if url is None:
+        return {"text": f"{description} Documentation: `amplint rule {code}`."}
+    return {"text": f"{description} Documentation: {url} (or `amplint rule {code}`).",
+            "markdown": f"{description} [Documentation]({url}), or `amplint rule {code}`."}
+
+
+def rule_descriptor(rule, docs_url: str | None = None) -> dict:
+    description = first_paragraph(rule.documentation()) or rule.summary()
+    entry = {
         "id": rule.code,
         "name": rule.name,
         "shortDescription": {"text": rule.summary()},
-        "fullDescription": {"text": first_paragraph(documentation) or rule.summary()},
-        "help": {"text": documentation, "markdown": documentation},
-        "helpUri": DOCS_URL.format(code=rule.code),
+        "fullDescription": {"text": description},
+        "help": help_text(rule.code, rule.summary(), docs_url),
         "defaultConfiguration": {"level": rule.severity.value},
     }
+    return _with_uri(entry, rule_url(rule.code, docs_url))
 
 
-def file_error_descriptor(diagnostic: Diagnostic) -> dict:
+def file_error_descriptor(diagnostic: Diagnostic, docs_url: str | None = None) -> dict:
     """AMP900-902 are no Rule classes but results still name a rule; describe them briefly."""
-    return {
+    description = FILE_ERRORS.get(diagnostic.code, diagnostic.name)
+    entry = {
         "id": diagnostic.code,
         "name": diagnostic.name,
-        "shortDescription": {"text": FILE_ERRORS.get(diagnostic.code, diagnostic.name)},
-        "helpUri": diagnostic.url,
+        "shortDescription": {"text": description},
+        "help": help_text(diagnostic.code, description, docs_url),
         "defaultConfiguration": {"level": "error"},
     }
+    return _with_uri(entry, rule_url(diagnostic.code, docs_url))
+
+
+def _with_uri(entry: dict, url: str | None) -> dict:
+    """`helpUri` before `defaultConfiguration`, only when there is a site to link to."""
+    if url is None:
+        return entry
+    level = entry.pop("defaultConfiguration")
+    return {**entry, "helpUri": url, "defaultConfiguration": level}
 
 
 def replacement(edit: Edit) -> dict:
@@ -112,12 +132,13 @@ def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
 
 
 def sarif_log(report) -> dict:
-    rules = [rule_descriptor(rule) for rule in report.rules]
+    docs_url = getattr(report, "docs_url", None)
+    rules = [rule_descriptor(rule, docs_url) for rule in report.rules]
     index = {rule["id"]: position for position, rule in enumerate(rules)}
     for diagnostic in report.diagnostics:
         if diagnostic.code not in index:
             index[diagnostic.code] = len(rules)
-            rules.append(file_error_descriptor(diagnostic))
+            rules.append(file_error_descriptor(diagnostic, docs_url))
     results = [result(d, index[d.code], fp) for d, fp in zip(report.diagnostics, fingerprints(report.diagnostics))]
     invocation: dict = {"executionSuccessful": not any(d.code == "AMP902" for d in report.diagnostics)}
     overrides = [{"descriptor": {"id": code, "index": index[code]}, "configuration": {"level": level.value}}
@@ -127,17 +148,15 @@ def sarif_log(report) -> dict:
     if report.messages:
         invocation["toolExecutionNotifications"] = [
             {"level": "warning", "message": {"text": portable(message)}} for message in report.messages]
+    driver: dict = {"name": "amplint", "version": __version__, "semanticVersion": __version__}
+    if docs_url:
+        driver["informationUri"] = docs_url.rstrip("/") + "/"  # the site's home page
+    driver["rules"] = rules
     return {
         "$schema": SCHEMA_URI,
         "version": "2.1.0",
         "runs": [{
-            "tool": {"driver": {
-                "name": "amplint",
-                "version": __version__,
-                "semanticVersion": __version__,
-                "informationUri": INFORMATION_URI,
-                "rules": rules,
-            }},
+            "tool": {"driver": driver},
             "invocations": [invocation],
             "originalUriBaseIds": {SRCROOT: {"uri": Path.cwd().as_uri().rstrip("/") + "/"}},
             "columnKind": "unicodeCodePoints",
