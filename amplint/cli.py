@@ -331,12 +331,21 @@ def _exit_code(outcomes: list[FileOutcome], exit_zero: bool, mode: Mode, on_warn
     found = any(d.severity in failing for o in outcomes for d in o.diagnostics)
     return EXIT_FINDINGS if found else EXIT_CLEAN
 
+FIX_MEANING = {
+    "safe": "safe (applied by --fix)",
+    "unsafe": "unsafe (applied by --fix --unsafe-fixes)",
+    "sometimes": "safe or unsafe, depending on the code",
+    "none": "none",
+}
+
 
 @main.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Print every rule's documentation.")
-def rule(code: str | None, show_all: bool) -> None:
-    """Print a rule's documentation (by code or name)."""
+@click.option("--long", "long_form", is_flag=True, help="Add the Fix safety and Limits sections.")
+def rule(code: str | None, show_all: bool, long_form: bool) -> None:
+    """Print a rule's documentation (by code or name): what it does, why, an example and what to write instead;
+    --long adds when its fix is safe and what the rule cannot see."""
     if show_all:
         chosen = list(registry.ALL_RULES)
     elif code:
@@ -351,7 +360,12 @@ def rule(code: str | None, show_all: bool) -> None:
             click.echo("\n" + "-" * 80 + "\n")
         click.echo(f"# {rule_class.name} ({rule_class.code})\n")
         click.echo(f"Default severity: {rule_class.severity.value} ({SEVERITY_MEANING[rule_class.severity]})\n")
-        click.echo(rule_class.documentation())
+        if long_form:
+            click.echo(rule_class.documentation())
+        else:
+            click.echo(rule_class.short_documentation())
+            click.echo(f"\nFix: {FIX_MEANING[rule_class.fix]}. Fix safety and Limits: "
+                       f"`amplint rule {rule_class.code} --long`.")
 
 
 @main.command()

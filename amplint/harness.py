@@ -33,7 +33,7 @@ A *safety program* guards a fix that once broke correct code. Its spec has `"sam
 
     {"rule": "AMP008", "observable": "...", "same": ["loss", "lr"], "dtypes": ["float16"], "note": "..."}
 
-It need not be flagged, and the safe fixer may leave it alone (then nothing is run: the fix changes nothing).
+It need not be flagged, and the safe fixer may leave it alone (then nothing is run, and its row says so).
 When the fixer changes it, the original and the fixed program are run: the fixed one may raise nothing new and
 must give the same values for the `same` keys. Safety programs live in a rule's folder or in
 `fixtures/safe-fixes/runtime/`.
@@ -446,9 +446,13 @@ def _number(value) -> str:
     return str(value)
 
 
+UNCHANGED = "not run: amplint's safe fixes leave this guard program as it is"  # a safety program's row, nothing to run
+
+
 def summarize(program: Program, run: RunResult | None) -> str:
+    """A run's cell of the table: the values it printed, or in words why there are none."""
     if run is None:
-        return "the fix changes nothing" if program.safety else "not run" if program.fix else "no fix offered"
+        return UNCHANGED if program.safety else "not run" if program.fix else "no fix offered"
     if run.data is None:
         return f"failed: {run.error.splitlines()[-1] if run.error else ''}"
     keys = program.show or program.same or tuple(run.data)
@@ -464,8 +468,14 @@ def table(rows: list[Row]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for row in rows:
         confirmed = "yes" if row.confirmed else "NO: " + "; ".join(row.problems)
+        flagged, fixed = summarize(row.program, row.flagged_run), summarize(row.program, row.fixed_run)
+        if row.program.safety and row.confirmed:
+            # a safety program: the same values before and after the fix, or no fix to compare at all
+            confirmed = "yes: the same values" if row.flagged_run is not None else "yes: nothing to compare"
+            if row.flagged_run is None and row.fixed_run is None:
+                fixed = "no fixed version (identical to the original)"
         cells = (row.program.rule, row.program.path.stem, row.device, row.dtype, row.program.observable,
-                 summarize(row.program, row.flagged_run), summarize(row.program, row.fixed_run), confirmed)
+                 flagged, fixed, confirmed)
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
 

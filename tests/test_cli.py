@@ -69,8 +69,12 @@ def test_version_and_rule_docs(project):
     assert run(["--version"], project).output.strip() == f"amplint {__version__}"
     doc = run(["rule", "AMP003"], project)
     assert doc.exit_code == 0
-    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Fix safety"):
+    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead"):
         assert section in doc.output
+    assert "## Fix safety" not in doc.output and "`amplint rule AMP003 --long`" in doc.output
+    long = run(["rule", "AMP003", "--long"], project)
+    assert long.exit_code == 0 and long.output.index("## Use instead") < long.output.index("## Fix safety") < \
+        long.output.index("## Limits")
     assert run(["rule", "clip-without-unscale"], project).exit_code == 0
     assert run(["rule", "AMP999"], project).exit_code == 2
     everything = run(["rule", "--all"], project)

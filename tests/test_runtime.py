@@ -174,7 +174,10 @@ def test_safety_program_spec_and_judgement(tmp_path) -> None:
     (program,) = harness.discover(tmp_path)
     assert program.safety and program.same == ("loss",)
     unchanged = _row(program, None, None, fixed_program=harness.FixedProgram(None))
-    assert unchanged.confirmed and harness.summarize(program, None) == "the fix changes nothing"
+    assert unchanged.confirmed and harness.summarize(program, None) == harness.UNCHANGED
+    (line,) = harness.table([unchanged]).splitlines()[2:]
+    assert line.endswith(f"| {harness.UNCHANGED} | no fixed version (identical to the original) | "
+                         "yes: nothing to compare |"), line
     ok = harness.RunResult({"loss": 0.5, "error": None})
     assert _row(program, ok, harness.RunResult({"loss": 0.5, "error": None})).problems == []
     changed = _row(program, ok, harness.RunResult({"loss": 0.25, "error": None}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator
 
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
     from amplint.rules.rewrite import Rewritten
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
+# What `amplint rule CODE` prints; `--long` (and the documentation site) add the rest: Fix safety and Limits.
+SHORT_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead")
 
 
 @dataclass
@@ -111,7 +114,17 @@ class Rule:
 
     @classmethod
     def documentation(cls) -> str:
+        """The whole documentation (the long form): every `## ` section of the docstring."""
         return inspect.cleandoc(cls.__doc__ or "")
+
+    @classmethod
+    def short_documentation(cls) -> str:
+        """The short form: the sections of SHORT_SECTIONS, in the docstring's order (Fix safety and Limits left
+        out)."""
+        parts = re.split(r"^(?=## )", cls.documentation(), flags=re.M)
+        kept = [part.rstrip() for part in parts if part.startswith("## ") and
+                part[3:].split("\n", 1)[0].strip() in SHORT_SECTIONS]
+        return "\n\n".join(kept)
 
 
 def replace_nodes(module: cst.Module, replacements: dict) -> Rewritten:
