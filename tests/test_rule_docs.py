@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
 import sys
@@ -52,12 +54,62 @@ def code_blocks(documentation: str, section: str) -> list[str]:
 
 
 def lint_example(code: str, rule_classes) -> list:
-    """An example as a file of its own, through the prefilter and the engine as `amplint check` runs them, with no
-    torch floor (every rule applies). Examples are fragments of a module that imports torch: `import torch` is
-    written above one that does not import it itself."""
-    text = code if re.search(r"^import torch\b", code, re.M) else "import torch\n\n" + code
+    """An example as a file of its own, as it is written (a user copies it whole), through the prefilter and the
+    engine as `amplint check` runs them, with no torch floor (every rule applies)."""
     rules = rules_for("example.py", list(rule_classes), Settings())
-    return process_text(text, "example.py", rules, Mode()).diagnostics
+    return process_text(code, "example.py", rules, Mode()).diagnostics
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_each_example_is_a_complete_program(rule):
+    """A snippet that uses `torch` imports it: without the import `torch` is an unknown name and no rule can tell
+    what `torch.autocast` is, so a copied Example would pass and a copied Use instead would prove nothing."""
+    for section in ("Example", "Use instead"):
+        for code in code_blocks(rule.documentation(), section):
+            compile(code, f"{rule.code} {section}", "exec")
+            assert re.search(r"^(import torch\b|from torch\b)", code, re.M), f"{rule.code} {section}:\n{code}"
+
+
+# Every Example and Use instead as a file of its own, linted by one `amplint check` run with JSON output, as a
+# user who copied them would run it (no configuration: every rule, no torch floor).
+@pytest.fixture(scope="module")
+def examples_through_the_cli(tmp_path_factory):
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    folder = tmp_path_factory.mktemp("examples")
+    files = {}
+    for rule in ALL_RULES:
+        for section in ("Example", "Use instead"):
+            for number, code in enumerate(code_blocks(rule.documentation(), section)):
+                path = folder / f"{rule.code}_{section.replace(' ', '_')}_{number}.py"
+                path.write_text(code, encoding="utf-8")
+                files[path.name] = (rule.code, section, code)
+    here = os.getcwd()
+    os.chdir(folder)  # the configuration is looked for from here: none, as in a user's scratch folder
+    try:
+        result = CliRunner().invoke(main, ["check", ".", "--output-format", "json", "--no-cache"])
+    finally:
+        os.chdir(here)
+    assert result.exit_code == 1, result.output  # the Examples are flagged
+    found: dict[str, list[str]] = {name: [] for name in files}
+    for diagnostic in json.loads(result.output):
+        found[Path(diagnostic["filename"]).name].append(diagnostic["code"])
+    return files, found
+
+
+@pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)
+def test_copied_examples_through_the_cli(rule, examples_through_the_cli):
+    """`amplint check` on each copied snippet: the Example reports the rule, the Use instead reports nothing."""
+    files, found = examples_through_the_cli
+    mine = {name: spec for name, spec in files.items() if spec[0] == rule.code}
+    assert {section for _, section, _ in mine.values()} == {"Example", "Use instead"}
+    for name, (_, section, code) in mine.items():
+        if section == "Example":
+            assert rule.code in found[name], f"{rule.code}'s Example, copied, is not flagged:\n{code}\n{found[name]}"
+        else:
+            assert not found[name], f"{rule.code}'s Use instead, copied, is flagged:\n{code}\n{found[name]}"
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

@@ -33,6 +33,8 @@ class BackwardInAutocast(Rule):
 
     ## Example
     ```python
+    import torch
+
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = loss_fn(model(x), y)
         loss.backward()
@@ -41,6 +43,8 @@ class BackwardInAutocast(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = loss_fn(model(x), y)
     loss.backward()

@@ -33,6 +33,9 @@ class StepInAutocast(Rule):
 
     ## Example
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     with torch.autocast("cuda"):
         loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
@@ -42,6 +45,9 @@ class StepInAutocast(Rule):
 
     ## Use instead
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     with torch.autocast("cuda"):
         loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()

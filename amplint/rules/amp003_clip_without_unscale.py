@@ -41,6 +41,9 @@ class ClipWithoutUnscale(Rule):
 
     ## Example
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     scaler.scale(loss).backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     scaler.step(optimizer)
@@ -49,6 +52,9 @@ class ClipWithoutUnscale(Rule):
 
     ## Use instead
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     scaler.scale(loss).backward()
     scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

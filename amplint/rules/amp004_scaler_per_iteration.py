@@ -34,6 +34,8 @@ class ScalerPerIteration(Rule):
 
     ## Example
     ```python
+    import torch
+
     for x, y in loader:
         scaler = torch.amp.GradScaler("cuda")
         with torch.autocast("cuda"):
@@ -45,6 +47,8 @@ class ScalerPerIteration(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     scaler = torch.amp.GradScaler("cuda")
     for x, y in loader:
         with torch.autocast("cuda"):

@@ -86,6 +86,8 @@ class ScalerInInference(Rule):
 
     ## Example
     ```python
+    import torch
+
     scaler = torch.amp.GradScaler("cuda")
 
     @torch.no_grad()
@@ -102,6 +104,8 @@ class ScalerInInference(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     @torch.no_grad()
     def evaluate(model, x):
         with torch.autocast("cuda"):

@@ -32,6 +32,8 @@ class StepBypassesScaler(Rule):
 
     ## Example
     ```python
+    import torch
+
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda")
     with torch.autocast("cuda"):
@@ -42,6 +44,8 @@ class StepBypassesScaler(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scaler = torch.amp.GradScaler("cuda")
     with torch.autocast("cuda"):

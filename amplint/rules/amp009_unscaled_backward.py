@@ -38,6 +38,9 @@ class UnscaledBackward(Rule):
 
     ## Example
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     scaled = scaler.scale(loss)
     loss.backward()
     scaler.step(optimizer)
@@ -46,6 +49,9 @@ class UnscaledBackward(Rule):
 
     ## Use instead
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()

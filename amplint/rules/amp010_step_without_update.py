@@ -34,6 +34,9 @@ class StepWithoutUpdate(Rule):
 
     ## Example
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     for x, y in loader:
         with torch.autocast("cuda"):
             loss = loss_fn(model(x), y)
@@ -44,6 +47,9 @@ class StepWithoutUpdate(Rule):
 
     ## Use instead
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     for x, y in loader:
         with torch.autocast("cuda"):
             loss = loss_fn(model(x), y)

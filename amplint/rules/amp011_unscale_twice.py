@@ -36,6 +36,9 @@ class UnscaleTwice(Rule):
 
     ## Example
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     for x, y in micro_batches:
         scaler.scale(loss_fn(model(x), y)).backward()
         scaler.unscale_(optimizer)
@@ -46,6 +49,9 @@ class UnscaleTwice(Rule):
 
     ## Use instead
     ```python
+    import torch
+
+    scaler = torch.amp.GradScaler("cuda")
     for x, y in micro_batches:
         scaler.scale(loss_fn(model(x), y)).backward()
     scaler.unscale_(optimizer)

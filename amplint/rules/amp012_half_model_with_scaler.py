@@ -33,6 +33,8 @@ class HalfModelWithScaler(Rule):
 
     ## Example
     ```python
+    import torch
+
     model = Net().cuda().half()
     optimizer = torch.optim.AdamW(model.parameters())
     scaler = torch.amp.GradScaler("cuda")
@@ -45,6 +47,8 @@ class HalfModelWithScaler(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     model = Net().cuda()  # float32 parameters
     optimizer = torch.optim.AdamW(model.parameters())
     scaler = torch.amp.GradScaler("cuda")

@@ -40,6 +40,8 @@ class ScalerWithBfloat16(Rule):
 
     ## Example
     ```python
+    import torch
+
     scaler = torch.amp.GradScaler("cuda")
     for x, y in loader:
         with torch.autocast("cuda", dtype=torch.bfloat16):
@@ -51,6 +53,8 @@ class ScalerWithBfloat16(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     for x, y in loader:
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss = loss_fn(model(x), y)

@@ -53,6 +53,8 @@ class AutocastDeviceMismatch(Rule):
 
     ## Example
     ```python
+    import torch
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with torch.autocast(device_type=device, dtype=torch.bfloat16):
         loss = model(x)
@@ -62,6 +64,8 @@ class AutocastDeviceMismatch(Rule):
 
     ## Use instead
     ```python
+    import torch
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
         loss = model(x)
