@@ -52,26 +52,24 @@ class BackwardInAutocast(Rule):
     ```
 
     ## Fix safety
-    A safe fix cannot change what a correct program computes and cannot make a running program raise. The fix
-    moves the backward call and the update phase after it out of the `with` block; what follows goes into a
-    reopened block with the same item. Moving code out of a region is only safe for statements that provably
-    do no forward computation, so the update phase is an allow-list: update calls with plain arguments
-    (`loss.backward()`, `scaler.scale(loss).backward()`, `optimizer.step()` with no arguments,
-    `scaler.step(optimizer)`, `scaler.update()`, `unscale_`, clipping, `zero_grad()`, `step()` of a
-    `torch.optim.lr_scheduler` object built in this code), reading and logging (`.item()`, `print(...)`,
-    `writer.add_scalar(...)`), and assignments and `if`s made of those, names, literals and the arithmetic no
-    autocast op list holds (`+ - * %`, not `/`, `**` or `@`). Everything else stays in the region: a call into a
-    model, `y = x @ w` (a matmul with no call), a `yield` (the caller of a `@contextmanager` step would leave
-    the region), a notebook magic, `step()` on an object of unknown kind. `optimizer.step(closure)` never moves:
-    the closure is the forward pass. Reopening evaluates the item again, which is safe for a fresh
-    `torch.autocast(...)` call with plain arguments or a name bound only to `torch.autocast`/`nullcontext`
-    objects (they can be entered again); a context object of unknown kind (maybe a one-shot generator) makes
-    the fix unsafe, as does a backward statement that computes more than the allow-list
-    (`(loss / n).backward()`: `/` is an autocast op when the left side is a number). With-items are never
-    reordered: `with a, torch.autocast(...) as ac, b(ac):` is not split (no fix); when the autocast item is the
-    last one, `with a, ac:` is exactly `with a:` around `with ac:`, and only the inner block is split. Moved
-    statements take their comments along. Regions opened by a decorator or by a caller are reported without a
-    fix.
+    Sometimes safe. The fix moves the backward call, and the update phase after it, out of the `with` block; forward
+    code that follows goes into a reopened block with the same item. Moved statements take their comments along.
+
+    - Only statements that provably do no forward computation move (an allow-list): update calls with plain
+      arguments (`loss.backward()`, `scaler.scale(loss).backward()`, `optimizer.step()`, `scaler.step(optimizer)`,
+      `scaler.update()`, `unscale_`, clipping, `zero_grad()`, `step()` of a `torch.optim.lr_scheduler` object built in
+      this code), reading and logging (`.item()`, `print(...)`, `writer.add_scalar(...)`), and assignments and `if`s
+      made of those, names, literals and the arithmetic no autocast op list holds (`+ - * %`, not `/`, `**` or `@`).
+    - Everything else stays in the region: a call into a model, `y = x @ w`, a `yield` (the caller of a
+      `@contextmanager` step would leave the region), a notebook magic, `step()` on an object of unknown kind, and
+      `optimizer.step(closure)` (the closure is the forward pass).
+    - Unsafe when the reopened item is a context object of unknown kind (maybe a one-shot generator), not a fresh
+      `torch.autocast(...)` call with plain arguments or a name bound only to `torch.autocast`/`nullcontext`
+      objects; and when the backward statement computes more than the allow-list (`(loss / n).backward()`: `/` is
+      an autocast op when the left side is a number).
+    - No fix when the autocast item is not the last of its `with` (`with a, torch.autocast(...) as ac, b(ac):`:
+      items are never reordered); when it is the last, `with a, ac:` is `with a:` around `with ac:` and only the
+      inner block is split. No fix for regions opened by a decorator or by a caller.
 
     ## Limits
     Regions entered through objects amplint cannot see (a context manager passed in as an argument, a

@@ -56,13 +56,15 @@ class StepInAutocast(Rule):
     ```
 
     ## Fix safety
-    Same rewrite and the same reasoning as AMP001: only statements that provably do no forward computation leave
-    the region (an allow-list of update-phase calls, logging and plain arithmetic); forward code after them,
-    including code with no call such as `y = x @ w`, stays in a reopened block; with-items are never reordered.
-    A step that takes a closure (`optimizer.step(closure)`, L-BFGS, SAM) is reported without a fix: the closure
-    runs the forward pass, which belongs in the region; open autocast inside the closure instead. The fix is
-    unsafe where AMP001's is: a moved statement that computes more than the allow-list, or a reopened context
-    object of unknown kind. No fix for regions opened by a decorator or a caller.
+    Sometimes safe: the rewrite of AMP001 (`amplint rule AMP001 --long`), with its allow-list.
+
+    - Only statements that provably do no forward computation leave the region (update-phase calls, logging,
+      plain arithmetic); forward code after them, even with no call (`y = x @ w`), stays in a reopened block.
+    - Unsafe where AMP001's fix is: a moved statement that computes more than the allow-list, or a reopened
+      context object of unknown kind.
+    - No fix for a step that takes a closure (`optimizer.step(closure)`, L-BFGS, SAM): the closure runs the forward
+      pass, which belongs in the region; open autocast inside the closure instead. No fix where with-items would be
+      reordered, nor for regions opened by a decorator or a caller.
 
     ## Limits
     Optimizers held in containers (`optimizers[i].step()`) and objects of unknown type are not reported.

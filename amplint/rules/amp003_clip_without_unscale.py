@@ -63,32 +63,26 @@ class ClipWithoutUnscale(Rule):
     ```
 
     ## Fix safety
-    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise; a fix
-    that rests on a guess is unsafe or not offered. The fix inserts `scaler.unscale_(optimizer)` just before the
-    clip, for the optimizer that owns the clipped parameters: the one built on them (`opt_g =
-    torch.optim.Adam(gen.parameters())` for a clip of `gen.parameters()`, also through `list(...)`, param-group
-    dicts and local names), or the only optimizer the scaler steps after the clip when no other one is known to own
-    them. `scaler.step` then finds the gradients unscaled and does not unscale again, so the only change is that the
-    clip sees true gradients. When several optimizers are stepped after the clip and none is known to own its
-    parameters, no fix is offered: the first step's optimizer is a guess, and a wrong one silences the finding while
-    the clip still sees scaled gradients. When `unscale_` already comes after the clip in the same block, the fix
-    moves it (with the comments above it) before the clip. `unscale_` touches only its optimizer's gradients, so the
-    move changes what the clip sees, and what every statement between the clip and the old `unscale_` sees: those
-    now run on unscaled gradients. The move is safe only when each of them is provably of the update phase (the
-    allow-list AMP001/AMP002 move by: no forward computation) and reads no gradient (no `.grad`, no name the
-    function binds to one): printing or logging the loss, counting steps, another clip (which the move fixes too).
-    Anything else between them (an EMA update, a gradient log, a call into project code) may compute from the
-    gradients, so the move is unsafe. No fix is offered when a statement between them backpropagates (a second
-    scaled backward would add scaled gradients to unscaled ones), steps, updates, scales, unscales or zeroes
-    gradients, or rebinds the scaler or the optimizer. No fix is offered when the owner's step does not run every
-    time the clip does (for example the clip runs every micro-batch but the step only at the accumulation boundary,
-    or once after the micro-batch loop), nor when an `unscale_` of that optimizer already ran since the last
-    `update()`, because unscaling twice before `update()` raises.
+    Sometimes safe. The fix inserts `scaler.unscale_(optimizer)` just before the clip. `scaler.step` then finds the
+    gradients unscaled and does not unscale again, so the only change is that the clip sees true gradients.
 
-    For a helper call, the fix inserts `scaler.unscale_(optimizer)` just before the call, under the same
-    conditions, and only when the scaler steps exactly one optimizer after the call (the helper's parameters are
-    not read) and no `unscale_` follows before the step. A helper that also steps gets no fix: the `unscale_`
-    belongs before its clip, in its own body.
+    - The optimizer is the one that owns the clipped parameters: the one built on them (`opt_g =
+      torch.optim.Adam(gen.parameters())` for a clip of `gen.parameters()`, also through `list(...)`, param-group
+      dicts and local names), or else the only optimizer the scaler steps after the clip. When several are stepped
+      and none is known to own the parameters, no fix: a wrong guess silences the finding while the clip still
+      sees scaled gradients.
+    - When `unscale_` already comes after the clip in the same block, the fix moves it (with the comments above it)
+      before the clip, and every statement between them then sees unscaled gradients. That is safe when each is of
+      the update phase (AMP001's allow-list) and reads no gradient (no `.grad`, no name bound to one): logging the
+      loss, counting steps, another clip. Anything else between them (an EMA update, a gradient log, a call into
+      project code) makes the move unsafe.
+    - No fix when a statement between them backpropagates, steps, updates, scales, unscales or zeroes gradients, or
+      rebinds the scaler or the optimizer; when the owner's step does not run every time the clip does (a clip per
+      micro-batch, a step at the accumulation boundary); or when that optimizer was already unscaled since the last
+      `update()` (unscaling twice raises).
+    - A clip in a helper: `unscale_` goes before the call, under the same conditions, only when the scaler steps
+      exactly one optimizer after it and no `unscale_` follows before the step. A helper that also steps gets no
+      fix: the `unscale_` belongs before its clip, in its own body.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate

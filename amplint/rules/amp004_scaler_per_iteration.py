@@ -59,20 +59,20 @@ class ScalerPerIteration(Rule):
     ```
 
     ## Fix safety
-    A safe fix cannot change what a correct program computes and cannot make a running program raise. The fix
-    hoists the construction before the outermost loop that uses the scaler: the scale then carries over between
-    iterations, which is the point. Anything else must stay the same, so the construction must read the same
-    values before the loop as inside it. No fix is offered when a name the statement reads or assigns is bound
-    anywhere in the loop, in any form (assignment, augmented assignment, walrus, `import`, `for`/`with`/`except`
-    targets, `global`/`nonlocal`, `del`, a nested `def`/`class`), when a name it reads may change in place there
-    (an attribute or item assigned, a method called on it, the object passed to a call other than an imported
-    module's function or a read-only builtin), or when the scaler's attribute is assigned elsewhere in the loop:
-    hoisting would read names before they exist (UnboundLocalError), read other values, or, with
-    `global scaler` in the loop, give a file CPython no longer compiles. The fix is unsafe when the
-    construction sits under an `if` in the loop (it may never have run there) or when its arguments call
-    something (the call now runs once instead of every iteration). A GradScaler's constructor only records its
-    arguments, so a loop that runs zero times gains an unused scaler and nothing else. Per-step functions: no
-    fix. The moved statement takes its comments along.
+    Sometimes safe. The fix hoists the construction before the outermost loop that uses the scaler, so the scale
+    carries over between iterations. A GradScaler's constructor only records its arguments (a loop that runs zero
+    times just gains an unused scaler), so the construction must read the same values before the loop as inside
+    it. The moved statement takes its comments along.
+
+    - No fix when a name the statement reads or assigns is bound anywhere in the loop, in any form (assignment,
+      augmented assignment, walrus, `import`, `for`/`with`/`except` targets, `global`/`nonlocal`, `del`, a nested
+      `def`/`class`); when a name it reads may change in place there (an attribute or item assigned, a method
+      called on it, the object passed to a call other than an imported module's function or a read-only builtin);
+      or when the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or names
+      before they exist.
+    - Unsafe when the construction sits under an `if` in the loop (it may never have run there) or when its
+      arguments call something (the call now runs once instead of every iteration).
+    - No fix for a scaler built in a per-step function.
 
     ## Limits
     Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt

@@ -118,16 +118,18 @@ class ScalerInInference(Rule):
     ```
 
     ## Fix safety
-    Sometimes safe. Removing a construction (`amp_scaler = GradScaler(...)` as a statement of its own) whose
-    name the function never reads again (comments do not count; a call of `locals()`, `vars()`, `eval()` or
-    `exec()` counts as reading it) is safe: nothing can use the object, and its arguments are names, attributes
-    and literals, never a call whose effect would go with it. A construction at module level is not removed
-    (another module may import it). The fix of `scaler.scale(x)` is unsafe: a safe fix cannot change what a
-    correct program computes, and `scaler.scale(x)` becoming `x` changes the values the code produces (that is
-    the point, but code downstream may have compensated). A scaler constructed in the same function for that
-    call alone (its name appears nowhere else in the function's code) is removed with it. Own-line comments
-    above the removed statements stay; only comments on the removed lines go. `step`, `update`, `unscale_` and
-    constructions whose name is read are reported without a fix: removing them may change control flow.
+    Sometimes safe.
+
+    - Removing a construction (`amp_scaler = GradScaler(...)` as a statement of its own) whose name the function
+      never reads again is safe: nothing can use the object, and its arguments are names, attributes and literals,
+      never a call whose effect would go with it. A call of `locals()`, `vars()`, `eval()` or `exec()` counts as
+      reading the name; comments do not. A construction at module level stays (another module may import it).
+    - Rewriting `scaler.scale(x)` as `x` is unsafe: it changes the values the code produces (that is the point,
+      but code downstream may have compensated). A scaler built in the same function for that call alone goes
+      with it.
+    - `step`, `update`, `unscale_` and constructions whose name is read are reported without a fix: removing them
+      may change control flow.
+    - Own-line comments above the removed statements stay; only comments on the removed lines go.
 
     ## Limits
     Only objects known to be a torch GradScaler are considered (constructed from `GradScaler` in this module or

@@ -93,39 +93,31 @@ class DeprecatedAmpApi(Rule):
 
     ## Fix safety
     Safe: the new spelling builds an equal object from the same arguments (the legacy classes are thin subclasses
-    that forward to it; measured with torch 2.13: the same device, dtype, enabled and cache flags for autocast,
-    the same attributes and `state_dict()` for GradScaler, the same wrapped function for `custom_fwd`). Each
-    legacy argument goes where the legacy signature put it: positional `enabled, dtype, cache_enabled` of
-    autocast become keywords after the device; positional GradScaler arguments keep their order behind the
-    device; `custom_fwd`/`custom_bwd` get `device_type=`. A legacy autocast that relies on its default dtype gets
-    it written out (`dtype=torch.float16` for CUDA, `torch.bfloat16` for CPU): the bare new spelling would take
-    the dtype of an enclosing region instead (inside `torch.autocast("cuda", dtype=torch.bfloat16)`, the legacy
-    call computes in float16). A disabled region gets it too: regions opened inside it without a dtype take it.
+    that forward to it; measured with torch 2.13: the same device, dtype, enabled and cache flags for autocast, the
+    same attributes and `state_dict()` for GradScaler, the same wrapped function for `custom_fwd`).
 
-    The fix writes only spellings that every torch the project supports has, so it never raises the project's
-    oldest torch (from `target-torch-version`, or else the project's declared requirements: pyproject.toml,
-    requirements*.txt, setup.cfg, setup.py, environment.yml, Pipfile). `torch.amp.GradScaler` needs torch 2.3 and
-    `torch.amp.custom_fwd(device_type=...)` 2.4: below those, the finding stays (the code warns on torch 2.4 and
-    later, which the project also supports) but no fix is offered; autocast becomes `torch.autocast("cuda", ...)`
-    below torch 2.0 (it exists since 1.10), and gets no fix below 1.10.
-
-    One fix migrates the whole module: calls, decorators (`@custom_fwd` becomes
-    `@custom_fwd(device_type="cuda")`), `functools.partial` wrappers, `isinstance`/annotation references to the
-    legacy GradScaler, and the import lines (`from torch.cuda.amp import autocast` becomes
-    `from torch.amp import autocast`; `import torch.cuda.amp as amp` becomes `import torch.amp as amp`), keeping
-    `import torch as th` aliases. No fix where a name is used in a way the new signature would change (an
-    autocast passed around as a value, `*args`, a partial called with positional arguments), where the call
-    already raises TypeError (`autocast(True, enabled=flag)` passes `enabled` twice; an unknown keyword), where the
-    default dtype cannot be written (no `import torch`; `**kwargs` that may hold a dtype), and for a name whose
-    import serves a use that cannot be migrated. Behind a name: an attribute alias of a legacy module
-    (`amp_mod = torch.cuda.amp`) bound once and read only to call its AMP names is rebound to `torch.amp` and each
-    call migrated, as `import torch.cuda.amp as amp` is. Any other alias gets no fix: a name bound to a legacy
-    API is called with the legacy arguments (`Scaler(2.0**14)` through `Scaler = torch.cuda.amp.GradScaler` would
-    pass the scale as the device once the name is rebound), and a module alias that is bound twice, a branch of
-    `a if test else b`, or read another way (handed to a function) would change for that reader too. A star
-    import has no safe rewrite (`from torch.amp import *` binds other names than `from torch.cuda.amp import *`,
-    which the module may rely on, and the calls keep the legacy arguments). These are reported without a fix,
-    with what to bind instead.
+    - Each argument keeps its meaning: positional `enabled, dtype, cache_enabled` of autocast become keywords after
+      the device; positional GradScaler arguments keep their order behind the device; `custom_fwd`/`custom_bwd` get
+      `device_type=`. A legacy autocast relying on its default dtype gets it written out (`dtype=torch.float16` for
+      CUDA, `torch.bfloat16` for CPU), a disabled one too: the bare new spelling would take an enclosing region's
+      dtype instead (inside `torch.autocast("cuda", dtype=torch.bfloat16)`, the legacy call computes in float16).
+    - One fix migrates the whole module: calls, decorators (`@custom_fwd` becomes `@custom_fwd(device_type="cuda")`),
+      `functools.partial` wrappers, `isinstance` and annotation references to the legacy GradScaler, and the imports
+      (`from torch.cuda.amp import autocast` becomes `from torch.amp import autocast`, `import torch.cuda.amp as amp`
+      becomes `import torch.amp as amp`), keeping `import torch as th` aliases. A module alias bound once and read
+      only to call its AMP names (`amp_mod = torch.cuda.amp`) is rebound to `torch.amp`.
+    - It writes only spellings every torch the project supports has: the lowest one, from `target-torch-version`
+      or the declared requirements (pyproject.toml, requirements*.txt, setup.cfg, setup.py, environment.yml,
+      Pipfile). `torch.amp.GradScaler` needs torch 2.3 and `torch.amp.custom_fwd(device_type=...)` 2.4: below those
+      the finding stays without a fix; autocast becomes `torch.autocast("cuda", ...)` below torch 2.0 and gets no
+      fix below 1.10.
+    - No fix, and the message says what to bind instead, where the new signature would change a use: an autocast
+      passed around as a value, `*args`, a partial called with positional arguments, any other alias of a legacy
+      name (through `Scaler = torch.cuda.amp.GradScaler`, `Scaler(2.0**14)` would pass the scale as the device), a
+      module alias bound twice, in `a if test else b` or handed to a function, a star import, a name whose import
+      also serves such a use. Nor where the call already raises TypeError (`autocast(True, enabled=flag)`, an
+      unknown keyword), or where the default dtype cannot be written (no `import torch`; `**kwargs` that may hold
+      a dtype).
 
     ## Limits
     Silent inside compatibility shims: `try: ... except ImportError:` handlers and `if` branches testing

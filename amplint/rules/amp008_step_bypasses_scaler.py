@@ -56,22 +56,23 @@ class StepBypassesScaler(Rule):
     ```
 
     ## Fix safety
-    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
-    a fix that rests on a guess is unsafe or not offered. The fix replaces `optimizer.step()` with
-    `scaler.step(optimizer)` and, when the function never calls `scaler.update()`, adds it on the next line.
-    `scaler.step(x)` reads `x.param_groups`, so handing it anything but an optimizer raises (a scheduler:
-    `AttributeError: 'StepLR' object has no attribute 'param_groups'`). The fix is therefore safe only when the
-    stepped object is known to be an optimizer: passed to `scaler.step`/`scaler.unscale_` elsewhere in the
-    module, or built from a known optimizer class (`torch.optim.SGD(...)`). An object known only by its other
-    uses (`x.zero_grad()`, `x.param_groups`) gets the fix as unsafe; a name alone (`lr_scheduler`, unpacked
-    from `get_optimizer_and_scheduler(...)`) is not an optimizer at all, so nothing is reported. Then the step
-    is unscaled and skipped on overflow, which is what the scaled backward asked for. When `scaler.update()`
-    runs, but not after the step in every pass of its loop (only after the loop), no fix is offered: two
-    `scaler.step` calls without an update between them raise `RuntimeError: step() has already been called
-    since the last update().` Nor is `scaler.update()` added when the scaler may be updated elsewhere (an
-    `.update()` on a scaler of that name in another function, or the scaler handed to a call): a second update
-    per iteration raises `No inf checks were recorded prior to update.` No fix for `optimizer.step(closure)`
-    (GradScaler does not support closures).
+    Sometimes safe. The fix replaces `optimizer.step()` with `scaler.step(optimizer)`, and adds `scaler.update()` on
+    the next line when the function never calls it: the step is then unscaled and skipped on overflow, which is
+    what the scaled backward asked for.
+
+    - `scaler.step(x)` reads `x.param_groups`, so anything but an optimizer raises (a scheduler:
+      `AttributeError: 'StepLR' object has no attribute 'param_groups'`). The fix is safe when the stepped object is
+      known to be an optimizer: passed to `scaler.step`/`scaler.unscale_` elsewhere in the module, or built from a
+      known optimizer class (`torch.optim.SGD(...)`). Known only by its other uses (`x.zero_grad()`,
+      `x.param_groups`), the fix is unsafe; known by its name alone (`lr_scheduler`, unpacked from
+      `get_optimizer_and_scheduler(...)`), nothing is reported.
+    - No fix when `scaler.update()` runs, but not after the step in every pass of its loop (only after the loop):
+      two `scaler.step` calls without an update between them raise
+      `RuntimeError: step() has already been called since the last update().`
+    - `scaler.update()` is not added when the scaler may be updated elsewhere (an `.update()` on a scaler of that
+      name in another function, or the scaler handed to a call): a second update per iteration raises
+      `No inf checks were recorded prior to update.`
+    - No fix for `optimizer.step(closure)`: GradScaler does not support closures.
 
     ## Limits
     Only objects known to be optimizers by what the code does with them count: built from a torch.optim class

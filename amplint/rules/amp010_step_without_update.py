@@ -60,16 +60,15 @@ class StepWithoutUpdate(Rule):
     ```
 
     ## Fix safety
-    Safe means: the fix cannot change what a correct program computes and cannot make a running program raise;
-    a fix that rests on a guess is unsafe or not offered. The fix inserts `scaler.update()` right after the last
-    `scaler.step(...)` of the iteration (after a `for opt in optimizers: scaler.step(opt)` loop as a whole). It
-    is offered only when the module never updates the scaler, where the program raises at its second step: the
-    inserted update changes nothing up to that step (the first step has run with the initial scale) and from
-    then on makes every step legal. A loop that runs only once worked before; after the fix its parameters are
-    the same, only the scaler's own state (`get_scale()`, its state_dict) has adapted. No fix when the steps sit in different branches (no single place runs after
-    every step), nor for an update only after the loop: moving it into the loop changes when the scale adapts
-    relative to code after the loop, and keeping both makes the later update raise (`No inf checks were
-    recorded prior to update.`).
+    Safe. The fix inserts `scaler.update()` right after the last `scaler.step(...)` of the iteration (after a
+    `for opt in optimizers: scaler.step(opt)` loop as a whole), only when the module never updates the scaler. Such
+    a program raises at its second step: the update changes nothing up to there (the first step ran with the
+    initial scale) and makes every later step legal. A loop that runs once ends with the same parameters; only the
+    scaler's own state (`get_scale()`, its state_dict) has adapted.
+
+    No fix when the steps sit in different branches (no single place runs after every step), nor for an update
+    only after the loop: moving it into the loop changes when the scale adapts relative to code after the loop,
+    and keeping both makes the later update raise (`No inf checks were recorded prior to update.`).
 
     ## Limits
     Silent when `.update()` is called on a scaler of the same name in another function of the module (or on
