@@ -1,4 +1,19 @@
-from amplint.cli import entry
+"""`python -m amplint` and the `amplint` command. `amplint server` starts the language server without loading the
+command line's modules (the linter, every rule): the server answers the editor's `initialize` first and loads
+the linter after, in its worker."""
+
+import sys
+
+
+def entry() -> None:
+    if sys.argv[1:] == ["server"]:
+        from amplint.server import serve  # pygls is imported only here
+
+        sys.exit(serve())
+    from amplint.cli import entry as command_line
+
+    command_line()
+
 
 if __name__ == "__main__":
     entry()

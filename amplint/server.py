@@ -31,13 +31,13 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from amplint import __version__, pipeline, sources
-from amplint.config import ConfigError, load_settings
+from amplint import __version__
 from amplint.diagnostics import Applicability, Diagnostic, Location, Severity, with_docs_url, with_severities
-from amplint.engine import INTERNAL_ERROR, LineIndex, error_diagnostic
 from amplint.outcome import Mode
-from amplint.parallel import die_with, kill_processes, pool_processes
-from amplint.selection import enabled, rules_for
+
+# The linter itself (amplint.pipeline, engine, config, selection, parallel: every rule, through them) is imported
+# where it is used, not here: the server answers `initialize` having loaded pygls and this module alone, and the
+# worker loads the linter right after (`warm_up`), before the first document arrives.
 
 DEBOUNCE_SECONDS = 0.3
 NAME = "amplint"
@@ -62,6 +62,8 @@ class Positions:
         self.text = text
         self.encoding = str(getattr(encoding, "value", encoding)).lower()
         # LSP counts `\r\n`, `\r` and `\n` as line breaks, as Python (and amplint's rows) do
+        from amplint.engine import LineIndex
+
         self.starts = LineIndex(text).starts
 
     def units(self, text: str) -> int:
@@ -100,6 +102,10 @@ def uri_to_path(uri: str) -> str | None:
 def _document(text: str, path: str | None, root: str | None):
     """(settings, source, rules) for one open document: the configuration that applies to its folder (or the
     workspace root); ConfigError for a broken one. The buffer is not screened: its syntax errors are shown."""
+    from amplint import sources
+    from amplint.config import load_settings
+    from amplint.selection import enabled, rules_for
+
     settings = load_settings(start=Path(path).parent if path else Path(root or os.getcwd()))
     filename = path or "untitled.py"
     source = sources.from_text(text, filename, screened=False)
@@ -130,6 +136,8 @@ def lint_document(text: str, path: str | None, root: str | None = None,
 
     Raises ConfigError for a broken configuration, so that the server can tell the user.
     """
+    from amplint import pipeline
+
     settings, source, rules = _document(text, path, root)
     if path and settings.force_exclude and settings.excluded(path):
         return []
@@ -140,6 +148,8 @@ def lint_document(text: str, path: str | None, root: str | None = None,
 
 def fix_all(text: str, path: str | None, root: str | None = None, buffers: dict[str, str] | None = None) -> str:
     """The document with every safe fix applied (the `--fix` result)."""
+    from amplint import pipeline
+
     _, source, rules = _document(text, path, root)
     return pipeline.run(source, rules, Mode(fix=True), project=workspace_view(text, path, buffers)).fixed_text
 
@@ -357,7 +367,37 @@ class Cancelled(Exception):
     """The run was stopped because its document changed: its result would have been stale."""
 
 
+WARM_UP = """import torch
+
+
+def step(model, x, optimizer, scaler):
+    with torch.autocast("cuda"):
+        loss = model(x).sum()
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def warm_up() -> None:
+    """What a new worker's first document would otherwise wait for: the linter's modules, every rule and libcst's
+    parser, loaded by linting a small program (its result is dropped; a failure here is the first document's to
+    report, not this one's)."""
+    try:
+        from amplint import pipeline, sources
+        from amplint.config import Settings
+        from amplint.rules import ALL_RULES
+        from amplint.selection import rules_for
+
+        source = sources.from_text(WARM_UP, "warm_up.py", screened=False)
+        pipeline.run(source, rules_for("warm_up.py", list(ALL_RULES), Settings()), Mode())
+    except Exception:  # noqa: BLE001 - a warm-up never fails the server
+        pass
+
+
 def _start_lint_worker(server: int) -> None:
+    from amplint.parallel import die_with
+
     die_with(server)  # a fork server's child: the server is not its parent
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the editor's Ctrl-C is for the server, which stops this
 
@@ -406,6 +446,14 @@ class Linter:
             finally:
                 self.current = None
 
+    async def warm(self) -> None:
+        """Start the worker and load the linter in it (`warm_up`), so that the first document is linted at once.
+        Runs like any other run: a document opened meanwhile waits for it, never for a second start."""
+        try:
+            await self.run(None, warm_up)
+        except (Crashed, Cancelled):
+            pass  # the next run starts a new worker
+
     def cancel(self, key) -> None:
         """Stop the run for `key` if it is the one in the worker."""
         if key is not None and self.current == key and self.pool is not None:
@@ -426,10 +474,14 @@ class Linter:
 
     @staticmethod
     def _kill(pool: ProcessPoolExecutor) -> None:
+        from amplint.parallel import kill_processes, pool_processes
+
         kill_processes(pool_processes(pool))
 
 
 def crashed_diagnostic(path: str | None) -> Diagnostic:
+    from amplint.engine import INTERNAL_ERROR, error_diagnostic
+
     return error_diagnostic(INTERNAL_ERROR, path or "untitled.py",
                             "the analyser crashed on this document; its findings are unknown; please report it")
 
@@ -455,6 +507,8 @@ def lint_safely(text: str, path: str | None, root: str | None,
                 buffers: dict[str, str] | None = None) -> tuple[list[Diagnostic], str | None]:
     """`lint_document`, never raising: the diagnostics, and a message for the user when there are none to
     give (a broken configuration, an error inside amplint)."""
+    from amplint.config import ConfigError
+
     try:
         return lint_document(text, path, root, buffers), None
     except ConfigError as error:
@@ -612,6 +666,15 @@ def create_server():
     def schedule(uri: str) -> None:
         cancel(uri)
         pending[uri] = asyncio.get_running_loop().call_later(DEBOUNCE_SECONDS, publish, uri)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls, params) -> None:
+        """`initialize` has been answered: now the worker starts and loads the linter (the first document waits
+        for that, not the editor's handshake), and this process loads what turns findings into LSP terms."""
+        warming = asyncio.get_running_loop().create_task(linter.warm())
+        tasks.add(warming)
+        warming.add_done_callback(tasks.discard)
+        from amplint import engine  # noqa: F401 - Positions' line index, loaded while the worker starts
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls, params) -> None:

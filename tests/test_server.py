@@ -299,6 +299,82 @@ def run_session(client: Client, workspace: Path) -> None:
     assert client.process.wait(timeout=TIMEOUT) == 0
 
 
+def thousand_line_module() -> str:
+    """A training module of 1,000 lines: ordinary model and schedule code, the shipped example's loop (its three
+    findings) in the middle, and the functions that use what the rest defines."""
+    block = '''
+
+class Block{i}(nn.Module):
+    """A residual block."""
+
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x):
+        return x + self.proj(self.norm(x))
+
+
+def schedule_{i}(step: int, warmup: int = 100) -> float:
+    return min(1.0, (step + 1) / warmup)
+'''
+    head, loop = EXAMPLE.split("\n\ndef train(", 1)
+    parts = [head + "\n"]
+    for i in range(60):
+        parts.append(block.format(i=i))
+        if i == 30:
+            parts.append("\n\ndef train(" + loop)
+    text = "".join(parts)
+    lines = text.splitlines()
+    assert len(lines) <= 1000, len(lines)
+    return text + "\n" * (1000 - len(lines))
+
+
+def test_initialize_is_answered_first_and_a_long_module_is_linted_by_a_warm_worker(workspace, record_property):
+    """The server answers `initialize` having loaded pygls and itself, not the linter (its worker starts and loads
+    the linter after, on `initialized`), and publishes a 1,000-line module's findings. The times are reported
+    (printed, and in the JUnit report's properties), never asserted: they measure the machine as much as amplint."""
+    text = thousand_line_module()
+    uri = (workspace / "plain" / "long.py").as_uri()
+    times = {}
+
+    def body(client: Client) -> None:
+        sent = time.monotonic()
+        result = client.request("initialize", {"processId": os.getpid(), "rootUri": workspace.as_uri(),
+                                               "capabilities": {}})
+        times["initialize_s"] = time.monotonic() - sent
+        assert result["serverInfo"]["name"] == "amplint"
+        client.notify("initialized", {})
+        opened = time.monotonic()
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": text}})
+        published = client.wait_diagnostics(uri, 1)
+        times["first_diagnostics_s"] = time.monotonic() - opened
+        assert codes(published) == ["AMP001", "AMP003", "AMP004"]
+        client.stop()
+
+    started = time.monotonic()
+    _session(workspace, body)
+    times["session_s"] = time.monotonic() - started
+    for name, seconds in times.items():
+        record_property(name, round(seconds, 3))
+    print("amplint server, from the process's start: initialize answered in {initialize_s:.2f} s; a 1,000-line "
+          "module's first diagnostics {first_diagnostics_s:.2f} s after didOpen".format(**times))
+
+
+def test_the_server_starts_without_the_linter():
+    """What `amplint server` loads before it can answer `initialize`: pygls and amplint.server, not the linter
+    (the rules, libcst), which the worker loads after."""
+    probe = ("import sys\nsys.argv = ['amplint', 'server']\nimport amplint.server, amplint.__main__\n"
+             "print(sorted(m for m in sys.modules if m.startswith(('amplint.rules', 'amplint.pipeline', "
+             "'amplint.engine', 'amplint.cli', 'libcst'))))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
 def test_server_without_pygls_says_so_and_exits_2():
     code = ("import sys; sys.modules['pygls'] = None; sys.modules['lsprotocol'] = None; "
             "import amplint.server; sys.argv = ['amplint', 'server']; from amplint.cli import entry; entry()")
