@@ -379,6 +379,12 @@ def step(model, x, optimizer, scaler):
 """
 
 
+# What the fork server imports once, so that every worker it forks has the linter loaded: the first one, and the
+# new one after a run stopped as stale (`cancel` kills the worker). "__main__" is multiprocessing's default.
+WORKER_PRELOAD = ["__main__", "amplint.server", "amplint.pipeline", "amplint.selection", "amplint.config",
+                  "amplint.index.workspace", "libcst"]
+
+
 def warm_up() -> None:
     """What a new worker's first document would otherwise wait for: the linter's modules, every rule and libcst's
     parser, loaded by linting a small program (its result is dropped; a failure here is the first document's to
@@ -393,6 +399,13 @@ def warm_up() -> None:
         pipeline.run(source, rules_for("warm_up.py", list(ALL_RULES), Settings()), Mode())
     except Exception:  # noqa: BLE001 - a warm-up never fails the server
         pass
+
+
+def _load_server_side() -> None:
+    """What the server process uses of the linter: line positions (amplint.engine) and stopping workers
+    (amplint.parallel), loaded while the worker warms up rather than on the first result or the first stop."""
+    import amplint.engine  # noqa: F401
+    import amplint.parallel  # noqa: F401
 
 
 def _start_lint_worker(server: int) -> None:
@@ -420,6 +433,8 @@ class Linter:
             if self.pool is None:
                 methods = multiprocessing.get_all_start_methods()
                 context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+                if "forkserver" in methods:  # before the fork server starts: it loads them once for every worker
+                    context.set_forkserver_preload(WORKER_PRELOAD)
                 self.pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_lint_worker,
                                                 initargs=(os.getpid(),))
             pool = self.pool
@@ -433,7 +448,10 @@ class Linter:
         """`function(*args)` in the worker; Crashed when the worker died on it, Cancelled when `cancel(key)`
         stopped it."""
         async with self.turn:
-            pool, future = self._submit(function, *args)
+            if self.pool is None:  # a new worker: starting it waits for the fork server, off the event loop
+                pool, future = await asyncio.get_running_loop().run_in_executor(None, self._submit, function, *args)
+            else:
+                pool, future = self._submit(function, *args)
             self.current = key
             try:
                 return await asyncio.wrap_future(future)
@@ -447,12 +465,15 @@ class Linter:
                 self.current = None
 
     async def warm(self) -> None:
-        """Start the worker and load the linter in it (`warm_up`), so that the first document is linted at once.
-        Runs like any other run: a document opened meanwhile waits for it, never for a second start."""
+        """Start the worker and load the linter in it (`warm_up`), so that the first document is linted at once;
+        then this process loads what it needs of the linter (`_load_server_side`), in a thread, while the first
+        document is linted. Runs like any other run: a document opened meanwhile waits for it, never for a second
+        start."""
         try:
             await self.run(None, warm_up)
         except (Crashed, Cancelled):
             pass  # the next run starts a new worker
+        await asyncio.get_running_loop().run_in_executor(None, _load_server_side)
 
     def cancel(self, key) -> None:
         """Stop the run for `key` if it is the one in the worker."""
@@ -670,11 +691,10 @@ def create_server():
     @server.feature(types.INITIALIZED)
     def initialized(ls, params) -> None:
         """`initialize` has been answered: now the worker starts and loads the linter (the first document waits
-        for that, not the editor's handshake), and this process loads what turns findings into LSP terms."""
+        for that, not the editor's handshake)."""
         warming = asyncio.get_running_loop().create_task(linter.warm())
         tasks.add(warming)
         warming.add_done_callback(tasks.discard)
-        from amplint import engine  # noqa: F401 - Positions' line index, loaded while the worker starts
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls, params) -> None:
