@@ -42,8 +42,9 @@ log = get_plugin_logger("amplint-docs")  # its warnings fail a --strict build
 # page -> (title, the README's `## ` sections it shows, in order). A page of one section takes the section's
 # headings one level up (its `##` becomes the page's title).
 README_PAGES = {
-    "index.md": ("amplint", ("", "Set-up", "Install", "Documentation", "Development")),  # "": before the first section
-    "usage.md": ("Usage", ("Usage", "Suppression")),
+    # "": the text before the first section
+    "index.md": ("amplint", ("", "Set-up", "Install", "Documentation", "See the harm", "Development")),
+    "usage.md": ("Usage", ("Usage", "Suppression", "Using amplint with ruff")),
     "rules/index.md": ("Rules", ("Rules",)),
     "architecture.md": ("Architecture", ("Architecture",)),
 }

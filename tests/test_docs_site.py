@@ -115,7 +115,7 @@ def test_each_rule_page_has_its_docs_and_its_runtime_evidence(site):
     for rule in ALL_RULES:
         page = (site / "rules" / rule.code / "index.html").read_text(encoding="utf-8")
         assert f"{rule.code}: {rule.name}" in page
-        for section in (*DOC_SECTIONS, "Runtime evidence"):
+        for section in (*DOC_SECTIONS, "Limits", "Runtime evidence"):  # the long form (`amplint rule --long`)
             assert f">{section.replace('?', '')}" in page.replace("?", ""), (rule.code, section)
         mine = [p for p in programs if p.rule == rule.code]
         assert mine, rule.code

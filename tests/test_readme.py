@@ -115,10 +115,13 @@ def test_no_instruction_installs_amplint_from_a_package_index():
 
 
 def pinned_revisions() -> list[tuple[str, str]]:
-    """(page, rev) of every pre-commit `rev:` in the README and docs/."""
+    """(page, rev) of every pre-commit `rev:` of amplint in the README and docs/ (not another tool's, such as
+    ruff-pre-commit's release tag beside it)."""
     found = []
     for name, text in PAGES.items():
-        found += [(name, rev) for rev in re.findall(r"^\s*rev:\s*([^\s#]+)", text, re.M)]
+        for repo, rev in re.findall(r"^\s*-?\s*repo:\s*([^\s#]+).*\n\s*rev:\s*([^\s#]+)", text, re.M):
+            if not (re.match(r"https?://", repo) and "amplint" not in repo):
+                found.append((name, rev))
     return found
 
 
@@ -189,3 +192,58 @@ def test_the_test_extra_is_what_the_tests_use():
     unlisted = sorted(module for module in used
                       if module in providers and not providers[module] & (extra | runtime | required))
     assert not unlisted, f"the tests use modules that the test extra does not install: {unlisted}"
+
+
+# --- "Using amplint with ruff" and "See the harm" ------------------------------------------------------------------
+
+def readme_section(title: str) -> str:
+    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_ruff_section_keeps_amplints_noqa_codes():
+    """The README and the integrations page say what ruff needs (`external = ["AMP"]`), in a TOML table ruff
+    reads, and every `# noqa` the README and docs/ write names codes, never rule names (ruff and flake8 read
+    codes only)."""
+    section = readme_section("Using amplint with ruff")
+    integrations = DOCS["docs/integrations.md"].split("\n## Using amplint with ruff\n", 1)[1].split("\n## ", 1)[0]
+    for text in (section, integrations):
+        toml = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+        assert tomllib.loads(toml)["tool"]["ruff"]["lint"]["external"] == ["AMP"]
+        assert "RUF100" in text and "RUF102" in text
+    names = {rule.name for rule in ALL_RULES}
+    written = []
+    for page, text in PAGES.items():  # the code a reader copies: the pages' code blocks
+        for block in re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M):
+            for codes in re.findall(r"#\s*(?:amplint:\s*)?noqa:\s*([\w\-]+(?:,\s*[\w\-]+)*)", block):
+                written.append((page, {code.strip() for code in codes.split(",")}))
+    assert written
+    assert not [(page, codes) for page, codes in written if codes & names], "a rule name in a noqa comment"
+    # the pre-commit snippet with both tools: amplint's hook first, then ruff's
+    hooks = re.findall(r"^\s*- id: ([\w-]+)", integrations, re.M)
+    assert hooks.index("amplint-fix") < hooks.index("ruff-check")
+
+
+def test_the_harm_sections_commands_are_the_harness_options():
+    """The commands "See the harm" shows: the harness's options exist, the `plots` extra brings matplotlib, and each
+    row quoted from the evidence table has its values in that table's row for the program."""
+    section = readme_section("See the harm")
+    commands = re.search(r"```console\n(.*?)```", section, re.S).group(1)
+    usage = subprocess.run([sys.executable, "-m", "amplint.harness", "--help"], capture_output=True, text=True,
+                           cwd=REPO)
+    assert usage.returncode == 0, usage.stderr
+    for option in set(re.findall(r"amplint\.harness[^\n#]*?(--[\w-]+)", commands)) | {"--plots"}:
+        assert option in usage.stdout, option
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    assert '".[plots]"' in commands and any(normal(name) == "matplotlib" for name in extras["plots"])
+    evidence = {}
+    for line in DOCS["docs/evidence.md"].splitlines():
+        cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line)[1:-1]]
+        if len(cells) == 8 and re.fullmatch(r"AMP\d{3}", cells[0]):
+            evidence[(cells[0], cells[1], cells[3])] = cells
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in section.splitlines() if re.match(r"\|\s*AMP\d{3}", line)]
+    assert rows
+    for rule, program, dtype, _, flagged, fixed in rows:
+        measured = evidence[(rule, program, dtype)]
+        for quoted, cell in ((flagged, measured[5]), (fixed, measured[6])):
+            assert set(quoted.split(", ")) <= set(cell.split(", ")), (rule, program, quoted, cell)
