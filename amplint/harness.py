@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         except (plots.PlotError, OSError) as error:
             print(f"error: cannot draw the pictures: {error}", file=sys.stderr)
             return 2
-        print(f"\n{len(written)} pictures written to {args.plots}" if written
+        print(f"\n{len(written)} picture{'' if len(written) == 1 else 's'} written to {args.plots}" if written
               else "\nnone of these programs has a picture")
     if "cuda" in devices and not any(device == "cuda" for device, _ in pairs):
         print("\nCUDA not available: the CUDA rows (float16, bfloat16) were not run.")

@@ -100,6 +100,7 @@ def test_harness_plots_flag_end_to_end(tmp_path: Path) -> None:
                              "--device", "cpu", "--plots", str(out)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert _is_png(out / "AMP004_scaler_in_loop.png")
+    assert f"\n1 picture written to {out}\n" in result.stdout
     recorded = plots.read_record(out)
     assert [(e["program"], e["dtype"], e["flagged"]["scales"]) for e in recorded] == [
         ("AMP004-scaler-per-iteration/scaler_in_loop", "float16", entry["flagged"]["scales"])]
