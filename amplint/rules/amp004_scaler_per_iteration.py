@@ -7,6 +7,8 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words
@@ -83,16 +85,17 @@ class ScalerPerIteration(Rule):
     code = "AMP004"
     name = "scaler-per-iteration"
     fix = "sometimes"
-    words = ("GradScaler",)
+    words = (vocab.GRAD_SCALER,)
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # Built in a loop (or in a function called in one) and stepped/updated in the same function.
-        builds = ("GradScaler", "ShardedGradScaler")
+        builds = vocab.SCALER_CLASSES
         # Or built and stepped in one function (a per-step function, whoever calls it).
         return summary.imports_module("torch") and (
-            (summary.calls_in_loop(*builds) and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
-            or summary.calls_in_same_function(("step",), builds, on_scaler=True))
+            (summary.calls_in_loop(*builds)
+             and summary.calls_in_same_function((vocab.STEP, vocab.UPDATE), builds, on_scaler=True))
+            or summary.calls_in_same_function((vocab.STEP,), builds, on_scaler=True))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -147,14 +150,14 @@ class ScalerPerIteration(Rule):
 
         target = Target(view.path, info.qualname)
         summary = view.function(target)
-        if summary is None or "keeps_scaler" in summary.does or facts.scaler_handed_over(build.bound_to, build.frame.function()):
+        if summary is None or Effect.KEEPS_SCALER in summary.does or facts.scaler_handed_over(build.bound_to, build.frame.function()):
             return None
         stepped = {use.optimizer for use in uses if use.optimizer}
         if any(stepped.intersection(a.targets) for a in facts.assignments_in(build.frame.function())):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            alone = per_step and "loop" not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
+            alone = per_step and Effect.LOOP not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
             message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
@@ -176,7 +179,7 @@ class ScalerPerIteration(Rule):
         from amplint.index.project import functions_doing
 
         return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
-            view.called_per_iteration(target) or ("loop" not in view.function(target).does
+            view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
                                                   and not any(view.callers(target)))
             for target in functions_doing(view, "builds_scaler"))
 

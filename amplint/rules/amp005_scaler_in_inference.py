@@ -11,6 +11,8 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.facts.model import FrameKind
@@ -24,10 +26,10 @@ SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALE
 # only evidence in a module that runs a backward (see `ScalerInInference` and `_build_evidence`).
 EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|sampl|test)", re.IGNORECASE)
 ANY_NAME = re.compile("")
-BUILDS = ("GradScaler", "ShardedGradScaler")
-GRAD_OFF = ("no_grad", "inference_mode", "set_grad_enabled")
+BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
+GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
-READS_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+READS_EVERY_LOCAL = frozenset({"locals", "vars", vocab.EVAL, "exec"})
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 
 
@@ -142,22 +144,22 @@ class ScalerInInference(Rule):
     name = "scaler-in-inference"
     fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
-    words = ("GradScaler", "scale")
+    words = (vocab.GRAD_SCALER, vocab.SCALE)
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
         # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
         # grad mode) may open no_grad; a construction at module level of a module without backward.
-        uses = ("scale", "step", "update", "unscale_")
+        uses = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)
         return summary.scaler_possible() and (
-            summary.calls_under(BUILDS, GRAD_OFF) or summary.calls_under(("scale",), GRAD_OFF, on_scaler=True)
+            summary.calls_under(BUILDS, GRAD_OFF) or summary.calls_under((vocab.SCALE,), GRAD_OFF, on_scaler=True)
             or (module_without_backward(summary) and (
                 summary.calls_under(uses, GRAD_OFF, on_scaler=True)
                 or summary.calls_outside_functions(*uses, on_scaler=True)
                 or summary.calls_outside_functions(*BUILDS)))
-            or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True)
-            or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=("eval",))
+            or in_function_without_backward(summary, uses, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
+            or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
             or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
@@ -326,7 +328,7 @@ class _Functions:
 
     @cached_property
     def _calling_eval(self) -> set[int]:
-        return {id(c.frame.function()) for c in self.facts.calls if c.method == "eval" and not c.node.args}
+        return {id(c.frame.function()) for c in self.facts.calls if c.method == vocab.EVAL and not c.node.args}
 
     def calls_eval(self, function: Frame | None) -> bool:
         """Does the function's own code (None: the module's) call `x.eval()`?"""
@@ -367,7 +369,7 @@ class _Functions:
     def _backward_calls(self) -> set[int]:
         """ids of the calls that run a backward (events, and every method `backward`/`manual_backward`)."""
         found = {id(e.call) for e in self.facts.events if e.kind is EventKind.BACKWARD}
-        return found | {id(c) for c in self.facts.calls if c.method in ("backward", "manual_backward")}
+        return found | {id(c) for c in self.facts.calls if c.method in (vocab.BACKWARD, vocab.MANUAL_BACKWARD)}
 
     @cached_property
     def _callees(self) -> dict[int, Frame]:
@@ -428,7 +430,7 @@ class _Functions:
             if call.dotted is None or (call.qualified or "").startswith("torch."):
                 continue
             target = view.resolve(_qualname(self.facts, call.frame), call.dotted)
-            if target is not None and view.reaches(target, ("backward",)) is not None:
+            if target is not None and view.reaches(target, (Effect.BACKWARD,)) is not None:
                 return True
         return False
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
@@ -89,7 +91,7 @@ class DisabledAutocastWithoutCast(Rule):
     fix = "sometimes"
     # A disabled region is `autocast(..., enabled=False)` or `False` passed positionally (legacy
     # `autocast(False)`, `torch.autocast("cuda", None, False)`), also through `partial`.
-    words = ("autocast",)
+    words = (vocab.AUTOCAST,)
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
@@ -130,7 +132,7 @@ class DisabledAutocastWithoutCast(Rule):
         params = {name for name, source in sources.items() if source.parameter}
         visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
                                             lambda func: tensor_module(facts, func, frame), params,
-                                            lambda func: module_output(facts, func, frame) in ("low", "float32"),
+                                            lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
                                             callee_casts(facts, frame))
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
@@ -168,7 +170,7 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
         callee = dotted_name(func)
         target = view.resolve(info.qualname if info else None, callee) if callee else None
         summary = view.function(target) if target is not None else None
-        return "float32" if summary is not None and "returns_float32" in summary.does else None
+        return vocab.FLOAT32 if summary is not None and Effect.RETURNS_FLOAT32 in summary.does else None
 
     return output
 

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
@@ -82,13 +83,13 @@ class StepBypassesScaler(Rule):
 
     code = "AMP008"
     name = "step-bypasses-scaler"
-    words = ("scale",)
+    words = (vocab.SCALE,)
     min_torch = "1.6"
     fix = "sometimes"
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("step") and summary.calls_method("scale")
+        return summary.scaler_possible() and summary.calls_method(vocab.STEP) and summary.calls_method(vocab.SCALE)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for step in facts.events:

@@ -8,6 +8,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
@@ -66,13 +67,13 @@ class UnscaledBackward(Rule):
 
     code = "AMP009"
     name = "unscaled-backward"
-    words = ("backward",)
+    words = (vocab.BACKWARD,)
     min_torch = "1.6"
     fix = "safe"
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("backward") and summary.calls_method("step")
+        return summary.scaler_possible() and summary.calls_method(vocab.BACKWARD) and summary.calls_method(vocab.STEP)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions: dict[int, _FunctionEvents] = {}  # each function's events, indexed once for all its backwards
@@ -200,4 +201,4 @@ def _keeps_graph(facts: ModuleFacts, backward: Event) -> bool:
 
 def _says_scale(node: cst.CSTNode) -> bool:
     """Does the code of an expression (its names and strings, not its comments) say `scale`?"""
-    return any("scale" in word.lower() for word in code_words(node))
+    return any(vocab.SCALE in word.lower() for word in code_words(node))

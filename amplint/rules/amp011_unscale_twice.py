@@ -9,6 +9,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
@@ -77,14 +78,14 @@ class UnscaleTwice(Rule):
 
     code = "AMP011"
     name = "unscale-twice"
-    words = ("unscale_",)
+    words = (vocab.UNSCALE,)
     min_torch = "1.6"
     fix = "safe"
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         # A second unscale_ (or a step) before it in the same function, or a loop that repeats it.
-        return summary.calls_method("unscale_") and can_run_again(summary, "unscale_")
+        return summary.calls_method(vocab.UNSCALE) and can_run_again(summary, vocab.UNSCALE)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
@@ -488,7 +489,7 @@ def can_run_again(summary, *names: str) -> bool:
     def exact() -> bool:
         sites = [site for name in names for site in summary.call_sites_by_name.get(name, ()) if site[2] is not None]
         calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
-        for site in sites + [site for site in summary.call_sites_by_name.get("step", ()) if site[2] is not None]:
+        for site in sites + [site for site in summary.call_sites_by_name.get(vocab.STEP, ()) if site[2] is not None]:
             calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
         for function, _, _, loops, call in sites:
             argument = call.args[0] if call.args else None

@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
 from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
@@ -78,7 +79,7 @@ class ScalerWithBfloat16(Rule):
     code = "AMP013"
     name = "scaler-with-bfloat16"
     severity = "warning"  # needless work: the parameters are bit-identical without the scaler
-    words = ("GradScaler",)  # the finding is a GradScaler construction
+    words = (vocab.GRAD_SCALER,)  # the finding is a GradScaler construction
     min_torch = "1.10"
     fix = "unsafe"
 
@@ -86,8 +87,8 @@ class ScalerWithBfloat16(Rule):
     def maybe_applies(cls, summary) -> bool:
         # Regions here are any call that makes an autocast (not only with-items): `autocast` is named.
         # ... and only bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16)
-        return (summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and summary.mentions("autocast")
-                and summary.contains("bfloat16", "cpu"))
+        return (summary.imports_module(vocab.TORCH) and summary.calls_api(*GRAD_SCALERS)
+                and summary.mentions(vocab.AUTOCAST) and summary.contains(vocab.BFLOAT16, vocab.CPU))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
@@ -95,7 +96,7 @@ class ScalerWithBfloat16(Rule):
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]
-        if not active or any(_dtype(r) != "bfloat16" for r in active) or _float16_in_code(facts):
+        if not active or any(_dtype(r) != vocab.BFLOAT16 for r in active) or _float16_in_code(facts):
             return  # the module's code walked last: only where every region is bfloat16
         region = active[0]
         index = _Index(facts, builds)
@@ -132,7 +133,7 @@ def _dtype(region: Region) -> str | None:
     if region.dtype is not None:
         return region.dtype
     if region.device == "cpu" and isinstance(region.opener, cst.Call):
-        return "bfloat16"  # CPU autocast's default dtype
+        return vocab.BFLOAT16  # CPU autocast's default dtype
     return None
 
 
@@ -200,13 +201,13 @@ def _removed_calls(calls) -> tuple[dict, list, int] | None:
     handled = 0
     for call in calls:
         node = call.node
-        if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
+        if call.method == vocab.SCALE and len(node.args) == 1 and node.args[0].keyword is None \
                 and not node.args[0].star:
             replacements[node] = _parenthesized(node.args[0].value)
-        elif call.method == "step" and len(node.args) == 1 and node.args[0].keyword is None \
+        elif call.method == vocab.STEP and len(node.args) == 1 and node.args[0].keyword is None \
                 and dotted_name(node.args[0].value):
             replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
-        elif call.method in ("update", "unscale_") and _single(call.statement, cst.Expr) and \
+        elif call.method in (vocab.UPDATE, vocab.UNSCALE) and _single(call.statement, cst.Expr) and \
                 call.statement.body[0].value is node:
             removed.append(call.statement)
         else:

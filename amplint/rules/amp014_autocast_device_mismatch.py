@@ -8,6 +8,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call
 from amplint.facts.module import call_argument, literal_bool, literal_string
@@ -83,7 +84,7 @@ class AutocastDeviceMismatch(Rule):
 
     code = "AMP014"
     name = "autocast-device-mismatch"
-    words = ("autocast",)
+    words = (vocab.AUTOCAST,)
     min_torch = "1.10"
     fix = "safe"
 
@@ -104,7 +105,7 @@ class AutocastDeviceMismatch(Rule):
                     yield finding
             elif call.qualified in PARTIAL and call.node.args and call.node.args[0].keyword is None \
                     and facts.imports.qualify(call.node.args[0].value) in AUTOCAST_NEW:
-                device = call_argument(cst.Call(func=call.node.func, args=call.node.args[1:]), 0, "device_type")
+                device = call_argument(cst.Call(func=call.node.func, args=call.node.args[1:]), 0, vocab.DEVICE_TYPE)
                 if device is not None:
                     finding = self._torch_device(facts, call, device)
                     if finding is not None:
@@ -113,7 +114,7 @@ class AutocastDeviceMismatch(Rule):
     # the checks -------------------------------------------------------------------------------------
     def _check_call(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy) -> Iterator[Finding]:
         node = call.node
-        device = call_argument(node, 0, "device_type")
+        device = call_argument(node, 0, vocab.DEVICE_TYPE)
         starred = any(arg.star for arg in args)
         if device is None:
             if not starred:
@@ -126,14 +127,14 @@ class AutocastDeviceMismatch(Rule):
         positional = args[0].keyword is None and not args[0].star
         qualified = facts.imports.qualify(device)
         if positional and (qualified in LOW_DTYPES or qualified in FLOAT32_DTYPES):
-            fix = self._add_device(facts, call, "dtype")
+            fix = self._add_device(facts, call, vocab.DTYPE)
             yield Finding(node, (
                 f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes the dtype `{snippet(facts, device, 24)}` as the "
                 f"device type: it raises ValueError"
             ), fix, help=None if fix else f"Write `torch.autocast(<device type>, dtype={snippet(facts, device)})`")
             return
         if positional and literal_bool(device) is not None:
-            fix = self._add_device(facts, call, "enabled")
+            fix = self._add_device(facts, call, vocab.ENABLED)
             yield Finding(node, (
                 f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes `{device.value}` as the device type (the legacy "
                 f"`enabled` came first): it raises ValueError"
@@ -194,13 +195,13 @@ class AutocastDeviceMismatch(Rule):
 
     def _cpu_float32(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy: bool) -> Finding | None:
         node = call.node
-        if not legacy and literal_string(call_argument(node, 0, "device_type")) != "cpu":
+        if not legacy and literal_string(call_argument(node, 0, vocab.DEVICE_TYPE)) != "cpu":
             return None
         dtype_position, enabled_position = (1, 0) if legacy else (1, 2)
-        dtype = call_argument(node, dtype_position, "dtype")
+        dtype = call_argument(node, dtype_position, vocab.DTYPE)
         if dtype is None or facts.imports.qualify(dtype) not in FLOAT32_DTYPES:
             return None
-        enabled = call_argument(node, enabled_position, "enabled")
+        enabled = call_argument(node, enabled_position, vocab.ENABLED)
         if enabled is not None and literal_bool(enabled) is False:
             return None
         message = (f"`{snippet(facts, node, MESSAGE_SNIPPET)}` asks CPU autocast for float32: it warns and runs "
@@ -222,7 +223,7 @@ class AutocastDeviceMismatch(Rule):
             if dropped_positional and arg.keyword is None:
                 return None  # a later positional argument would shift
             kept.append(arg)
-        flag = cst.Arg(cst.Name("False"), keyword=cst.Name("enabled"), equal=_equal())
+        flag = cst.Arg(cst.Name("False"), keyword=cst.Name(vocab.ENABLED), equal=_equal())
         new = node.with_changes(args=_append(kept, flag))
         return FixPlan("Replace the unsupported float32 dtype with `enabled=False`",
                        lambda: replace_nodes(facts.module, {node: new}))
@@ -301,7 +302,7 @@ def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | 
         if node is exclude:
             continue
         if call.qualified in AUTOCAST_NEW:
-            value = call_argument(node, 0, "device_type")
+            value = call_argument(node, 0, vocab.DEVICE_TYPE)
             if value is None or (node.args[0].keyword is None and (
                     literal_bool(value) is not None or facts.imports.qualify(value) in {*LOW_DTYPES, *FLOAT32_DTYPES})):
                 continue  # another region with the same mistake says nothing about the device
@@ -309,7 +310,7 @@ def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | 
             devices.setdefault(AUTOCAST_LEGACY[call.qualified], None)
             continue
         elif call.qualified in GRAD_SCALERS:
-            if call.qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")):
+            if call.qualified.startswith(tuple(vocab.DEPRECATED_AMP_MODULES)):
                 devices.setdefault(call.qualified.split(".")[1], None)
                 continue
             value = call_argument(node, 0, "device")
@@ -339,13 +340,13 @@ def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
 
 def device_suspect(call: ast.Call, device_names: set[str], device_parameters: set[str]) -> bool:
     """Can AMP014 see a wrong device in this autocast call? (Conservative: see `device_suspect_possible`.)"""
-    device = argument(call, 0, "device_type")
+    device = argument(call, 0, vocab.DEVICE_TYPE)
     if device is None:
         starred = any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
         return not starred
     if type(device) is ast.Constant:
         if device.value == "cpu":
-            return is_float32_name(argument(call, 1, "dtype"))
+            return is_float32_name(argument(call, 1, vocab.DTYPE))
         return type(device.value) is bool
     if type(device) is ast.Call:
         return last_name(device.func) == "device"
@@ -368,6 +369,6 @@ def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
         for call in suspects:
             if device_suspect(call, device_names, summary.device_parameters):
                 return True
-        return any(is_float32_name(argument(call, 1, "dtype")) for call in summary.api_calls(cpu_legacy))
+        return any(is_float32_name(argument(call, 1, vocab.DTYPE)) for call in summary.api_calls(cpu_legacy))
 
-    return summary.ask(summary.has_token("autocast"), exact)
+    return summary.ask(summary.has_token(vocab.AUTOCAST), exact)
