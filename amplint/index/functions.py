@@ -32,18 +32,17 @@ import json
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.vocabulary import EFFECTS, Effect
-from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, FLOAT32_DTYPES, GRAD_SCALERS, \
-    NO_GRAD_CONTEXTS, SET_GRAD_ENABLED
+from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
+    GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
-# The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
+# The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
 # it resolves to the qualified name through the file's imports.
-CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
-NO_GRAD_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in NO_GRAD_CONTEXTS)
-GRAD_ON = ENABLE_GRAD | SET_GRAD_ENABLED
-GRAD_ON_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in GRAD_ON)
+CLIP_NAMES = vocab.last_names(CLIP_FUNCTIONS)
+NO_GRAD_NAMES = vocab.last_names(NO_GRAD_CONTEXTS)
+GRAD_ON = ENABLE_GRAD_CONTEXTS | SET_GRAD_ENABLED_FUNCTIONS
+GRAD_ON_NAMES = vocab.last_names(GRAD_ON)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",

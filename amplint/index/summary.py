@@ -16,7 +16,7 @@ import warnings
 from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint import vocabulary as vocab
-from amplint.facts.names import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
+from amplint.vocabulary import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
 
 
 class _Unparsable(Exception):
