@@ -1,6 +1,6 @@
 """What the project index knows about one file, from the stdlib `ast` (and, before any parse, from its text).
 
-`Summary` is the screen's model of a file: every rule's `maybe_applies(summary)` asks it generic questions (does
+`Summary` is the screen's model of a file: every rule's declared `requires` asks it generic questions (does
 the file import torch, call something named `autocast`, call `.backward()` where a region can be open...). A rule
 with a question of its own writes it in its own file from the generic accessors here (`ask`, `sites`,
 `call_sites_by_name`, `written_call`, ...). The per-function summaries of the project index
@@ -201,7 +201,7 @@ class Summary:
 
     The prefilter asks each rule twice: first in text mode (`exact` False), where every question is answered
     from the text alone (True when the words it needs are there), which costs no parse; then, for the rules
-    that said yes, in exact mode, where questions look at the `ast` tree. So `maybe_applies` must be monotone:
+    that said yes, in exact mode, where questions look at the `ast` tree. So a rule's `requires` must be monotone:
     built with `and`/`or` from these questions, never `not` (a question's text-mode answer is never False
     where its exact answer is True).
     """

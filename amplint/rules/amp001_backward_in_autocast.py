@@ -8,7 +8,9 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 
@@ -91,14 +93,8 @@ class BackwardInAutocast(Rule):
     name = "backward-in-autocast"
     fix = "sometimes"
     words = (vocab.AUTOCAST,)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.regions_possible() and summary.calls_in_region(vocab.BACKWARD, vocab.GRAD)
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        return summary.regions_possible() and reaches_from_region(view, BACKWARDS)
+    requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+    requires_across = Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)

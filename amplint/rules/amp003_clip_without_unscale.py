@@ -18,7 +18,9 @@ from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 from amplint.diagnostics import Applicability
 from amplint.rules.across import reaches_from_module
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes, UpdatePhase, snippet
 
 
@@ -101,16 +103,11 @@ class ClipWithoutUnscale(Rule):
     fix = "sometimes"
     # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
     words = (vocab.CLIP_GRAD, vocab.SCALE)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return (summary.uses_api(vocab.CLIP_GRAD_NORM_, vocab.CLIP_GRAD_NORM, vocab.CLIP_GRAD_VALUE_)
-                and summary.calls_method(vocab.STEP) and summary.backward_possible() and summary.scaler_possible())
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        # a scaled backward here, and a call of this file reaching a clip in another module
-        return summary.backward_possible() and summary.scaler_possible() and reaches_from_module(view, (Effect.CLIP,))
+    requires = (Ask(Summary.uses_api, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
+                & Ask(Summary.backward_possible) & Ask(Summary.scaler_possible))
+    # a scaled backward here, and a call of this file reaching a clip in another module
+    requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
+                       & AskProject(reaches_from_module, (Effect.CLIP,)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         index = _Index(facts)

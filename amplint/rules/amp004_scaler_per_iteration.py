@@ -12,10 +12,22 @@ from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+
+
+def builder_called_per_iteration(view) -> bool:
+    """The screen's question across modules: is a function of this file that builds a scaler called in a loop
+    somewhere in the project, or (looping nowhere itself) called by no function of the project?"""
+    from amplint.index.project import functions_doing
+
+    return any(view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
+                                                      and not any(view.callers(target)))
+               for target in functions_doing(view, Effect.BUILDS_SCALER))
 
 
 class ScalerPerIteration(Rule):
@@ -86,16 +98,15 @@ class ScalerPerIteration(Rule):
     name = "scaler-per-iteration"
     fix = "sometimes"
     words = (vocab.GRAD_SCALER,)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # Built in a loop (or in a function called in one) and stepped/updated in the same function.
-        builds = vocab.SCALER_CLASSES
-        # Or built and stepped in one function (a per-step function, whoever calls it).
-        return summary.imports_module("torch") and (
-            (summary.calls_in_loop(*builds)
-             and summary.calls_in_same_function((vocab.STEP, vocab.UPDATE), builds, on_scaler=True))
-            or summary.calls_in_same_function((vocab.STEP,), builds, on_scaler=True))
+    # Built in a loop (or in a function called in one) and stepped/updated in the same function; or built and
+    # stepped in one function (a per-step function, whoever calls it).
+    requires = Ask(Summary.imports_module, vocab.TORCH) & (
+        (Ask(Summary.calls_in_loop, *vocab.SCALER_CLASSES)
+         & Ask(Summary.calls_in_same_function, (vocab.STEP, vocab.UPDATE), vocab.SCALER_CLASSES, on_scaler=True))
+        | Ask(Summary.calls_in_same_function, (vocab.STEP,), vocab.SCALER_CLASSES, on_scaler=True))
+    # a function of this file that builds a scaler is called in a loop somewhere in the project
+    requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
+                       & AskProject(builder_called_per_iteration))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -172,16 +183,6 @@ class ScalerPerIteration(Rule):
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
         return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
                                                  "restarts at 65536 on every call and never adapts")
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        # a function of this file that builds a scaler is called in a loop somewhere in the project
-        from amplint.index.project import functions_doing
-
-        return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
-            view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
-                                                  and not any(view.callers(target)))
-            for target in functions_doing(view, "builds_scaler"))
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:

@@ -16,8 +16,9 @@ from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.facts.model import FrameKind
-from amplint.index.summary import FUNCTIONS
+from amplint.index.summary import FUNCTIONS, Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
@@ -28,6 +29,7 @@ EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|s
 ANY_NAME = re.compile("")
 BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
 GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
+USES = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)  # what a training step calls on a scaler
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
 READS_EVERY_LOCAL = frozenset({"locals", "vars", vocab.EVAL, "exec"})
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
@@ -50,6 +52,25 @@ ADVICE = {
     EventKind.SCALER_BUILD: "Remove it: a GradScaler serves only a training step's backward",
     EventKind.SCALER_SCALE: "Use the unscaled value",
 }
+
+
+def module_without_backward(summary) -> bool:
+    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
+    return summary.ask(True, lambda: not _functions_with_backward(summary))
+
+
+def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
+    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
+    name `pattern` finds or that calls one of `calling`."""
+    def exact() -> bool:
+        with_backward = _functions_with_backward(summary)
+        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
+        return any(type(function) in FUNCTIONS and id(function) not in with_backward
+                   and (pattern.search(function.name) or id(function) in calling_functions)
+                   for function, _ in summary.sites(names, on_scaler))
+
+    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
+                                                        or summary.written_call(calling)), exact)
 
 
 class ScalerInInference(Rule):
@@ -145,22 +166,18 @@ class ScalerInInference(Rule):
     fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
     words = (vocab.GRAD_SCALER, vocab.SCALE)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
-        # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
-        # grad mode) may open no_grad; a construction at module level of a module without backward.
-        uses = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)
-        return summary.scaler_possible() and (
-            summary.calls_under(BUILDS, GRAD_OFF) or summary.calls_under((vocab.SCALE,), GRAD_OFF, on_scaler=True)
-            or (module_without_backward(summary) and (
-                summary.calls_under(uses, GRAD_OFF, on_scaler=True)
-                or summary.calls_outside_functions(*uses, on_scaler=True)
-                or summary.calls_outside_functions(*BUILDS)))
-            or in_function_without_backward(summary, uses, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
-            or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
-            or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME)))
+    # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
+    # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
+    # grad mode) may open no_grad; a construction at module level of a module without backward.
+    requires = Ask(Summary.scaler_possible) & (
+        Ask(Summary.calls_under, BUILDS, GRAD_OFF) | Ask(Summary.calls_under, (vocab.SCALE,), GRAD_OFF, on_scaler=True)
+        | (Ask(module_without_backward) & (
+            Ask(Summary.calls_under, USES, GRAD_OFF, on_scaler=True)
+            | Ask(Summary.calls_outside_functions, *USES, on_scaler=True)
+            | Ask(Summary.calls_outside_functions, *BUILDS)))
+        | Ask(in_function_without_backward, USES, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
+        | Ask(in_function_without_backward, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
+        | (Ask(Summary.has_token, *GRAD_OFF) & Ask(in_function_without_backward, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions = _Functions(facts)
@@ -582,20 +599,3 @@ def _functions_with_backward(summary) -> set[int]:
     return summary.functions_calling_backward()
 
 
-def module_without_backward(summary) -> bool:
-    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
-    return summary.ask(True, lambda: not _functions_with_backward(summary))
-
-
-def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
-    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
-    name `pattern` finds or that calls one of `calling`."""
-    def exact() -> bool:
-        with_backward = _functions_with_backward(summary)
-        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
-        return any(type(function) in FUNCTIONS and id(function) not in with_backward
-                   and (pattern.search(function.name) or id(function) in calling_functions)
-                   for function, _ in summary.sites(names, on_scaler))
-
-    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
-                                                        or summary.written_call(calling)), exact)

@@ -19,8 +19,20 @@ from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, deliberately_low
                                   is_low_precision, is_scalar, lowering, module_output, tensor_module)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import dtype_words
+
+
+def disabled_region_possible(summary) -> bool:
+    """The screen's question: a call that can open a disabled region, one passing a literal `False` (positionally
+    or as `enabled=False`) to something that can open a region, or to a `partial`."""
+    return summary.ask(summary.has_token("False"), lambda: any(
+        summary.callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
+        or (type(call.func) is ast.Name and (call.func.id == "partial"
+                                             or "partial" in summary.import_bound.get(call.func.id, ())))
+        for call in summary.false_calls))
 
 
 class DisabledAutocastWithoutCast(Rule):
@@ -92,12 +104,9 @@ class DisabledAutocastWithoutCast(Rule):
     # A disabled region is `autocast(..., enabled=False)` or `False` passed positionally (legacy
     # `autocast(False)`, `torch.autocast("cuda", None, False)`), also through `partial`.
     words = (vocab.AUTOCAST,)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A disabled region (a with-statement or a decorator): the region itself says its code runs under an
-        # enclosing autocast, whoever opens it.
-        return summary.regions_possible() and disabled_region_possible(summary)
+    # A disabled region (a with-statement or a decorator): the region itself says its code runs under an
+    # enclosing autocast, whoever opens it.
+    requires = Ask(Summary.regions_possible) & Ask(disabled_region_possible)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -375,11 +384,3 @@ def kept_low(value: cst.BaseExpression, low: dict[str, Source]) -> Source | None
     return None
 
 
-def disabled_region_possible(summary) -> bool:
-    """The screen's question: a call that can open a disabled region, one passing a literal `False` (positionally
-    or as `enabled=False`) to something that can open a region, or to a `partial`."""
-    return summary.ask(summary.has_token("False"), lambda: any(
-        summary.callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
-        or (type(call.func) is ast.Name and (call.func.id == "partial"
-                                             or "partial" in summary.import_bound.get(call.func.id, ())))
-        for call in summary.false_calls))

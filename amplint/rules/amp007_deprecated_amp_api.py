@@ -16,9 +16,10 @@ from amplint.facts import ModuleFacts
 from amplint.facts.names import (
     DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, code_words, dotted_name,
 )
-from amplint.index.summary import dotted
+from amplint.index.summary import Summary, dotted
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
 
 # The legacy signatures (torch 1.10 to 2.13, measured): what a call may pass, by position and by keyword. A call
@@ -42,6 +43,33 @@ LEGACY_AUTOCAST_DTYPE = {"cuda": vocab.FLOAT16, "cpu": vocab.BFLOAT16}
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
 # Handlers of a `try: <new spelling> except ...: <old spelling>` shim (a bare `except:` too).
 COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
+
+
+def _called_behind_a_name(summary) -> bool:
+    """The screen's question for what `_aliases` and the star imports report: a call through a name that an
+    assignment binds to a legacy API or module (either branch of `a if test else b`), or a bare call of an AMP
+    name with a legacy module star-imported. A bare decorator through such a name is looked for in the text
+    (`@name`): more files kept, none dropped."""
+    legacy = (*DEPRECATED_AMP, *DEPRECATED_AMP_MODULES)
+
+    def exact() -> bool:
+        starred = set(LEGACY_NAMES) if summary.imported_modules & set(DEPRECATED_AMP_MODULES) else set()
+        called = set(starred)  # names whose call may reach a legacy API
+        for targets, value in summary.assignments:
+            branches = [value]
+            while branches:
+                branch = branches.pop()
+                if type(branch) is ast.IfExp:
+                    branches += [branch.body, branch.orelse]
+                elif summary.resolves(branch, legacy) or dotted(branch) in starred:
+                    called |= targets
+        for sites in summary.call_sites_by_name.values():
+            for _, _, receiver, _, call in sites:
+                if dotted(call.func) in called or receiver in called:
+                    return True
+        return any(f"@{name}" in summary.text for name in called)
+
+    return summary.ask(summary.has_token(vocab.AMP) and summary.has_token("cuda", "cpu"), exact)
 
 
 class DeprecatedAmpApi(Rule):
@@ -145,16 +173,12 @@ class DeprecatedAmpApi(Rule):
     name = "deprecated-amp-api"
     severity = "warning"  # a deprecated spelling: it warns and will break one day, it computes the same
     words = (vocab.AMP,)  # every path to torch.cuda.amp / torch.cpu.amp spells it
+    # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an import or
+    # a reference alone warns nothing), or a call through a name bound to one (an alias, a star import).
+    requires = Ask(Summary.imports_module, vocab.TORCH) & (
+        Ask(Summary.calls_api, *DEPRECATED_AMP, partial=True, decorator=True) | Ask(_called_behind_a_name))
     min_torch = "1.6"  # the legacy spellings appeared in torch 1.6
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an
-        # import or a reference alone warns nothing), or a call through a name bound to one (an alias, a star
-        # import).
-        return summary.imports_module("torch") and (
-            summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True) or _called_behind_a_name(summary))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         if not self.torch.reaches(AMP_DEPRECATED_SINCE):
@@ -219,33 +243,6 @@ class DeprecatedAmpApi(Rule):
             findings.append((statement, message, fix if moved else None, _sentence("; ".join(advice))))
         for node, message, fix_plan, advice in findings:
             yield Finding(node, message, fix_plan, help=advice or None)
-
-
-def _called_behind_a_name(summary) -> bool:
-    """The screen's question for what `_aliases` and the star imports report: a call through a name that an
-    assignment binds to a legacy API or module (either branch of `a if test else b`), or a bare call of an AMP
-    name with a legacy module star-imported. A bare decorator through such a name is looked for in the text
-    (`@name`): more files kept, none dropped."""
-    legacy = (*DEPRECATED_AMP, *DEPRECATED_AMP_MODULES)
-
-    def exact() -> bool:
-        starred = set(LEGACY_NAMES) if summary.imported_modules & set(DEPRECATED_AMP_MODULES) else set()
-        called = set(starred)  # names whose call may reach a legacy API
-        for targets, value in summary.assignments:
-            branches = [value]
-            while branches:
-                branch = branches.pop()
-                if type(branch) is ast.IfExp:
-                    branches += [branch.body, branch.orelse]
-                elif summary.resolves(branch, legacy) or dotted(branch) in starred:
-                    called |= targets
-        for sites in summary.call_sites_by_name.values():
-            for _, _, receiver, _, call in sites:
-                if dotted(call.func) in called or receiver in called:
-                    return True
-        return any(f"@{name}" in summary.text for name in called)
-
-    return summary.ask(summary.has_token(vocab.AMP) and summary.has_token("cuda", "cpu"), exact)
 
 
 def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) -> list[str]:

@@ -13,7 +13,9 @@ from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 # Receivers of `.backward(...)` that are not tensors: frameworks that scale the loss themselves.
@@ -68,12 +70,10 @@ class UnscaledBackward(Rule):
     code = "AMP009"
     name = "unscaled-backward"
     words = (vocab.BACKWARD,)
+    requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.BACKWARD)
+                & Ask(Summary.calls_method, vocab.STEP))
     min_torch = "1.6"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method(vocab.BACKWARD) and summary.calls_method(vocab.STEP)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions: dict[int, _FunctionEvents] = {}  # each function's events, indexed once for all its backwards

@@ -12,7 +12,9 @@ from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import scaler_enabled
 from amplint.facts.walk import walk
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
@@ -77,12 +79,9 @@ class StepWithoutUpdate(Rule):
     code = "AMP010"
     name = "step-without-update"
     words = (vocab.STEP,)
+    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.STEP)
     min_torch = "1.6"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method(vocab.STEP)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         steps_by_scaler: dict[tuple[str, int], list[Event]] = {}

@@ -11,7 +11,9 @@ from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 HALF_DTYPES = frozenset(name for name, low in vocab.LOW_DTYPES.items() if low == vocab.FLOAT16)
@@ -72,12 +74,9 @@ class HalfModelWithScaler(Rule):
     code = "AMP012"
     name = "half-model-with-scaler"
     words = (vocab.HALF, vocab.FLOAT16)
+    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.HALF, "to", "type")
     min_torch = "1.6"
     fix = "none"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method(vocab.HALF, "to", "type")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)

@@ -15,7 +15,9 @@ from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 
 # Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
 # somewhere: stay silent. `torch.float16`, `args.fp16`, `"--fp16"`, `x.half()`, `torch.half`, `"half"`.
@@ -80,15 +82,12 @@ class ScalerWithBfloat16(Rule):
     name = "scaler-with-bfloat16"
     severity = "warning"  # needless work: the parameters are bit-identical without the scaler
     words = (vocab.GRAD_SCALER,)  # the finding is a GradScaler construction
+    # Regions here are any call that makes an autocast (not only with-items): `autocast` is named; and only
+    # bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16).
+    requires = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
+                & Ask(Summary.mentions, vocab.AUTOCAST) & Ask(Summary.contains, vocab.BFLOAT16, vocab.CPU))
     min_torch = "1.10"
     fix = "unsafe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # Regions here are any call that makes an autocast (not only with-items): `autocast` is named.
-        # ... and only bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16)
-        return (summary.imports_module(vocab.TORCH) and summary.calls_api(*GRAD_SCALERS)
-                and summary.mentions(vocab.AUTOCAST) and summary.contains(vocab.BFLOAT16, vocab.CPU))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]

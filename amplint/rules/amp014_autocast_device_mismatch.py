@@ -22,14 +22,36 @@ from amplint.facts.names import (
     TORCH_DEVICE,
     dotted_name,
 )
-from amplint.index.summary import DTYPE_NAMES, PARTIAL_API, argument, dotted, is_float32_name, last_name
+from amplint.index.summary import DTYPE_NAMES, PARTIAL_API, Summary, argument, dotted, is_float32_name, last_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+
+CPU_LEGACY = [name for name, device in AUTOCAST_LEGACY.items() if device == vocab.CPU]  # legacy CPU autocast
 
 
 def _equal() -> cst.AssignEqual:
     """`=` of a keyword argument, without spaces."""
     return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
+    """The screen's question: a call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of
+    it, whose device can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a
+    `<...>.device(...)` call, a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32
+    dtype; or a call to `cpu_legacy` with a float32 dtype."""
+    def exact() -> bool:
+        device_names = {name for targets, value in summary.assignments
+                        if type(value) is ast.Call and last_name(value.func) == "device" for name in targets}
+        suspects = (*summary.api_calls(autocast), *(
+            ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
+            for call in summary.api_calls(PARTIAL_API) if call.args and summary.resolves(call.args[0], autocast)))
+        for call in suspects:
+            if device_suspect(call, device_names, summary.device_parameters):
+                return True
+        return any(is_float32_name(argument(call, 1, vocab.DTYPE)) for call in summary.api_calls(cpu_legacy))
+
+    return summary.ask(summary.has_token(vocab.AUTOCAST), exact)
 
 
 class AutocastDeviceMismatch(Rule):
@@ -85,15 +107,11 @@ class AutocastDeviceMismatch(Rule):
     code = "AMP014"
     name = "autocast-device-mismatch"
     words = (vocab.AUTOCAST,)
+    # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that can be
+    # wrong; or the legacy CPU autocast with a float32 dtype
+    requires = Ask(Summary.imports_module, vocab.TORCH) & Ask(device_suspect_possible, AUTOCAST_NEW, CPU_LEGACY)
     min_torch = "1.10"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that
-        # can be wrong; or the legacy CPU autocast with a float32 dtype
-        cpu_legacy = [name for name, device in AUTOCAST_LEGACY.items() if device == "cpu"]
-        return summary.imports_module("torch") and device_suspect_possible(summary, AUTOCAST_NEW, cpu_legacy)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
@@ -355,20 +373,3 @@ def device_suspect(call: ast.Call, device_names: set[str], device_parameters: se
                                  or name in device_parameters)
 
 
-def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
-    """The screen's question: a call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of
-    it, whose device can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a
-    `<...>.device(...)` call, a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32
-    dtype; or a call to `cpu_legacy` with a float32 dtype."""
-    def exact() -> bool:
-        device_names = {name for targets, value in summary.assignments
-                        if type(value) is ast.Call and last_name(value.func) == "device" for name in targets}
-        suspects = (*summary.api_calls(autocast), *(
-            ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
-            for call in summary.api_calls(PARTIAL_API) if call.args and summary.resolves(call.args[0], autocast)))
-        for call in suspects:
-            if device_suspect(call, device_names, summary.device_parameters):
-                return True
-        return any(is_float32_name(argument(call, 1, vocab.DTYPE)) for call in summary.api_calls(cpu_legacy))
-
-    return summary.ask(summary.has_token(vocab.AUTOCAST), exact)
