@@ -1,4 +1,7 @@
-"""Qualified names of the torch AMP API under every spelling, with our own light import tracking.
+"""The facts layer's import tracking: what a dotted expression of a module refers to, through its imports.
+
+The AMP API's names themselves (every spelling of autocast, GradScaler, the clips, no_grad...) live in
+amplint/vocabulary.py and are re-exported here for the modules that import them from this one.
 
 libcst's QualifiedNameProvider resolves every name in the module through full scope analysis; we only need
 to know what a handful of dotted expressions refer to, so we record the import statements and resolve the
@@ -11,8 +14,6 @@ from dataclasses import dataclass
 
 from amplint.lazy import libcst as cst
 
-# The AMP API's names live in amplint/vocabulary.py; the facts layer's modules (and code written against this
-# module) import them from here too.
 from amplint.vocabulary import ACCELERATOR_NAMES, AUTOCAST_LEGACY, AUTOCAST_NEW, AUTOGRAD_BACKWARD, \
     CLIP_FUNCTIONS, DEPRECATED_AMP, DEPRECATED_AMP_MODULES, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, GRAD_SCALERS, \
     LOW_DTYPES, NO_GRAD_CONTEXTS, NOT_OPTIMIZER_MODULES, NULL_CONTEXTS, OPTIMIZER_FUNCTIONS, OPTIMIZER_MODULES, \
