@@ -103,7 +103,7 @@ MAY_IMPORT = {
     "amplint.harness": DRIVERS,
     "amplint.plots": DRIVERS,
     "amplint.cli": DRIVERS + ("amplint.runtime.script",),  # `amplint watch` starts the run-time watcher
-    "amplint.__main__": ("amplint.cli",),
+    "amplint.__main__": ("amplint.cli", "amplint.server"),  # `amplint server` starts without the CLI
     # the run-time watcher
     "amplint.runtime": ("amplint", "amplint.diagnostics", "amplint.rules", "amplint.runtime"),
 }
