@@ -58,9 +58,11 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from amplint import vocabulary as vocab
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-DEVICE_DTYPES = {"cpu": ("bfloat16", "float16"), "cuda": ("float16", "bfloat16")}
+DEVICE_DTYPES = {vocab.CPU: (vocab.BFLOAT16, vocab.FLOAT16), vocab.CUDA: (vocab.FLOAT16, vocab.BFLOAT16)}
 TIMEOUT_S = 120.0
 WORKERS = 2
 REQUIRED_KEYS = ("rule", "observable", "bad", "good", "dtypes")

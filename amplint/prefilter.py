@@ -6,8 +6,9 @@ would spend its time. Each file goes through two stages, and only the files that
 1. Words. Each rule declares `words` (`Rule.words`): words one of which a file must contain (plain
    substrings) for the rule to possibly fire. A file that contains none of the words of any enabled rule is
    skipped.
-2. Structure. Each rule may declare `maybe_applies(summary)` (`Rule.maybe_applies`), asked with a `Summary`
-   of the file shared by all rules: does it import torch, call something named `autocast`, call `.backward()`
+2. Structure. Each rule declares what must co-occur for it to fire (`Rule.requires`, amplint/rules/screen.py);
+   `Rule.maybe_applies(summary)` evaluates the declaration with a `Summary` of the file shared by all rules:
+   does it import torch, call something named `autocast`, call `.backward()`
    where an autocast region can be open, step a scaler under `no_grad`... (see `Summary`). Each rule is asked
    twice: first with answers from the text alone (a name that is not in the text cannot be called), which
    costs no parse; then, for the rules that said yes, with answers from the stdlib `ast` tree, built once.
@@ -18,7 +19,7 @@ A file that would be analysed but holds a bare `# amplint: noqa` comment on a li
 
 Both stages are conservative: they may keep a file no rule flags, never drop one a rule flags
 (tests/test_prefilter.py checks it on every fixture, variants of them and generated programs). A rule that
-declares nothing (`words = None`, `maybe_applies` not overridden) is run on every file. A file whose `ast`
+declares nothing (`words = None`, `requires = None`) is run on every file. A file whose `ast`
 tree is needed but cannot be built always goes to the engine, which reports it (AMP900); a file ruled out by
 its words or by the text-mode answers is not parsed at all, so a syntax error in it goes unreported.
 """
@@ -52,17 +53,21 @@ def _declares_words(rule: type) -> bool:
 
 
 def _declares_structure(rule: type) -> bool:
+    """Does the rule declare what must co-occur for it to fire (`Rule.requires`)?"""
     from amplint.rules.base import Rule
 
     method = getattr(rule, "maybe_applies", None)
-    return method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies.__func__
+    return getattr(rule, "requires", None) is not None or (
+        method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies.__func__)
 
 
 def _declares_across(rule: type) -> bool:
+    """Does the rule declare what of the project makes it fire here (`Rule.requires_across`)?"""
     from amplint.rules.base import Rule
 
     method = getattr(rule, "maybe_applies_across", None)
-    return method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies_across.__func__
+    return getattr(rule, "requires_across", None) is not None or (
+        method is not None and getattr(method, "__func__", None) is not Rule.maybe_applies_across.__func__)
 
 
 def _asked_safely(rule: type, summary: Summary, view) -> bool:

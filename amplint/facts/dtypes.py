@@ -13,10 +13,11 @@ from typing import Callable
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts.model import Assignment, Frame
 from amplint.facts.names import FLOAT32_DTYPES, dotted_name
 
-CAST_METHODS = frozenset({"float", "double"})
+CAST_METHODS = vocab.FLOAT32_CASTS
 CONVERT_METHODS = frozenset({"to", "type"})
 LOW_OPS = frozenset({
     "mm", "matmul", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "linear", "bilinear", "einsum",
@@ -34,24 +35,24 @@ NOT_TENSORS = frozenset({
     "item", "tolist", "size", "dim", "numel", "len", "int", "float", "bool", "str", "range", "list", "tuple",
     "dict", "isinstance", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "linspace",
     "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like", "full_like", "eye", "numpy",
-    "cpu", "detach_", "stride", "data_ptr", "get_scale", "parameters", "named_parameters", "state_dict",
+    "cpu", "detach_", "stride", "data_ptr", vocab.GET_SCALE, "parameters", "named_parameters", "state_dict",
 })
 BUILTIN_NAMES = frozenset(dir(builtins))
 # Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
 # be a module or function of the user's, whose output autocast lowers.
 TENSOR_METHODS = frozenset({
     "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
-    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "to", "cuda", "half", "bfloat16",
-    "detach", "clone", "chunk", "split", "narrow", "masked_fill", "masked_fill_", "relu", "sigmoid", "tanh",
-    "gelu", "abs", "neg", "add", "sub", "mul", "div", "clamp", "clamp_", "roll", "flip", "gather", "index_select",
-    "select", "unbind", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "mm", "matmul", "bmm",
-    "square", "sqrt", "pow", "exp", "log", "sum", "mean", "max", "min", "norm", "softmax", "log_softmax",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "to", "cuda", vocab.HALF,
+    vocab.BFLOAT16, "detach", "clone", "chunk", "split", "narrow", "masked_fill", "masked_fill_", "relu", "sigmoid",
+    "tanh", "gelu", "abs", "neg", "add", "sub", "mul", "div", "clamp", "clamp_", "roll", "flip", "gather",
+    "index_select", "select", "unbind", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "mm", "matmul",
+    "bmm", "square", "sqrt", "pow", "exp", "log", "sum", "mean", "max", "min", "norm", "softmax", "log_softmax",
     "argmax", "topk", "sort", "where", "fill_", "zero_", "add_", "mul_", "div_", "sub_", "copy_", "requires_grad_",
     "pin_memory", "numpy", "tolist", "item", "size", "dim", "float", "double", "long", "int", "bool", "type",
 })
 # Methods of objects that are not tensors (optimizers, scalers, modules): their receiver is not a tensor use.
 NOT_TENSOR_METHODS = frozenset({
-    "step", "update", "zero_grad", "unscale_", "scale", "load_state_dict", "train", "eval", "apply",
+    *vocab.SCALER_METHODS, vocab.ZERO_GRAD, vocab.LOAD_STATE_DICT, "train", vocab.EVAL, "apply",
     "add_param_group", "register_buffer", "register_parameter", "modules", "children", "get", "items", "keys",
     "values", "append", "extend", "pop", "format", "join", "split", "replace", "startswith", "endswith",
 })
@@ -71,8 +72,8 @@ FLOAT_PRESERVING = frozenset({
     "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "cuda", "cpu", "detach",
     "clone", "narrow", "masked_fill", "relu", "sigmoid", "tanh", "gelu", "silu", "abs", "neg", "add", "sub",
     "mul", "div", "clamp", "roll", "flip", "index_select", "select", "square", "sqrt", "pow", "exp", "log",
-    "sum", "mean", "norm", "softmax", "log_softmax", "half", "bfloat16", "float", "double", "mm", "matmul", "bmm",
-    "dropout", "layer_norm", "group_norm", "normalize", "cat", "stack", "where", "einsum", "baddbmm", "addmm",
+    "sum", "mean", "norm", "softmax", "log_softmax", vocab.HALF, vocab.BFLOAT16, "float", "double", "mm", "matmul",
+    "bmm", "dropout", "layer_norm", "group_norm", "normalize", "cat", "stack", "where", "einsum", "baddbmm", "addmm",
     "lerp", "rsqrt", "reciprocal", "tril", "triu", "diagonal", "type_as", "mish", "softplus", "elu",
     "leaky_relu", "hardtanh", "logsumexp", "cumsum", "var", "std",
 })
@@ -95,7 +96,7 @@ TENSOR_MODULES = frozenset({
 })
 _FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
 TORCH_NAMESPACES = ("torch.", "F.", "nn.functional.")
-MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval", "requires_grad_"})
+MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", vocab.EVAL, "requires_grad_"})
 
 
 def is_float32_cast(call: cst.Call) -> bool:
@@ -115,18 +116,18 @@ def is_float32_cast(call: cst.Call) -> bool:
         if text.startswith("torch.") and text in FLOAT32_DTYPES:
             return True
     first = call.args[0]
-    if first.keyword is not None and first.keyword.value != "dtype":
+    if first.keyword is not None and first.keyword.value != vocab.DTYPE:
         return False
     if isinstance(first.value, (cst.SimpleString, cst.FormattedString)):
         return False  # .to("cuda")
     name = (dotted_name(first.value) or "").lower()
     return bool(name) and "device" not in name and "dev" != name.rsplit(".", 1)[-1] and not name.endswith(
-        ("bfloat16", "float16", "half"))
+        (vocab.BFLOAT16, vocab.FLOAT16, vocab.HALF))
 
 
 def has_float32_dtype_keyword(call: cst.Call) -> bool:
     """`torch.sum(x, dtype=torch.float32)`: the op converts its input itself (deliberate, not autocast)."""
-    return any(arg.keyword is not None and arg.keyword.value == "dtype"
+    return any(arg.keyword is not None and arg.keyword.value == vocab.DTYPE
                and (dotted_name(arg.value) or "") in FLOAT32_DTYPES for arg in call.args)
 
 
@@ -220,7 +221,7 @@ def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | N
     return False
 
 
-SIZE_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad"})
+SIZE_ATTRIBUTES = frozenset({"shape", "ndim", vocab.DTYPE, "device", "is_cuda", "requires_grad"})
 
 
 def is_scalar(value: cst.BaseExpression, scalars: set[str]) -> bool:
@@ -363,7 +364,7 @@ def module_output(facts, func: cst.BaseExpression, frame: Frame | None, depth: i
         if last in LOWERING_MODULES:
             return "low"
         if last in FLOAT32_MODULES:
-            return "float32"
+            return vocab.FLOAT32
         return "keep" if last in DTYPE_KEEPING_MODULES else None
     key = dotted_name(func)
     if key is None:
@@ -441,7 +442,7 @@ def _keyed_by_string(node: cst.Subscript) -> bool:
 
 
 # Methods of a container that take a value to keep, not to compute with (`outputs.append(h)`).
-CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "put", "put_nowait",
+CONTAINER_METHODS = frozenset({"append", "extend", "insert", "add", vocab.UPDATE, "setdefault", "put", "put_nowait",
                                "push", "appendleft", "__setitem__"})
 # What shows a parameter (whose type no caller tells) to be a floating tensor where it is used: methods and torch
 # functions that compute in floating point (not those an integer tensor or a bool mask is given too: `sum`,

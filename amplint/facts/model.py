@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
 
 
 class FrameKind(enum.Enum):
@@ -61,7 +62,7 @@ class Frame:
 
 
 class RegionState(enum.Enum):
-    ON = "enabled"
+    ON = vocab.ENABLED
     OFF = "disabled"
     MAYBE = "possibly enabled"  # enabled=<expression>, nullcontext() alternative, accelerator.autocast()
 
@@ -111,15 +112,15 @@ class Assignment:
 
 
 class EventKind(enum.Enum):
-    BACKWARD = "backward"  # x.backward(), torch.autograd.backward/grad, accelerator.backward(loss)
-    OPTIMIZER_STEP = "optimizer.step"
-    SCALER_STEP = "scaler.step"
-    SCALER_UPDATE = "scaler.update"
-    SCALER_UNSCALE = "scaler.unscale_"
-    SCALER_SCALE = "scaler.scale"
+    BACKWARD = vocab.BACKWARD  # x.backward(), torch.autograd.backward/grad, accelerator.backward(loss)
+    OPTIMIZER_STEP = f"optimizer.{vocab.STEP}"
+    SCALER_STEP = f"scaler.{vocab.STEP}"
+    SCALER_UPDATE = f"scaler.{vocab.UPDATE}"
+    SCALER_UNSCALE = f"scaler.{vocab.UNSCALE}"
+    SCALER_SCALE = f"scaler.{vocab.SCALE}"
     CLIP = "clip"
-    SCALER_BUILD = "GradScaler()"
-    SCALER_LOAD = "scaler.load_state_dict"
+    SCALER_BUILD = f"{vocab.GRAD_SCALER}()"
+    SCALER_LOAD = f"scaler.{vocab.LOAD_STATE_DICT}"
 
 
 @dataclass(eq=False)

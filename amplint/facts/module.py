@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from amplint.lazy import libcst as cst
 from amplint.lazy import visitor_class
 
+from amplint import vocabulary as vocab
 from amplint.facts import names as api
 from amplint.facts.collect import Collector
 from amplint.facts.walk import walk
@@ -211,7 +212,7 @@ class ModuleFacts:
             return NULL_CONTEXT
         if qualified in api.AUTOCAST_NEW or qualified in api.AUTOCAST_LEGACY:
             return self._autocast_region(call, qualified, list(call.args))
-        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "autocast":
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == vocab.AUTOCAST:
             receiver = dotted_name(call.func.value) or ""
             if receiver.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
                 return Region(call, RegionState.MAYBE, self.code(call))
@@ -242,12 +243,12 @@ class ModuleFacts:
         merged = args
         if qualified in api.AUTOCAST_LEGACY:
             device = api.AUTOCAST_LEGACY[qualified]
-            enabled = call_argument(merged, 0, "enabled")
-            dtype = call_argument(merged, 1, "dtype")
+            enabled = call_argument(merged, 0, vocab.ENABLED)
+            dtype = call_argument(merged, 1, vocab.DTYPE)
         else:
-            device = literal_string(call_argument(merged, 0, "device_type"))
-            dtype = call_argument(merged, 1, "dtype")
-            enabled = call_argument(merged, 2, "enabled")
+            device = literal_string(call_argument(merged, 0, vocab.DEVICE_TYPE))
+            dtype = call_argument(merged, 1, vocab.DTYPE)
+            enabled = call_argument(merged, 2, vocab.ENABLED)
         flag = literal_bool(enabled) if enabled is not None else True
         state = RegionState.MAYBE if flag is None else (RegionState.ON if flag else RegionState.OFF)
         dtype_name = api.LOW_DTYPES.get(self.imports.qualify(dtype)) if dtype is not None else None
@@ -260,9 +261,9 @@ class ModuleFacts:
             expr = decorator.decorator
             if isinstance(expr, cst.Call):
                 qualified = self.imports.qualify(expr.func) or ""
-                if qualified.endswith("custom_fwd") and call_argument(expr, None, "cast_inputs") is not None:
+                if qualified.endswith(vocab.CUSTOM_FWD) and call_argument(expr, None, vocab.CAST_INPUTS) is not None:
                     # custom_fwd(cast_inputs=...) runs forward with autocast off, inputs already cast.
-                    return Region(expr, RegionState.OFF, self.code(expr), via="custom_fwd")
+                    return Region(expr, RegionState.OFF, self.code(expr), via=vocab.CUSTOM_FWD)
                 region = self.classify_context(expr, None)
                 if isinstance(region, Region):
                     return Region(region.opener, region.state, region.spelling, region.device, region.dtype,
@@ -411,20 +412,20 @@ class ModuleFacts:
         stepped_in, updated_in = set(), set()  # (receiver, id of the function) of `x.step(arg)`, `x.update()`
         for call in self.calls:
             function = id(call.frame.function()) if call.frame else 0
-            if call.method == "unscale_" and call.receiver:
+            if call.method == vocab.UNSCALE and call.receiver:
                 keys.add(call.receiver)
-            if call.method == "scale" and len(call.node.args) == 1:
+            if call.method == vocab.SCALE and len(call.node.args) == 1:
                 scales.add(call.receiver)
-            if call.method == "step" and call.node.args:
+            if call.method == vocab.STEP and call.node.args:
                 steps.add(call.receiver)
                 stepped_in.add((call.receiver, function))
-            if call.method == "update" and not call.node.args:
+            if call.method == vocab.UPDATE and not call.node.args:
                 updates.add(call.receiver)
                 updated_in.add((call.receiver, function))
-            if call.method == "backward" and isinstance(call.node.func, cst.Attribute):
+            if call.method == vocab.BACKWARD and isinstance(call.node.func, cst.Attribute):
                 inner = call.node.func.value
                 if isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
-                        and inner.func.attr.value == "scale":
+                        and inner.func.attr.value == vocab.SCALE:
                     receiver = dotted_name(inner.func.value)
                     if receiver:
                         keys.add(receiver)
@@ -470,7 +471,8 @@ class ModuleFacts:
         """Names passed to a GradScaler's `step`/`unscale_` -> ids of the functions that pass them."""
         sites: dict[str, set[int]] = {}
         for call in self.calls:
-            if call.method in ("step", "unscale_") and call.node.args and self.is_scaler(call.receiver, call.frame):
+            if call.method in (vocab.STEP, vocab.UNSCALE) and call.node.args and \
+                    self.is_scaler(call.receiver, call.frame):
                 key = dotted_name(call.node.args[0].value)
                 if key:
                     sites.setdefault(key, set()).add(id(call.frame.function()))
@@ -487,12 +489,12 @@ class ModuleFacts:
     @cached_property
     def _zero_grad_keys(self) -> set[str]:
         """Names whose `.zero_grad()` is called: with a `.step()`, only an optimizer has both."""
-        return {call.receiver for call in self.calls if call.method == "zero_grad" and call.receiver}
+        return {call.receiver for call in self.calls if call.method == vocab.ZERO_GRAD and call.receiver}
 
     @cached_property
     def _param_groups_keys(self) -> set[str]:
         """Names whose `.param_groups` is read (one walk, only for a module that spells the word)."""
-        if "param_groups" not in self.source:
+        if vocab.PARAM_GROUPS not in self.source:
             return set()
         groups = visitor_class(_ParamGroups)()
         walk(self.module, groups)
@@ -546,7 +548,7 @@ class ModuleFacts:
 
     def _scaled_by(self, expr: cst.BaseExpression, frame: Frame) -> str | None:
         """The scaler whose `.scale(...)` produced `expr` (directly, or through a local name)."""
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "scale":
+        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == vocab.SCALE:
             receiver = dotted_name(expr.func.value)
             return receiver if self.is_scaler(receiver, frame) else None
         key = dotted_name(expr)
@@ -576,11 +578,11 @@ class ModuleFacts:
                     bound = assignment.targets[0]
             return Event(EventKind.SCALER_BUILD, call, bound_to=bound)
         if call.qualified in api.AUTOGRAD_BACKWARD:
-            first = call_argument(node, 0, "tensors" if call.qualified.endswith("backward") else "outputs")
+            first = call_argument(node, 0, "tensors" if call.qualified.endswith(vocab.BACKWARD) else "outputs")
             scaler = self._scaled_by(first, frame) if first is not None else None
             return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
-        if method == "backward" and isinstance(node.func, cst.Attribute):
-            if receiver is not None and receiver.rsplit(".", 1)[-1] in ("torch", "autograd"):
+        if method == vocab.BACKWARD and isinstance(node.func, cst.Attribute):
+            if receiver is not None and receiver.rsplit(".", 1)[-1] in ("torch", vocab.AUTOGRAD):
                 return None
             scaler = self._scaled_by(node.func.value, frame)
             return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
@@ -589,17 +591,17 @@ class ModuleFacts:
         first_arg = dotted_name(node.args[0].value) if node.args else None
         if self.is_scaler(receiver, frame):
             kind = {
-                "step": EventKind.SCALER_STEP,
-                "update": EventKind.SCALER_UPDATE,
-                "unscale_": EventKind.SCALER_UNSCALE,
-                "scale": EventKind.SCALER_SCALE,
-                "load_state_dict": EventKind.SCALER_LOAD,
+                vocab.STEP: EventKind.SCALER_STEP,
+                vocab.UPDATE: EventKind.SCALER_UPDATE,
+                vocab.UNSCALE: EventKind.SCALER_UNSCALE,
+                vocab.SCALE: EventKind.SCALER_SCALE,
+                vocab.LOAD_STATE_DICT: EventKind.SCALER_LOAD,
             }.get(method)
             if kind is None:
                 return None
             optimizer = first_arg if kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) else None
             return Event(kind, call, scaler=receiver, optimizer=optimizer)
-        if method == "step" and self.is_optimizer(receiver, frame):
+        if method == vocab.STEP and self.is_optimizer(receiver, frame):
             return Event(EventKind.OPTIMIZER_STEP, call, optimizer=receiver)
         return None
 
@@ -620,7 +622,7 @@ class ModuleFacts:
         """Last part of a receiver -> how many `.update()` calls the module makes on a receiver ending so."""
         counts: dict[str, int] = {}
         for call in self.calls:
-            if call.method == "update" and call.receiver:
+            if call.method == vocab.UPDATE and call.receiver:
                 last = call.receiver.rsplit(".", 1)[-1]
                 counts[last] = counts.get(last, 0) + 1
         return counts
@@ -647,7 +649,7 @@ class ModuleFacts:
         could then make a second one per iteration."""
         owner = scaler.split(".", 1)[0] if "." in scaler else None
         for call in self._calls_by_function.get(id(function), ()):
-            if call.method in ("step", "scale", "unscale_"):
+            if call.method in (vocab.STEP, vocab.SCALE, vocab.UNSCALE):
                 continue
             for arg in call.node.args:
                 name = dotted_name(arg.value)
@@ -719,7 +721,7 @@ class ModuleFacts:
     @cached_property
     def module_has_backward(self) -> bool:
         return any(e.kind is EventKind.BACKWARD for e in self.events) or any(
-            c.method in ("manual_backward", "backward") for c in self.calls)
+            c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD) for c in self.calls)
 
     def has_backward(self, function: Frame | None) -> bool:
         return id(function) in self._functions_with_backward
@@ -728,7 +730,7 @@ class ModuleFacts:
     def _functions_with_backward(self) -> set[int]:
         """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
         return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
-            id(c.frame.function()) for c in self.calls if c.method in ("manual_backward", "backward")}
+            id(c.frame.function()) for c in self.calls if c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD)}
 
 
 class _Blocks:  # a libcst visitor once made one with amplint.lazy.visitor_class
@@ -755,7 +757,7 @@ class _ParamGroups:  # a libcst visitor once made one with amplint.lazy.visitor_
         self.owners: set[str] = set()
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == "param_groups":
+        if node.attr.value == vocab.PARAM_GROUPS:
             owner = dotted_name(node.value)
             if owner:
                 self.owners.add(owner)
@@ -864,8 +866,8 @@ def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> 
     flags = []
     for event in builds:
         qualified = event.call.qualified or ""
-        position = 4 if qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")) else 5
-        enabled = call_argument(event.node, position, "enabled")
+        position = 4 if qualified.startswith(tuple(vocab.DEPRECATED_AMP_MODULES)) else 5
+        enabled = call_argument(event.node, position, vocab.ENABLED)
         flags.append(True if enabled is None else literal_bool(enabled))
     if not flags or any(flag is None for flag in flags):
         return None

@@ -1,4 +1,7 @@
-"""Qualified names of the torch AMP API under every spelling, with our own light import tracking.
+"""The facts layer's import tracking: what a dotted expression of a module refers to, through its imports.
+
+The AMP API's names themselves (every spelling of autocast, GradScaler, the clips, no_grad...) live in
+amplint/vocabulary.py and are re-exported here for the modules that import them from this one.
 
 libcst's QualifiedNameProvider resolves every name in the module through full scope analysis; we only need
 to know what a handful of dotted expressions refer to, so we record the import statements and resolve the
@@ -11,59 +14,18 @@ from dataclasses import dataclass
 
 from amplint.lazy import libcst as cst
 
-# Canonical name -> every qualified spelling that means it.
-AUTOCAST_NEW = frozenset({
-    "torch.autocast",
-    "torch.amp.autocast",
-    "torch.amp.autocast_mode.autocast",
-    "torch.autocast_mode.autocast",
-})
-# Legacy spellings whose FIRST positional argument is `enabled` (not the device).
-AUTOCAST_LEGACY = {
-    "torch.cuda.amp.autocast": "cuda",
-    "torch.cuda.amp.autocast_mode.autocast": "cuda",
-    "torch.cpu.amp.autocast": "cpu",
-    "torch.cpu.amp.autocast_mode.autocast": "cpu",
-}
-GRAD_SCALERS = frozenset({
-    "torch.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.cuda.amp.GradScaler",
-    "torch.cuda.amp.grad_scaler.GradScaler",
-    "torch.cpu.amp.GradScaler",
-    "torch.cpu.amp.grad_scaler.GradScaler",
-    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
-    "torch.distributed.fsdp.ShardedGradScaler",
-})
-CLIP_FUNCTIONS = frozenset({
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad_norm",
-    "torch.nn.utils.clip_grad_value_",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_norm",
-    "torch.nn.utils.clip_grad.clip_grad_value_",
-})
-AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
-NO_GRAD_CONTEXTS = frozenset({
-    "torch.no_grad",
-    "torch.inference_mode",
-    "torch.autograd.no_grad",
-    "torch.autograd.inference_mode",
-    "torch.autograd.grad_mode.no_grad",
-    "torch.autograd.grad_mode.inference_mode",
-})
-ENABLE_GRAD = frozenset({"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"})
-SET_GRAD_ENABLED = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
-NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
-PARTIAL = frozenset({"functools.partial"})
-# `x.autocast()` opens a region when `x` is an accelerate `Accelerator` or a Lightning `Fabric`: the object
-# arrives as a parameter in most training code, so its name is the convention that says which it is (the
-# `.autocast()` method entered by a `with` is the use that goes with it). Matched at the end of the last name,
-# any case (`self.accelerator`, `fabric`).
-ACCELERATOR_NAMES = ("accelerator", "fabric")
-FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
-LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
+from amplint.vocabulary import ACCELERATOR_NAMES, AUTOCAST_LEGACY, AUTOCAST_NEW, AUTOGRAD_BACKWARD, \
+    CLIP_FUNCTIONS, DEPRECATED_AMP, DEPRECATED_AMP_MODULES, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, GRAD_SCALERS, \
+    LOW_DTYPES, NO_GRAD_CONTEXTS, NOT_OPTIMIZER_MODULES, NULL_CONTEXTS, OPTIMIZER_FUNCTIONS, OPTIMIZER_MODULES, \
+    PARTIAL, SET_GRAD_ENABLED_FUNCTIONS, STAR_EXPORTS, TORCH_DEVICE, is_known_optimizer_class, may_build_optimizer
+
+ENABLE_GRAD = ENABLE_GRAD_CONTEXTS
+SET_GRAD_ENABLED = SET_GRAD_ENABLED_FUNCTIONS
+__all__ = ["ACCELERATOR_NAMES", "AUTOCAST_LEGACY", "AUTOCAST_NEW", "AUTOGRAD_BACKWARD", "CLIP_FUNCTIONS",
+           "DEPRECATED_AMP", "DEPRECATED_AMP_MODULES", "ENABLE_GRAD", "FLOAT32_DTYPES", "GRAD_SCALERS", "LOW_DTYPES",
+           "NO_GRAD_CONTEXTS", "NOT_OPTIMIZER_MODULES", "NULL_CONTEXTS", "OPTIMIZER_FUNCTIONS", "OPTIMIZER_MODULES",
+           "PARTIAL", "SET_GRAD_ENABLED", "STAR_EXPORTS", "TORCH_DEVICE", "is_known_optimizer_class",
+           "may_build_optimizer", "dotted_name", "code_words", "ImportBinding", "ImportMap"]
 
 
 def dotted_name(node: cst.CSTNode) -> str | None:
@@ -122,16 +84,6 @@ class ImportBinding:
     alias: cst.ImportAlias | None
     line: cst.SimpleStatementLine | None  # the line holding the statement, when it is a line of its own kind
     module_level: bool  # outside every function and class body
-
-
-# What `from <module> import *` binds, for the modules whose AMP names a rule asks about (their `__all__`, or
-# their public names where they have none: torch 2.13). A star import from any other module binds names nobody
-# here can list (a project module's `from common import *` is the project index's to follow).
-STAR_EXPORTS = {
-    "torch.cuda.amp": ("autocast", "custom_bwd", "custom_fwd", "GradScaler"),
-    "torch.cpu.amp": ("autocast", "GradScaler"),
-    "torch.amp": ("autocast", "custom_bwd", "custom_fwd", "GradScaler"),
-}
 
 
 class ImportMap:
@@ -208,60 +160,3 @@ def _bound_names(node: cst.Import | cst.ImportFrom) -> list[tuple[str, str, cst.
             local = alias.asname.name.value
         bound.append((local, f"{module}.{name}", alias))
     return bound
-
-
-# Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
-# optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers
-# and weight averaging live in the excluded submodules.
-OPTIMIZER_MODULES = ("torch.optim.", "torch.distributed.optim.", "apex.optimizers.", "bitsandbytes.optim.",
-                     "torch_optimizer.", "deepspeed.ops.adam.", "deepspeed.ops.lamb.", "timm.optim.")
-NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils", "timm.optim.optim_factory.param")
-OPTIMIZER_FUNCTIONS = frozenset({
-    "timm.optim.create_optimizer_v2", "timm.optim.create_optimizer", "timm.optim.optim_factory.create_optimizer_v2",
-    "transformers.AdamW", "transformers.Adafactor", "transformers.optimization.AdamW",
-    "transformers.optimization.Adafactor",
-})
-_OPTIMIZER_FUNCTION_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in OPTIMIZER_FUNCTIONS)
-
-
-def is_known_optimizer_class(qualified: str | None) -> bool:
-    """Is `qualified` (a name resolved through the imports) a class or factory that builds an optimizer?
-
-    Identity comes from where the name is imported from, never from how it is spelled: a local class
-    `LambOptimizer` or a factory `get_optimizer_and_scheduler` is unknown (a factory may return a scheduler
-    too)."""
-    if not qualified:
-        return False
-    if qualified in OPTIMIZER_FUNCTIONS:
-        return True
-    if not qualified.startswith(OPTIMIZER_MODULES) or qualified.startswith(NOT_OPTIMIZER_MODULES):
-        return False
-    last = qualified.rsplit(".", 1)[-1]
-    return last[:1].isupper() and "Scheduler" not in last and "LR" not in last
-
-
-def may_build_optimizer(last: str) -> bool:
-    """Can a callee whose last name (or what an import alias of it stands for) is `last` be a known optimizer
-    class or factory? The prefilter's screen: an upper bound of `is_known_optimizer_class` read from the same
-    lists (a class is capitalised; the factories are named in `OPTIMIZER_FUNCTIONS`)."""
-    return last[:1].isupper() or last in _OPTIMIZER_FUNCTION_NAMES
-
-
-# Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> (name in torch.amp, device).
-DEPRECATED_AMP = {
-    "torch.cuda.amp.autocast": ("autocast", "cuda"),
-    "torch.cuda.amp.autocast_mode.autocast": ("autocast", "cuda"),
-    "torch.cpu.amp.autocast": ("autocast", "cpu"),
-    "torch.cpu.amp.autocast_mode.autocast": ("autocast", "cpu"),
-    "torch.cuda.amp.GradScaler": ("GradScaler", "cuda"),
-    "torch.cuda.amp.grad_scaler.GradScaler": ("GradScaler", "cuda"),
-    "torch.cpu.amp.GradScaler": ("GradScaler", "cpu"),
-    "torch.cpu.amp.grad_scaler.GradScaler": ("GradScaler", "cpu"),
-    "torch.cuda.amp.custom_fwd": ("custom_fwd", "cuda"),
-    "torch.cuda.amp.autocast_mode.custom_fwd": ("custom_fwd", "cuda"),
-    "torch.cuda.amp.custom_bwd": ("custom_bwd", "cuda"),
-    "torch.cuda.amp.autocast_mode.custom_bwd": ("custom_bwd", "cuda"),
-}
-# The legacy modules whose AMP names all exist in torch.amp too (an alias of them can be rebound to torch.amp).
-DEPRECATED_AMP_MODULES = {"torch.cuda.amp": "cuda", "torch.cpu.amp": "cpu"}
-TORCH_DEVICE = frozenset({"torch.device"})

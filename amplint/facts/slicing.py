@@ -49,19 +49,22 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from amplint import vocabulary as vocab
+
 # Words of the code rules report on and the facts they read in its own function (plain substrings; `amp` as a
 # word of a dotted or underscored name: `torch.cuda.amp`, `use_amp`, not `example`): a function holding one is
 # kept.
 STRONG_WORDS = (
-    "autocast", "GradScaler", "scale", "clip_grad", "custom_fwd", "custom_bwd", "half", "float16", "fp16", "bf16",
+    vocab.AUTOCAST, vocab.GRAD_SCALER, vocab.SCALE, vocab.CLIP_GRAD, vocab.CUSTOM_FWD, vocab.CUSTOM_BWD, vocab.HALF,
+    vocab.FLOAT16, "fp16", "bf16",
 )
 # Words of the code whose facts other functions' questions read only about objects named there too (the
 # optimizer whose `zero_grad()` is called somewhere), or only in the function itself (its `.eval()`, its
 # `no_grad`), or once for the module (is there a backward at all): a function holding only these is kept when
 # one of its `x.step()`, `x.update()`, `x.zero_grad()`, `x.param_groups` is on a name kept code names.
 WEAK_WORDS = (
-    "backward", "autograd", "step", "update", "zero_grad", "param_groups", "optim", "no_grad", "inference_mode",
-    "enable_grad", "set_grad_enabled", "eval",
+    vocab.BACKWARD, vocab.AUTOGRAD, vocab.STEP, vocab.UPDATE, vocab.ZERO_GRAD, vocab.PARAM_GROUPS, vocab.OPTIM,
+    vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.ENABLE_GRAD, vocab.SET_GRAD_ENABLED, vocab.EVAL,
 )
 VOCABULARY = STRONG_WORDS + WEAK_WORDS
 _AMP = r"|(?<![^\W_])amp(?![^\W_])"
@@ -309,7 +312,7 @@ class _Slicer:
                 function.identifiers = self._names(function)
                 function.assigned, function.bound = _assignments(function.node)
                 function.tied = set(_TIED.findall(text, function.start, function.end))
-                function.converts = set((_CONVERSION if "float32" in text[function.start:function.end] else _FLOAT)
+                function.converts = set((_CONVERSION if vocab.FLOAT32 in text[function.start:function.end] else _FLOAT)
                                         .findall(text, function.start, function.end))
         amp.add([function.node for function in functions if function.kept])
         changed = True
@@ -448,7 +451,7 @@ def _api_prefixes() -> frozenset[str]:
 
 
 _API_PREFIXES = _api_prefixes()
-_CONVERTERS = frozenset({"half", "to", "type"})  # the calls that make a model half precision (AMP012)
+_CONVERTERS = vocab.HALF_CONVERTERS  # the calls that make a model half precision (AMP012)
 
 
 class _AmpNames:

@@ -13,6 +13,10 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from amplint.vocabulary import AMP_DEPRECATED_SINCE, SPELLING_SINCE
+
+__all__ = ["AMP_DEPRECATED_SINCE", "SPELLING_SINCE", "TorchSupport", "parse_version", "rule_applies"]
+
 _VERSION = re.compile(r"v?(?P<release>\d+(?:\.\d+){0,2})(?:[.+\-]?(?:a|b|rc|dev|post|\+)[0-9A-Za-z.+\-]*)?")
 
 
@@ -31,21 +35,6 @@ def rule_applies(min_torch: str | None, target: str | None) -> bool:
     if min_torch is None or target is None:
         return True
     return parse_version(target) >= parse_version(min_torch)
-
-
-# The spellings AMP fixes write, and the first torch release that has each (with the keyword arguments the
-# migration passes). `torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...)` arrived in 1.10;
-# `torch.amp.autocast` is the same class under `torch.amp` (present in 2.0; reported from 1.12/1.13 on, so 2.0
-# is the safe claim); `torch.amp.GradScaler(device, ...)` in 2.3; `torch.amp.custom_fwd`/`custom_bwd` with
-# `device_type=` in 2.4, the release whose `torch.cuda.amp`/`torch.cpu.amp` spellings start to warn.
-SPELLING_SINCE = {
-    "torch.autocast": "1.10",
-    "torch.amp.autocast": "2.0",
-    "torch.amp.GradScaler": "2.3",
-    "torch.amp.custom_fwd": "2.4",
-    "torch.amp.custom_bwd": "2.4",
-}
-AMP_DEPRECATED_SINCE = "2.4"  # the first release where the legacy AMP spellings emit a FutureWarning
 
 
 @dataclass(frozen=True)

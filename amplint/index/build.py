@@ -19,16 +19,17 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+from amplint import vocabulary as vocab
 from amplint.index.functions import FileIndex, index_text
 from amplint.index.project import ProjectIndex, Target
 
-INDEX_WORDS = ("GradScaler",)
+INDEX_WORDS = (vocab.GRAD_SCALER,)
 
 
 def holds_vocabulary(text: str) -> bool:
     """Is the file indexed up front: it may build a GradScaler (its function's callers may loop, AMP004), or open a
     disabled autocast region (its function's callers may run it under an enabled one, AMP006)?"""
-    return any(word in text for word in INDEX_WORDS) or ("autocast" in text and _DISABLED.search(text) is not None)
+    return any(word in text for word in INDEX_WORDS) or (vocab.AUTOCAST in text and _DISABLED.search(text) is not None)
 
 
 _DISABLED = re.compile(r"enabled\s*=\s*False")  # how a disabled region is written (a positional False: not here)

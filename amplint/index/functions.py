@@ -31,19 +31,18 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from amplint.facts.names import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, ENABLE_GRAD, FLOAT32_DTYPES, GRAD_SCALERS, \
-    NO_GRAD_CONTEXTS, SET_GRAD_ENABLED
+from amplint import vocabulary as vocab
+from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
+    GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
-FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "optimizer_step",
-         "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "returns_float32", "no_grad",
-         "enable_grad", "eval", "loop")
-# The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
+FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
+# The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
 # it resolves to the qualified name through the file's imports.
-CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
-NO_GRAD_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in NO_GRAD_CONTEXTS)
-GRAD_ON = ENABLE_GRAD | SET_GRAD_ENABLED
-GRAD_ON_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in GRAD_ON)
+CLIP_NAMES = vocab.last_names(CLIP_FUNCTIONS)
+NO_GRAD_NAMES = vocab.last_names(NO_GRAD_CONTEXTS)
+GRAD_ON = ENABLE_GRAD_CONTEXTS | SET_GRAD_ENABLED_FUNCTIONS
+GRAD_ON_NAMES = vocab.last_names(GRAD_ON)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
@@ -165,8 +164,8 @@ class _Builder:
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
                     for decorator in node.decorator_list:
-                        if self._grad_mode(decorator) == "no_grad":
-                            self._note(summary, "no_grad", node.lineno)
+                        if self._grad_mode(decorator) == vocab.NO_GRAD:
+                            self._note(summary, Effect.NO_GRAD, node.lineno)
                     pending.append((node.body, ""))
                 elif kind is ast.ClassDef:
                     self.index.classes[node.name] = [name for name in map(dotted, node.bases) if name]
@@ -240,7 +239,7 @@ class _Builder:
                 owner = self._owner(function)
                 line = call.lineno
                 if loops:
-                    self._note(owner, "loop", line)
+                    self._note(owner, Effect.LOOP, line)
                 self._fact_of_call(owner, name, receiver, call, line, scalers, withs)
                 callee = dotted(call.func)
                 if callee is None or callee in _NOT_PROJECT:
@@ -252,39 +251,39 @@ class _Builder:
     def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers,
                       withs=()) -> None:
         method = receiver is not None
-        if name in ("backward", "manual_backward") and method and receiver.rsplit(".", 1)[-1] not in ("torch",
-                                                                                                     "autograd"):
-            self._note(owner, "backward", line)
+        if name in vocab.BACKWARD_METHODS and method and receiver.rsplit(".", 1)[-1] not in (vocab.TORCH,
+                                                                                             vocab.AUTOGRAD):
+            self._note(owner, Effect.BACKWARD, line)
             inner = call.func.value
-            if type(inner) is ast.Call and type(inner.func) is ast.Attribute and inner.func.attr == "scale":
-                self._note(owner, "scaled_backward", line)
+            if type(inner) is ast.Call and type(inner.func) is ast.Attribute and inner.func.attr == vocab.SCALE:
+                self._note(owner, Effect.SCALED_BACKWARD, line)
         elif self.summary.resolves(call.func, AUTOGRAD_BACKWARD):
-            self._note(owner, "backward", line)
-        elif name == "unscale_" and method:
-            self._note(owner, "unscale", line)
+            self._note(owner, Effect.BACKWARD, line)
+        elif name == vocab.UNSCALE and method:
+            self._note(owner, Effect.UNSCALE, line)
         elif name in CLIP_NAMES and self.summary.resolves(call.func, CLIP_FUNCTIONS):
-            self._note(owner, "clip", line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
-        elif name == "step" and method:
+            self._note(owner, Effect.CLIP, line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
+        elif name == vocab.STEP and method:
             scaler = receiver in scalers  # also `x.step(arg)` with `x.update()` in one function: a scaler handed in
-            self._note(owner, "scaler_step" if scaler else "step", line)
+            self._note(owner, Effect.SCALER_STEP if scaler else Effect.STEP, line)
             if not scaler and receiver in self._used_as_optimizer() and not any(
                     self.summary.can_open(item.context_expr) and _disabled(item.context_expr)
                     for with_node in withs for item in with_node.items):
-                self._note(owner, "optimizer_step", line)  # a step in `autocast(enabled=False)` runs in no region
-        elif name == "update" and method and receiver in scalers:
-            self._note(owner, "scaler_update", line)
-        elif name == "eval" and method and not call.args:
-            self._note(owner, "eval", line)
+                self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
+        elif name == vocab.UPDATE and method and receiver in scalers:
+            self._note(owner, Effect.SCALER_UPDATE, line)
+        elif name == vocab.EVAL and method and not call.args:
+            self._note(owner, Effect.EVAL, line)
         elif self.summary.resolves(call.func, GRAD_ON):
-            self._note(owner, "enable_grad", line)
+            self._note(owner, Effect.ENABLE_GRAD, line)
 
     def _used_as_optimizer(self) -> set[str]:
         """Receivers the file uses as only an optimizer is used: `x.zero_grad()`, or handed to a scaler's
         `step`/`unscale_` (the facts layer's `is_optimizer`, by use and never by name)."""
         if self._optimizers is None:
-            found = {receiver for _, _, receiver, _, _ in self.summary.call_sites_by_name.get("zero_grad", ())
+            found = {receiver for _, _, receiver, _, _ in self.summary.call_sites_by_name.get(vocab.ZERO_GRAD, ())
                      if receiver}
-            for method in ("step", "unscale_"):
+            for method in (vocab.STEP, vocab.UNSCALE):
                 for _, _, receiver, _, call in self.summary.call_sites_by_name.get(method, ()):
                     if receiver and receiver in self.scalers:
                         found.update(name for name in map(dotted, call.args) if name)
@@ -302,10 +301,11 @@ class _Builder:
                    for item in with_node.items)
 
     def _no_grad(self, function, withs) -> bool:
-        if any(self._grad_mode(item.context_expr) == "no_grad" for with_node in withs for item in with_node.items):
+        if any(self._grad_mode(item.context_expr) == vocab.NO_GRAD
+               for with_node in withs for item in with_node.items):
             return True
         owner = self._owner(function)
-        return owner is not None and "no_grad" in owner.does
+        return owner is not None and Effect.NO_GRAD in owner.does
 
     def _grad_mode(self, expr: ast.AST) -> str | None:
         """"no_grad" for a context or decorator resolving to torch's no_grad/inference_mode, "enable_grad" for
@@ -314,8 +314,8 @@ class _Builder:
         if (dotted(func) or "").rsplit(".", 1)[-1] not in NO_GRAD_NAMES | GRAD_ON_NAMES:
             return None
         if self.summary.resolves(func, NO_GRAD_CONTEXTS):
-            return "no_grad"
-        return "enable_grad" if self.summary.resolves(func, GRAD_ON) else None
+            return vocab.NO_GRAD
+        return vocab.ENABLE_GRAD if self.summary.resolves(func, GRAD_ON) else None
 
     def _regions(self) -> None:
         for with_node, function, _ in self.summary.withs:
@@ -325,7 +325,7 @@ class _Builder:
             for item in with_node.items:
                 expr = item.context_expr
                 if self.summary.can_open(expr):
-                    self._note(owner, "disabled_region" if _disabled(expr) else "region", with_node.lineno)
+                    self._note(owner, Effect.DISABLED_REGION if _disabled(expr) else Effect.REGION, with_node.lineno)
                 mode = self._grad_mode(expr)
                 if mode is not None:
                     self._note(owner, mode, with_node.lineno)
@@ -335,13 +335,13 @@ class _Builder:
                 continue
             openers = [d for d in decorators if self.summary.can_open(d)]
             if any(not _disabled(d) for d in openers):
-                self._note(owner, "region", owner.line)
+                self._note(owner, Effect.REGION, owner.line)
             elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
-                self._note(owner, "autocast_off", owner.line)
+                self._note(owner, Effect.AUTOCAST_OFF, owner.line)
         for function_id, owner in self.by_id.items():
-            if ("disabled_region" in owner.does or "autocast_off" in owner.does) and self._returns_float32(
-                    self.nodes[function_id], "autocast_off" in owner.does):
-                self._note(owner, "returns_float32", owner.line)
+            if (Effect.DISABLED_REGION in owner.does or Effect.AUTOCAST_OFF in owner.does) and self._returns_float32(
+                    self.nodes[function_id], Effect.AUTOCAST_OFF in owner.does):
+                self._note(owner, Effect.RETURNS_FLOAT32, owner.line)
 
     def _returns_float32(self, function: ast.AST, off: bool) -> bool:
         """Does every `return` of the function return a value computed with autocast off (in a region written
@@ -372,16 +372,16 @@ class _Builder:
         """GradScaler constructions (resolved through the imports, as the facts layer's `GRAD_SCALERS`), and
         whether the function keeps the scaler beyond its call."""
         for call in self.summary.api_calls(GRAD_SCALERS):
-            if any(k.arg == "enabled" and type(k.value) is ast.Constant and k.value.value is False
+            if any(k.arg == vocab.ENABLED and type(k.value) is ast.Constant and k.value.value is False
                    for k in call.keywords):
                 continue
             for function, _, _, _, site in self.summary.call_sites_by_name.get(call.func.attr if type(
                     call.func) is ast.Attribute else getattr(call.func, "id", ""), ()):
                 if site is call:
                     owner = self._owner(function)
-                    self._note(owner, "builds_scaler", call.lineno)
+                    self._note(owner, Effect.BUILDS_SCALER, call.lineno)
                     if owner is not None and _keeps(function, call):
-                        self._note(owner, "keeps_scaler", call.lineno)
+                        self._note(owner, Effect.KEEPS_SCALER, call.lineno)
                     break
 
 
@@ -389,7 +389,7 @@ def _disabled(expr: ast.AST) -> bool:
     """Written disabled: a literal `enabled=False`, or a literal False passed positionally."""
     if type(expr) is not ast.Call:
         return False
-    return any(k.arg == "enabled" and type(k.value) is ast.Constant and k.value.value is False
+    return any(k.arg == vocab.ENABLED and type(k.value) is ast.Constant and k.value.value is False
                for k in expr.keywords) or any(type(a) is ast.Constant and a.value is False for a in expr.args)
 
 
@@ -414,7 +414,7 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
             return True
     if not bound:
         return False
-    harmless = {"scale", "step", "update", "unscale_", "get_scale", "is_enabled"}
+    harmless = {vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE, vocab.GET_SCALE, vocab.IS_ENABLED}
     method_receivers = {id(node.value) for node in ast.walk(function)
                         if type(node) is ast.Attribute and node.attr in harmless}
     return any(type(node) is ast.Name and node.id in bound and type(node.ctx) is ast.Load
@@ -506,7 +506,7 @@ def _constant(value: ast.expr) -> bool:
 
 def _is_float32_cast(call: ast.Call) -> bool:
     method = call.func.attr
-    dtype = [dotted(arg) for arg in call.args] + [dotted(k.value) for k in call.keywords if k.arg == "dtype"]
+    dtype = [dotted(arg) for arg in call.args] + [dotted(k.value) for k in call.keywords if k.arg == vocab.DTYPE]
     return method in _FLOAT32_CASTS or (method in ("to", "type") and any(
         (d or "").rsplit(".", 1)[-1] in _FLOAT32_DTYPES for d in dtype))
 

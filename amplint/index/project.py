@@ -25,6 +25,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
+from amplint.vocabulary import Effect
 from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
 
 MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
@@ -441,7 +442,7 @@ class ModuleView:
         project = self.project
         for path in [self.path, *sorted(project.indexed), *sorted(set(project.names) - project.indexed)]:
             index = self._file(path)
-            if index is not None and any("backward" in summary.does for summary in index.functions.values()):
+            if index is not None and any(Effect.BACKWARD in summary.does for summary in index.functions.values()):
                 return True
         return False
 

@@ -1,6 +1,6 @@
 """What the project index knows about one file, from the stdlib `ast` (and, before any parse, from its text).
 
-`Summary` is the screen's model of a file: every rule's `maybe_applies(summary)` asks it generic questions (does
+`Summary` is the screen's model of a file: every rule's declared `requires` asks it generic questions (does
 the file import torch, call something named `autocast`, call `.backward()` where a region can be open...). A rule
 with a question of its own writes it in its own file from the generic accessors here (`ask`, `sites`,
 `call_sites_by_name`, `written_call`, ...). The per-function summaries of the project index
@@ -15,7 +15,8 @@ import re
 import warnings
 from typing import Collection, Iterable, Iterator, Sequence
 
-from amplint.facts.names import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
+from amplint import vocabulary as vocab
+from amplint.vocabulary import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
 
 
 class _Unparsable(Exception):
@@ -80,8 +81,8 @@ def last_name(node: ast.AST) -> str | None:
 
 
 PARTIAL_API = frozenset({"functools.partial"})
-_FLOAT32_NAMES = frozenset({"float32", "float", "float64", "double"})
-DTYPE_NAMES = _FLOAT32_NAMES | {"float16", "bfloat16", "half"}
+_FLOAT32_NAMES = frozenset({vocab.FLOAT32, "float", vocab.FLOAT64, "double"})
+DTYPE_NAMES = _FLOAT32_NAMES | {vocab.FLOAT16, vocab.BFLOAT16, vocab.HALF}
 
 
 def argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:
@@ -200,7 +201,7 @@ class Summary:
 
     The prefilter asks each rule twice: first in text mode (`exact` False), where every question is answered
     from the text alone (True when the words it needs are there), which costs no parse; then, for the rules
-    that said yes, in exact mode, where questions look at the `ast` tree. So `maybe_applies` must be monotone:
+    that said yes, in exact mode, where questions look at the `ast` tree. So a rule's `requires` must be monotone:
     built with `and`/`or` from these questions, never `not` (a question's text-mode answer is never False
     where its exact answer is True).
     """
@@ -365,11 +366,11 @@ class Summary:
                     methods.add(callee)
                     if function is None:
                         module_methods.add(callee)
-                    if callee == "unscale_" and receiver:
+                    if callee == vocab.UNSCALE and receiver:
                         self._scaler_usages.add(receiver)
-                    elif callee == "backward" and type(func.value) is call_type:
+                    elif callee == vocab.BACKWARD and type(func.value) is call_type:
                         inner = func.value.func
-                        if type(inner) is attribute_type and inner.attr == "scale":
+                        if type(inner) is attribute_type and inner.attr == vocab.SCALE:
                             scaler = dotted(inner.value)
                             if scaler:
                                 self._scaler_usages.add(scaler)
@@ -378,7 +379,7 @@ class Summary:
                 if callee is not None:
                     calls.setdefault(callee, []).append((function, withs, receiver, looped, node))
                 if any(type(a) is constant_type and a.value is False for a in node.args) or any(
-                        k.arg == "enabled" and type(k.value) is constant_type and k.value.value is False
+                        k.arg == vocab.ENABLED and type(k.value) is constant_type and k.value.value is False
                         for k in node.keywords):
                     self.false_calls.append(node)
             elif kind is ast.Assign or kind is ast.AnnAssign:
@@ -451,7 +452,8 @@ class Summary:
         import alias of it, or (any number of assignments away) another such name: `ctx = torch.autocast(...)`,
         `amp = partial(autocast, "cuda")`, `Ctx = ac if amp else nullcontext`, `self.ctx = ctx`."""
         if self._openers is None:
-            aliases = {"autocast"} | {local for local, imported in self.import_bound.items() if "autocast" in imported}
+            aliases = {vocab.AUTOCAST} | {local for local, imported in self.import_bound.items()
+                                          if vocab.AUTOCAST in imported}
             uses = self._assignment_names()
             openers: set[str] = set()
             changed = True
@@ -491,9 +493,10 @@ class Summary:
     def callee_can_open(self, func: ast.AST) -> bool:
         """Calling this can open a region: it is named `autocast` (torch's, an accelerator's), is an import
         alias of an `autocast`, or is a name assigned something that can open one."""
-        if type(func) is ast.Attribute and func.attr == "autocast":
+        if type(func) is ast.Attribute and func.attr == vocab.AUTOCAST:
             return True
-        if type(func) is ast.Name and (func.id == "autocast" or "autocast" in self.import_bound.get(func.id, ())):
+        if type(func) is ast.Name and (func.id == vocab.AUTOCAST
+                                       or vocab.AUTOCAST in self.import_bound.get(func.id, ())):
             return True
         name = dotted(func)
         return name is not None and name in self._opener_names()
@@ -570,15 +573,15 @@ class Summary:
         """Dotted names that can hold a GradScaler: assigned a value that uses a name `GradScaler` (or an
         import alias of one), or used the way only a scaler is."""
         if self._scalers is None:
-            wanted = self._names_for(("GradScaler", "ShardedGradScaler"))
+            wanted = self._names_for((vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER))
             scalers = set(self._scaler_usages)
             # `x.scale(...)`, `x.step(...)` and `x.update()` together: only a GradScaler has all three
             scalers |= set.intersection(*({receiver for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ()) if receiver}
-                                          for method in ("scale", "step", "update")))
+                                          for method in (vocab.SCALE, vocab.STEP, vocab.UPDATE)))
             # `x.step(arg)` and `x.update()` in one function: a scaler handed in (the facts layer's usage keys)
             stepped = {(id(function), receiver) for function, _, receiver, _, call
-                       in self.call_sites_by_name.get("step", ()) if receiver and call.args}
-            scalers |= {receiver for function, _, receiver, _, call in self.call_sites_by_name.get("update", ())
+                       in self.call_sites_by_name.get(vocab.STEP, ()) if receiver and call.args}
+            scalers |= {receiver for function, _, receiver, _, call in self.call_sites_by_name.get(vocab.UPDATE, ())
                         if receiver and not call.args and (id(function), receiver) in stepped}
             for targets, names in self._assignment_names():
                 if names & wanted:  # a name or an attribute's last name (the dotted names never match a word)
@@ -593,7 +596,7 @@ class Summary:
         `scaler_names`, where an imported scheduler's `step()` must stay a plain step."""
         imported = {alias.asname or alias.name for node in self.import_nodes if type(node) is ast.ImportFrom
                     and (node.module or "").split(".")[0] != "torch" for alias in node.names}
-        return self.scaler_names() | {receiver for method in ("scale", "unscale_", "step", "update")
+        return self.scaler_names() | {receiver for method in (vocab.SCALE, vocab.UNSCALE, vocab.STEP, vocab.UPDATE)
                                       for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ())
                                       if receiver in imported}
 
@@ -605,7 +608,7 @@ class Summary:
         a known optimizer factory)."""
         if self._optimizers is None:
             optimizers: set[str] = set()
-            for method in ("step", "unscale_"):
+            for method in (vocab.STEP, vocab.UNSCALE):
                 for _, _, receiver, _, call in self.call_sites_by_name.get(method, ()):
                     if receiver and receiver in self.screened_scaler_names():
                         for argument in (*call.args, *(keyword.value for keyword in call.keywords)):
@@ -613,9 +616,11 @@ class Summary:
                             if name:
                                 optimizers.add(name)
             # `x.zero_grad()` or `x.param_groups`: used the way an optimizer is (the facts layer's usage keys)
-            optimizers.update(receiver for _, _, receiver, _, _ in self.call_sites_by_name.get("zero_grad", ()) if receiver)
-            if "param_groups" in self.identifiers:
-                optimizers.update(receiver for _, _, receiver, _, _ in self.call_sites_by_name.get("step", ()) if receiver)
+            optimizers.update(receiver for _, _, receiver, _, _ in self.call_sites_by_name.get(vocab.ZERO_GRAD, ())
+                              if receiver)
+            if vocab.PARAM_GROUPS in self.identifiers:
+                optimizers.update(receiver for _, _, receiver, _, _ in self.call_sites_by_name.get(vocab.STEP, ())
+                                  if receiver)
             for targets, value in self.assignments:
                 if type(value) is ast.Call:
                     lasts = self._last_names(value)  # with what an import alias stands for
@@ -639,7 +644,7 @@ class Summary:
         """Functions (ids; 0 for module level) whose body calls a method `backward`/`manual_backward`: the
         facts layer surely sees a backward there."""
         found = set()
-        for name in ("backward", "manual_backward"):
+        for name in (vocab.BACKWARD, vocab.MANUAL_BACKWARD):
             for function, _, receiver, _, _ in self.call_sites_by_name.get(name, ()):
                 if receiver is not None:
                     found.add(id(function) if function is not None else 0)
@@ -767,7 +772,7 @@ class Summary:
                          lambda: any(name.lower().endswith(ACCELERATOR_NAMES) for name in self.identifiers))
 
     def regions_possible(self) -> bool:
-        if not (self.mentions("autocast") and (self.imports_module("torch") or self.accelerator_named())):
+        if not (self.mentions(vocab.AUTOCAST) and (self.imports_module("torch") or self.accelerator_named())):
             return False
         return self.ask(self.has_token("with") or "@" in self.text, lambda: any(
             self.with_can_open(node) for node, _, _ in self.withs) or any(
@@ -793,13 +798,13 @@ class Summary:
         `x.scale(...)`, `x.step(...)` and `x.update()`, `x.step(arg)` and `x.update()` in one function, or a
         name imported from a module other than torch's and used so: `scaler_names`)."""
         return ((self.imports_module("torch") and (
-                    self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token("GradScaler", "ShardedGradScaler")))
-                or self.calls_method("unscale_")
-                or (self.calls_method("scale") and (self.calls_method("backward") or (
-                    self.calls_method("step") and self.calls_method("update"))))
-                or ((self.calls_method("step") or self.calls_method("scale"))
+                    self.calls_api(*GRAD_SCALERS) if self.exact else self.has_token(*vocab.SCALER_CLASSES)))
+                or self.calls_method(vocab.UNSCALE)
+                or (self.calls_method(vocab.SCALE) and (self.calls_method(vocab.BACKWARD) or (
+                    self.calls_method(vocab.STEP) and self.calls_method(vocab.UPDATE))))
+                or ((self.calls_method(vocab.STEP) or self.calls_method(vocab.SCALE))
                     and self.ask(True, lambda: bool(self.screened_scaler_names()))))
 
     def backward_possible(self) -> bool:
         """A backward can run: `x.backward()`, or a call resolving to `torch.autograd.backward`/`grad`."""
-        return self.uses_api("backward", "grad")
+        return self.uses_api(vocab.BACKWARD, vocab.GRAD)

@@ -8,10 +8,11 @@ from typing import Iterator
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call, Region
 from amplint.index.project import Target, calls_leaving
+from amplint.vocabulary import Effect
 
 
 # A function whose facts a caller's region does not reach: its body runs with autocast off.
-REGION_OFF = ("autocast_off",)
+REGION_OFF = (Effect.AUTOCAST_OFF,)
 
 
 @dataclass

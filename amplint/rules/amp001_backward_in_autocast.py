@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 
-BACKWARDS = ("backward",)  # the index's fact for a function that runs a backward itself
+BACKWARDS = (Effect.BACKWARD,)  # the index's fact for a function that runs a backward itself
 
 
 class BackwardInAutocast(Rule):
@@ -90,20 +94,14 @@ class BackwardInAutocast(Rule):
     code = "AMP001"
     name = "backward-in-autocast"
     fix = "sometimes"
-    words = ("autocast",)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.regions_possible() and summary.calls_in_region("backward", "grad")
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        return summary.regions_possible() and reaches_from_region(view, BACKWARDS)
+    words = (vocab.AUTOCAST,)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+    requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+    requires_across = Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)
         for reached in calls_in_regions_reaching(facts, BACKWARDS):
-            if reached.call.method == "backward":
+            if reached.call.method == vocab.BACKWARD:
                 continue  # `x.backward()` is a backward event, reported above
             message = (f"{reached.describe(facts, 'a backward')} "
                        f"in {describe_region(facts, reached.region, reached.region_chain)}")

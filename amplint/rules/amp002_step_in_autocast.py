@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts import EventKind, ModuleFacts
 from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 # The index's facts for a function that steps an optimizer (known by use, as the facts layer knows one) or steps
 # or updates a GradScaler itself.
-SCALER_UPDATES = ("optimizer_step", "scaler_step", "scaler_update")
+SCALER_UPDATES = (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE)
 
 
 class StepInAutocast(Rule):
@@ -73,23 +77,17 @@ class StepInAutocast(Rule):
     code = "AMP002"
     name = "step-in-autocast"
     fix = "sometimes"
-    words = ("autocast",)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # An optimizer's or a scaler's step, or a scaler's update, that can run in a region.
-        return summary.regions_possible() and (
-            summary.calls_in_region("step", on_stepper=True)
-            or (summary.scaler_possible() and summary.calls_in_region("update", on_scaler=True)))
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        return summary.regions_possible() and reaches_from_region(view, SCALER_UPDATES)
+    words = (vocab.AUTOCAST,)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+    # An optimizer's or a scaler's step, or a scaler's update, that can run in a region.
+    requires = Ask(Summary.regions_possible) & (
+        Ask(Summary.calls_in_region, vocab.STEP, on_stepper=True)
+        | (Ask(Summary.scaler_possible) & Ask(Summary.calls_in_region, vocab.UPDATE, on_scaler=True)))
+    requires_across = Ask(Summary.regions_possible) & AskProject(reaches_from_region, SCALER_UPDATES)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._step_events(facts)
         for reached in calls_in_regions_reaching(facts, SCALER_UPDATES):
-            if reached.call.method in ("step", "update"):
+            if reached.call.method in (vocab.STEP, vocab.UPDATE):
                 continue  # a step or update named as such is an event of its own (reported above, when known)
             what = {"scaler_update": "a scaler's update", "scaler_step": "a scaler's step"}.get(
                 reached.fact, "an optimizer's step")

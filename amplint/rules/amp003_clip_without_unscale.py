@@ -9,6 +9,8 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
@@ -16,7 +18,9 @@ from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 from amplint.diagnostics import Applicability
 from amplint.rules.across import reaches_from_module
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes, UpdatePhase, snippet
 
 
@@ -98,17 +102,12 @@ class ClipWithoutUnscale(Rule):
     name = "clip-without-unscale"
     fix = "sometimes"
     # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
-    words = ("clip_grad", "scale")
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return (summary.uses_api("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
-                and summary.calls_method("step") and summary.backward_possible() and summary.scaler_possible())
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        # a scaled backward here, and a call of this file reaching a clip in another module
-        return summary.backward_possible() and summary.scaler_possible() and reaches_from_module(view, ("clip",))
+    words = (vocab.CLIP_GRAD, vocab.SCALE)
+    requires = (Ask(Summary.uses_api, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
+                & Ask(Summary.backward_possible) & Ask(Summary.scaler_possible))
+    # a scaled backward here, and a call of this file reaching a clip in another module
+    requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
+                       & AskProject(reaches_from_module, (Effect.CLIP,)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         index = _Index(facts)
@@ -185,16 +184,16 @@ class ClipWithoutUnscale(Rule):
                 and events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index).index < call.index:
             return None
         does = helpers.does(call)
-        if not does or "clip" not in does or any(fact in does for fact in _HELPER_SILENCERS):
+        if not does or Effect.CLIP not in does or any(fact in does for fact in _HELPER_SILENCERS):
             return None
         callee = snippet(facts, call.node.func, 32)
-        where = does["clip"].where()
+        where = does[Effect.CLIP].where()
         if clips_then_steps(does):
             message = _bounded(f"`{callee}(...)` clips and steps gradients still scaled by `{scaler}`", where, "in")
             return Finding(call.node, message, help=f"Unscale before the clip in {where}: "
                                                      f"`scaler.unscale_(optimizer)`")
         step = events.first_after(EventKind.SCALER_STEP, scaler, call.index)
-        if "scaler_step" in does or "scaler_update" in does or step is None \
+        if Effect.SCALER_STEP in does or Effect.SCALER_UPDATE in does or step is None \
                 or not may_follow(facts, call.frame, step.frame):
             return None
         message = _bounded(f"`{callee}(...)` clips gradients still scaled by `{scaler}`", where)
@@ -285,7 +284,7 @@ def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event, index: 
            for event in index.reordered_in(statement)):
         return None
     touched = [*between, clip.call.statement]
-    if any(_calls_method(statement, "zero_grad") for statement in touched):
+    if any(_calls_method(statement, vocab.ZERO_GRAD) for statement in touched):
         return None
     bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
     keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
@@ -332,7 +331,7 @@ def _grad_attributes(node: cst.CSTNode) -> bool:
 
     class Grads(cst.CSTVisitor):
         def visit_Attribute(self, attribute: cst.Attribute) -> None:
-            if attribute.attr.value == "grad":
+            if attribute.attr.value == vocab.GRAD:
                 found.append(attribute)
 
     node.visit(Grads())
@@ -574,11 +573,11 @@ def _union(parts) -> set[str] | None:
 # What a helper must not do for its clip to be reported at the call: a backward of its own (the gradients it
 # clips may be its own), an `unscale_` anywhere (it may unscale first: an `unscale_` in any callee counts), a
 # plain `optimizer.step()` (not the scaler's recipe: other rules' concern).
-_HELPER_FACTS = ("clip", "unscale", "backward", "scaler_step", "scaler_update", "step")
-_HELPER_SILENCERS = ("unscale", "backward", "step")
-_EVENT_FACTS = {EventKind.CLIP: "clip", EventKind.SCALER_UNSCALE: "unscale", EventKind.BACKWARD: "backward",
-                EventKind.SCALER_STEP: "scaler_step", EventKind.SCALER_UPDATE: "scaler_update",
-                EventKind.OPTIMIZER_STEP: "step"}
+_HELPER_FACTS = (Effect.CLIP, Effect.UNSCALE, Effect.BACKWARD, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.STEP)
+_HELPER_SILENCERS = (Effect.UNSCALE, Effect.BACKWARD, Effect.STEP)
+_EVENT_FACTS = {EventKind.CLIP: Effect.CLIP, EventKind.SCALER_UNSCALE: Effect.UNSCALE, EventKind.BACKWARD: Effect.BACKWARD,
+                EventKind.SCALER_STEP: Effect.SCALER_STEP, EventKind.SCALER_UPDATE: Effect.SCALER_UPDATE,
+                EventKind.OPTIMIZER_STEP: Effect.STEP}
 _HELPER_DEPTH = 3  # calls followed from the called helper, as the project index does (MAX_DEPTH)
 
 
@@ -657,8 +656,8 @@ class _Helpers:
                         found[fact] = _Doer(current, None, self.facts.line_of(event.node), event.index)
                 for inner in self.calls_in(info.frame):
                     # Any `x.unscale_()` or `x.backward()` counts, whatever the facts layer knows `x` to be.
-                    fact = {"unscale_": "unscale", "backward": "backward", "manual_backward": "backward"}.get(
-                        inner.method or "")
+                    fact = {vocab.UNSCALE: Effect.UNSCALE, vocab.BACKWARD: Effect.BACKWARD,
+                            vocab.MANUAL_BACKWARD: Effect.BACKWARD}.get(inner.method or "")
                     if fact is not None and fact not in found:
                         found[fact] = _Doer(current, None, self.facts.line_of(inner.node), inner.index)
                     callee = self._targets.get(id(inner.node))
@@ -689,18 +688,18 @@ class _Helpers:
             if fact in found:
                 continue
             reached = view.reaches(target, (fact,))
-            if reached is None and need_clip and fact == "clip":
+            if reached is None and need_clip and fact == Effect.CLIP:
                 return
             if reached is not None:
                 doer = view.function(reached[0][-1])
                 line = doer.lines.get(fact, doer.line)
                 doing = reached[0][-1]
                 found[fact] = _Doer(doing.qualname, names.get(doing.module, "?"), line, line, doing)
-        step, scaler_step = found.get("step"), found.get("scaler_step")
+        step, scaler_step = found.get(Effect.STEP), found.get(Effect.SCALER_STEP)
         if step is not None and scaler_step is not None and step.target == scaler_step.target:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
-            del found["step"]
+            del found[Effect.STEP]
 
 
 MAX_MESSAGE = 120
@@ -715,6 +714,6 @@ def _bounded(message: str, where: str, label: str = "the clip:") -> str:
 
 def clips_then_steps(does: dict[str, _Doer]) -> bool:
     """Does the helper clip and then step the scaler, in one function, the clip first?"""
-    clip, step = does.get("clip"), does.get("scaler_step")
+    clip, step = does.get(Effect.CLIP), does.get(Effect.SCALER_STEP)
     return clip is not None and step is not None and (clip.qualname, clip.module) == (step.qualname, step.module) \
         and clip.order < step.order

@@ -7,13 +7,27 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+
+
+def builder_called_per_iteration(view) -> bool:
+    """The screen's question across modules: is a function of this file that builds a scaler called in a loop
+    somewhere in the project, or (looping nowhere itself) called by no function of the project?"""
+    from amplint.index.project import functions_doing
+
+    return any(view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
+                                                      and not any(view.callers(target)))
+               for target in functions_doing(view, Effect.BUILDS_SCALER))
 
 
 class ScalerPerIteration(Rule):
@@ -87,16 +101,16 @@ class ScalerPerIteration(Rule):
     code = "AMP004"
     name = "scaler-per-iteration"
     fix = "sometimes"
-    words = ("GradScaler",)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # Built in a loop (or in a function called in one) and stepped/updated in the same function.
-        builds = ("GradScaler", "ShardedGradScaler")
-        # Or built and stepped in one function (a per-step function, whoever calls it).
-        return summary.imports_module("torch") and (
-            (summary.calls_in_loop(*builds) and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
-            or summary.calls_in_same_function(("step",), builds, on_scaler=True))
+    words = (vocab.GRAD_SCALER,)
+    # Built in a loop (or in a function called in one) and stepped/updated in the same function; or built and
+    # stepped in one function (a per-step function, whoever calls it).
+    requires = Ask(Summary.imports_module, vocab.TORCH) & (
+        (Ask(Summary.calls_in_loop, *vocab.SCALER_CLASSES)
+         & Ask(Summary.calls_in_same_function, (vocab.STEP, vocab.UPDATE), vocab.SCALER_CLASSES, on_scaler=True))
+        | Ask(Summary.calls_in_same_function, (vocab.STEP,), vocab.SCALER_CLASSES, on_scaler=True))
+    # a function of this file that builds a scaler is called in a loop somewhere in the project
+    requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
+                       & AskProject(builder_called_per_iteration))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -151,14 +165,14 @@ class ScalerPerIteration(Rule):
 
         target = Target(view.path, info.qualname)
         summary = view.function(target)
-        if summary is None or "keeps_scaler" in summary.does or facts.scaler_handed_over(build.bound_to, build.frame.function()):
+        if summary is None or Effect.KEEPS_SCALER in summary.does or facts.scaler_handed_over(build.bound_to, build.frame.function()):
             return None
         stepped = {use.optimizer for use in uses if use.optimizer}
         if any(stepped.intersection(a.targets) for a in facts.assignments_in(build.frame.function())):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            alone = per_step and "loop" not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
+            alone = per_step and Effect.LOOP not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
             message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
@@ -173,16 +187,6 @@ class ScalerPerIteration(Rule):
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
         return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
                                                  "restarts at 65536 on every call and never adapts")
-
-    @classmethod
-    def maybe_applies_across(cls, summary, view) -> bool:
-        # a function of this file that builds a scaler is called in a loop somewhere in the project
-        from amplint.index.project import functions_doing
-
-        return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
-            view.called_per_iteration(target) or ("loop" not in view.function(target).does
-                                                  and not any(view.callers(target)))
-            for target in functions_doing(view, "builds_scaler"))
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:

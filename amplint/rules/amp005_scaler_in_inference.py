@@ -11,11 +11,14 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.facts.model import FrameKind
-from amplint.index.summary import FUNCTIONS
+from amplint.index.summary import FUNCTIONS, Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
@@ -24,10 +27,11 @@ SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALE
 # only evidence in a module that runs a backward (see `ScalerInInference` and `_build_evidence`).
 EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|sampl|test)", re.IGNORECASE)
 ANY_NAME = re.compile("")
-BUILDS = ("GradScaler", "ShardedGradScaler")
-GRAD_OFF = ("no_grad", "inference_mode", "set_grad_enabled")
+BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
+GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
+USES = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)  # what a training step calls on a scaler
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
-READS_EVERY_LOCAL = frozenset({"locals", "vars", "eval", "exec"})
+READS_EVERY_LOCAL = frozenset({"locals", "vars", vocab.EVAL, "exec"})
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 
 
@@ -48,6 +52,25 @@ ADVICE = {
     EventKind.SCALER_BUILD: "Remove it: a GradScaler serves only a training step's backward",
     EventKind.SCALER_SCALE: "Use the unscaled value",
 }
+
+
+def module_without_backward(summary) -> bool:
+    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
+    return summary.ask(True, lambda: not _functions_with_backward(summary))
+
+
+def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
+    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
+    name `pattern` finds or that calls one of `calling`."""
+    def exact() -> bool:
+        with_backward = _functions_with_backward(summary)
+        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
+        return any(type(function) in FUNCTIONS and id(function) not in with_backward
+                   and (pattern.search(function.name) or id(function) in calling_functions)
+                   for function, _ in summary.sites(names, on_scaler))
+
+    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
+                                                        or summary.written_call(calling)), exact)
 
 
 class ScalerInInference(Rule):
@@ -148,23 +171,19 @@ class ScalerInInference(Rule):
     name = "scaler-in-inference"
     fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
-    words = ("GradScaler", "scale")
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
-        # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
-        # grad mode) may open no_grad; a construction at module level of a module without backward.
-        uses = ("scale", "step", "update", "unscale_")
-        return summary.scaler_possible() and (
-            summary.calls_under(BUILDS, GRAD_OFF) or summary.calls_under(("scale",), GRAD_OFF, on_scaler=True)
-            or (module_without_backward(summary) and (
-                summary.calls_under(uses, GRAD_OFF, on_scaler=True)
-                or summary.calls_outside_functions(*uses, on_scaler=True)
-                or summary.calls_outside_functions(*BUILDS)))
-            or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True)
-            or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=("eval",))
-            or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME)))
+    words = (vocab.GRAD_SCALER, vocab.SCALE)
+    # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
+    # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
+    # grad mode) may open no_grad; a construction at module level of a module without backward.
+    requires = Ask(Summary.scaler_possible) & (
+        Ask(Summary.calls_under, BUILDS, GRAD_OFF) | Ask(Summary.calls_under, (vocab.SCALE,), GRAD_OFF, on_scaler=True)
+        | (Ask(module_without_backward) & (
+            Ask(Summary.calls_under, USES, GRAD_OFF, on_scaler=True)
+            | Ask(Summary.calls_outside_functions, *USES, on_scaler=True)
+            | Ask(Summary.calls_outside_functions, *BUILDS)))
+        | Ask(in_function_without_backward, USES, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
+        | Ask(in_function_without_backward, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
+        | (Ask(Summary.has_token, *GRAD_OFF) & Ask(in_function_without_backward, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions = _Functions(facts)
@@ -332,7 +351,7 @@ class _Functions:
 
     @cached_property
     def _calling_eval(self) -> set[int]:
-        return {id(c.frame.function()) for c in self.facts.calls if c.method == "eval" and not c.node.args}
+        return {id(c.frame.function()) for c in self.facts.calls if c.method == vocab.EVAL and not c.node.args}
 
     def calls_eval(self, function: Frame | None) -> bool:
         """Does the function's own code (None: the module's) call `x.eval()`?"""
@@ -373,7 +392,7 @@ class _Functions:
     def _backward_calls(self) -> set[int]:
         """ids of the calls that run a backward (events, and every method `backward`/`manual_backward`)."""
         found = {id(e.call) for e in self.facts.events if e.kind is EventKind.BACKWARD}
-        return found | {id(c) for c in self.facts.calls if c.method in ("backward", "manual_backward")}
+        return found | {id(c) for c in self.facts.calls if c.method in (vocab.BACKWARD, vocab.MANUAL_BACKWARD)}
 
     @cached_property
     def _callees(self) -> dict[int, Frame]:
@@ -434,7 +453,7 @@ class _Functions:
             if call.dotted is None or (call.qualified or "").startswith("torch."):
                 continue
             target = view.resolve(_qualname(self.facts, call.frame), call.dotted)
-            if target is not None and view.reaches(target, ("backward",)) is not None:
+            if target is not None and view.reaches(target, (Effect.BACKWARD,)) is not None:
                 return True
         return False
 
@@ -586,20 +605,3 @@ def _functions_with_backward(summary) -> set[int]:
     return summary.functions_calling_backward()
 
 
-def module_without_backward(summary) -> bool:
-    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
-    return summary.ask(True, lambda: not _functions_with_backward(summary))
-
-
-def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
-    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
-    name `pattern` finds or that calls one of `calling`."""
-    def exact() -> bool:
-        with_backward = _functions_with_backward(summary)
-        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
-        return any(type(function) in FUNCTIONS and id(function) not in with_backward
-                   and (pattern.search(function.name) or id(function) in calling_functions)
-                   for function, _ in summary.sites(names, on_scaler))
-
-    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
-                                                        or summary.written_call(calling)), exact)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
@@ -17,8 +19,20 @@ from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, deliberately_low
                                   is_low_precision, is_scalar, lowering, module_output, tensor_module)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import dtype_words
+
+
+def disabled_region_possible(summary) -> bool:
+    """The screen's question: a call that can open a disabled region, one passing a literal `False` (positionally
+    or as `enabled=False`) to something that can open a region, or to a `partial`."""
+    return summary.ask(summary.has_token("False"), lambda: any(
+        summary.callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
+        or (type(call.func) is ast.Name and (call.func.id == "partial"
+                                             or "partial" in summary.import_bound.get(call.func.id, ())))
+        for call in summary.false_calls))
 
 
 class DisabledAutocastWithoutCast(Rule):
@@ -89,13 +103,10 @@ class DisabledAutocastWithoutCast(Rule):
     fix = "sometimes"
     # A disabled region is `autocast(..., enabled=False)` or `False` passed positionally (legacy
     # `autocast(False)`, `torch.autocast("cuda", None, False)`), also through `partial`.
-    words = ("autocast",)
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A disabled region (a with-statement or a decorator): the region itself says its code runs under an
-        # enclosing autocast, whoever opens it.
-        return summary.regions_possible() and disabled_region_possible(summary)
+    words = (vocab.AUTOCAST,)
+    # A disabled region (a with-statement or a decorator): the region itself says its code runs under an
+    # enclosing autocast, whoever opens it.
+    requires = Ask(Summary.regions_possible) & Ask(disabled_region_possible)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for frame in facts.with_frames.values():
@@ -130,7 +141,7 @@ class DisabledAutocastWithoutCast(Rule):
         params = {name for name, source in sources.items() if source.parameter}
         visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
                                             lambda func: tensor_module(facts, func, frame), params,
-                                            lambda func: module_output(facts, func, frame) in ("low", "float32"),
+                                            lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
                                             callee_casts(facts, frame))
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
@@ -168,7 +179,7 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
         callee = dotted_name(func)
         target = view.resolve(info.qualname if info else None, callee) if callee else None
         summary = view.function(target) if target is not None else None
-        return "float32" if summary is not None and "returns_float32" in summary.does else None
+        return vocab.FLOAT32 if summary is not None and Effect.RETURNS_FLOAT32 in summary.does else None
 
     return output
 
@@ -373,11 +384,3 @@ def kept_low(value: cst.BaseExpression, low: dict[str, Source]) -> Source | None
     return None
 
 
-def disabled_region_possible(summary) -> bool:
-    """The screen's question: a call that can open a disabled region, one passing a literal `False` (positionally
-    or as `enabled=False`) to something that can open a region, or to a `partial`."""
-    return summary.ask(summary.has_token("False"), lambda: any(
-        summary.callee_can_open(call.func) or (type(call.func) is ast.Attribute and call.func.attr == "partial")
-        or (type(call.func) is ast.Name and (call.func.id == "partial"
-                                             or "partial" in summary.import_bound.get(call.func.id, ())))
-        for call in summary.false_calls))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
 from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
@@ -15,32 +16,60 @@ from amplint.facts import ModuleFacts
 from amplint.facts.names import (
     DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, code_words, dotted_name,
 )
-from amplint.index.summary import dotted
+from amplint.index.summary import Summary, dotted
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
 
 # The legacy signatures (torch 1.10 to 2.13, measured): what a call may pass, by position and by keyword. A call
 # that passes anything else, or one parameter twice, raises TypeError already: it is reported, never rewritten.
-LEGACY_AUTOCAST_POSITIONS = ("enabled", "dtype", "cache_enabled")
+LEGACY_AUTOCAST_POSITIONS = (vocab.ENABLED, vocab.DTYPE, vocab.CACHE_ENABLED)
 LEGACY_PARAMETERS = {
-    "autocast": LEGACY_AUTOCAST_POSITIONS,
-    "GradScaler": ("init_scale", "growth_factor", "backoff_factor", "growth_interval", "enabled"),
-    "custom_fwd": ("fwd",),  # custom_fwd(fwd=None, *, cast_inputs=None)
-    "custom_bwd": ("bwd",),
+    vocab.AUTOCAST: LEGACY_AUTOCAST_POSITIONS,
+    vocab.GRAD_SCALER: ("init_scale", "growth_factor", "backoff_factor", "growth_interval", vocab.ENABLED),
+    vocab.CUSTOM_FWD: ("fwd",),  # custom_fwd(fwd=None, *, cast_inputs=None)
+    vocab.CUSTOM_BWD: ("bwd",),
 }
 LEGACY_NAMES = tuple(LEGACY_PARAMETERS)  # the AMP names the legacy modules hold
-LEGACY_KEYWORD_ONLY = {"custom_fwd": ("cast_inputs",)}
+LEGACY_KEYWORD_ONLY = {vocab.CUSTOM_FWD: (vocab.CAST_INPUTS,)}
 # The dtype a legacy autocast passes when the call names none. `torch.amp.autocast(device)` without a dtype takes
 # the current autocast dtype instead, which an enclosing region sets: inside `torch.autocast("cuda",
 # dtype=torch.bfloat16)` a legacy `torch.cuda.amp.autocast()` computes in float16, the bare new spelling in
 # bfloat16. The migration writes the legacy default so the region computes as before.
-LEGACY_AUTOCAST_DTYPE = {"cuda": "float16", "cpu": "bfloat16"}
+LEGACY_AUTOCAST_DTYPE = {"cuda": vocab.FLOAT16, "cpu": vocab.BFLOAT16}
 # Words of an `if` test (names, strings, numbers: `code_words`) that make its branches a deliberate
 # compatibility shim for old torch versions.
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
 # Handlers of a `try: <new spelling> except ...: <old spelling>` shim (a bare `except:` too).
 COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
+
+
+def _called_behind_a_name(summary) -> bool:
+    """The screen's question for what `_aliases` and the star imports report: a call through a name that an
+    assignment binds to a legacy API or module (either branch of `a if test else b`), or a bare call of an AMP
+    name with a legacy module star-imported. A bare decorator through such a name is looked for in the text
+    (`@name`): more files kept, none dropped."""
+    legacy = (*DEPRECATED_AMP, *DEPRECATED_AMP_MODULES)
+
+    def exact() -> bool:
+        starred = set(LEGACY_NAMES) if summary.imported_modules & set(DEPRECATED_AMP_MODULES) else set()
+        called = set(starred)  # names whose call may reach a legacy API
+        for targets, value in summary.assignments:
+            branches = [value]
+            while branches:
+                branch = branches.pop()
+                if type(branch) is ast.IfExp:
+                    branches += [branch.body, branch.orelse]
+                elif summary.resolves(branch, legacy) or dotted(branch) in starred:
+                    called |= targets
+        for sites in summary.call_sites_by_name.values():
+            for _, _, receiver, _, call in sites:
+                if dotted(call.func) in called or receiver in called:
+                    return True
+        return any(f"@{name}" in summary.text for name in called)
+
+    return summary.ask(summary.has_token(vocab.AMP) and summary.has_token("cuda", "cpu"), exact)
 
 
 class DeprecatedAmpApi(Rule):
@@ -135,17 +164,13 @@ class DeprecatedAmpApi(Rule):
     code = "AMP007"
     name = "deprecated-amp-api"
     severity = "warning"  # a deprecated spelling: it warns and will break one day, it computes the same
-    words = ("amp",)  # every path to torch.cuda.amp / torch.cpu.amp spells it
+    words = (vocab.AMP,)  # every path to torch.cuda.amp / torch.cpu.amp spells it
+    # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an import or
+    # a reference alone warns nothing), or a call through a name bound to one (an alias, a star import).
+    requires = Ask(Summary.imports_module, vocab.TORCH) & (
+        Ask(Summary.calls_api, *DEPRECATED_AMP, partial=True, decorator=True) | Ask(_called_behind_a_name))
     min_torch = "1.6"  # the legacy spellings appeared in torch 1.6
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an
-        # import or a reference alone warns nothing), or a call through a name bound to one (an alias, a star
-        # import).
-        return summary.imports_module("torch") and (
-            summary.calls_api(*DEPRECATED_AMP, partial=True, decorator=True) or _called_behind_a_name(summary))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         if not self.torch.reaches(AMP_DEPRECATED_SINCE):
@@ -176,7 +201,7 @@ class DeprecatedAmpApi(Rule):
                        else f"`{used}` is the deprecated `{warned}` ({_when(site)})")
             advice = "; ".join(part for part in (use, why_not) if part) or \
                 f"use `{_new_spelling(new_name, device)}`"
-            if new_name == "autocast" and site.kind == "call" and _positional(site.node):
+            if new_name == vocab.AUTOCAST and site.kind == "call" and _positional(site.node):
                 advice += " (the legacy first positional argument is `enabled`, not the device)"
             findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
         aliases = [alias for alias in aliases if not alias.skipped(plan)]
@@ -212,33 +237,6 @@ class DeprecatedAmpApi(Rule):
             yield Finding(node, message, fix_plan, help=advice or None)
 
 
-def _called_behind_a_name(summary) -> bool:
-    """The screen's question for what `_aliases` and the star imports report: a call through a name that an
-    assignment binds to a legacy API or module (either branch of `a if test else b`), or a bare call of an AMP
-    name with a legacy module star-imported. A bare decorator through such a name is looked for in the text
-    (`@name`): more files kept, none dropped."""
-    legacy = (*DEPRECATED_AMP, *DEPRECATED_AMP_MODULES)
-
-    def exact() -> bool:
-        starred = set(LEGACY_NAMES) if summary.imported_modules & set(DEPRECATED_AMP_MODULES) else set()
-        called = set(starred)  # names whose call may reach a legacy API
-        for targets, value in summary.assignments:
-            branches = [value]
-            while branches:
-                branch = branches.pop()
-                if type(branch) is ast.IfExp:
-                    branches += [branch.body, branch.orelse]
-                elif summary.resolves(branch, legacy) or dotted(branch) in starred:
-                    called |= targets
-        for sites in summary.call_sites_by_name.values():
-            for _, _, receiver, _, call in sites:
-                if dotted(call.func) in called or receiver in called:
-                    return True
-        return any(f"@{name}" in summary.text for name in called)
-
-    return summary.ask(summary.has_token("amp") and summary.has_token("cuda", "cpu"), exact)
-
-
 def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) -> list[str]:
     """Where each imported name's replacement lives at the project's oldest torch, and how to call it."""
     by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
@@ -251,7 +249,7 @@ def _import_advice(plan: "_Plan", scan: "_Scan", statement, names: list[str]) ->
             missing.append(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on")
             continue
         by_module.setdefault(target, []).append(name)
-        spelling = (f'`{name}("{device}", ...)`' if new_name in ("autocast", "GradScaler")
+        spelling = (f'`{name}("{device}", ...)`' if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER)
                     else f'`{name}(..., device_type="{device}")`')
         if spelling not in spellings.setdefault(target, []):
             spellings[target].append(spelling)
@@ -275,7 +273,7 @@ def _sentence(text: str) -> str:
 
 def _advice(spelling: str, device: str) -> str:
     """How to call the replacement (`torch.amp.autocast`, or `torch.autocast` for an older oldest torch)."""
-    if spelling.endswith(("autocast", "GradScaler")):
+    if spelling.endswith((vocab.AUTOCAST, vocab.GRAD_SCALER)):
         return f"`{spelling}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
     return f"`{spelling}(..., device_type=\"{device}\")`"
 
@@ -289,7 +287,7 @@ def _when(site: "_Site") -> str:
 
 
 def _new_spelling(new_name: str, device: str) -> str:
-    if new_name in ("autocast", "GradScaler"):
+    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
         return f"torch.amp.{new_name}('{device}', args...)"
     return f"torch.amp.{new_name}(args..., device_type='{device}')"
 
@@ -438,8 +436,8 @@ def _alias_advice(plan: "_Plan", alias: _Alias) -> str:
     if spelling is None:
         return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
                          f"and the project supports torch {plan.support.floor}: no replacement to bind")
-    if new_name in ("autocast", "GradScaler"):
-        extra = f", dtype=torch.{LEGACY_AUTOCAST_DTYPE[device]}" if new_name == "autocast" else ""
+    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
+        extra = f", dtype=torch.{LEGACY_AUTOCAST_DTYPE[device]}" if new_name == vocab.AUTOCAST else ""
         bound = f'functools.partial({spelling}, "{device}"{extra})'
     else:
         bound = f'functools.partial({spelling}, device_type="{device}")'
@@ -457,7 +455,7 @@ def _compat_try(node: cst.Try) -> bool:
     """Does the body import (a statement, `importlib.import_module`, `__import__`) or name `torch.amp`, and a
     handler catch an import or attribute error (or everything)? Read from the code: a comment is no import."""
     imports = any(isinstance(s, (cst.Import, cst.ImportFrom)) for s in _small_statements(node.body)) or any(
-        "import" in word or "torch.amp" in word for word in code_words(node.body))
+        "import" in word or vocab.TORCH_AMP in word for word in code_words(node.body))
     return imports and any(
         handler.type is None or {word.rsplit(".", 1)[-1] for word in code_words(handler.type)} & COMPAT_ERRORS
         for handler in node.handlers)
@@ -734,11 +732,11 @@ class _Plan:
                 # `import torch.cuda.amp as amp` / `from torch.cuda import amp`: rebind the alias to torch.amp.
                 if self._every_use_is_a_site(head, sites) and all(self._convertible(s) for s in sites) and all(
                         dotted_name(s.reference).count(".") == 1 for s in sites) and all(
-                        self.module_for(DEPRECATED_AMP[s.qualified][0]) == "torch.amp" for s in sites):
+                        self.module_for(DEPRECATED_AMP[s.qualified][0]) == vocab.TORCH_AMP for s in sites):
                     for site in sites:
                         self._rewrite(site, None)
                     for each in self.scan.bindings[head]:
-                        self._move_import(each, "torch.amp")
+                        self._move_import(each, vocab.TORCH_AMP)
                 elif torch_name is not None:
                     self._rewrite_under(torch_name, sites)
             elif torch_name is not None:
@@ -764,7 +762,7 @@ class _Plan:
             return  # `torch.cuda.amp` spelled through torch only: a from-imported module keeps its import
         sites = [_Site("call", node, node.func, api, alias.target) if isinstance(node, cst.Call)
                  else _Site("decorator", node, node, api, alias.target) for node, api in alias.uses]
-        if not all(self._convertible(site) and self.module_for(DEPRECATED_AMP[site.qualified][0]) == "torch.amp"
+        if not all(self._convertible(site) and self.module_for(DEPRECATED_AMP[site.qualified][0]) == vocab.TORCH_AMP
                    for site in sites):
             return
         for site in sites:
@@ -785,8 +783,8 @@ class _Plan:
         supports torch older than `torch.amp.autocast`, or None (no replacement at the oldest torch)."""
         if self.support.has(f"torch.amp.{new_name}"):
             return f"torch.amp.{new_name}"
-        if new_name == "autocast" and self.support.has("torch.autocast"):
-            return "torch.autocast"
+        if new_name == vocab.AUTOCAST and self.support.has(vocab.TORCH_AUTOCAST):
+            return vocab.TORCH_AUTOCAST
         return None
 
     def module_for(self, new_name: str) -> str | None:
@@ -810,7 +808,7 @@ class _Plan:
                         f"already: no fix")
             if _legacy_call_error(new_name, args):
                 return "the call does not match the legacy signature (it raises TypeError already): no fix"
-            if new_name == "autocast" and _needs_dtype(args) and self.torch_name is None:
+            if new_name == vocab.AUTOCAST and _needs_dtype(args) and self.torch_name is None:
                 return (f"the migration must keep the legacy default `dtype=torch.{LEGACY_AUTOCAST_DTYPE[device]}` "
                         f"(without it an enclosing region's dtype applies) and the module has no `import torch`: "
                         f"no fix")
@@ -825,21 +823,21 @@ class _Plan:
     def _convertible(self, site: _Site) -> bool:
         new_name = DEPRECATED_AMP[site.qualified][0]
         if site.kind == "reference":
-            return new_name == "GradScaler"  # isinstance()/annotations: the base class accepts both
+            return new_name == vocab.GRAD_SCALER  # isinstance()/annotations: the base class accepts both
         if site.kind in ("base", "alias"):
             return False
         if site.kind == "decorator":
-            return new_name in ("custom_fwd", "custom_bwd")
+            return new_name in (vocab.CUSTOM_FWD, vocab.CUSTOM_BWD)
         args = site.node.args[1:] if site.kind == "partial" else site.node.args
         if _legacy_call_error(new_name, args):
             return False  # the call raises TypeError as written: report it, change nothing
-        if new_name == "autocast":
+        if new_name == vocab.AUTOCAST:
             if any(arg.star == "*" for arg in args):
                 return False
             if _needs_dtype(args) and (self.torch_name is None or any(arg.star == "**" for arg in args)):
                 return False  # the legacy default dtype cannot be written (no name for torch; `**` may hold one)
             return site.kind != "partial" or self._partial_called_with_keywords_only(site)
-        if new_name == "GradScaler":
+        if new_name == vocab.GRAD_SCALER:
             return True
         return not any(arg.star == "**" for arg in args)
 
@@ -867,21 +865,21 @@ class _Plan:
             self.fixed_sites[id(site)] = func
             return
         if site.kind == "decorator":
-            call = cst.Call(func=func or site.node, args=[self._keyword("device_type", device)])
+            call = cst.Call(func=func or site.node, args=[self._keyword(vocab.DEVICE_TYPE, device)])
             self.replacements[site.node] = call
             self.fixed_sites[id(site)] = call
             return
 
         def convert(args: list[cst.Arg]) -> list[cst.Arg]:
-            if new_name == "autocast":
+            if new_name == vocab.AUTOCAST:
                 dtype = None
                 if _needs_dtype(args):
                     dtype = cst.Arg(cst.parse_expression(f"{self.torch_name}.{LEGACY_AUTOCAST_DTYPE[device]}"),
-                                    keyword=cst.Name("dtype"), equal=_equal())
+                                    keyword=cst.Name(vocab.DTYPE), equal=_equal())
                 return _autocast_args(args, self._string(device), self.indent, dtype)
-            if new_name == "GradScaler":
+            if new_name == vocab.GRAD_SCALER:
                 return _insert_first(args, cst.Arg(self._string(device)), self.indent)
-            return _append(args, self._keyword("device_type", device), self.indent)
+            return _append(args, self._keyword(vocab.DEVICE_TYPE, device), self.indent)
 
         if site.kind == "call":
             def rebuild(updated: cst.Call) -> cst.Call:
@@ -983,7 +981,7 @@ def _needs_dtype(args) -> bool:
     without one computes in (measured: inside `torch.cpu.amp.autocast(enabled=False)` within a float16 region,
     `torch.autocast("cpu")` computes in bfloat16; inside `torch.amp.autocast("cpu", enabled=False)`, float16)."""
     positional, keywords = _positional_and_keywords(args)
-    return len(positional) < 2 and "dtype" not in keywords
+    return len(positional) < 2 and vocab.DTYPE not in keywords
 
 
 def _insert_first(args: list[cst.Arg], new: cst.Arg, indent=None) -> list[cst.Arg]:
@@ -1035,7 +1033,7 @@ def _import_rewrite(statement, line, changes, replacements: dict) -> None:
     module_of = {}
     for alias in moved:
         old = dotted_name(alias.name)
-        module_of[id(alias)] = "torch" if old in ("amp",) and dotted_name(statement.module) in (
+        module_of[id(alias)] = "torch" if old in (vocab.AMP,) and dotted_name(statement.module) in (
             "torch.cuda", "torch.cpu") else changed[id(alias)]
     targets = {module_of[id(alias)] for alias in moved}
     if not kept and len(targets) == 1 and moved:

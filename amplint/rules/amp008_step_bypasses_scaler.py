@@ -7,11 +7,14 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
@@ -87,13 +90,11 @@ class StepBypassesScaler(Rule):
 
     code = "AMP008"
     name = "step-bypasses-scaler"
-    words = ("scale",)
+    words = (vocab.SCALE,)
+    requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.STEP)
+                & Ask(Summary.calls_method, vocab.SCALE))
     min_torch = "1.6"
     fix = "sometimes"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("step") and summary.calls_method("scale")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for step in facts.events:

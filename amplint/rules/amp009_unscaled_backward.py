@@ -8,11 +8,14 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 # Receivers of `.backward(...)` that are not tensors: frameworks that scale the loss themselves.
@@ -72,13 +75,11 @@ class UnscaledBackward(Rule):
 
     code = "AMP009"
     name = "unscaled-backward"
-    words = ("backward",)
+    words = (vocab.BACKWARD,)
+    requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.BACKWARD)
+                & Ask(Summary.calls_method, vocab.STEP))
     min_torch = "1.6"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("backward") and summary.calls_method("step")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions: dict[int, _FunctionEvents] = {}  # each function's events, indexed once for all its backwards
@@ -206,4 +207,4 @@ def _keeps_graph(facts: ModuleFacts, backward: Event) -> bool:
 
 def _says_scale(node: cst.CSTNode) -> bool:
     """Does the code of an expression (its names and strings, not its comments) say `scale`?"""
-    return any("scale" in word.lower() for word in code_words(node))
+    return any(vocab.SCALE in word.lower() for word in code_words(node))

@@ -7,11 +7,14 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 from amplint.lazy import visitor_class
 
+from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import scaler_enabled
 from amplint.facts.walk import walk
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
@@ -80,13 +83,10 @@ class StepWithoutUpdate(Rule):
 
     code = "AMP010"
     name = "step-without-update"
-    words = ("step",)
+    words = (vocab.STEP,)
+    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.STEP)
     min_torch = "1.6"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("step")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         steps_by_scaler: dict[tuple[str, int], list[Event]] = {}
@@ -215,7 +215,7 @@ def _update_calls(facts: ModuleFacts) -> dict[tuple[str, int], list]:
     a module of N functions that each step a scaler costs N lookups, not N scans of every call."""
     updates: dict[tuple[str, int], list] = {}
     for call in facts.calls:
-        if call.method == "update" and call.receiver:
+        if call.method == vocab.UPDATE and call.receiver:
             updates.setdefault((call.receiver, id(call.frame.function())), []).append(call)
     return updates
 

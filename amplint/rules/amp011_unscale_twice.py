@@ -9,13 +9,37 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
 from amplint.facts.module import branch_condition, may_follow, scaler_enabled
-from amplint.index.summary import names_in
+from amplint.index.summary import Summary, names_in
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+
+
+def can_run_again(summary, *names: str) -> bool:
+    """The screen's question for this rule: a method call to one of the names that can run twice with nothing
+    between: in a loop's body (in its function) other than only `for x in ...` loops over its first argument, or
+    with another method call to one of the names, or to `step`, in the same function."""
+    def exact() -> bool:
+        sites = [site for name in names for site in summary.call_sites_by_name.get(name, ()) if site[2] is not None]
+        calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
+        for site in sites + [site for site in summary.call_sites_by_name.get(vocab.STEP, ()) if site[2] is not None]:
+            calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
+        for function, _, _, loops, call in sites:
+            argument = call.args[0] if call.args else None
+            argument = argument.id if type(argument) is ast.Name else None
+            if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
+                        and argument in names_in(loop.target)) for loop in loops):
+                return True
+            if len(calls_by_function[id(function)]) > 1:  # another call besides this one
+                return True
+        return False
+
+    return summary.ask(summary.has_token(*names, kind="method"), exact)
 
 
 class UnscaleTwice(Rule):
@@ -83,14 +107,11 @@ class UnscaleTwice(Rule):
 
     code = "AMP011"
     name = "unscale-twice"
-    words = ("unscale_",)
+    words = (vocab.UNSCALE,)
+    # A second unscale_ (or a step) before it in the same function, or a loop that repeats it.
+    requires = Ask(Summary.calls_method, vocab.UNSCALE) & Ask(can_run_again, vocab.UNSCALE)
     min_torch = "1.6"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # A second unscale_ (or a step) before it in the same function, or a loop that repeats it.
-        return summary.calls_method("unscale_") and can_run_again(summary, "unscale_")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
@@ -487,23 +508,3 @@ def _references(node: cst.CSTNode) -> Counter[str]:
     return found
 
 
-def can_run_again(summary, *names: str) -> bool:
-    """The screen's question for this rule: a method call to one of the names that can run twice with nothing
-    between: in a loop's body (in its function) other than only `for x in ...` loops over its first argument, or
-    with another method call to one of the names, or to `step`, in the same function."""
-    def exact() -> bool:
-        sites = [site for name in names for site in summary.call_sites_by_name.get(name, ()) if site[2] is not None]
-        calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
-        for site in sites + [site for site in summary.call_sites_by_name.get("step", ()) if site[2] is not None]:
-            calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
-        for function, _, _, loops, call in sites:
-            argument = call.args[0] if call.args else None
-            argument = argument.id if type(argument) is ast.Name else None
-            if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
-                        and argument in names_in(loop.target)) for loop in loops):
-                return True
-            if len(calls_by_function[id(function)]) > 1:  # another call besides this one
-                return True
-        return False
-
-    return summary.ask(summary.has_token(*names, kind="method"), exact)

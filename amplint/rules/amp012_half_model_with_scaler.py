@@ -6,14 +6,17 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
-HALF_DTYPES = frozenset({"torch.float16", "torch.half"})
+HALF_DTYPES = frozenset(name for name, low in vocab.LOW_DTYPES.items() if low == vocab.FLOAT16)
 
 
 class HalfModelWithScaler(Rule):
@@ -74,13 +77,10 @@ class HalfModelWithScaler(Rule):
 
     code = "AMP012"
     name = "half-model-with-scaler"
-    words = ("half", "float16")
+    words = (vocab.HALF, vocab.FLOAT16)
+    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.HALF, "to", "type")
     min_torch = "1.6"
     fix = "none"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        return summary.scaler_possible() and summary.calls_method("half", "to", "type")
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
@@ -162,17 +162,17 @@ class HalfModelWithScaler(Rule):
         """Is the model converted back to float32 after `half` (`conversions`: its `.float()`/`.to()`/`.type()`
         calls)?"""
         return any(call is not half and call.index > half.index and not _to_half(facts, call)
-                   and (call.method == "float" or any("float32" in word for word in code_words(call.node)))
+                   and (call.method == "float" or any(vocab.FLOAT32 in word for word in code_words(call.node)))
                    for call in conversions)
 
 
 def _to_half(facts: ModuleFacts, call: Call) -> bool:
     """`x.half()`, `x.to(torch.float16)`, `x.to(device, torch.half)`, `x.to(dtype=torch.float16)`, `x.type(...)`."""
     node = call.node
-    if call.method == "half" and not node.args:
+    if call.method == vocab.HALF and not node.args:
         return True
     if call.method in ("to", "type"):
-        dtype = call_argument(node, None, "dtype")
+        dtype = call_argument(node, None, vocab.DTYPE)
         candidates = [dtype] if dtype is not None else [a.value for a in node.args if a.keyword is None]
         return any(facts.imports.qualify(c) in HALF_DTYPES for c in candidates if c is not None)
     return False

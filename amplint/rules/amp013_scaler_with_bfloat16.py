@@ -7,6 +7,7 @@ from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
+from amplint import vocabulary as vocab
 from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
@@ -14,7 +15,9 @@ from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 
 # Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
 # somewhere: stay silent. `torch.float16`, `args.fp16`, `"--fp16"`, `x.half()`, `torch.half`, `"half"`.
@@ -82,16 +85,13 @@ class ScalerWithBfloat16(Rule):
     code = "AMP013"
     name = "scaler-with-bfloat16"
     severity = "warning"  # needless work: the parameters are bit-identical without the scaler
-    words = ("GradScaler",)  # the finding is a GradScaler construction
+    words = (vocab.GRAD_SCALER,)  # the finding is a GradScaler construction
+    # Regions here are any call that makes an autocast (not only with-items): `autocast` is named; and only
+    # bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16).
+    requires = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
+                & Ask(Summary.mentions, vocab.AUTOCAST) & Ask(Summary.contains, vocab.BFLOAT16, vocab.CPU))
     min_torch = "1.10"
     fix = "unsafe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # Regions here are any call that makes an autocast (not only with-items): `autocast` is named.
-        # ... and only bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16)
-        return (summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and summary.mentions("autocast")
-                and summary.contains("bfloat16", "cpu"))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
@@ -99,7 +99,7 @@ class ScalerWithBfloat16(Rule):
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]
-        if not active or any(_dtype(r) != "bfloat16" for r in active) or _float16_in_code(facts):
+        if not active or any(_dtype(r) != vocab.BFLOAT16 for r in active) or _float16_in_code(facts):
             return  # the module's code walked last: only where every region is bfloat16
         region = active[0]
         index = _Index(facts, builds)
@@ -136,7 +136,7 @@ def _dtype(region: Region) -> str | None:
     if region.dtype is not None:
         return region.dtype
     if region.device == "cpu" and isinstance(region.opener, cst.Call):
-        return "bfloat16"  # CPU autocast's default dtype
+        return vocab.BFLOAT16  # CPU autocast's default dtype
     return None
 
 
@@ -204,13 +204,13 @@ def _removed_calls(calls) -> tuple[dict, list, int] | None:
     handled = 0
     for call in calls:
         node = call.node
-        if call.method == "scale" and len(node.args) == 1 and node.args[0].keyword is None \
+        if call.method == vocab.SCALE and len(node.args) == 1 and node.args[0].keyword is None \
                 and not node.args[0].star:
             replacements[node] = _parenthesized(node.args[0].value)
-        elif call.method == "step" and len(node.args) == 1 and node.args[0].keyword is None \
+        elif call.method == vocab.STEP and len(node.args) == 1 and node.args[0].keyword is None \
                 and dotted_name(node.args[0].value):
             replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
-        elif call.method in ("update", "unscale_") and _single(call.statement, cst.Expr) and \
+        elif call.method in (vocab.UPDATE, vocab.UNSCALE) and _single(call.statement, cst.Expr) and \
                 call.statement.body[0].value is node:
             removed.append(call.statement)
         else:

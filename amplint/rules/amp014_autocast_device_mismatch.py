@@ -8,6 +8,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call
 from amplint.facts.module import call_argument, literal_bool, literal_string
@@ -21,14 +22,36 @@ from amplint.facts.names import (
     TORCH_DEVICE,
     dotted_name,
 )
-from amplint.index.summary import DTYPE_NAMES, PARTIAL_API, argument, dotted, is_float32_name, last_name
+from amplint.index.summary import DTYPE_NAMES, PARTIAL_API, Summary, argument, dotted, is_float32_name, last_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
+from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+
+CPU_LEGACY = [name for name, device in AUTOCAST_LEGACY.items() if device == vocab.CPU]  # legacy CPU autocast
 
 
 def _equal() -> cst.AssignEqual:
     """`=` of a keyword argument, without spaces."""
     return cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""), whitespace_after=cst.SimpleWhitespace(""))
+
+
+def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
+    """The screen's question: a call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of
+    it, whose device can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a
+    `<...>.device(...)` call, a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32
+    dtype; or a call to `cpu_legacy` with a float32 dtype."""
+    def exact() -> bool:
+        device_names = {name for targets, value in summary.assignments
+                        if type(value) is ast.Call and last_name(value.func) == "device" for name in targets}
+        suspects = (*summary.api_calls(autocast), *(
+            ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
+            for call in summary.api_calls(PARTIAL_API) if call.args and summary.resolves(call.args[0], autocast)))
+        for call in suspects:
+            if device_suspect(call, device_names, summary.device_parameters):
+                return True
+        return any(is_float32_name(argument(call, 1, vocab.DTYPE)) for call in summary.api_calls(cpu_legacy))
+
+    return summary.ask(summary.has_token(vocab.AUTOCAST), exact)
 
 
 class AutocastDeviceMismatch(Rule):
@@ -87,16 +110,12 @@ class AutocastDeviceMismatch(Rule):
 
     code = "AMP014"
     name = "autocast-device-mismatch"
-    words = ("autocast",)
+    words = (vocab.AUTOCAST,)
+    # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that can be
+    # wrong; or the legacy CPU autocast with a float32 dtype
+    requires = Ask(Summary.imports_module, vocab.TORCH) & Ask(device_suspect_possible, AUTOCAST_NEW, CPU_LEGACY)
     min_torch = "1.10"
     fix = "safe"
-
-    @classmethod
-    def maybe_applies(cls, summary) -> bool:
-        # a call resolving to torch's autocast (through the imports), or a partial of it, with a device that
-        # can be wrong; or the legacy CPU autocast with a float32 dtype
-        cpu_legacy = [name for name, device in AUTOCAST_LEGACY.items() if device == "cpu"]
-        return summary.imports_module("torch") and device_suspect_possible(summary, AUTOCAST_NEW, cpu_legacy)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for call in facts.calls:
@@ -108,7 +127,7 @@ class AutocastDeviceMismatch(Rule):
                     yield finding
             elif call.qualified in PARTIAL and call.node.args and call.node.args[0].keyword is None \
                     and facts.imports.qualify(call.node.args[0].value) in AUTOCAST_NEW:
-                device = call_argument(cst.Call(func=call.node.func, args=call.node.args[1:]), 0, "device_type")
+                device = call_argument(cst.Call(func=call.node.func, args=call.node.args[1:]), 0, vocab.DEVICE_TYPE)
                 if device is not None:
                     finding = self._torch_device(facts, call, device)
                     if finding is not None:
@@ -117,7 +136,7 @@ class AutocastDeviceMismatch(Rule):
     # the checks -------------------------------------------------------------------------------------
     def _check_call(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy) -> Iterator[Finding]:
         node = call.node
-        device = call_argument(node, 0, "device_type")
+        device = call_argument(node, 0, vocab.DEVICE_TYPE)
         starred = any(arg.star for arg in args)
         if device is None:
             if not starred:
@@ -130,14 +149,14 @@ class AutocastDeviceMismatch(Rule):
         positional = args[0].keyword is None and not args[0].star
         qualified = facts.imports.qualify(device)
         if positional and (qualified in LOW_DTYPES or qualified in FLOAT32_DTYPES):
-            fix = self._add_device(facts, call, "dtype")
+            fix = self._add_device(facts, call, vocab.DTYPE)
             yield Finding(node, (
                 f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes the dtype `{snippet(facts, device, 24)}` as the "
                 f"device type: it raises ValueError"
             ), fix, help=None if fix else f"Write `torch.autocast(<device type>, dtype={snippet(facts, device)})`")
             return
         if positional and literal_bool(device) is not None:
-            fix = self._add_device(facts, call, "enabled")
+            fix = self._add_device(facts, call, vocab.ENABLED)
             yield Finding(node, (
                 f"`{snippet(facts, node, MESSAGE_SNIPPET)}` passes `{device.value}` as the device type (the legacy "
                 f"`enabled` came first): it raises ValueError"
@@ -198,13 +217,13 @@ class AutocastDeviceMismatch(Rule):
 
     def _cpu_float32(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy: bool) -> Finding | None:
         node = call.node
-        if not legacy and literal_string(call_argument(node, 0, "device_type")) != "cpu":
+        if not legacy and literal_string(call_argument(node, 0, vocab.DEVICE_TYPE)) != "cpu":
             return None
         dtype_position, enabled_position = (1, 0) if legacy else (1, 2)
-        dtype = call_argument(node, dtype_position, "dtype")
+        dtype = call_argument(node, dtype_position, vocab.DTYPE)
         if dtype is None or facts.imports.qualify(dtype) not in FLOAT32_DTYPES:
             return None
-        enabled = call_argument(node, enabled_position, "enabled")
+        enabled = call_argument(node, enabled_position, vocab.ENABLED)
         if enabled is not None and literal_bool(enabled) is False:
             return None
         message = (f"`{snippet(facts, node, MESSAGE_SNIPPET)}` asks CPU autocast for float32: it warns and runs "
@@ -226,7 +245,7 @@ class AutocastDeviceMismatch(Rule):
             if dropped_positional and arg.keyword is None:
                 return None  # a later positional argument would shift
             kept.append(arg)
-        flag = cst.Arg(cst.Name("False"), keyword=cst.Name("enabled"), equal=_equal())
+        flag = cst.Arg(cst.Name("False"), keyword=cst.Name(vocab.ENABLED), equal=_equal())
         new = node.with_changes(args=_append(kept, flag))
         return FixPlan("Replace the unsupported float32 dtype with `enabled=False`",
                        lambda: replace_nodes(facts.module, {node: new}))
@@ -305,7 +324,7 @@ def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | 
         if node is exclude:
             continue
         if call.qualified in AUTOCAST_NEW:
-            value = call_argument(node, 0, "device_type")
+            value = call_argument(node, 0, vocab.DEVICE_TYPE)
             if value is None or (node.args[0].keyword is None and (
                     literal_bool(value) is not None or facts.imports.qualify(value) in {*LOW_DTYPES, *FLOAT32_DTYPES})):
                 continue  # another region with the same mistake says nothing about the device
@@ -313,7 +332,7 @@ def _module_device(facts: ModuleFacts, exclude: cst.Call) -> cst.SimpleString | 
             devices.setdefault(AUTOCAST_LEGACY[call.qualified], None)
             continue
         elif call.qualified in GRAD_SCALERS:
-            if call.qualified.startswith(("torch.cuda.amp", "torch.cpu.amp")):
+            if call.qualified.startswith(tuple(vocab.DEPRECATED_AMP_MODULES)):
                 devices.setdefault(call.qualified.split(".")[1], None)
                 continue
             value = call_argument(node, 0, "device")
@@ -343,13 +362,13 @@ def _append(args: list[cst.Arg], new: cst.Arg) -> list[cst.Arg]:
 
 def device_suspect(call: ast.Call, device_names: set[str], device_parameters: set[str]) -> bool:
     """Can AMP014 see a wrong device in this autocast call? (Conservative: see `device_suspect_possible`.)"""
-    device = argument(call, 0, "device_type")
+    device = argument(call, 0, vocab.DEVICE_TYPE)
     if device is None:
         starred = any(type(arg) is ast.Starred for arg in call.args) or any(k.arg is None for k in call.keywords)
         return not starred
     if type(device) is ast.Constant:
         if device.value == "cpu":
-            return is_float32_name(argument(call, 1, "dtype"))
+            return is_float32_name(argument(call, 1, vocab.DTYPE))
         return type(device.value) is bool
     if type(device) is ast.Call:
         return last_name(device.func) == "device"
@@ -358,20 +377,3 @@ def device_suspect(call: ast.Call, device_names: set[str], device_parameters: se
                                  or name in device_parameters)
 
 
-def device_suspect_possible(summary, autocast, cpu_legacy) -> bool:
-    """The screen's question: a call to `autocast` (torch.autocast's qualified names), or a `functools.partial` of
-    it, whose device can be wrong: missing (no `*args`/`**kwargs` either), a bool, a dtype's name, a
-    `<...>.device(...)` call, a name assigned one or a parameter annotated `<...>.device`; or `"cpu"` with a float32
-    dtype; or a call to `cpu_legacy` with a float32 dtype."""
-    def exact() -> bool:
-        device_names = {name for targets, value in summary.assignments
-                        if type(value) is ast.Call and last_name(value.func) == "device" for name in targets}
-        suspects = (*summary.api_calls(autocast), *(
-            ast.Call(func=call.args[0], args=call.args[1:], keywords=call.keywords)
-            for call in summary.api_calls(PARTIAL_API) if call.args and summary.resolves(call.args[0], autocast)))
-        for call in suspects:
-            if device_suspect(call, device_names, summary.device_parameters):
-                return True
-        return any(is_float32_name(argument(call, 1, "dtype")) for call in summary.api_calls(cpu_legacy))
-
-    return summary.ask(summary.has_token("autocast"), exact)

@@ -15,6 +15,7 @@ from amplint.facts.versions import TorchSupport
 
 if TYPE_CHECKING:
     from amplint.rules.rewrite import Rewritten
+    from amplint.rules.screen import Need
 
 DOC_SECTIONS = ("What it does", "Why is this bad?", "Example", "Use instead", "Fix safety")
 # What `amplint rule CODE` prints; `--long` (and the documentation site) add the rest: Fix safety and Limits.
@@ -56,6 +57,11 @@ class Rule:
     # anywhere in the text) for this rule to possibly fire. None: no word filter, every file is considered.
     # Choose words that every spelling of what the rule looks for must contain, imports and aliases included.
     words: ClassVar[tuple[str, ...] | None] = None
+    # Prefilter, stage 2: what must co-occur in a file for this rule to fire (amplint/rules/screen.py), asked of
+    # the file's summary; None: words alone decide. `requires_across`: what must hold of the project seen from
+    # the file for a finding here to come from other modules; None: no finding of the rule depends on them.
+    requires: ClassVar[Need | None] = None
+    requires_across: ClassVar[Need | None] = None
     min_torch: ClassVar[str | None] = None
     # The torch releases the linted code supports (set per run by amplint.selection): a fix writes only spellings
     # every one of them has. The default knows nothing and allows every spelling.
@@ -77,22 +83,17 @@ class Rule:
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
-        """Prefilter, stage 2: can this rule fire on a file with this `amplint.prefilter.Summary`?
-
-        Asked only when one of `words` is in the file. Must be conservative (False only when the rule surely
-        reports nothing) and monotone: `and`/`or` of the summary's questions, never `not` (it is asked once
-        with answers from the text alone, then with answers from the parsed tree). The default (not
-        overridden) is True: the file is always analysed.
-        """
-        return True
+        """Prefilter, stage 2: can this rule fire on a file with this `amplint.index.summary.Summary`? Computed
+        from `requires` (True when the rule declares nothing). Asked only when one of `words` is in the file,
+        once with answers from the text alone, then with answers from the parsed tree."""
+        return cls.requires is None or cls.requires.holds(summary)
 
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
         """Prefilter, across modules: can this rule fire on the file because of what other files of the project
-        do (`view`: the project index seen from the file, `amplint.index.ModuleView`; `summary`: the file's, to
-        rule out cheaply first)? Asked only when one of `words` is in the file and `maybe_applies` said no.
-        Conservative like `maybe_applies`; the default: no finding of the rule depends on other files."""
-        return False
+        do (`view`: the project index seen from the file, `amplint.index.ModuleView`)? Computed from
+        `requires_across`; asked only when one of `words` is in the file and `maybe_applies` said no."""
+        return cls.requires_across is not None and cls.requires_across.holds(summary, view)
 
     @classmethod
     def summary(cls) -> str:

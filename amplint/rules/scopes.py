@@ -15,6 +15,7 @@ import weakref
 
 from amplint.lazy import libcst as cst, visitor_class
 
+from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
 from amplint.facts.model import Call
@@ -27,7 +28,7 @@ UPDATE_EVENTS = (EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_
 PHASE_EVENTS = (*UPDATE_EVENTS, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE, EventKind.CLIP)
 # Methods that read a value or record it, on any receiver: no autocast op, no call into a model.
 READING_METHODS = frozenset({
-    "zero_grad", "item", "tolist", "detach", "cpu", "float", "get_scale", "get_last_lr", "state_dict", "append",
+    vocab.ZERO_GRAD, "item", "tolist", "detach", "cpu", "float", vocab.GET_SCALE, "get_last_lr", "state_dict", "append",
     "parameters", "named_parameters",
     "format", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description",
 })
@@ -50,7 +51,7 @@ def snippet(facts: ModuleFacts, node: cst.CSTNode, limit: int = MAX_SNIPPET) -> 
 
 def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> str:
     """'the bfloat16 autocast region at line 12', naming the decorator, the caller and an unknown state."""
-    dtype = f"{region.dtype} " if region.dtype in ("bfloat16", "float16") else ""
+    dtype = f"{region.dtype} " if region.dtype in (vocab.BFLOAT16, vocab.FLOAT16) else ""
     text = f"the {dtype}autocast region at line {facts.line_of(region.opener)}"
     if region.via == "decorator":
         text = f"the {dtype}autocast decorator at line {facts.line_of(region.opener)}"
@@ -65,8 +66,8 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
 def dtype_words(region: Region) -> str:
     """The region's low-precision dtype in words: as written, else the device's default (CUDA float16, CPU
     bfloat16), else "bfloat16/float16"."""
-    dtype = region.dtype or {"cuda": "float16", "cpu": "bfloat16"}.get(region.device or "")
-    return {"bfloat16": "bfloat16", "float16": "float16"}.get(dtype or "", "bfloat16/float16")
+    dtype = region.dtype or {"cuda": vocab.FLOAT16, "cpu": vocab.BFLOAT16}.get(region.device or "")
+    return {vocab.BFLOAT16: vocab.BFLOAT16, vocab.FLOAT16: vocab.FLOAT16}.get(dtype or "", "bfloat16/float16")
 
 
 def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
@@ -217,7 +218,7 @@ class UpdatePhase:
         if not isinstance(func, cst.Attribute) or not self.inert(func.value):
             return False
         method = func.attr.value
-        if method in READING_METHODS or (method == "step" and not call.args and self._scheduler(call)):
+        if method in READING_METHODS or (method == vocab.STEP and not call.args and self._scheduler(call)):
             return True
         return method in MODULE_READING_METHODS and isinstance(func.value, cst.Name) \
             and func.value.value in self.facts.imports.bindings

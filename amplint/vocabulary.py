@@ -1,0 +1,288 @@
+"""The AMP vocabulary: every name of torch's mixed-precision API that amplint knows, spelled once.
+
+What a call means is decided from these names in every layer: the text screen (amplint/prefilter.py), the
+slicer (amplint/facts/slicing.py), the project index (amplint/index/), the libcst facts (amplint/facts/), the
+rules and their fixes. No other module of the linter spells one of them as a string literal
+(tests/test_layering.py checks it); a name that means AMP is added here and imported where it is used.
+
+This module knows no Python structure and imports nothing of amplint: names and predicates on names only.
+"""
+
+from __future__ import annotations
+
+# --- Short names: attributes, methods, functions and classes, as they appear after the last dot. ---
+
+AMP = "amp"  # the modules torch.amp, torch.cuda.amp, torch.cpu.amp
+AUTOGRAD = "autograd"
+AUTOCAST = "autocast"
+GRAD_SCALER = "GradScaler"
+SHARDED_GRAD_SCALER = "ShardedGradScaler"
+SCALER_CLASSES = (GRAD_SCALER, SHARDED_GRAD_SCALER)  # the last names of every GradScaler class
+CUSTOM_FWD = "custom_fwd"
+CUSTOM_BWD = "custom_bwd"
+CUSTOM_DECORATORS = (CUSTOM_FWD, CUSTOM_BWD)
+
+# GradScaler methods.
+SCALE = "scale"
+UNSCALE = "unscale_"
+STEP = "step"  # also the optimizer's (and a scheduler's) step
+UPDATE = "update"
+GET_SCALE = "get_scale"
+IS_ENABLED = "is_enabled"
+LOAD_STATE_DICT = "load_state_dict"
+SCALER_METHODS = (SCALE, UNSCALE, STEP, UPDATE)  # the methods a training step calls on a scaler
+
+# Optimizer methods and attributes.
+ZERO_GRAD = "zero_grad"
+PARAM_GROUPS = "param_groups"
+OPTIM = "optim"  # torch.optim
+
+# Backward: `loss.backward()`, Lightning's `self.manual_backward(loss)`, `torch.autograd.grad`.
+BACKWARD = "backward"
+MANUAL_BACKWARD = "manual_backward"
+GRAD = "grad"
+BACKWARD_METHODS = (BACKWARD, MANUAL_BACKWARD)
+
+# Gradient modes.
+NO_GRAD = "no_grad"
+INFERENCE_MODE = "inference_mode"
+ENABLE_GRAD = "enable_grad"
+SET_GRAD_ENABLED = "set_grad_enabled"
+GRAD_OFF = (NO_GRAD, INFERENCE_MODE, SET_GRAD_ENABLED)  # what can turn gradients off (set_grad_enabled(False))
+
+# Clipping.
+CLIP_GRAD = "clip_grad"  # the common prefix of the clip functions (and their module torch.nn.utils.clip_grad)
+CLIP_GRAD_NORM_ = "clip_grad_norm_"
+CLIP_GRAD_NORM = "clip_grad_norm"
+CLIP_GRAD_VALUE_ = "clip_grad_value_"
+CLIP_NAMES = (CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_)
+
+# Module modes.
+EVAL = "eval"
+
+# Keyword names of the AMP constructors and decorators.
+ENABLED = "enabled"
+DTYPE = "dtype"
+DEVICE_TYPE = "device_type"
+CACHE_ENABLED = "cache_enabled"
+CAST_INPUTS = "cast_inputs"
+
+# Dtypes and the calls that convert to them.
+FLOAT16 = "float16"
+BFLOAT16 = "bfloat16"
+HALF = "half"  # torch.half, `x.half()`
+FLOAT32 = "float32"
+FLOAT64 = "float64"
+FLOAT = "float"  # torch.float, `x.float()` (also the builtin)
+DOUBLE = "double"  # torch.double, `x.double()`
+LOW_DTYPE_NAMES = (BFLOAT16, FLOAT16)  # the dtypes autocast runs ops in
+FLOAT32_CASTS = frozenset({FLOAT, DOUBLE})  # `x.float()`, `x.double()`: a tensor in float32 (or wider) after
+FLOAT32_WORDS = frozenset({FLOAT32, FLOAT, FLOAT64, DOUBLE})  # the last names of the float32-or-wider dtypes
+DTYPE_WORDS = FLOAT32_WORDS | {FLOAT16, BFLOAT16, HALF}
+HALF_CONVERTERS = frozenset({HALF, "to", "type"})  # the calls that can make a model half precision
+
+# Devices autocast runs on, and the low dtype each one's autocast uses by default.
+CUDA = "cuda"
+CPU = "cpu"
+DEFAULT_LOW_DTYPE = {CUDA: FLOAT16, CPU: BFLOAT16}
+
+# --- Qualified names: canonical name -> every qualified spelling that means it. ---
+
+AUTOCAST_NEW = frozenset({
+    "torch.autocast",
+    "torch.amp.autocast",
+    "torch.amp.autocast_mode.autocast",
+    "torch.autocast_mode.autocast",
+})
+# Legacy spellings whose FIRST positional argument is `enabled` (not the device).
+AUTOCAST_LEGACY = {
+    "torch.cuda.amp.autocast": CUDA,
+    "torch.cuda.amp.autocast_mode.autocast": CUDA,
+    "torch.cpu.amp.autocast": CPU,
+    "torch.cpu.amp.autocast_mode.autocast": CPU,
+}
+GRAD_SCALERS = frozenset({
+    "torch.GradScaler",
+    "torch.amp.GradScaler",
+    "torch.amp.grad_scaler.GradScaler",
+    "torch.cuda.amp.GradScaler",
+    "torch.cuda.amp.grad_scaler.GradScaler",
+    "torch.cpu.amp.GradScaler",
+    "torch.cpu.amp.grad_scaler.GradScaler",
+    "torch.distributed.fsdp.sharded_grad_scaler.ShardedGradScaler",
+    "torch.distributed.fsdp.ShardedGradScaler",
+})
+CLIP_FUNCTIONS = frozenset({
+    "torch.nn.utils.clip_grad_norm_",
+    "torch.nn.utils.clip_grad_norm",
+    "torch.nn.utils.clip_grad_value_",
+    "torch.nn.utils.clip_grad.clip_grad_norm_",
+    "torch.nn.utils.clip_grad.clip_grad_norm",
+    "torch.nn.utils.clip_grad.clip_grad_value_",
+})
+AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+NO_GRAD_CONTEXTS = frozenset({
+    "torch.no_grad",
+    "torch.inference_mode",
+    "torch.autograd.no_grad",
+    "torch.autograd.inference_mode",
+    "torch.autograd.grad_mode.no_grad",
+    "torch.autograd.grad_mode.inference_mode",
+})
+ENABLE_GRAD_CONTEXTS = frozenset({"torch.enable_grad", "torch.autograd.enable_grad",
+                                  "torch.autograd.grad_mode.enable_grad"})
+SET_GRAD_ENABLED_FUNCTIONS = frozenset({"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"})
+NULL_CONTEXTS = frozenset({"contextlib.nullcontext", "contextlib.suppress", "contextlib.ExitStack"})
+PARTIAL = frozenset({"functools.partial"})
+TORCH = "torch"
+TORCH_AMP = "torch.amp"
+TORCH_AUTOCAST = "torch.autocast"
+TORCH_DEVICE = frozenset({"torch.device"})
+# `x.autocast()` opens a region when `x` is an accelerate `Accelerator` or a Lightning `Fabric`: the object
+# arrives as a parameter in most training code, so its name is the convention that says which it is (the
+# `.autocast()` method entered by a `with` is the use that goes with it). Matched at the end of the last name,
+# any case (`self.accelerator`, `fabric`).
+ACCELERATOR_NAMES = ("accelerator", "fabric")
+FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
+LOW_DTYPES = {"torch.bfloat16": BFLOAT16, "torch.float16": FLOAT16, "torch.half": FLOAT16}
+
+# What `from <module> import *` binds, for the modules whose AMP names a rule asks about (their `__all__`, or
+# their public names where they have none: torch 2.13). A star import from any other module binds names nobody
+# here can list (a project module's `from common import *` is the project index's to follow).
+STAR_EXPORTS = {
+    "torch.cuda.amp": (AUTOCAST, CUSTOM_BWD, CUSTOM_FWD, GRAD_SCALER),
+    "torch.cpu.amp": (AUTOCAST, GRAD_SCALER),
+    "torch.amp": (AUTOCAST, CUSTOM_BWD, CUSTOM_FWD, GRAD_SCALER),
+}
+
+# Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> (name in torch.amp, device).
+DEPRECATED_AMP = {
+    "torch.cuda.amp.autocast": (AUTOCAST, CUDA),
+    "torch.cuda.amp.autocast_mode.autocast": (AUTOCAST, CUDA),
+    "torch.cpu.amp.autocast": (AUTOCAST, CPU),
+    "torch.cpu.amp.autocast_mode.autocast": (AUTOCAST, CPU),
+    "torch.cuda.amp.GradScaler": (GRAD_SCALER, CUDA),
+    "torch.cuda.amp.grad_scaler.GradScaler": (GRAD_SCALER, CUDA),
+    "torch.cpu.amp.GradScaler": (GRAD_SCALER, CPU),
+    "torch.cpu.amp.grad_scaler.GradScaler": (GRAD_SCALER, CPU),
+    "torch.cuda.amp.custom_fwd": (CUSTOM_FWD, CUDA),
+    "torch.cuda.amp.autocast_mode.custom_fwd": (CUSTOM_FWD, CUDA),
+    "torch.cuda.amp.custom_bwd": (CUSTOM_BWD, CUDA),
+    "torch.cuda.amp.autocast_mode.custom_bwd": (CUSTOM_BWD, CUDA),
+}
+# The legacy modules whose AMP names all exist in torch.amp too (an alias of them can be rebound to torch.amp).
+DEPRECATED_AMP_MODULES = {"torch.cuda.amp": CUDA, "torch.cpu.amp": CPU}
+AMP_DEPRECATED_SINCE = "2.4"  # the first release where the legacy AMP spellings emit a FutureWarning
+# The spellings AMP fixes write, and the first torch release that has each (with the keyword arguments the
+# migration passes). `torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...)` arrived in 1.10;
+# `torch.amp.autocast` is the same class under `torch.amp` (present in 2.0; reported from 1.12/1.13 on, so 2.0
+# is the safe claim); `torch.amp.GradScaler(device, ...)` in 2.3; `torch.amp.custom_fwd`/`custom_bwd` with
+# `device_type=` in 2.4, the release whose `torch.cuda.amp`/`torch.cpu.amp` spellings start to warn.
+SPELLING_SINCE = {
+    TORCH_AUTOCAST: "1.10",
+    "torch.amp.autocast": "2.0",
+    "torch.amp.GradScaler": "2.3",
+    "torch.amp.custom_fwd": AMP_DEPRECATED_SINCE,
+    "torch.amp.custom_bwd": AMP_DEPRECATED_SINCE,
+}
+
+# Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
+# optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers
+# and weight averaging live in the excluded submodules.
+OPTIMIZER_MODULES = ("torch.optim.", "torch.distributed.optim.", "apex.optimizers.", "bitsandbytes.optim.",
+                     "torch_optimizer.", "deepspeed.ops.adam.", "deepspeed.ops.lamb.", "timm.optim.")
+NOT_OPTIMIZER_MODULES = ("torch.optim.lr_scheduler", "torch.optim.swa_utils", "timm.optim.optim_factory.param")
+OPTIMIZER_FUNCTIONS = frozenset({
+    "timm.optim.create_optimizer_v2", "timm.optim.create_optimizer", "timm.optim.optim_factory.create_optimizer_v2",
+    "transformers.AdamW", "transformers.Adafactor", "transformers.optimization.AdamW",
+    "transformers.optimization.Adafactor",
+})
+
+
+class Effect:
+    """What a function does, in AMP terms: the names of the per-function facts the project index records
+    (amplint/index/functions.py) and the rules ask about."""
+
+    BUILDS_SCALER = "builds_scaler"
+    KEEPS_SCALER = "keeps_scaler"
+    BACKWARD = BACKWARD
+    SCALED_BACKWARD = "scaled_backward"
+    UNSCALE = "unscale"
+    CLIP = "clip"
+    STEP = STEP  # an optimizer's step, or a step whose receiver is not known to be a scaler
+    OPTIMIZER_STEP = "optimizer_step"
+    SCALER_STEP = "scaler_step"
+    SCALER_UPDATE = "scaler_update"
+    REGION = "region"
+    DISABLED_REGION = "disabled_region"
+    AUTOCAST_OFF = "autocast_off"
+    RETURNS_FLOAT32 = "returns_float32"
+    NO_GRAD = NO_GRAD
+    ENABLE_GRAD = ENABLE_GRAD
+    EVAL = EVAL
+    LOOP = "loop"
+
+
+EFFECTS = (Effect.BUILDS_SCALER, Effect.KEEPS_SCALER, Effect.BACKWARD, Effect.SCALED_BACKWARD, Effect.UNSCALE,
+           Effect.CLIP, Effect.STEP, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.REGION,
+           Effect.DISABLED_REGION, Effect.AUTOCAST_OFF, Effect.RETURNS_FLOAT32, Effect.NO_GRAD, Effect.ENABLE_GRAD,
+           Effect.EVAL, Effect.LOOP)
+
+# The names that mean AMP wherever the linter spells them as a code word (a string that is an identifier or a
+# dotted name): tests/test_layering.py fails when one appears as a literal outside this module. `float`,
+# `double`, `cuda`, `cpu`, `to`, `type` are left out: Python and torch use them for much else (the builtin
+# `float`, a tensor's `.cuda()`).
+API_WORDS = frozenset({
+    AMP, AUTOGRAD, AUTOCAST, GRAD_SCALER, SHARDED_GRAD_SCALER, CUSTOM_FWD, CUSTOM_BWD,
+    SCALE, UNSCALE, STEP, UPDATE, GET_SCALE, IS_ENABLED, LOAD_STATE_DICT, ZERO_GRAD, PARAM_GROUPS,
+    BACKWARD, MANUAL_BACKWARD, GRAD, NO_GRAD, INFERENCE_MODE, ENABLE_GRAD, SET_GRAD_ENABLED,
+    CLIP_GRAD, CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_, EVAL,
+    ENABLED, DTYPE, DEVICE_TYPE, CACHE_ENABLED, CAST_INPUTS,
+    FLOAT16, BFLOAT16, HALF, FLOAT32, FLOAT64,
+})
+
+
+def last_name(qualified: str) -> str:
+    """`torch.nn.utils.clip_grad_norm_` -> `clip_grad_norm_`."""
+    return qualified.rsplit(".", 1)[-1]
+
+
+def last_names(qualified: frozenset[str] | dict[str, object]) -> frozenset[str]:
+    """The last names of a set of qualified names."""
+    return frozenset(last_name(name) for name in qualified)
+
+
+def is_autocast(qualified: str | None) -> bool:
+    """Is `qualified` autocast under one of its spellings (new or legacy)?"""
+    return qualified in AUTOCAST_NEW or qualified in AUTOCAST_LEGACY
+
+
+def is_grad_scaler(qualified: str | None) -> bool:
+    """Is `qualified` one of the GradScaler classes?"""
+    return qualified in GRAD_SCALERS
+
+
+def is_known_optimizer_class(qualified: str | None) -> bool:
+    """Is `qualified` (a name resolved through the imports) a class or factory that builds an optimizer?
+
+    Identity comes from where the name is imported from, never from how it is spelled: a local class
+    `LambOptimizer` or a factory `get_optimizer_and_scheduler` is unknown (a factory may return a scheduler
+    too)."""
+    if not qualified:
+        return False
+    if qualified in OPTIMIZER_FUNCTIONS:
+        return True
+    if not qualified.startswith(OPTIMIZER_MODULES) or qualified.startswith(NOT_OPTIMIZER_MODULES):
+        return False
+    last = last_name(qualified)
+    return last[:1].isupper() and "Scheduler" not in last and "LR" not in last
+
+
+_OPTIMIZER_FUNCTION_NAMES = last_names(OPTIMIZER_FUNCTIONS)
+
+
+def may_build_optimizer(last: str) -> bool:
+    """Can a callee whose last name (or what an import alias of it stands for) is `last` be a known optimizer
+    class or factory? The prefilter's screen: an upper bound of `is_known_optimizer_class` read from the same
+    lists (a class is capitalised; the factories are named in `OPTIMIZER_FUNCTIONS`)."""
+    return last[:1].isupper() or last in _OPTIMIZER_FUNCTION_NAMES
