@@ -487,8 +487,13 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     """
 
     def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None,
-                 params: set[str] | None = None, float_module=None, callee_casts=None) -> None:
+                 params: set[str] | None = None, float_module=None, callee_casts=None,
+                 handed_on: set[str] | None = None) -> None:
         self.watched = set(watched)
+        # Names whose star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came: not a use.
+        self.handed_on = set(handed_on or ())
+        self.starred: set[int] = set()  # ids of the uses unpacked by `*`/`**` into a call
+        self.complex: set[str] = set()  # names bound in the block to a complex tensor (`torch.view_as_complex`)
         self.params = set(params or ())
         self.floats = floats
         self.tensor_callee = tensor_callee
@@ -564,30 +569,72 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
             return
         position = 0
         for arg in node.args:
+            if arg.star and isinstance(viewed_name(arg.value), cst.Name):
+                if viewed_name(arg.value).value in self.handed_on:
+                    continue
+                self.starred.add(id(viewed_name(arg.value)))  # a sequence or mapping unpacked: no `.float()` on it
             positional = arg.keyword is None and not arg.star
             self._argument_use(arg.value, node, position if positional else None,
                                arg.keyword.value if arg.keyword is not None else None)
             position += positional
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if self._complex(node.left) or self._complex(node.right):
+            return  # complex arithmetic: a real operand is promoted to complex64, no low-precision math
         arithmetic = type(node.operator).__name__ not in _NOT_ARITHMETIC
         self._use(node.left, evidence=arithmetic and not isinstance(node.right, cst.Integer))
         self._use(node.right, evidence=arithmetic and not isinstance(node.left, cst.Integer))
 
+    def _complex(self, node: cst.BaseExpression) -> bool:
+        node = viewed_name(node)
+        if isinstance(node, cst.Name):
+            return node.value in self.complex
+        return isinstance(node, cst.Call) and _op_name(node) in COMPLEX_OPS
+
     def leave_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self.watched.discard(target.target.value)
-                if _rebinds_itself(node.value, target.target.value):
-                    self._rebound.add(target.target.value)
+            for name, value in _assigned_pairs(target.target, node.value):
+                self.watched.discard(name)
+                if value is not None and self._complex(value):
+                    self.complex.add(name)
                 else:
-                    self.params.discard(target.target.value)
+                    self.complex.discard(name)
+                if value is not None and _views_itself(value, name):
+                    continue  # `t = t[..., :d]`: the same tensor's view, still the parameter
+                if value is not None and _rebinds_itself(value, name):
+                    self._rebound.add(name)
+                else:
+                    self.params.discard(name)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
+
+
+# Ops whose result is a complex tensor: what is multiplied with it computes in complex64, whatever its dtype.
+COMPLEX_OPS = frozenset({"view_as_complex", "polar", "complex"})
+
+
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression | None]]:
+    """The plain names an assignment target binds, each with the expression it gets when that is known
+    (`a, b = x.to(d), y.to(d)`: element by element), else None."""
+    if isinstance(target, cst.Name):
+        return [(target.value, value)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        elements = [e for e in target.elements]
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements) and not any(
+                isinstance(e, (cst.StarredElement,)) for e in (*elements, *value.elements)):
+            return [pair for e, v in zip(elements, value.elements) for pair in _assigned_pairs(e.value, v.value)]
+        return [(name.value, None) for name in _target_names(target)]
+    return []
+
+
+def _views_itself(value: cst.BaseExpression, name: str) -> bool:
+    """`t = t[..., :d]`: an indexed view of the name itself (not an item of a mapping), the same dtype."""
+    return isinstance(value, cst.Subscript) and isinstance(viewed_name(value), cst.Name) and \
+        viewed_name(value).value == name
 
 
 def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:

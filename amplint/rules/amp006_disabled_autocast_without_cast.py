@@ -131,7 +131,8 @@ class DisabledAutocastWithoutCast(Rule):
         visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
                                             lambda func: tensor_module(facts, func, frame), params,
                                             lambda func: module_output(facts, func, frame) in ("low", "float32"),
-                                            callee_casts(facts, frame))
+                                            callee_casts(facts, frame),
+                                            {name for name, source in sources.items() if source.handed_on})
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
         for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
@@ -139,7 +140,7 @@ class DisabledAutocastWithoutCast(Rule):
             by_name.setdefault(use.value, []).append(use)
         for name, uses in by_name.items():
             source = sources[name]
-            if source.container:
+            if source.container or any(id(use) in visitor.starred for use in uses):
                 yield Finding(uses[0], source.text(name), help=f"Cast the tensors `{name}` holds with `.float()` "
                                                                f"before the fp32 region")
                 continue
@@ -204,6 +205,9 @@ class Source:
     dtype: str = "bfloat16/float16"
     parameter: bool = False  # reported only where used as a floating tensor; never a safe fix
     container: bool = False  # a dict, list or tuple of tensors: no `.float()` fix
+    # Known low only by the callers' autocast (a parameter, or computed from what the function was handed): its
+    # star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came, not a use.
+    handed_on: bool = False
 
     def text(self, name: str) -> str:
         """The message for `name`, said shorter while it passes `MAX_MESSAGE` characters (long names)."""
@@ -282,7 +286,7 @@ def parameter_sources(function: cst.FunctionDef, message: str, method: bool) -> 
     if method and names and names[0] in ("self", "cls"):
         names = names[1:]
     scalars = scalar_parameters(function)
-    return {name: Source(message, parameter=True) for name in names if name not in scalars}
+    return {name: Source(message, parameter=True, handed_on=True) for name in names if name not in scalars}
 
 
 def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: Region,
@@ -323,10 +327,10 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                 if not is_low_precision(value, computed, how):
                     return None
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
-                              f"under the callers' autocast", container=container(value))
+                              f"under the callers' autocast", container=container(value), handed_on=True)
             kept = kept_low(value, low)
             if kept is not None and isinstance(value, cst.Subscript):
-                return Source(kept.message, kept.dtype, kept.parameter)  # an item: no longer the container
+                return Source(kept.message, kept.dtype, kept.parameter, handed_on=kept.handed_on)  # an item
             return kept
 
         value = assignment.value
@@ -337,7 +341,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         else:
             whole = source_of(value) if len(targets) == 1 or isinstance(value, (cst.Call, cst.Name)) else None
             if whole is not None and len(targets) > 1:  # a, b = outputs: each an item, not the container
-                whole = Source(whole.message, whole.dtype, whole.parameter)
+                whole = Source(whole.message, whole.dtype, whole.parameter, handed_on=whole.handed_on)
             pairs = [(name, None) for name in targets]
         for name, element in pairs:
             if "." in name:
