@@ -429,7 +429,8 @@ def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tup
     """The parameters the function casts to float32 first thing: its leading statements (after a docstring and
     constant set-up such as `loss = 0`, also inside a leading `with`) rebind them as `p = p.float()`,
     `p = p.to(torch.float32)`, `a, b = a.float(), b.float()`, or loop over them casting each item first thing
-    (`for dr, dg in zip(real, fake): dr = dr.float(); dg = dg.float()`, loops nested too). A caller's value
+    (`for dr, dg in zip(real, fake): dr = dr.float(); dg = dg.float()`, loops nested too, also numbered with
+    `enumerate`). A caller's value
     handed to one of them needs no cast of its own."""
     body = list(function.body)
     if body and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant:
@@ -473,9 +474,13 @@ def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
                 break
             found.update(cast)
         elif kind is ast.For:
-            sources = _iterated(statement.iter, names)
-            targets = [statement.target] if type(statement.target) is ast.Name else list(
-                getattr(statement.target, "elts", ()))
+            iterable, target = statement.iter, statement.target
+            if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "enumerate" \
+                    and len(iterable.args) == 1 and not iterable.keywords and type(target) is ast.Tuple \
+                    and len(target.elts) == 2 and type(target.elts[0]) is ast.Name:
+                iterable, target = iterable.args[0], target.elts[1]  # `for i, (a, b) in enumerate(zip(x, y))`
+            sources = _iterated(iterable, names)
+            targets = [target] if type(target) is ast.Name else list(getattr(target, "elts", ()))
             if sources is None or len(sources) != len(targets) or not all(type(t) is ast.Name for t in targets):
                 break
             inner = _cast_first(statement.body, {t.id for t in targets})
@@ -488,7 +493,8 @@ def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
 
 
 def _iterated(iterable: ast.expr, names: set[str]) -> list[str] | None:
-    """The names a loop walks in step (`x`, `zip(a, b)`, `enumerate`-free), when all are in `names`."""
+    """The names a loop walks in step (`x`, `zip(a, b)`; under `enumerate` as its caller unwraps), when all are in
+    `names`."""
     if type(iterable) is ast.Name and iterable.id in names:
         return [iterable.id]
     if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "zip" and \
