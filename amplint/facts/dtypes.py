@@ -162,6 +162,10 @@ class Lowering:
 
     module_output: Callable[[cst.BaseExpression], str | None] | None = None
     scalars: set[str] | None = None
+    # Is the callee a library's function (imported from a module outside the project)? Then, where no autocast
+    # region is in view, its output is taken to keep its inputs' dtype (`k2.get_rnnt_prune_ranges(...)` of
+    # float32 gradients gives integer ranges; `einops.rearrange(h, ...)` keeps `h`'s).
+    library: Callable[[cst.BaseExpression], bool] | None = None
 
 
 def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | None = None) -> bool:
@@ -193,6 +197,8 @@ def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | N
             # A torch.nn module: lowered by autocast (nn.Linear), float32 (nn.LayerNorm on CUDA), or keeping its
             # input's dtype (nn.Embedding of token ids: float32).
             return kind == "low" or (kind == "keep" and any(is_low_precision(a, low, how) for a in arguments))
+        if how is not None and how.library is not None and how.library(func):
+            return any(is_low_precision(a, low, how) for a in arguments)
         # A module or function of the user's: model(x), self.encoder(x), head(h).
         if how is not None and how.scalars is not None:
             return bool(dotted) and any(not is_scalar(a, how.scalars) for a in arguments)

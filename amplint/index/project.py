@@ -254,6 +254,11 @@ class ModuleView:
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
         return found
 
+    def outside(self, qualified: str) -> bool:
+        """Is the top module of an imported name (`k2` of `k2.get_rnnt_prune_ranges`) absent from the project: a
+        library's?"""
+        return self._find(qualified.split(".")[0], self.path) is None
+
     def _find(self, name: str, near: str) -> str | None:
         found = self.project.find_module(name, near)
         if found is None:

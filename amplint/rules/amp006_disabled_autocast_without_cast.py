@@ -13,7 +13,7 @@ from amplint.lazy import visitor_class
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.facts.module import exclusive
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, deliberately_low, floating_names, is_float32_cast,
+from amplint.facts.dtypes import (FLOAT_PRESERVING, Lowering, UncastUses, deliberately_low, floating_names, is_float32_cast,
                                   is_low_precision, is_scalar, lowering, module_output, tensor_module)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
@@ -174,6 +174,18 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
     return output
 
 
+def library_callee(facts: ModuleFacts):
+    """Is a callee a library's function: imported (`import k2`, `from einops import rearrange`) from a module the
+    project does not hold? Unknown without the project's index."""
+    view = facts.project
+
+    def library(func: cst.BaseExpression) -> bool:
+        qualified = facts.imports.qualify(func) if view is not None else None
+        return qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified)
+
+    return library
+
+
 def callee_casts(facts: ModuleFacts, frame: Frame):
     """Does the project function a call in `frame` runs cast the parameter an argument is bound to (by position
     or keyword) to float32 first thing (the index's `casts`, in this module or another)?"""
@@ -306,6 +318,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                                                  f"without `.float()`: {{dtype}} under the callers' autocast",
                                      bool(function.class_name)))
     scalars = scalar_parameters(definition) if definition is not None else set()
+    library = library_callee(facts)
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
     for assignment in sorted(relevant, key=lambda a: a.index):
@@ -324,7 +337,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                               f"from the autocast region at line {facts.line_of(where.opener)}",
                               dtype=dtype_words(where), container=container(value))
             if where is None and implied:
-                if not is_low_precision(value, computed, how):
+                if not is_low_precision(value, computed, Lowering(how.module_output, how.scalars, library)):
                     return None
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
                               f"under the callers' autocast", container=container(value), handed_on=True)
