@@ -94,6 +94,12 @@ TENSOR_MODULES = frozenset({
     "AdaptiveAvgPool3d", "Upsample", "PixelShuffle", "TransformerEncoderLayer", "TransformerEncoder",
 })
 _FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
+# Tensor methods and torch functions that autocast never runs in a low dtype: a function calling only these (and
+# builtins) returns its inputs' dtype under autocast (the index's `lowers_nothing`).
+DTYPE_KEEPING_CALLS = (FLOAT_PRESERVING | NOT_TENSORS | INTEGER_OPS | TENSOR_METHODS | frozenset({
+    "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "copy_", "index_put_", "scatter", "scatter_",
+    "masked_scatter", "masked_select", "take_along_dim", "pad", "interpolate"})) - LOW_OPS - frozenset({
+    "half", "bfloat16", "type_as", "to", "type", "cuda"})
 TORCH_NAMESPACES = ("torch.", "F.", "nn.functional.")
 MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", "eval", "requires_grad_"})
 
@@ -162,9 +168,9 @@ class Lowering:
 
     module_output: Callable[[cst.BaseExpression], str | None] | None = None
     scalars: set[str] | None = None
-    # Is the callee a library's function (imported from a module outside the project)? Then, where no autocast
-    # region is in view, its output is taken to keep its inputs' dtype (`k2.get_rnnt_prune_ranges(...)` of
-    # float32 gradients gives integer ranges; `einops.rearrange(h, ...)` keeps `h`'s).
+    # Does the callee return its inputs' dtype: a project function that runs no op autocast lowers, or, where no
+    # autocast region is in view, a library's function (`k2.get_rnnt_prune_ranges(...)` of float32 gradients
+    # gives integer ranges; `einops.rearrange(h, ...)` keeps `h`'s)?
     library: Callable[[cst.BaseExpression], bool] | None = None
 
 

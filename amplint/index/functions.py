@@ -37,7 +37,7 @@ from amplint.index.summary import FUNCTIONS, Summary, dotted
 
 FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "optimizer_step",
          "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "returns_float32", "no_grad",
-         "enable_grad", "eval", "loop")
+         "enable_grad", "eval", "loop", "lowers_nothing")
 # The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
@@ -144,6 +144,7 @@ class _Builder:
         self._imports()
         self._calls()
         self._regions()
+        self._lowering()
         self._scaler_builds()
         self._instances()
         return self.index
@@ -343,6 +344,14 @@ class _Builder:
                     self.nodes[function_id], "autocast_off" in owner.does):
                 self._note(owner, "returns_float32", owner.line)
 
+    def _lowering(self) -> None:
+        """`lowers_nothing`: the function runs no op autocast casts to a low dtype (no matmul, linear, conv, no
+        module or function of the user's; only tensor methods and torch functions that keep a dtype, indexing,
+        builtins): under any autocast, what it returns has its inputs' dtype (`get_segments(x, starts, n)`)."""
+        for function_id, owner in self.by_id.items():
+            if _lowers_nothing(self.nodes[function_id]):
+                self._note(owner, "lowers_nothing", owner.line)
+
     def _returns_float32(self, function: ast.AST, off: bool) -> bool:
         """Does every `return` of the function return a value computed with autocast off (in a region written
         disabled, or anywhere in a function decorated so)? What it returns is then float32 where its inputs
@@ -423,6 +432,31 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
 
 _FLOAT32_CASTS = frozenset({"float", "double"})
 _FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
+
+
+def _lowers_nothing(function: ast.AST) -> bool:
+    from amplint.facts.dtypes import DTYPE_KEEPING_CALLS
+
+    for node in ast.walk(function):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) is ast.MatMult:
+            return False
+        if kind in (ast.Lambda, *FUNCTIONS) and node is not function:
+            return False  # a nested function or lambda: not followed
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Name:
+                if func.id not in _NOT_PROJECT:
+                    return False
+            elif type(func) is ast.Attribute:
+                root = func.value
+                while type(root) is ast.Attribute:
+                    root = root.value
+                if func.attr not in DTYPE_KEEPING_CALLS or (type(root) is ast.Name and root.id in ("self", "cls")):
+                    return False
+            else:
+                return False
+    return True
 
 
 def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:

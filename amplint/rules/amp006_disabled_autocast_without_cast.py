@@ -174,16 +174,25 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
     return output
 
 
-def library_callee(facts: ModuleFacts):
-    """Is a callee a library's function: imported (`import k2`, `from einops import rearrange`) from a module the
-    project does not hold? Unknown without the project's index."""
+def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
+    """Does a callee return its inputs' dtype under autocast: a project function that runs no op autocast lowers
+    (the index's `lowers_nothing`), or, with `libraries` (no autocast region in view), a library's function,
+    imported from a module the project does not hold (`import k2`)? Unknown without the project's index."""
     view = facts.project
+    info = facts.function_info(frame)
 
-    def library(func: cst.BaseExpression) -> bool:
-        qualified = facts.imports.qualify(func) if view is not None else None
-        return qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified)
+    def keeps(func: cst.BaseExpression) -> bool:
+        if view is None:
+            return False
+        qualified = facts.imports.qualify(func)
+        if libraries and qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified):
+            return True
+        callee = dotted_name(func)
+        target = view.resolve(info.qualname if info else None, callee) if callee else None
+        summary = view.function(target) if target is not None else None
+        return summary is not None and "lowers_nothing" in summary.does
 
-    return library
+    return keeps
 
 
 def callee_casts(facts: ModuleFacts, frame: Frame):
@@ -318,7 +327,6 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                                                  f"without `.float()`: {{dtype}} under the callers' autocast",
                                      bool(function.class_name)))
     scalars = scalar_parameters(definition) if definition is not None else set()
-    library = library_callee(facts)
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
     for assignment in sorted(relevant, key=lambda a: a.index):
@@ -326,6 +334,8 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         computed = {name for name, source in low.items() if not source.parameter}
         how = lowering(facts, assignment.frame, scalars)
         how.module_output = returns_float32(facts, how.module_output, assignment.frame)
+        how.library = dtype_keeping(facts, assignment.frame, False)
+        implied_how = Lowering(how.module_output, how.scalars, dtype_keeping(facts, assignment.frame, True))
 
         def source_of(value: cst.BaseExpression) -> Source | None:
             if deliberately_low(value):
@@ -337,7 +347,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                               f"from the autocast region at line {facts.line_of(where.opener)}",
                               dtype=dtype_words(where), container=container(value))
             if where is None and implied:
-                if not is_low_precision(value, computed, Lowering(how.module_output, how.scalars, library)):
+                if not is_low_precision(value, computed, implied_how):
                     return None
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
                               f"under the callers' autocast", container=container(value), handed_on=True)
