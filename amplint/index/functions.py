@@ -37,7 +37,8 @@ from amplint.index.summary import FUNCTIONS, Summary, dotted
 
 FACTS = ("builds_scaler", "keeps_scaler", "backward", "scaled_backward", "unscale", "clip", "step", "optimizer_step",
          "scaler_step", "scaler_update", "region", "disabled_region", "autocast_off", "returns_float32", "no_grad",
-         "enable_grad", "eval", "loop", "lowers_nothing")
+         "enable_grad", "eval", "loop", "lowers_nothing",
+         "returns_autocast_dtype")
 # The last names of the definitions the facts layer uses (amplint/facts/names.py): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = frozenset(name.rsplit(".", 1)[-1] for name in CLIP_FUNCTIONS)
@@ -351,6 +352,8 @@ class _Builder:
         for function_id, owner in self.by_id.items():
             if _lowers_nothing(self.nodes[function_id]):
                 self._note(owner, "lowers_nothing", owner.line)
+            if _returns_autocast_dtype(self.nodes[function_id], owner.params):
+                self._note(owner, "returns_autocast_dtype", owner.line)
 
     def _returns_float32(self, function: ast.AST, off: bool) -> bool:
         """Does every `return` of the function return a value computed with autocast off (in a region written
@@ -432,6 +435,35 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
 
 _FLOAT32_CASTS = frozenset({"float", "double"})
 _FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
+
+
+def _returns_autocast_dtype(function: ast.AST, params: tuple[str, ...]) -> bool:
+    """`returns_autocast_dtype`: the function casts what it returns on purpose to the autocast dtype
+    (`tensor.to(dtype=torch.get_autocast_gpu_dtype())`, the dtype perhaps through a name), or returns a parameter
+    untouched where it does not (autocast off, not a tensor); at least one return casts."""
+    from amplint.facts.dtypes import AUTOCAST_DTYPE_QUERIES
+
+    def query(node: ast.AST) -> bool:
+        return any(type(n) is ast.Call and (dotted(n.func) or "").rsplit(".", 1)[-1] in AUTOCAST_DTYPE_QUERIES
+                   for n in ast.walk(node))
+
+    returns = [n for n in ast.walk(function) if type(n) is ast.Return]
+    if not returns or any(type(n) in (ast.Lambda, *FUNCTIONS) and n is not function for n in ast.walk(function)):
+        return False
+    dtypes = {t.id for n in ast.walk(function) if type(n) is ast.Assign and query(n.value)
+              for t in n.targets if type(t) is ast.Name}
+    casting = 0
+    for node in returns:
+        value = node.value
+        if value is None:
+            return False
+        if type(value) is ast.Name and value.id in params:
+            continue
+        if query(value) or any(type(n) is ast.Name and n.id in dtypes for n in ast.walk(value)):
+            casting += 1
+            continue
+        return False
+    return casting > 0
 
 
 def _lowers_nothing(function: ast.AST) -> bool:

@@ -174,6 +174,21 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
     return output
 
 
+def returns_autocast_dtype(facts: ModuleFacts, frame: Frame):
+    """Is a value the result of a project function that casts what it returns to the autocast dtype on purpose
+    (the index's `returns_autocast_dtype`: `downcast_x = cast_if_autocast_enabled(x)` for a fused kernel)?"""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def cast(value: cst.BaseExpression) -> bool:
+        callee = dotted_name(value.func) if isinstance(value, cst.Call) and view is not None else None
+        target = view.resolve(info.qualname if info else None, callee) if callee else None
+        summary = view.function(target) if target is not None else None
+        return summary is not None and "returns_autocast_dtype" in summary.does
+
+    return cast
+
+
 def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
     """Does a callee return its inputs' dtype under autocast: a project function that runs no op autocast lowers
     (the index's `lowers_nothing`), or, with `libraries` (no autocast region in view), a library's function,
@@ -335,10 +350,11 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         how = lowering(facts, assignment.frame, scalars)
         how.module_output = returns_float32(facts, how.module_output, assignment.frame)
         how.library = dtype_keeping(facts, assignment.frame, False)
+        cast_on_purpose = returns_autocast_dtype(facts, assignment.frame)
         implied_how = Lowering(how.module_output, how.scalars, dtype_keeping(facts, assignment.frame, True))
 
         def source_of(value: cst.BaseExpression) -> Source | None:
-            if deliberately_low(value):
+            if deliberately_low(value) or cast_on_purpose(value):
                 return None  # cast on purpose to the autocast dtype, for a mixed-precision kernel
             if where is not None and where.active and where.via in ("with", "decorator"):
                 if not is_low_precision(value, computed, how):
