@@ -611,8 +611,6 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
                     self.complex.add(name)
                 else:
                     self.complex.discard(name)
-                if value is not None and _views_itself(value, name):
-                    continue  # `t = t[..., :d]`: the same tensor's view, still the parameter
                 if value is not None and _rebinds_itself(value, name):
                     self._rebound.add(name)
                 else:
@@ -641,12 +639,6 @@ def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> li
             return [pair for e, v in zip(elements, value.elements) for pair in _assigned_pairs(e.value, v.value)]
         return [(name.value, None) for name in _target_names(target)]
     return []
-
-
-def _views_itself(value: cst.BaseExpression, name: str) -> bool:
-    """`t = t[..., :d]`: an indexed view of the name itself (not an item of a mapping), the same dtype."""
-    return isinstance(value, cst.Subscript) and isinstance(viewed_name(value), cst.Name) and \
-        viewed_name(value).value == name
 
 
 def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:
