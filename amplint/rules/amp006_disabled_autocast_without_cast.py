@@ -77,7 +77,10 @@ class DisabledAutocastWithoutCast(Rule):
     values after a float32 cast (also through dtype-preserving methods after it), tensor factories, outputs of
     ops that autocast runs in float32 (softmax, norms, losses), integer and bool values (`.long()`, `argmax`,
     comparisons, sizes), metadata reads (`.shape`, `.dtype`, `.device`), values cast on purpose to the autocast
-    dtype (`torch.get_autocast_dtype(...)`), and a parameter used only in ways an integer, a bool mask or an
+    dtype (`torch.get_autocast_dtype(...)`, also by a project helper), results of a project function that runs no op
+    autocast lowers (and, with no autocast region in view, of a library's function) when its inputs are not low,
+    complex arithmetic, an argument list a wrapper hands on by star-unpacking (`kernel(*args)`; computed under
+    a region in view, it is reported without a fix), and a parameter used only in ways an integer, a bool mask or an
     object is used too (indexing, a mask, handed to a user function). A value used only as something handed on
     (`outputs.append(h)`, `log(h)` whose result is dropped) is not computed with. A region whose body only runs
     autograd (`torch.autograd.grad`, `.backward()`) keeps autograd out of autocast and is not an fp32 region. In
