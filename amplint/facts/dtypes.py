@@ -171,7 +171,8 @@ class Lowering:
     # Does the callee return its inputs' dtype: a project function that runs no op autocast lowers, or, where no
     # autocast region is in view, a library's function (`k2.get_rnnt_prune_ranges(...)` of float32 gradients
     # gives integer ranges; `einops.rearrange(h, ...)` keeps `h`'s)?
-    library: Callable[[cst.BaseExpression], bool] | None = None
+    # (A call -> the arguments whose dtype its result carries; None when not such a function.)
+    library: Callable[[cst.Call], list[cst.BaseExpression] | None] | None = None
 
 
 def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | None = None) -> bool:
@@ -203,8 +204,9 @@ def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | N
             # A torch.nn module: lowered by autocast (nn.Linear), float32 (nn.LayerNorm on CUDA), or keeping its
             # input's dtype (nn.Embedding of token ids: float32).
             return kind == "low" or (kind == "keep" and any(is_low_precision(a, low, how) for a in arguments))
-        if how is not None and how.library is not None and how.library(func):
-            return any(is_low_precision(a, low, how) for a in arguments)
+        carried = how.library(value) if how is not None and how.library is not None else None
+        if carried is not None:
+            return any(is_low_precision(a, low, how) for a in carried)
         # A module or function of the user's: model(x), self.encoder(x), head(h).
         if how is not None and how.scalars is not None:
             return bool(dotted) and any(not is_scalar(a, how.scalars) for a in arguments)

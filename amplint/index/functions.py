@@ -77,15 +77,20 @@ class FunctionSummary:
     lines: dict[str, int] = field(default_factory=dict)  # fact -> line of its first occurrence
     calls: list[CallRecord] = field(default_factory=list)
     casts: tuple[str, ...] = ()  # parameters the body casts to float32 before anything else (`casts_at_entry`)
+    # With `lowers_nothing`: the parameters whose dtype what it returns carries (not those only used as indices,
+    # sizes or written into another tensor: `get_segments(x, start_idxs, n)` carries `x`'s).
+    keeps: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts)}
+                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts),
+                "k": list(self.keeps)}
 
     @classmethod
     def from_json(cls, data: dict) -> FunctionSummary:
         return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
-                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())))
+                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
+                   tuple(data.get("k", ())))
 
 
 @dataclass
@@ -352,6 +357,7 @@ class _Builder:
         for function_id, owner in self.by_id.items():
             if _lowers_nothing(self.nodes[function_id]):
                 self._note(owner, "lowers_nothing", owner.line)
+                owner.keeps = _dtype_sources(self.nodes[function_id], owner.params)
             if _returns_autocast_dtype(self.nodes[function_id], owner.params):
                 self._note(owner, "returns_autocast_dtype", owner.line)
 
@@ -464,6 +470,67 @@ def _returns_autocast_dtype(function: ast.AST, params: tuple[str, ...]) -> bool:
             continue
         return False
     return casting > 0
+
+
+def _dtype_sources(function: ast.AST, params: tuple[str, ...]) -> tuple[str, ...]:
+    """The parameters whose dtype the function's returns carry, in a function that runs no lowering op: a name
+    carries what it was assigned from (a method's receiver, an indexed value, operands, a torch function's
+    arguments), not its indices or sizes; an item assignment (`out[i] = x[i]`) writes in `out`'s dtype; a loop
+    variable carries what it walks. Unknown shapes carry every parameter they mention."""
+    carries: dict[str, set[str]] = {name: {name} for name in params}
+
+    def of(node: ast.AST | None) -> set[str]:
+        kind = type(node)
+        if node is None or kind is ast.Constant:
+            return set()
+        if kind is ast.Name:
+            return set(carries.get(node.id, ()))
+        if kind is ast.Subscript:
+            return of(node.value)
+        if kind is ast.Attribute:
+            return set() if node.attr in ("shape", "dtype", "device", "ndim") else of(node.value)
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute:
+                receiver = of(func.value)
+                if func.attr in ("size", "dim", "numel", "item", "tolist"):
+                    return set()
+                if func.attr.startswith("new_"):
+                    return receiver
+                return receiver | {p for arg in node.args for p in of(arg)}
+            if type(func) is ast.Name and func.id in ("len", "range", "int", "enumerate", "zip"):
+                return set() if func.id in ("len", "range", "int") else {p for arg in node.args for p in of(arg)}
+            return {p for arg in (*node.args, *(k.value for k in node.keywords)) for p in of(arg)}
+        if kind is ast.BinOp:
+            return of(node.left) | of(node.right)
+        if kind is ast.UnaryOp:
+            return of(node.operand)
+        if kind in (ast.Tuple, ast.List):
+            return {p for element in node.elts for p in of(element)}
+        if kind is ast.IfExp:
+            return of(node.body) | of(node.orelse)
+        return {name.id for name in ast.walk(node) if type(name) is ast.Name and name.id in params}
+
+    def bind(target: ast.AST, sources: set[str]) -> None:
+        if type(target) is ast.Name:
+            carries[target.id] = sources
+        elif type(target) in (ast.Tuple, ast.List):
+            for element in target.elts:
+                bind(element, sources)
+
+    statements = sorted((n for n in ast.walk(function) if type(n) in (ast.Assign, ast.AugAssign, ast.For)),
+                        key=lambda n: (n.lineno, n.col_offset))
+    for statement in statements:
+        if type(statement) is ast.Assign:
+            for target in statement.targets:
+                if type(target) is not ast.Subscript:  # `out[i] = ...` writes in out's dtype
+                    bind(target, of(statement.value))
+        elif type(statement) is ast.AugAssign and type(statement.target) is ast.Name:
+            carries[statement.target.id] = carries.get(statement.target.id, set()) | of(statement.value)
+        elif type(statement) is ast.For:
+            bind(statement.target, of(statement.iter))
+    found = {p for n in ast.walk(function) if type(n) is ast.Return for p in of(n.value)}
+    return tuple(p for p in params if p in found)
 
 
 def _lowers_nothing(function: ast.AST) -> bool:

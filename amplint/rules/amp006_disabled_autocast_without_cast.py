@@ -193,24 +193,39 @@ def returns_autocast_dtype(facts: ModuleFacts, frame: Frame):
 
 
 def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
-    """Does a callee return its inputs' dtype under autocast: a project function that runs no op autocast lowers
-    (the index's `lowers_nothing`), or, with `libraries` (no autocast region in view), a library's function,
-    imported from a module the project does not hold (`import k2`)? Unknown without the project's index."""
+    """The arguments of a call whose dtype its result carries under autocast, for a project function that runs no
+    op autocast lowers (the index's `lowers_nothing`, the arguments bound to its `keeps`) or, with `libraries`
+    (no autocast region in view), a library's function, imported from a module the project does not hold
+    (`import k2`: all its arguments). None for any other call, and without the project's index."""
     view = facts.project
     info = facts.function_info(frame)
 
-    def keeps(func: cst.BaseExpression) -> bool:
+    def carried(call: cst.Call) -> list[cst.BaseExpression] | None:
         if view is None:
-            return False
-        qualified = facts.imports.qualify(func)
+            return None
+        qualified = facts.imports.qualify(call.func)
         if libraries and qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified):
-            return True
-        callee = dotted_name(func)
+            return [arg.value for arg in call.args]
+        callee = dotted_name(call.func)
         target = view.resolve(info.qualname if info else None, callee) if callee else None
         summary = view.function(target) if target is not None else None
-        return summary is not None and "lowers_nothing" in summary.does
+        if summary is None or "lowers_nothing" not in summary.does:
+            return None
+        params = list(summary.params)
+        if "." in target.qualname and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        found, position = [], 0
+        for arg in call.args:
+            if arg.star:
+                return [a.value for a in call.args]  # unpacked: which parameter each binds is unknown
+            name = arg.keyword.value if arg.keyword is not None else (
+                params[position] if position < len(params) else None)
+            position += arg.keyword is None
+            if name is None or name in summary.keeps:
+                found.append(arg.value)
+        return found
 
-    return keeps
+    return carried
 
 
 def callee_casts(facts: ModuleFacts, frame: Frame):
@@ -347,6 +362,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
     scalars = scalar_parameters(definition) if definition is not None else set()
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
+    where_low: dict[str, Frame] = {}  # the frame of the assignment that made each name in `low` low
     for assignment in sorted(relevant, key=lambda a: a.index):
         where = facts.region_of(assignment.frame)
         computed = {name for name, source in low.items() if not source.parameter}
@@ -396,8 +412,12 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
             source = source_of(element) if element is not None else whole
             if source is not None:
                 low[name] = source
+                where_low[name] = assignment.frame
+            elif name in where_low and exclusive(facts, where_low[name], assignment.frame):
+                pass  # the other branch of an `if` (`outs = self._cache` after `outs = model(x)`): either reaches
             else:
                 low.pop(name, None)
+                where_low.pop(name, None)
     return low
 
 
