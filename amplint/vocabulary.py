@@ -221,12 +221,14 @@ class Effect:
     ENABLE_GRAD = ENABLE_GRAD
     EVAL = EVAL
     LOOP = "loop"
+    LOWERS_NOTHING = "lowers_nothing"  # runs no op autocast lowers: returns its inputs' dtype
+    RETURNS_AUTOCAST_DTYPE = "returns_autocast_dtype"  # casts to the autocast dtype on purpose
 
 
 EFFECTS = (Effect.BUILDS_SCALER, Effect.KEEPS_SCALER, Effect.BACKWARD, Effect.SCALED_BACKWARD, Effect.UNSCALE,
            Effect.CLIP, Effect.STEP, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.REGION,
            Effect.DISABLED_REGION, Effect.AUTOCAST_OFF, Effect.RETURNS_FLOAT32, Effect.NO_GRAD, Effect.ENABLE_GRAD,
-           Effect.EVAL, Effect.LOOP)
+           Effect.EVAL, Effect.LOOP, Effect.LOWERS_NOTHING, Effect.RETURNS_AUTOCAST_DTYPE)
 
 # The names that mean AMP wherever the linter spells them as a code word (a string that is an identifier or a
 # dotted name): tests/test_layering.py fails when one appears as a literal outside this module. `float`,
@@ -286,3 +288,88 @@ def may_build_optimizer(last: str) -> bool:
     class or factory? The prefilter's screen: an upper bound of `is_known_optimizer_class` read from the same
     lists (a class is capitalised; the factories are named in `OPTIMIZER_FUNCTIONS`)."""
     return last[:1].isupper() or last in _OPTIMIZER_FUNCTION_NAMES
+
+
+# What torch ops do to dtypes under autocast (the facts layer's dtype questions and the index's
+# `lowers_nothing`, `returns_autocast_dtype` ask these).
+LOW_OPS = frozenset({
+    "mm", "matmul", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "linear", "bilinear", "einsum",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "chain_matmul",
+    "multi_dot", "prelu", "scaled_dot_product_attention", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+})
+FLOAT32_OPS = frozenset({
+    "softmax", "log_softmax", "layer_norm", "group_norm", "norm", "normalize", "exp", "log", "log1p", "log10",
+    "log2", "pow", "sum", "mean", "cumsum", "cumprod", "prod", "mse_loss", "cross_entropy", "nll_loss",
+    "binary_cross_entropy_with_logits", "kl_div", "l1_loss", "smooth_l1_loss", "cosine_similarity", "dist",
+    "pdist", "cdist", "rsqrt", "reciprocal", "acos", "asin", "cosh", "erfinv", "sinh", "tan", "softplus",
+    "logsumexp", "var", "std", "renorm", "topk", "sort", "argmax", "argmin", "max", "min", "allclose",
+})
+NOT_TENSORS = frozenset({
+    "item", "tolist", "size", "dim", "numel", "len", "int", "float", "bool", "str", "range", "list", "tuple",
+    "dict", "isinstance", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "linspace",
+    "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like", "full_like", "eye", "numpy",
+    "cpu", "detach_", "stride", "data_ptr", GET_SCALE, "parameters", "named_parameters", "state_dict",
+})
+# Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
+# be a module or function of the user's, whose output autocast lowers.
+TENSOR_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "to", "cuda", HALF,
+    BFLOAT16, "detach", "clone", "chunk", "split", "narrow", "masked_fill", "masked_fill_", "relu", "sigmoid",
+    "tanh", "gelu", "abs", "neg", "add", "sub", "mul", "div", "clamp", "clamp_", "roll", "flip", "gather",
+    "index_select", "select", "unbind", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "mm", "matmul",
+    "bmm", "square", "sqrt", "pow", "exp", "log", "sum", "mean", "max", "min", "norm", "softmax", "log_softmax",
+    "argmax", "topk", "sort", "where", "fill_", "zero_", "add_", "mul_", "div_", "sub_", "copy_", "requires_grad_",
+    "pin_memory", "numpy", "tolist", "item", "size", "dim", "float", "double", "long", "int", "bool", "type",
+})
+# Methods of objects that are not tensors (optimizers, scalers, modules): their receiver is not a tensor use.
+NOT_TENSOR_METHODS = frozenset({
+    *SCALER_METHODS, ZERO_GRAD, LOAD_STATE_DICT, "train", EVAL, "apply",
+    "add_param_group", "register_buffer", "register_parameter", "modules", "children", "get", "items", "keys",
+    "values", "append", "extend", "pop", "format", "join", "split", "replace", "startswith", "endswith",
+})
+# Ops whose result is an integer or bool tensor (or a Python number) whatever their input: never low precision.
+INTEGER_OPS = frozenset({
+    "long", "int", "bool", "short", "byte", "char", "argmax", "argmin", "argsort", "nonzero", "eq", "ne", "lt",
+    "le", "gt", "ge", "greater", "less", "equal", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
+    "logical_and", "logical_or", "logical_not", "logical_xor", "any", "all", "count_nonzero", "bincount",
+    "searchsorted", "bucketize", "numel", "size", "dim", "item", "tolist", "len", "multinomial",
+})
+# Tensor methods (and torch functions) whose result is a tensor of the input's floating dtype: a floating input
+# gives a floating tensor. Not here: methods that return tuples (`chunk`, `split`, `unbind`, `max(dim)`, `sort`,
+# `topk`) or a dtype of their own.
+FLOAT_PRESERVING = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "cuda", "cpu", "detach",
+    "clone", "narrow", "masked_fill", "relu", "sigmoid", "tanh", "gelu", "silu", "abs", "neg", "add", "sub",
+    "mul", "div", "clamp", "roll", "flip", "index_select", "select", "square", "sqrt", "pow", "exp", "log",
+    "sum", "mean", "norm", "softmax", "log_softmax", HALF, BFLOAT16, "float", "double", "mm", "matmul",
+    "bmm", "dropout", "layer_norm", "group_norm", "normalize", "cat", "stack", "where", "einsum", "baddbmm", "addmm",
+    "lerp", "rsqrt", "reciprocal", "tril", "triu", "diagonal", "type_as", "mish", "softplus", "elu",
+    "leaky_relu", "hardtanh", "logsumexp", "cumsum", "var", "std",
+})
+# Functional ops that only take floating inputs: their result is a floating tensor.
+FLOAT_ONLY_OPS = frozenset({
+    "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+    "conv_transpose3d", "scaled_dot_product_attention", "prelu", "layer_norm", "group_norm", "softmax",
+    "log_softmax", "gelu", "silu", "sigmoid", "tanh", "dropout",
+})
+# torch.nn modules whose forward returns one floating tensor (not LSTM/GRU/MultiheadAttention: tuples; not
+# MaxPool: `return_indices=True` gives a tuple). `Sequential` counts when each of its modules does.
+TENSOR_MODULES = frozenset({
+    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "Embedding", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "Dropout", "Dropout1d", "Dropout2d",
+    "Dropout3d", "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "LeakyReLU", "PReLU", "Sigmoid",
+    "Tanh", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Identity",
+    "Flatten", "Unflatten", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+    "AdaptiveAvgPool3d", "Upsample", "PixelShuffle", "TransformerEncoderLayer", "TransformerEncoder",
+})
+# Tensor methods and torch functions that autocast never runs in a low dtype: a function calling only these (and
+# builtins) returns its inputs' dtype under autocast (the index's `lowers_nothing`).
+DTYPE_KEEPING_CALLS = (FLOAT_PRESERVING | NOT_TENSORS | INTEGER_OPS | TENSOR_METHODS | frozenset({
+    "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "copy_", "index_put_", "scatter", "scatter_",
+    "masked_scatter", "masked_select", "take_along_dim", "pad", "interpolate"})) - LOW_OPS - frozenset({
+    HALF, BFLOAT16, "type_as", "to", "type", "cuda"})
+AUTOCAST_DTYPE_QUERIES = frozenset({"get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "get_autocast_dtype",
+                                    "get_autocast_xpu_dtype"})

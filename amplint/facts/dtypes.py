@@ -16,84 +16,12 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.facts.model import Assignment, Frame
 from amplint.facts.names import FLOAT32_DTYPES, dotted_name
+from amplint.vocabulary import (AUTOCAST_DTYPE_QUERIES, DTYPE_KEEPING_CALLS, FLOAT32_OPS, FLOAT_ONLY_OPS, FLOAT_PRESERVING, INTEGER_OPS, LOW_OPS, NOT_TENSORS, NOT_TENSOR_METHODS, TENSOR_METHODS, TENSOR_MODULES)  # noqa: F401  (what torch ops do to dtypes)
 
 CAST_METHODS = vocab.FLOAT32_CASTS
 CONVERT_METHODS = frozenset({"to", "type"})
-LOW_OPS = frozenset({
-    "mm", "matmul", "bmm", "addmm", "addbmm", "baddbmm", "addmv", "addr", "mv", "linear", "bilinear", "einsum",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "chain_matmul",
-    "multi_dot", "prelu", "scaled_dot_product_attention", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
-})
-FLOAT32_OPS = frozenset({
-    "softmax", "log_softmax", "layer_norm", "group_norm", "norm", "normalize", "exp", "log", "log1p", "log10",
-    "log2", "pow", "sum", "mean", "cumsum", "cumprod", "prod", "mse_loss", "cross_entropy", "nll_loss",
-    "binary_cross_entropy_with_logits", "kl_div", "l1_loss", "smooth_l1_loss", "cosine_similarity", "dist",
-    "pdist", "cdist", "rsqrt", "reciprocal", "acos", "asin", "cosh", "erfinv", "sinh", "tan", "softplus",
-    "logsumexp", "var", "std", "renorm", "topk", "sort", "argmax", "argmin", "max", "min", "allclose",
-})
-NOT_TENSORS = frozenset({
-    "item", "tolist", "size", "dim", "numel", "len", "int", "float", "bool", "str", "range", "list", "tuple",
-    "dict", "isinstance", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "linspace",
-    "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like", "full_like", "eye", "numpy",
-    "cpu", "detach_", "stride", "data_ptr", vocab.GET_SCALE, "parameters", "named_parameters", "state_dict",
-})
 BUILTIN_NAMES = frozenset(dir(builtins))
-# Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
-# be a module or function of the user's, whose output autocast lowers.
-TENSOR_METHODS = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
-    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "to", "cuda", vocab.HALF,
-    vocab.BFLOAT16, "detach", "clone", "chunk", "split", "narrow", "masked_fill", "masked_fill_", "relu", "sigmoid",
-    "tanh", "gelu", "abs", "neg", "add", "sub", "mul", "div", "clamp", "clamp_", "roll", "flip", "gather",
-    "index_select", "select", "unbind", "type_as", "new_zeros", "new_ones", "new_full", "new_empty", "mm", "matmul",
-    "bmm", "square", "sqrt", "pow", "exp", "log", "sum", "mean", "max", "min", "norm", "softmax", "log_softmax",
-    "argmax", "topk", "sort", "where", "fill_", "zero_", "add_", "mul_", "div_", "sub_", "copy_", "requires_grad_",
-    "pin_memory", "numpy", "tolist", "item", "size", "dim", "float", "double", "long", "int", "bool", "type",
-})
-# Methods of objects that are not tensors (optimizers, scalers, modules): their receiver is not a tensor use.
-NOT_TENSOR_METHODS = frozenset({
-    *vocab.SCALER_METHODS, vocab.ZERO_GRAD, vocab.LOAD_STATE_DICT, "train", vocab.EVAL, "apply",
-    "add_param_group", "register_buffer", "register_parameter", "modules", "children", "get", "items", "keys",
-    "values", "append", "extend", "pop", "format", "join", "split", "replace", "startswith", "endswith",
-})
 UNCAST_SAFE_FUNCTIONS = frozenset({"isinstance", "len", "print", "type", "id", "hasattr", "getattr", "repr", "str"})
-# Ops whose result is an integer or bool tensor (or a Python number) whatever their input: never low precision.
-INTEGER_OPS = frozenset({
-    "long", "int", "bool", "short", "byte", "char", "argmax", "argmin", "argsort", "nonzero", "eq", "ne", "lt",
-    "le", "gt", "ge", "greater", "less", "equal", "isnan", "isinf", "isfinite", "isposinf", "isneginf",
-    "logical_and", "logical_or", "logical_not", "logical_xor", "any", "all", "count_nonzero", "bincount",
-    "searchsorted", "bucketize", "numel", "size", "dim", "item", "tolist", "len", "multinomial",
-})
-# Tensor methods (and torch functions) whose result is a tensor of the input's floating dtype: a floating input
-# gives a floating tensor. Not here: methods that return tuples (`chunk`, `split`, `unbind`, `max(dim)`, `sort`,
-# `topk`) or a dtype of their own.
-FLOAT_PRESERVING = frozenset({
-    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
-    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "cuda", "cpu", "detach",
-    "clone", "narrow", "masked_fill", "relu", "sigmoid", "tanh", "gelu", "silu", "abs", "neg", "add", "sub",
-    "mul", "div", "clamp", "roll", "flip", "index_select", "select", "square", "sqrt", "pow", "exp", "log",
-    "sum", "mean", "norm", "softmax", "log_softmax", vocab.HALF, vocab.BFLOAT16, "float", "double", "mm", "matmul",
-    "bmm", "dropout", "layer_norm", "group_norm", "normalize", "cat", "stack", "where", "einsum", "baddbmm", "addmm",
-    "lerp", "rsqrt", "reciprocal", "tril", "triu", "diagonal", "type_as", "mish", "softplus", "elu",
-    "leaky_relu", "hardtanh", "logsumexp", "cumsum", "var", "std",
-})
-# Functional ops that only take floating inputs: their result is a floating tensor.
-FLOAT_ONLY_OPS = frozenset({
-    "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
-    "conv_transpose3d", "scaled_dot_product_attention", "prelu", "layer_norm", "group_norm", "softmax",
-    "log_softmax", "gelu", "silu", "sigmoid", "tanh", "dropout",
-})
-# torch.nn modules whose forward returns one floating tensor (not LSTM/GRU/MultiheadAttention: tuples; not
-# MaxPool: `return_indices=True` gives a tuple). `Sequential` counts when each of its modules does.
-TENSOR_MODULES = frozenset({
-    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
-    "ConvTranspose3d", "Embedding", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
-    "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "Dropout", "Dropout1d", "Dropout2d",
-    "Dropout3d", "ReLU", "ReLU6", "GELU", "SiLU", "Mish", "ELU", "SELU", "CELU", "LeakyReLU", "PReLU", "Sigmoid",
-    "Tanh", "Softplus", "Softsign", "Hardtanh", "Hardswish", "Hardsigmoid", "Softmax", "LogSoftmax", "Identity",
-    "Flatten", "Unflatten", "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
-    "AdaptiveAvgPool3d", "Upsample", "PixelShuffle", "TransformerEncoderLayer", "TransformerEncoder",
-})
 _FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
 TORCH_NAMESPACES = ("torch.", "F.", "nn.functional.")
 MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", vocab.EVAL, "requires_grad_"})
@@ -163,6 +91,11 @@ class Lowering:
 
     module_output: Callable[[cst.BaseExpression], str | None] | None = None
     scalars: set[str] | None = None
+    # Does the callee return its inputs' dtype: a project function that runs no op autocast lowers, or, where no
+    # autocast region is in view, a library's function (`k2.get_rnnt_prune_ranges(...)` of float32 gradients
+    # gives integer ranges; `einops.rearrange(h, ...)` keeps `h`'s)?
+    # (A call -> the arguments whose dtype its result carries; None when not such a function.)
+    library: Callable[[cst.Call], list[cst.BaseExpression] | None] | None = None
 
 
 def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | None = None) -> bool:
@@ -194,6 +127,9 @@ def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | N
             # A torch.nn module: lowered by autocast (nn.Linear), float32 (nn.LayerNorm on CUDA), or keeping its
             # input's dtype (nn.Embedding of token ids: float32).
             return kind == "low" or (kind == "keep" and any(is_low_precision(a, low, how) for a in arguments))
+        carried = how.library(value) if how is not None and how.library is not None else None
+        if carried is not None:
+            return any(is_low_precision(a, low, how) for a in carried)
         # A module or function of the user's: model(x), self.encoder(x), head(h).
         if how is not None and how.scalars is not None:
             return bool(dotted) and any(not is_scalar(a, how.scalars) for a in arguments)
@@ -459,8 +395,6 @@ FLOAT_OPERANDS = LOW_OPS | frozenset({
     "kl_div", "binary_cross_entropy", "binary_cross_entropy_with_logits", "atan2", "lerp", "addcmul", "addcdiv",
 })
 _NOT_ARITHMETIC = ("BitAnd", "BitOr", "BitXor", "LeftShift", "RightShift")
-AUTOCAST_DTYPE_QUERIES = frozenset({"get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "get_autocast_dtype",
-                                    "get_autocast_xpu_dtype"})
 
 
 def deliberately_low(value: cst.BaseExpression) -> bool:
@@ -488,8 +422,13 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     """
 
     def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None,
-                 params: set[str] | None = None, float_module=None, callee_casts=None) -> None:
+                 params: set[str] | None = None, float_module=None, callee_casts=None,
+                 handed_on: set[str] | None = None) -> None:
         self.watched = set(watched)
+        # Names whose star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came: not a use.
+        self.handed_on = set(handed_on or ())
+        self.starred: set[int] = set()  # ids of the uses unpacked by `*`/`**` into a call
+        self.complex: set[str] = set()  # names bound in the block to a complex tensor (`torch.view_as_complex`)
         self.params = set(params or ())
         self.floats = floats
         self.tensor_callee = tensor_callee
@@ -565,30 +504,64 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
             return
         position = 0
         for arg in node.args:
+            if arg.star and isinstance(viewed_name(arg.value), cst.Name):
+                if viewed_name(arg.value).value in self.handed_on:
+                    continue
+                self.starred.add(id(viewed_name(arg.value)))  # a sequence or mapping unpacked: no `.float()` on it
             positional = arg.keyword is None and not arg.star
             self._argument_use(arg.value, node, position if positional else None,
                                arg.keyword.value if arg.keyword is not None else None)
             position += positional
 
     def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        if self._complex(node.left) or self._complex(node.right):
+            return  # complex arithmetic: a real operand is promoted to complex64, no low-precision math
         arithmetic = type(node.operator).__name__ not in _NOT_ARITHMETIC
         self._use(node.left, evidence=arithmetic and not isinstance(node.right, cst.Integer))
         self._use(node.right, evidence=arithmetic and not isinstance(node.left, cst.Integer))
 
+    def _complex(self, node: cst.BaseExpression) -> bool:
+        node = viewed_name(node)
+        if isinstance(node, cst.Name):
+            return node.value in self.complex
+        return isinstance(node, cst.Call) and _op_name(node) in COMPLEX_OPS
+
     def leave_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
-            if isinstance(target.target, cst.Name):
-                self.watched.discard(target.target.value)
-                if _rebinds_itself(node.value, target.target.value):
-                    self._rebound.add(target.target.value)
+            for name, value in _assigned_pairs(target.target, node.value):
+                self.watched.discard(name)
+                if value is not None and self._complex(value):
+                    self.complex.add(name)
                 else:
-                    self.params.discard(target.target.value)
+                    self.complex.discard(name)
+                if value is not None and _rebinds_itself(value, name):
+                    self._rebound.add(name)
+                else:
+                    self.params.discard(name)
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
         return False
 
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
+
+
+# Ops whose result is a complex tensor: what is multiplied with it computes in complex64, whatever its dtype.
+COMPLEX_OPS = frozenset({"view_as_complex", "polar", "complex"})
+
+
+def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> list[tuple[str, cst.BaseExpression | None]]:
+    """The plain names an assignment target binds, each with the expression it gets when that is known
+    (`a, b = x.to(d), y.to(d)`: element by element), else None."""
+    if isinstance(target, cst.Name):
+        return [(target.value, value)]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        elements = [e for e in target.elements]
+        if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(elements) and not any(
+                isinstance(e, (cst.StarredElement,)) for e in (*elements, *value.elements)):
+            return [pair for e, v in zip(elements, value.elements) for pair in _assigned_pairs(e.value, v.value)]
+        return [(name.value, None) for name in _target_names(target)]
+    return []
 
 
 def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:

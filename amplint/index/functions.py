@@ -75,15 +75,20 @@ class FunctionSummary:
     lines: dict[str, int] = field(default_factory=dict)  # fact -> line of its first occurrence
     calls: list[CallRecord] = field(default_factory=list)
     casts: tuple[str, ...] = ()  # parameters the body casts to float32 before anything else (`casts_at_entry`)
+    # With `lowers_nothing`: the parameters whose dtype what it returns carries (not those only used as indices,
+    # sizes or written into another tensor: `get_segments(x, start_idxs, n)` carries `x`'s).
+    keeps: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts)}
+                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts),
+                "k": list(self.keeps)}
 
     @classmethod
     def from_json(cls, data: dict) -> FunctionSummary:
         return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
-                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())))
+                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
+                   tuple(data.get("k", ())))
 
 
 @dataclass
@@ -143,6 +148,7 @@ class _Builder:
         self._imports()
         self._calls()
         self._regions()
+        self._lowering()
         self._scaler_builds()
         self._instances()
         return self.index
@@ -343,6 +349,17 @@ class _Builder:
                     self.nodes[function_id], Effect.AUTOCAST_OFF in owner.does):
                 self._note(owner, Effect.RETURNS_FLOAT32, owner.line)
 
+    def _lowering(self) -> None:
+        """`lowers_nothing`: the function runs no op autocast casts to a low dtype (no matmul, linear, conv, no
+        module or function of the user's; only tensor methods and torch functions that keep a dtype, indexing,
+        builtins): under any autocast, what it returns has its inputs' dtype (`get_segments(x, starts, n)`)."""
+        for function_id, owner in self.by_id.items():
+            if _lowers_nothing(self.nodes[function_id]):
+                self._note(owner, Effect.LOWERS_NOTHING, owner.line)
+                owner.keeps = _dtype_sources(self.nodes[function_id], owner.params)
+            if _returns_autocast_dtype(self.nodes[function_id], owner.params):
+                self._note(owner, Effect.RETURNS_AUTOCAST_DTYPE, owner.line)
+
     def _returns_float32(self, function: ast.AST, off: bool) -> bool:
         """Does every `return` of the function return a value computed with autocast off (in a region written
         disabled, or anywhere in a function decorated so)? What it returns is then float32 where its inputs
@@ -425,11 +442,127 @@ _FLOAT32_CASTS = frozenset({"float", "double"})
 _FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
 
 
+def _returns_autocast_dtype(function: ast.AST, params: tuple[str, ...]) -> bool:
+    """`returns_autocast_dtype`: the function casts what it returns on purpose to the autocast dtype
+    (`tensor.to(dtype=torch.get_autocast_gpu_dtype())`, the dtype perhaps through a name), or returns a parameter
+    untouched where it does not (autocast off, not a tensor); at least one return casts."""
+    from amplint.vocabulary import AUTOCAST_DTYPE_QUERIES
+
+    def query(node: ast.AST) -> bool:
+        return any(type(n) is ast.Call and (dotted(n.func) or "").rsplit(".", 1)[-1] in AUTOCAST_DTYPE_QUERIES
+                   for n in ast.walk(node))
+
+    returns = [n for n in ast.walk(function) if type(n) is ast.Return]
+    if not returns or any(type(n) in (ast.Lambda, *FUNCTIONS) and n is not function for n in ast.walk(function)):
+        return False
+    dtypes = {t.id for n in ast.walk(function) if type(n) is ast.Assign and query(n.value)
+              for t in n.targets if type(t) is ast.Name}
+    casting = 0
+    for node in returns:
+        value = node.value
+        if value is None:
+            return False
+        if type(value) is ast.Name and value.id in params:
+            continue
+        if query(value) or any(type(n) is ast.Name and n.id in dtypes for n in ast.walk(value)):
+            casting += 1
+            continue
+        return False
+    return casting > 0
+
+
+def _dtype_sources(function: ast.AST, params: tuple[str, ...]) -> tuple[str, ...]:
+    """The parameters whose dtype the function's returns carry, in a function that runs no lowering op: a name
+    carries what it was assigned from (a method's receiver, an indexed value, operands, a torch function's
+    arguments), not its indices or sizes; an item assignment (`out[i] = x[i]`) writes in `out`'s dtype; a loop
+    variable carries what it walks. Unknown shapes carry every parameter they mention."""
+    carries: dict[str, set[str]] = {name: {name} for name in params}
+
+    def of(node: ast.AST | None) -> set[str]:
+        kind = type(node)
+        if node is None or kind is ast.Constant:
+            return set()
+        if kind is ast.Name:
+            return set(carries.get(node.id, ()))
+        if kind is ast.Subscript:
+            return of(node.value)
+        if kind is ast.Attribute:
+            return set() if node.attr in ("shape", vocab.DTYPE, "device", "ndim") else of(node.value)
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute:
+                receiver = of(func.value)
+                if func.attr in ("size", "dim", "numel", "item", "tolist"):
+                    return set()
+                if func.attr.startswith("new_"):
+                    return receiver
+                return receiver | {p for arg in node.args for p in of(arg)}
+            if type(func) is ast.Name and func.id in ("len", "range", "int", "enumerate", "zip"):
+                return set() if func.id in ("len", "range", "int") else {p for arg in node.args for p in of(arg)}
+            return {p for arg in (*node.args, *(k.value for k in node.keywords)) for p in of(arg)}
+        if kind is ast.BinOp:
+            return of(node.left) | of(node.right)
+        if kind is ast.UnaryOp:
+            return of(node.operand)
+        if kind in (ast.Tuple, ast.List):
+            return {p for element in node.elts for p in of(element)}
+        if kind is ast.IfExp:
+            return of(node.body) | of(node.orelse)
+        return {name.id for name in ast.walk(node) if type(name) is ast.Name and name.id in params}
+
+    def bind(target: ast.AST, sources: set[str]) -> None:
+        if type(target) is ast.Name:
+            carries[target.id] = sources
+        elif type(target) in (ast.Tuple, ast.List):
+            for element in target.elts:
+                bind(element, sources)
+
+    statements = sorted((n for n in ast.walk(function) if type(n) in (ast.Assign, ast.AugAssign, ast.For)),
+                        key=lambda n: (n.lineno, n.col_offset))
+    for statement in statements:
+        if type(statement) is ast.Assign:
+            for target in statement.targets:
+                if type(target) is not ast.Subscript:  # `out[i] = ...` writes in out's dtype
+                    bind(target, of(statement.value))
+        elif type(statement) is ast.AugAssign and type(statement.target) is ast.Name:
+            carries[statement.target.id] = carries.get(statement.target.id, set()) | of(statement.value)
+        elif type(statement) is ast.For:
+            bind(statement.target, of(statement.iter))
+    found = {p for n in ast.walk(function) if type(n) is ast.Return for p in of(n.value)}
+    return tuple(p for p in params if p in found)
+
+
+def _lowers_nothing(function: ast.AST) -> bool:
+    from amplint.vocabulary import DTYPE_KEEPING_CALLS
+
+    for node in ast.walk(function):
+        kind = type(node)
+        if kind is ast.BinOp and type(node.op) is ast.MatMult:
+            return False
+        if kind in (ast.Lambda, *FUNCTIONS) and node is not function:
+            return False  # a nested function or lambda: not followed
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Name:
+                if func.id not in _NOT_PROJECT:
+                    return False
+            elif type(func) is ast.Attribute:
+                root = func.value
+                while type(root) is ast.Attribute:
+                    root = root.value
+                if func.attr not in DTYPE_KEEPING_CALLS or (type(root) is ast.Name and root.id in ("self", "cls")):
+                    return False
+            else:
+                return False
+    return True
+
+
 def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:
     """The parameters the function casts to float32 first thing: its leading statements (after a docstring and
     constant set-up such as `loss = 0`, also inside a leading `with`) rebind them as `p = p.float()`,
     `p = p.to(torch.float32)`, `a, b = a.float(), b.float()`, or loop over them casting each item first thing
-    (`for dr, dg in zip(real, fake): dr = dr.float(); dg = dg.float()`, loops nested too). A caller's value
+    (`for dr, dg in zip(real, fake): dr = dr.float(); dg = dg.float()`, loops nested too, also numbered with
+    `enumerate`). A caller's value
     handed to one of them needs no cast of its own."""
     body = list(function.body)
     if body and type(body[0]) is ast.Expr and type(body[0].value) is ast.Constant:
@@ -473,9 +606,13 @@ def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
                 break
             found.update(cast)
         elif kind is ast.For:
-            sources = _iterated(statement.iter, names)
-            targets = [statement.target] if type(statement.target) is ast.Name else list(
-                getattr(statement.target, "elts", ()))
+            iterable, target = statement.iter, statement.target
+            if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "enumerate" \
+                    and len(iterable.args) == 1 and not iterable.keywords and type(target) is ast.Tuple \
+                    and len(target.elts) == 2 and type(target.elts[0]) is ast.Name:
+                iterable, target = iterable.args[0], target.elts[1]  # `for i, (a, b) in enumerate(zip(x, y))`
+            sources = _iterated(iterable, names)
+            targets = [target] if type(target) is ast.Name else list(getattr(target, "elts", ()))
             if sources is None or len(sources) != len(targets) or not all(type(t) is ast.Name for t in targets):
                 break
             inner = _cast_first(statement.body, {t.id for t in targets})
@@ -488,7 +625,8 @@ def _cast_first(body: list[ast.stmt], names: set[str]) -> set[str]:
 
 
 def _iterated(iterable: ast.expr, names: set[str]) -> list[str] | None:
-    """The names a loop walks in step (`x`, `zip(a, b)`, `enumerate`-free), when all are in `names`."""
+    """The names a loop walks in step (`x`, `zip(a, b)`; under `enumerate` as its caller unwraps), when all are in
+    `names`."""
     if type(iterable) is ast.Name and iterable.id in names:
         return [iterable.id]
     if type(iterable) is ast.Call and type(iterable.func) is ast.Name and iterable.func.id == "zip" and \

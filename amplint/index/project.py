@@ -255,6 +255,11 @@ class ModuleView:
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
         return found
 
+    def outside(self, qualified: str) -> bool:
+        """Is the top module of an imported name (`k2` of `k2.get_rnnt_prune_ranges`) absent from the project: a
+        library's?"""
+        return self._find(qualified.split(".")[0], self.path) is None
+
     def _find(self, name: str, near: str) -> str | None:
         found = self.project.find_module(name, near)
         if found is None:
@@ -276,7 +281,9 @@ class ModuleView:
         class_name = caller.split(".")[0] if caller and "." in caller else None
         if parts[0] in ("self", "cls") and class_name:
             if len(parts) == 2:
-                return self._method(path, class_name, parts[1], depth)
+                found = self._method(path, class_name, parts[1], depth)
+                held = index.instances.get(f"{class_name}.{parts[1]}") if found is None else None
+                return self._method_of_callee(path, held, "__call__", depth) if held else found
             if len(parts) == 3:  # self.helper.run(): the helper's class
                 held = index.instances.get(f"{class_name}.{parts[1]}")
                 return self._method_of_callee(path, held, parts[2], depth) if held else None
@@ -374,8 +381,15 @@ class ModuleView:
         return self._class(module, parts[-1], depth - 1) if module else None
 
     def _method_of_callee(self, path: str, constructor: str, method: str, depth: int) -> Target | None:
+        """`method` of the class the object was built from; calling an object whose class defines no `__call__`
+        in the project runs its `forward` (a torch.nn.Module's `__call__`)."""
         located = self._class(path, constructor, depth)
-        return self._method(located[0], located[1], method, depth) if located else None
+        if located is None:
+            return None
+        found = self._method(located[0], located[1], method, depth)
+        if found is None and method == "__call__":
+            found = self._method(located[0], located[1], "forward", depth)
+        return found
 
     # questions ---------------------------------------------------------------------------------------------
     def function(self, target: Target) -> FunctionSummary | None:

@@ -15,7 +15,7 @@ from amplint.lazy import visitor_class
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.facts.module import exclusive
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import (FLOAT_PRESERVING, UncastUses, deliberately_low, floating_names, is_float32_cast,
+from amplint.facts.dtypes import (FLOAT_PRESERVING, Lowering, UncastUses, deliberately_low, floating_names, is_float32_cast,
                                   is_low_precision, is_scalar, lowering, module_output, tensor_module)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
@@ -91,7 +91,10 @@ class DisabledAutocastWithoutCast(Rule):
     values after a float32 cast (also through dtype-preserving methods after it), tensor factories, outputs of
     ops that autocast runs in float32 (softmax, norms, losses), integer and bool values (`.long()`, `argmax`,
     comparisons, sizes), metadata reads (`.shape`, `.dtype`, `.device`), values cast on purpose to the autocast
-    dtype (`torch.get_autocast_dtype(...)`), and a parameter used only in ways an integer, a bool mask or an
+    dtype (`torch.get_autocast_dtype(...)`, also by a project helper), results of a project function that runs no op
+    autocast lowers (and, with no autocast region in view, of a library's function) when its inputs are not low,
+    complex arithmetic, an argument list a wrapper hands on by star-unpacking (`kernel(*args)`; computed under
+    a region in view, it is reported without a fix), and a parameter used only in ways an integer, a bool mask or an
     object is used too (indexing, a mask, handed to a user function). A value used only as something handed on
     (`outputs.append(h)`, `log(h)` whose result is dropped) is not computed with. A region whose body only runs
     autograd (`torch.autograd.grad`, `.backward()`) keeps autograd out of autocast and is not an fp32 region. In
@@ -142,7 +145,8 @@ class DisabledAutocastWithoutCast(Rule):
         visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
                                             lambda func: tensor_module(facts, func, frame), params,
                                             lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
-                                            callee_casts(facts, frame))
+                                            callee_casts(facts, frame),
+                                            {name for name, source in sources.items() if source.handed_on})
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
         for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
@@ -150,7 +154,7 @@ class DisabledAutocastWithoutCast(Rule):
             by_name.setdefault(use.value, []).append(use)
         for name, uses in by_name.items():
             source = sources[name]
-            if source.container:
+            if source.container or any(id(use) in visitor.starred for use in uses):
                 yield Finding(uses[0], source.text(name), help=f"Cast the tensors `{name}` holds with `.float()` "
                                                                f"before the fp32 region")
                 continue
@@ -184,6 +188,57 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
     return output
 
 
+def returns_autocast_dtype(facts: ModuleFacts, frame: Frame):
+    """Is a value the result of a project function that casts what it returns to the autocast dtype on purpose
+    (the index's `returns_autocast_dtype`: `downcast_x = cast_if_autocast_enabled(x)` for a fused kernel)?"""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def cast(value: cst.BaseExpression) -> bool:
+        callee = dotted_name(value.func) if isinstance(value, cst.Call) and view is not None else None
+        target = view.resolve(info.qualname if info else None, callee) if callee else None
+        summary = view.function(target) if target is not None else None
+        return summary is not None and Effect.RETURNS_AUTOCAST_DTYPE in summary.does
+
+    return cast
+
+
+def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
+    """The arguments of a call whose dtype its result carries under autocast, for a project function that runs no
+    op autocast lowers (the index's `lowers_nothing`, the arguments bound to its `keeps`) or, with `libraries`
+    (no autocast region in view), a library's function, imported from a module the project does not hold
+    (`import k2`: all its arguments). None for any other call, and without the project's index."""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def carried(call: cst.Call) -> list[cst.BaseExpression] | None:
+        if view is None:
+            return None
+        qualified = facts.imports.qualify(call.func)
+        if libraries and qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified):
+            return [arg.value for arg in call.args]
+        callee = dotted_name(call.func)
+        target = view.resolve(info.qualname if info else None, callee) if callee else None
+        summary = view.function(target) if target is not None else None
+        if summary is None or Effect.LOWERS_NOTHING not in summary.does:
+            return None
+        params = list(summary.params)
+        if "." in target.qualname and params and params[0] in ("self", "cls"):
+            params = params[1:]
+        found, position = [], 0
+        for arg in call.args:
+            if arg.star:
+                return [a.value for a in call.args]  # unpacked: which parameter each binds is unknown
+            name = arg.keyword.value if arg.keyword is not None else (
+                params[position] if position < len(params) else None)
+            position += arg.keyword is None
+            if name is None or name in summary.keeps:
+                found.append(arg.value)
+        return found
+
+    return carried
+
+
 def callee_casts(facts: ModuleFacts, frame: Frame):
     """Does the project function a call in `frame` runs cast the parameter an argument is bound to (by position
     or keyword) to float32 first thing (the index's `casts`, in this module or another)?"""
@@ -215,6 +270,9 @@ class Source:
     dtype: str = "bfloat16/float16"
     parameter: bool = False  # reported only where used as a floating tensor; never a safe fix
     container: bool = False  # a dict, list or tuple of tensors: no `.float()` fix
+    # Known low only by the callers' autocast (a parameter, or computed from what the function was handed): its
+    # star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came, not a use.
+    handed_on: bool = False
 
     def text(self, name: str) -> str:
         """The message for `name`, said shorter while it passes `MAX_MESSAGE` characters (long names)."""
@@ -293,7 +351,7 @@ def parameter_sources(function: cst.FunctionDef, message: str, method: bool) -> 
     if method and names and names[0] in ("self", "cls"):
         names = names[1:]
     scalars = scalar_parameters(function)
-    return {name: Source(message, parameter=True) for name in names if name not in scalars}
+    return {name: Source(message, parameter=True, handed_on=True) for name in names if name not in scalars}
 
 
 def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: Region,
@@ -315,14 +373,18 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
     scalars = scalar_parameters(definition) if definition is not None else set()
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
+    where_low: dict[str, Frame] = {}  # the frame of the assignment that made each name in `low` low
     for assignment in sorted(relevant, key=lambda a: a.index):
         where = facts.region_of(assignment.frame)
         computed = {name for name, source in low.items() if not source.parameter}
         how = lowering(facts, assignment.frame, scalars)
         how.module_output = returns_float32(facts, how.module_output, assignment.frame)
+        how.library = dtype_keeping(facts, assignment.frame, False)
+        cast_on_purpose = returns_autocast_dtype(facts, assignment.frame)
+        implied_how = Lowering(how.module_output, how.scalars, dtype_keeping(facts, assignment.frame, True))
 
         def source_of(value: cst.BaseExpression) -> Source | None:
-            if deliberately_low(value):
+            if deliberately_low(value) or cast_on_purpose(value):
                 return None  # cast on purpose to the autocast dtype, for a mixed-precision kernel
             if where is not None and where.active and where.via in ("with", "decorator"):
                 if not is_low_precision(value, computed, how):
@@ -331,13 +393,13 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                               f"from the autocast region at line {facts.line_of(where.opener)}",
                               dtype=dtype_words(where), container=container(value))
             if where is None and implied:
-                if not is_low_precision(value, computed, how):
+                if not is_low_precision(value, computed, implied_how):
                     return None
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
-                              f"under the callers' autocast", container=container(value))
+                              f"under the callers' autocast", container=container(value), handed_on=True)
             kept = kept_low(value, low)
             if kept is not None and isinstance(value, cst.Subscript):
-                return Source(kept.message, kept.dtype, kept.parameter)  # an item: no longer the container
+                return Source(kept.message, kept.dtype, kept.parameter, handed_on=kept.handed_on)  # an item
             return kept
 
         value = assignment.value
@@ -348,7 +410,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         else:
             whole = source_of(value) if len(targets) == 1 or isinstance(value, (cst.Call, cst.Name)) else None
             if whole is not None and len(targets) > 1:  # a, b = outputs: each an item, not the container
-                whole = Source(whole.message, whole.dtype, whole.parameter)
+                whole = Source(whole.message, whole.dtype, whole.parameter, handed_on=whole.handed_on)
             pairs = [(name, None) for name in targets]
         for name, element in pairs:
             if "." in name:
@@ -361,8 +423,12 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
             source = source_of(element) if element is not None else whole
             if source is not None:
                 low[name] = source
+                where_low[name] = assignment.frame
+            elif name in where_low and exclusive(facts, where_low[name], assignment.frame):
+                pass  # the other branch of an `if` (`outs = self._cache` after `outs = model(x)`): either reaches
             else:
                 low.pop(name, None)
+                where_low.pop(name, None)
     return low
 
 
