@@ -248,3 +248,22 @@ def test_the_scope_check_guards_safe_fixes(monkeypatch):
     assert fixer.unbound_names(removed) == {("top.f", "n")}
     judge = fixer._Judge(text, "f.py")
     assert judge.lost_bindings(removed) == ["n"] and judge.lost_bindings(text) == []
+
+
+def test_many_short_elif_chains_are_not_one_long_one():
+    """Separate `if`/`elif` statements do not add up: a module of 3,000 functions with one `elif` each nests no
+    deeper than one of them (it was refused as too deeply nested), while chains inside an `elif`'s body add to the
+    chain around them (in an `else:` body too), and an `elif` in a string counts for nothing."""
+    from amplint.parsing import MAX_NESTING, nesting
+
+    function = "def f{0}(k):\n    if k == 1:\n        return 1\n    elif k == 2:\n        return 2\n    return {0}\n\n"
+    many = "import torch\n\n" + "".join(function.format(number) for number in range(3000))
+    compile(many, "many.py", "exec")
+    assert nesting(many).depth < 10
+    inner = "    if c:\n        pass\n" + "".join(f"    elif c == {n}:\n        pass\n" for n in range(7))
+    nested = "if a:\n    pass\n" + "".join(f"elif a == {n}:\n    pass\n" for n in range(6)) + "else:\n" + inner
+    nested_in_elif = nested.replace("else:\n", "elif b:\n")
+    compile(nested_in_elif, "nested.py", "exec")
+    assert nesting(nested).depth == 13 and nesting(nested_in_elif).depth == 14
+    assert nesting('x = """\n' + "elif\n" * 3000 + '"""\n').depth < 10
+    assert MAX_NESTING < nesting(elif_chain(2500)).depth
