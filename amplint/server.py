@@ -263,9 +263,28 @@ class FrameReader:
             read = self._next_body()
             if read is None:
                 return  # end of the stream
-            body = self._message(*read)
-            if body is not None:
+            for body in self._messages(*read):
                 self.frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def _messages(self, body: bytes, problem: str | None) -> list[bytes]:
+        """The bodies to hand to pygls for one message: a JSON-RPC batch (an array, which pygls cannot read) is
+        taken apart into its messages, each read as if sent alone; a message that is neither an object nor an
+        array is skipped, said on stderr (pygls would fail on it with a traceback)."""
+        try:
+            message = json.loads(body)
+        except ValueError:  # not JSON: `_message` says so, or finds the message it starts with
+            message = {}
+        if isinstance(message, list):
+            parts = [json.dumps(item).encode("utf-8") for item in message if isinstance(item, dict)]
+            if len(parts) < len(message) or not message:
+                self._say(f"skipped {len(message) - len(parts)} of the {len(message)} values of a batch that are "
+                          "not JSON-RPC messages")
+            return [each for part in parts for each in [self._message(part, problem)] if each is not None]
+        if not isinstance(message, dict):
+            self._say(f"skipped a message that is not a JSON object ({type(message).__name__})")
+            return []
+        body = self._message(body, problem)
+        return [] if body is None else [body]
 
     def _next_body(self) -> tuple[bytes, str | None] | None:
         """The next message's body and what was wrong with its header (None if nothing)."""

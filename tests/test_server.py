@@ -566,3 +566,14 @@ def test_a_finding_can_depend_on_another_open_buffer(tmp_path, monkeypatch):
     assert codes({}) == []  # main.py on disk calls it once
     assert codes({str(main_py): looping}) == ["AMP004"]  # the unsaved buffer loops
     assert codes({}) == []  # closed unsaved: the file on disk again
+
+
+def test_frame_reader_takes_a_batch_apart_and_skips_what_is_no_object():
+    """pygls reads one JSON object per frame and fails with a traceback, answering nothing, on an array (a
+    JSON-RPC batch) or a bare value: a batch's requests are handed on one by one, other values skipped."""
+    first, second = {"jsonrpc": "2.0", "id": 1, "method": "a"}, {"jsonrpc": "2.0", "id": 2, "method": "b"}
+    batch = json.dumps([first, 5, second]).encode()
+    assert _read_frames(b"Content-Length: %d\r\n\r\n" % len(batch) + batch + GOOD)[:2] == [first, second]
+    for value in (b"[]", b"5", b'"text"', b"null", b"[[1]]"):
+        assert _read_frames(b"Content-Length: %d\r\n\r\n" % len(value) + value + GOOD) == [
+            json.loads(GOOD.split(b"\r\n\r\n")[1])], value
