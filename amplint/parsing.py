@@ -293,8 +293,8 @@ def nesting(text: str) -> Nesting:
 # logical lines (strings, brackets and continuations are skipped by `_TOKEN`): an `elif` at an indentation
 # lengthens the chain open there, any other statement but `else` at that indentation ends it, a statement indented
 # less ends the chains indented more; a chain inside an `elif`'s or the `else`'s body nests inside the one around
-# it, so the depth at a point is the sum of the chains open there, `ELIF_WEIGHT` levels per `elif`. (Counting every `elif` at an indentation
-# in the file, as before, refused large files of many short `if`/`elif` statements as too deeply nested.)
+# it, so the depth at a point is the sum of the chains open there, `ELIF_WEIGHT` levels per `elif`. (Counting
+# every `elif` at an indentation in the file refused large files of many short `if`/`elif` statements.)
 ELIF_WEIGHT = 1
 _INDENT = re.compile(r"[ \t\x0c]*")
 _ELIF_WORD = re.compile(r"elif(?!\w)")
