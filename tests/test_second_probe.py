@@ -248,3 +248,75 @@ def test_the_scope_check_guards_safe_fixes(monkeypatch):
     assert fixer.unbound_names(removed) == {("top.f", "n")}
     judge = fixer._Judge(text, "f.py")
     assert judge.lost_bindings(removed) == ["n"] and judge.lost_bindings(text) == []
+
+
+def test_many_short_elif_chains_are_not_one_long_one():
+    """Separate `if`/`elif` statements do not add up: a module of 3,000 functions with one `elif` each nests no
+    deeper than one of them (it was refused as too deeply nested), while chains inside an `elif`'s body add to the
+    chain around them (in an `else:` body too), and an `elif` in a string counts for nothing."""
+    from amplint.parsing import MAX_NESTING, nesting
+
+    function = "def f{0}(k):\n    if k == 1:\n        return 1\n    elif k == 2:\n        return 2\n    return {0}\n\n"
+    many = "import torch\n\n" + "".join(function.format(number) for number in range(3000))
+    compile(many, "many.py", "exec")
+    assert nesting(many).depth < 10
+    inner = "    if c:\n        pass\n" + "".join(f"    elif c == {n}:\n        pass\n" for n in range(7))
+    nested = "if a:\n    pass\n" + "".join(f"elif a == {n}:\n    pass\n" for n in range(6)) + "else:\n" + inner
+    nested_in_elif = nested.replace("else:\n", "elif b:\n")
+    compile(nested_in_elif, "nested.py", "exec")
+    assert nesting(nested).depth == 13 and nesting(nested_in_elif).depth == 14
+    assert nesting('x = """\n' + "elif\n" * 3000 + '"""\n').depth < 10
+    assert MAX_NESTING < nesting(elif_chain(2500)).depth
+
+
+# Large files ----------------------------------------------------------------------------------------------------
+
+def helpers(count: int) -> str:
+    return "".join(f"def helper_{n}(values):\n    return [v * {n} for v in values if v]\n\n\n" for n in range(count))
+
+
+def test_a_file_too_large_to_parse_is_amp901_with_the_reason_and_never_parsed(monkeypatch):
+    """Past `MAX_PARSED_CHARS` (lowered here) the text is not parsed, by libcst or by `ast`: the engine reports
+    AMP901 saying why, the index leaves the file out; below it the same code is analysed as ever."""
+    import ast as stdlib_ast
+
+    from amplint import parsing
+    from amplint.index.functions import index_text
+    from amplint.pipeline import process_text
+
+    text = FLAGGED + helpers(400)
+    assert [d.code for d in lint_text(text, "big.py", rules()).diagnostics] == ["AMP001"]
+    assert index_text(text) is not None
+    monkeypatch.setattr(parsing, "MAX_PARSED_CHARS", len(text) - 1)
+
+    def refusing(parse):
+        def parse_unless_this_text(source, *args, **kwargs):
+            if isinstance(source, str) and source.startswith(FLAGGED) and len(source) > 10 * len(FLAGGED):
+                raise AssertionError("a text over the size bound was parsed")
+            return parse(source, *args, **kwargs)
+        return parse_unless_this_text
+
+    monkeypatch.setattr(stdlib_ast, "parse", refusing(stdlib_ast.parse))
+    monkeypatch.setattr(parsing.cst, "parse_module", refusing(parsing.cst.parse_module))
+    [finding] = lint_text(text, "big.py", rules()).diagnostics
+    assert finding.code == "AMP901" and "too large to analyse" in finding.message
+    assert f"{len(text):,} characters" in finding.message and f"{len(text) - 1:,}" in finding.message
+    assert index_text(text) is None
+    assert [d.code for d in process_text(text, "big.py", rules()).diagnostics] == ["AMP901"]
+    assert process_text(helpers(400), "plain.py", rules()).diagnostics == []  # no AMP word: skipped, not parsed
+    fixed = fix_text(text, "big.py", rules())
+    assert fixed.text == text and not fixed.applied
+
+
+def test_a_file_over_the_real_bound_is_refused_from_the_command_line(tmp_path):
+    """A file past 2 MiB with `max-file-size` raised: AMP901 naming the size, the run goes on with the others."""
+    from amplint.parsing import MAX_PARSED_CHARS
+
+    text = FLAGGED + helpers(MAX_PARSED_CHARS // 60 + 1)
+    assert len(text) > MAX_PARSED_CHARS
+    (tmp_path / "big.py").write_text(text)
+    (tmp_path / "small.py").write_text(FLAGGED)
+    (tmp_path / "pyproject.toml").write_text("[tool.amplint]\nmax-file-size = 100000000\n")
+    result = check(["--output-format", "concise", "."], tmp_path)
+    assert result.exit_code == 1, result.output
+    assert "big.py:1:1: AMP901 too large to analyse" in result.stdout and "small.py:6:9: AMP001" in result.stdout

@@ -573,6 +573,8 @@ def test_frame_reader_answers_what_pygls_would_drop():
         [(2, INVALID_MESSAGE, "m: invalid Content-Length header 'x'")]]
     notification = _frame({"method": "textDocument/didOpen", "params": {}}, header=b"Content-Length: x")
     assert _read_frames(notification + GOOD) == [json.loads(GOOD.split(b"\r\n\r\n")[1])]  # no id: skipped
+    refused = _frame({"jsonrpc": "2.0", "method": "refused", "params": {}})  # a notification pygls cannot read
+    assert _read_frames(refused + GOOD, check) == [json.loads(GOOD.split(b"\r\n\r\n")[1])]  # skipped, said
 
 
 @settings(max_examples=60, deadline=None)
@@ -642,3 +644,33 @@ def test_a_finding_can_depend_on_another_open_buffer(tmp_path, monkeypatch):
     assert codes({}) == []  # main.py on disk calls it once
     assert codes({str(main_py): looping}) == ["AMP004"]  # the unsaved buffer loops
     assert codes({}) == []  # closed unsaved: the file on disk again
+
+
+def test_frame_reader_takes_a_batch_apart_and_skips_what_is_no_object():
+    """pygls reads one JSON object per frame and fails with a traceback, answering nothing, on an array (a
+    JSON-RPC batch) or a bare value: a batch's requests are handed on one by one, other values skipped."""
+    first, second = {"jsonrpc": "2.0", "id": 1, "method": "a"}, {"jsonrpc": "2.0", "id": 2, "method": "b"}
+    batch = json.dumps([first, 5, second]).encode()
+    assert _read_frames(b"Content-Length: %d\r\n\r\n" % len(batch) + batch + GOOD)[:2] == [first, second]
+    for value in (b"[]", b"5", b'"text"', b"null", b"[[1]]"):
+        assert _read_frames(b"Content-Length: %d\r\n\r\n" % len(value) + value + GOOD) == [
+            json.loads(GOOD.split(b"\r\n\r\n")[1])], value
+
+
+def test_unreadable_messages_are_answered_or_skipped_in_one_line_of_log(workspace):
+    """A notification or a request whose params pygls cannot read: the request is answered with an error, the
+    notification skipped, each said in one line on stderr; pygls's tracebacks for them are kept out of the log."""
+    def body(client: Client) -> None:
+        client.initialize(workspace)
+        client.notify("textDocument/didOpen", {"textDocument": 5})
+        bad_range = {"start": {"line": 0, "character": 0}, "end": {"line": -1, "character": 0}}
+        client.notify("textDocument/didChange", {"textDocument": {"uri": "file:///x.py", "version": 2},
+                                                 "contentChanges": [{"range": bad_range, "text": "x"}]})
+        answer = client.call("textDocument/codeAction", {"textDocument": None})
+        assert answer["error"]["code"] == -32600 and "invalid params" in answer["error"]["message"]
+        client.stop()
+
+    _session(workspace, body)
+    log = (workspace / "server.log").read_text()
+    assert "Traceback" not in log, log
+    assert log.count("skipped a message without a request id") == 2, log

@@ -17,6 +17,7 @@ from typing import Collection, Iterable, Iterator, Sequence
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import ACCELERATOR_NAMES, GRAD_SCALERS, may_build_optimizer
+from amplint.parsing import too_large
 
 
 class _Unparsable(Exception):
@@ -276,6 +277,9 @@ class Summary:
                 raise _Unparsable
             return
         self._tree_done = True
+        if too_large(self.text) is not None:  # not parsed at all: the engine reports it (amplint/parsing.py)
+            self._unparsable = True
+            raise _Unparsable
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

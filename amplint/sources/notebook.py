@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from amplint.diagnostics import Applicability, Diagnostic, Fix, Location
 from amplint.engine import SYNTAX_ERROR, lint_text
 from amplint.fixer import parse_error
+from amplint.parsing import too_large
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText, read_bytes, write_atomically
 from amplint.sources.base import FixRefused, Source
 
@@ -139,7 +140,9 @@ class Notebook:
     def skippable(self) -> bool:
         """May the screen's "no rule can fire here" stand: does the joined program parse (CPython's parser, no code
         built)? Asked only of a program the screen would skip; one that does not parse goes to the engine, which
-        reports the cells that do not."""
+        reports the cells that do not. A program too large to parse is not parsed here (amplint/parsing.py)."""
+        if too_large(self.text) is not None:
+            return True
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # invalid escapes and the like: warnings, not errors
