@@ -6,12 +6,15 @@ import sys
 
 
 def entry() -> None:
-    if sys.argv[1:] == ["server"]:
-        from amplint.server import serve  # pygls is imported only here
+    try:
+        if sys.argv[1:] == ["server"]:
+            from amplint.server import serve  # pygls is imported only here
 
-        sys.exit(serve())
-    from amplint.cli import entry as command_line
-
+            sys.exit(serve())
+        from amplint.cli import entry as command_line
+    except KeyboardInterrupt:  # Ctrl-C while starting, before the command line's own handler is in place
+        sys.stderr.write("amplint: interrupted\n")
+        sys.exit(130)
     command_line()
 
 

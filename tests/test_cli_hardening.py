@@ -426,3 +426,23 @@ def test_an_interrupted_run_exits_130_not_click_s_abort(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "t.py")], capture_output=True, text=True)
     assert done.returncode == 130, done.stderr
     assert "amplint: interrupted" in done.stderr and "Aborted" not in done.stderr
+
+
+def test_an_interrupt_while_starting_exits_130_without_a_traceback(tmp_path):
+    """Ctrl-C while amplint is still importing its command line (before `cli.entry`'s handler exists)."""
+    import subprocess
+    import sys
+
+    script = ("import builtins, sys\n"
+              "real = builtins.__import__\n"
+              "def interrupting(name, *args, **kwargs):\n"
+              "    if name == 'amplint.cli':\n"
+              "        raise KeyboardInterrupt\n"
+              "    return real(name, *args, **kwargs)\n"
+              "builtins.__import__ = interrupting\n"
+              "sys.argv = ['amplint', 'check', '.']\n"
+              "from amplint.__main__ import entry\n"
+              "entry()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "amplint: interrupted\n"
