@@ -7,14 +7,17 @@ deselect them with `-m "not runtime"`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from amplint import harness
 from amplint.rules import ALL_RULES
+from preloaded import Preloaded
 
 PROGRAMS = harness.discover()
 HARM = [program for program in PROGRAMS if not program.safety]  # the rest: safety programs (fixtures/safe-fixes)
@@ -31,8 +34,31 @@ def _cases():
                 yield pytest.param(program, device, dtype, id=f"{program.name}-{device}-{dtype}", marks=marks)
 
 
+@pytest.fixture(scope="module")
+def preloaded():
+    """Program runs forked from an interpreter that imported torch once (tests/preloaded.py), started as the
+    harness starts each run's interpreter."""
+    runner = Preloaded(dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"))
+    yield runner
+    runner.close()
+
+
+@pytest.fixture
+def forked_runs(preloaded, monkeypatch):
+    """The harness's `subprocess.run` forks from the preloaded interpreter (the rest of its code runs as it is)."""
+    calls = []
+
+    def run(args, **options):
+        calls.append(preloaded.starts_like(options.get("env") or os.environ))
+        return preloaded.run(args, **options)
+
+    monkeypatch.setattr(harness, "subprocess", types.SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
+    return calls
+
+
 @pytest.mark.parametrize(("program", "device", "dtype"), list(_cases()))
-def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device: str, dtype: str) -> None:
+def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device: str, dtype: str,
+                                               forked_runs) -> None:
     if device == "cuda" and not harness.cuda_available():
         pytest.skip("CUDA not available")
     row = harness.check(program, device, dtype, timeout=HANG_GUARD_S)
@@ -41,6 +67,36 @@ def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device:
         + f"\nflagged: {harness.summarize(program, row.flagged_run)}"
         + f"\nfixed:   {harness.summarize(program, row.fixed_run)}"
     )
+    assert forked_runs and all(forked_runs)  # every run forked from the preloaded interpreter
+
+
+@pytest.mark.runtime
+def test_a_forked_run_is_a_fresh_interpreters_run(preloaded, tmp_path) -> None:
+    """What the harness reads from a run forked from the preloaded interpreter is what a fresh interpreter gives:
+    a spread of the programs' data (flagged and fixed, the same numbers), a crash's exit code and exception type,
+    the folder, `sys.argv`, `sys.path[0]` and the environment a program sees."""
+    dtype = "float16"
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('partial')\nsys.stdout.flush()\nraise ValueError('boom')\n")
+    exit_3 = tmp_path / "exit_3.py"
+    exit_3.write_text("import json, os, sys\nprint(json.dumps({'cwd': os.getcwd(), 'path0': sys.path[0], "
+                      "'argv': sys.argv, 'dtype': os.environ['AMPLINT_DTYPE']}))\nsys.exit(3)\n")
+    paths = [crash, exit_3]
+    for program in PROGRAMS[::6]:
+        if dtype in program.dtypes_for("cpu"):
+            paths.append(program.path)
+            fixed = harness.fix_program(program).text
+            if fixed is not None:
+                paths.append(harness._write(tmp_path / program.path.parent.parent.name / program.path.name, fixed))
+    fresh = [harness.run_file(path, "cpu", dtype, timeout=HANG_GUARD_S) for path in paths]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "subprocess",
+                      types.SimpleNamespace(run=preloaded.run, TimeoutExpired=subprocess.TimeoutExpired))
+        forked = [harness.run_file(path, "cpu", dtype, timeout=HANG_GUARD_S) for path in paths]
+    for path, one, other in zip(paths, fresh, forked):
+        assert (one.data, one.error, one.returncode, one.raised) == (
+            other.data, other.error, other.returncode, other.raised), path
+    assert fresh[0].raised == "ValueError" and fresh[1].returncode == 3
 
 
 def test_every_registered_rule_has_a_runtime_program() -> None:
