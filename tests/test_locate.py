@@ -111,7 +111,12 @@ def fix_rewrites(path: Path) -> tuple[tuple[str, Rewritten], ...]:
 
 
 def test_the_fixtures_exercise_many_fixes():
-    assert sum(len(fix_rewrites(path)) for path in SOURCES) >= 100
+    count = 0
+    for path in SOURCES:  # stops at the hundredth (the other fixtures' fixes are the splicing test's)
+        count += len(fix_rewrites(path))
+        if count >= 100:
+            break
+    assert count >= 100
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=source_ids())
