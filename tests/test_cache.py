@@ -257,9 +257,9 @@ def test_concurrent_writers_never_leave_a_half_entry(tmp_path):
                for _ in range(3)]
     for worker in workers:
         worker.start()
-    results = [queue.get(timeout=120) for _ in workers]
+    results = [queue.get(timeout=600) for _ in workers]  # the bounds only guard against a hang
     for worker in workers:
-        worker.join(timeout=120)
+        worker.join(timeout=600)
     assert results == [0, 0, 0]
     leftovers = [p for p in (tmp_path / "cache").rglob("*") if cache_module.TEMPORARY.fullmatch(p.name)]
     assert leftovers == []

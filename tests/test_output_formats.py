@@ -350,7 +350,7 @@ def test_sarif_is_read_back_by_sarif_tools(tmp_path, clip_report):
     assert sarif_file.get_rules_by_id("AMP003")[0]["name"] == "clip-without-unscale"
     # And its command line: `sarif summary` counts the errors, `--check error` fails on them.
     summary = subprocess.run([sys.executable, "-m", "sarif", "--check", "error", "summary", str(path)],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=600)
     assert summary.returncode != 0
     assert "error: 3" in summary.stdout
 
@@ -482,7 +482,7 @@ def test_sarif_tools_count_warnings_apart_from_errors(tmp_path, mixed_report):
     path = tmp_path / "amplint.sarif"
     path.write_text(render("sarif", mixed_report), encoding="utf-8")
     summary = subprocess.run([sys.executable, "-m", "sarif", "summary", str(path)],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=600)
     assert "error: 1" in summary.stdout and "warning: 1" in summary.stdout, summary.stdout
 
 

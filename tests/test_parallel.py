@@ -222,11 +222,12 @@ from amplint import parallel
 marks, tree = sys.argv[1], sys.argv[2]
 
 def busy(path, *args, **kwargs):
-    # a file that takes forever, at full CPU (bounded, in case the test itself dies)
+    # a file that takes forever (bounded, in case the test itself dies); it waits rather than spins, so that a
+    # loaded machine still runs the test's own steps promptly
     open(os.path.join(marks, str(os.getpid())), "w").close()
     started = time.monotonic()
-    while not os.path.exists(os.path.join(marks, "stop")) and time.monotonic() - started < 300:
-        pass
+    while not os.path.exists(os.path.join(marks, "stop")) and time.monotonic() - started < 1800:
+        time.sleep(0.01)
     raise RuntimeError("stopped")
 
 parallel.process_file = busy
@@ -237,8 +238,9 @@ entry()
 
 
 def _wait_for(condition, what: str) -> None:
-    """Poll `condition` until it holds; the bound only keeps a broken run from hanging the suite."""
-    deadline = time.monotonic() + 60
+    """Poll `condition` until it holds; the bound only keeps a broken run from hanging the suite (generous: a
+    loaded machine may take long to start the run's workers)."""
+    deadline = time.monotonic() + 600
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.02)
@@ -265,7 +267,7 @@ def test_workers_die_with_the_run(tmp_path, name, exit_codes):
         workers = [int(p.name) for p in marks.iterdir()]
         assert run.pid not in workers
         run.send_signal(signum)
-        _, stderr = run.communicate(timeout=60)
+        _, stderr = run.communicate(timeout=600)
         assert run.returncode in exit_codes, stderr
         assert b"Traceback" not in stderr
         _wait_for(lambda: not any(parallel.process_runs(pid) for pid in workers), "a worker outlived the run")

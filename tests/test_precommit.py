@@ -89,7 +89,7 @@ def clean_git_env(**extra: str) -> dict[str, str]:
 
 def git(*args: str, cwd: Path, env: dict[str, str]) -> str:
     return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True,
-                          timeout=120).stdout
+                          timeout=600).stdout
 
 
 def snapshot(destination: Path, env: dict[str, str]) -> Path:

@@ -51,13 +51,27 @@ def test_the_set_up_example_reports_findings():
 def test_the_set_up_has_its_two_commands():
     block = README.split("\n## Set-up\n", 1)[1].split("\n## ", 1)[0].split("```console\n", 1)[1].split("```", 1)[0]
     assert block.splitlines() == ["pip install . && amplint check examples/train_amp.py",
-                                  'pip install torch==2.13.0 -e ".[test]" && python -m pytest']
+                                  'pip install torch==2.13.0 -e ".[test]" && python -m pytest -n auto']
+
+
+def readme_test_command() -> str:
+    block = README.split("\n## Set-up\n", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
+    return block.splitlines()[1].split(" && ", 1)[1]
 
 
 def test_the_readme_test_command_is_what_ci_runs():
     ci = (REPO / ".ci" / "run").read_text()
-    assert "python -m pytest" in README and "python -m pytest" in ci
+    command = readme_test_command()
+    assert command.startswith("python -m pytest")
+    assert [line for line in ci.splitlines() if line.startswith("python -m pytest")] == [command]
     assert 'pip install torch==2.13.0 -e ".[test]"' in README
+
+
+def test_the_test_command_runs_on_every_core():
+    """`-n auto` is pytest-xdist's: one worker per core, with xdist from the `test` extra."""
+    xdist_plugin = pytest.importorskip("xdist.plugin", reason="pytest-xdist is in the `test` extra")
+    assert readme_test_command().split()[3:] == ["-n", "auto"]
+    assert xdist_plugin.parse_numprocesses("auto") == "auto"
 
 
 def defined_tests() -> dict[str, set[str]]:

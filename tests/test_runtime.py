@@ -7,17 +7,23 @@ deselect them with `-m "not runtime"`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 
 from amplint import harness
 from amplint.rules import ALL_RULES
+from preloaded import Preloaded
 
 PROGRAMS = harness.discover()
 HARM = [program for program in PROGRAMS if not program.safety]  # the rest: safety programs (fixtures/safe-fixes)
+# A program's run takes seconds; the bound only stops a hung one, and is generous for a loaded machine (the
+# harness's own default is for a quiet one).
+HANG_GUARD_S = 600.0
 
 
 def _cases():
@@ -28,16 +34,69 @@ def _cases():
                 yield pytest.param(program, device, dtype, id=f"{program.name}-{device}-{dtype}", marks=marks)
 
 
+@pytest.fixture(scope="module")
+def preloaded():
+    """Program runs forked from an interpreter that imported torch once (tests/preloaded.py), started as the
+    harness starts each run's interpreter."""
+    runner = Preloaded(dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"))
+    yield runner
+    runner.close()
+
+
+@pytest.fixture
+def forked_runs(preloaded, monkeypatch):
+    """The harness's `subprocess.run` forks from the preloaded interpreter (the rest of its code runs as it is)."""
+    calls = []
+
+    def run(args, **options):
+        calls.append(preloaded.starts_like(options.get("env") or os.environ))
+        return preloaded.run(args, **options)
+
+    monkeypatch.setattr(harness, "subprocess", types.SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
+    return calls
+
+
 @pytest.mark.parametrize(("program", "device", "dtype"), list(_cases()))
-def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device: str, dtype: str) -> None:
+def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device: str, dtype: str,
+                                               forked_runs) -> None:
     if device == "cuda" and not harness.cuda_available():
         pytest.skip("CUDA not available")
-    row = harness.check(program, device, dtype)
+    row = harness.check(program, device, dtype, timeout=HANG_GUARD_S)
     assert row.confirmed, (
         f"{program.name} on {device}/{dtype}: " + "; ".join(row.problems)
         + f"\nflagged: {harness.summarize(program, row.flagged_run)}"
         + f"\nfixed:   {harness.summarize(program, row.fixed_run)}"
     )
+    assert all(forked_runs)  # every run forked from the preloaded interpreter (an unchanged safety program: none)
+
+
+@pytest.mark.runtime
+def test_a_forked_run_is_a_fresh_interpreters_run(preloaded, tmp_path) -> None:
+    """What the harness reads from a run forked from the preloaded interpreter is what a fresh interpreter gives:
+    a spread of the programs' data (flagged and fixed, the same numbers), a crash's exit code and exception type,
+    the folder, `sys.argv`, `sys.path[0]` and the environment a program sees."""
+    dtype = "float16"
+    crash = tmp_path / "crash.py"
+    crash.write_text("import sys\nprint('partial')\nsys.stdout.flush()\nraise ValueError('boom')\n")
+    exit_3 = tmp_path / "exit_3.py"
+    exit_3.write_text("import json, os, sys\nprint(json.dumps({'cwd': os.getcwd(), 'path0': sys.path[0], "
+                      "'argv': sys.argv, 'dtype': os.environ['AMPLINT_DTYPE']}))\nsys.exit(3)\n")
+    paths = [crash, exit_3]
+    for program in PROGRAMS[::12]:
+        if dtype in program.dtypes_for("cpu"):
+            paths.append(program.path)
+            fixed = harness.fix_program(program).text
+            if fixed is not None:
+                paths.append(harness._write(tmp_path / program.path.parent.parent.name / program.path.name, fixed))
+    fresh = [harness.run_file(path, "cpu", dtype, timeout=HANG_GUARD_S) for path in paths]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "subprocess",
+                      types.SimpleNamespace(run=preloaded.run, TimeoutExpired=subprocess.TimeoutExpired))
+        forked = [harness.run_file(path, "cpu", dtype, timeout=HANG_GUARD_S) for path in paths]
+    for path, one, other in zip(paths, fresh, forked):
+        assert (one.data, one.error, one.returncode, one.raised) == (
+            other.data, other.error, other.returncode, other.raised), path
+    assert fresh[0].raised == "ValueError" and fresh[1].returncode == 3
 
 
 def test_every_registered_rule_has_a_runtime_program() -> None:
@@ -118,11 +177,11 @@ def test_evaluate_and_table() -> None:
 def test_run_file_reports_crashes_and_missing_json(tmp_path) -> None:
     crash = tmp_path / "crash.py"
     crash.write_text("raise SystemExit('boom')\n")
-    result = harness.run_file(crash, "cpu", "float16", timeout=30)
+    result = harness.run_file(crash, "cpu", "float16", timeout=600)
     assert result.data is None and "boom" in result.error
     silent = tmp_path / "silent.py"
     silent.write_text("print('hello')\n")
-    assert "not JSON" in harness.run_file(silent, "cpu", "float16", timeout=30).error
+    assert "not JSON" in harness.run_file(silent, "cpu", "float16", timeout=600).error
     env = tmp_path / "env.py"
     env.write_text("import json, os\nprint(json.dumps({k: os.environ[k] for k in ('AMPLINT_DEVICE', 'AMPLINT_DTYPE')}))\n")
     assert harness.run_file(env, "cuda", "bfloat16").data == {"AMPLINT_DEVICE": "cuda", "AMPLINT_DTYPE": "bfloat16"}
@@ -131,7 +190,7 @@ def test_run_file_reports_crashes_and_missing_json(tmp_path) -> None:
 def test_harness_never_imports_torch() -> None:
     code = ("import sys, amplint.harness as h; h.discover(); [h.fix_program(p) for p in h.discover()]; "
             "assert 'torch' not in sys.modules, 'torch imported'")
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=600)
 
 
 # --- nothing new breaks: exceptions of fixed runs, safety programs -----------------------------------------
@@ -139,7 +198,7 @@ def test_harness_never_imports_torch() -> None:
 def test_raised_by_reads_tracebacks_and_reported_errors(tmp_path) -> None:
     crash = tmp_path / "crash.py"
     crash.write_text("import json\nprint(json.dumps({}))\n{}.float()\n")
-    run = harness.run_file(crash, "cpu", "float16", timeout=30)
+    run = harness.run_file(crash, "cpu", "float16", timeout=600)
     assert harness.raised_by(run) == "AttributeError"
     assert harness.raised_by(harness.RunResult({"error": None, "x": 1})) is None
     assert harness.raised_by(harness.RunResult({"error": "RuntimeError: mat1 and mat2 ..."})) == "RuntimeError"
