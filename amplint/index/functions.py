@@ -175,7 +175,7 @@ class _Builder:
                     arguments = node.args
                     params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
                     summary = FunctionSummary(qualname, node.lineno, params, casts=casts_at_entry(node, params),
-                                              items=returned_items(node, params))
+                                              items=_items_or_none(node, params))
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
@@ -674,6 +674,8 @@ ITEM_KEY = "k:"  # an entry of a returned dict, by its string key
 ITEM_POSITION = "p:"  # an element of a returned tuple, by its position
 _SCOPES = (ast.Lambda, ast.ClassDef, *FUNCTIONS)
 _NUMBER_BUILTINS = INTEGER_OPS & _NOT_PROJECT  # `int(x)`, `bool(x)`, `len(x)`
+_ITEM_STEPS = 5000  # expressions looked at per function for its returned entries
+_ITEM_DEPTH = 50  # names followed through one another
 
 
 def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
@@ -765,8 +767,13 @@ def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
             if not ((type(parent) is ast.Subscript and parent.value is node) or type(parent) is ast.Return):
                 spoiled.add(node.id)
 
+    budget = [_ITEM_STEPS]
+
     def known(node: ast.expr, seen: frozenset) -> list[tuple[str, str]] | None:
         """The references `node` is not low precision through ([] when it surely is not), None when unknown."""
+        budget[0] -= 1
+        if budget[0] < 0 or len(seen) > _ITEM_DEPTH:
+            return None  # a chain of rebindings too long to follow: not known
         kind = type(node)
         if kind in (ast.Constant, ast.Compare):
             return []
@@ -853,6 +860,15 @@ def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
         else:
             found[slot] = tuple(references)
     return found
+
+
+def _items_or_none(function: ast.FunctionDef | ast.AsyncFunctionDef,
+                   params: tuple[str, ...]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """`returned_items`, nothing known for an expression nested too deep to follow."""
+    try:
+        return returned_items(function, params)
+    except RecursionError:
+        return {}
 
 
 def _own_nodes(function: ast.AST) -> list[ast.AST]:
