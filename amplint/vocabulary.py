@@ -371,5 +371,12 @@ DTYPE_KEEPING_CALLS = (FLOAT_PRESERVING | NOT_TENSORS | INTEGER_OPS | TENSOR_MET
     "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "copy_", "index_put_", "scatter", "scatter_",
     "masked_scatter", "masked_select", "take_along_dim", "pad", "interpolate"})) - LOW_OPS - frozenset({
     HALF, BFLOAT16, "type_as", "to", "type", "cuda"})
+# Tensor methods that only move, select or copy data: the result has the receiver's dtype, whatever it is (an
+# integer tensor stays integer, a float32 one float32), autocast or not (the index's `items`).
+LAYOUT_METHODS = frozenset({
+    "view", "view_as", "reshape", "reshape_as", "permute", "transpose", "t", "contiguous", "flatten", "unflatten",
+    "squeeze", "unsqueeze", "expand", "expand_as", "repeat", "repeat_interleave", "detach", "clone", "narrow",
+    "roll", "flip", "index_select", "select", "gather", "masked_select", "tril", "triu", "diagonal", "cpu", "cuda",
+})
 AUTOCAST_DTYPE_QUERIES = frozenset({"get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "get_autocast_dtype",
                                     "get_autocast_xpu_dtype"})

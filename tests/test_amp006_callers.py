@@ -5,6 +5,7 @@ cannot: a cached result follows the callers in other modules, and the small piec
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from pathlib import Path
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 from amplint.cli import main
 from amplint.facts import ModuleFacts
 from amplint.facts.dtypes import is_scalar, module_output
+from amplint.index.functions import FunctionSummary, returned_items
 from amplint.rules.amp006_disabled_autocast_without_cast import scalar_parameters
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,3 +89,24 @@ def test_long_names_get_a_shorter_message():
     for name in ("hidden_states_after_the_attention", "x" * 60):
         text = source.text(name)
         assert f"`{name}` enters the fp32 region at line 12" in text and (len(text) <= 120 or len(name) > 40)
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    # an entry built integer, and one taken from a helper's tuple then only moved (`transpose`), or cast
+    ("def f(x):\n    n = (x > 0).sum(-1).long()\n    return {'n': n, 'h': x}\n", {"k:n": ()}),
+    ("def f(self, x):\n    d = None\n    if x is not None:\n        d, s = self.align(x)\n        d = d.transpose(0, 1)\n"
+     "    out = {'m': x.float()}\n    out['d'] = d\n    return out\n",
+     {"k:d": (("self.align", "p:0"),), "k:m": ()}),
+    # a dict handed to a call may change there; a `**` entry may be anything: nothing is known
+    ("def f(x):\n    out = {'n': x.int()}\n    fill(out)\n    return out\n", {}),
+    ("def f(x, extra):\n    return {'n': x.int(), **extra}\n", {}),
+    # a tuple: by position; a name bound once to a float op is not known
+    ("def f(x):\n    n = None\n    if x is not None:\n        n = x.sum()\n    return n.int(), n\n", {"p:0": ()}),
+    ("def f(x):\n    return {'n': x.int()} if x else None\n", {}),
+])
+def test_returned_items_are_known_only_when_every_binding_says_so(source, expected):
+    function = ast.parse(source).body[0]
+    params = tuple(a.arg for a in function.args.args)
+    assert returned_items(function, params) == expected
+    summary = FunctionSummary("f", 1, params, items=expected)
+    assert FunctionSummary.from_json(json.loads(json.dumps(summary.to_json()))).items == expected

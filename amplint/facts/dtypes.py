@@ -418,13 +418,16 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     receiver of a floating-point method (`x.pow(2)`), the input of a torch function that computes in floating
     point, or an argument of a torch.nn module whose output is floating (`float_module`): never as an index,
     a mask or what is handed to a user function. A value handed to a project function that casts that
-    parameter to float32 first thing (`callee_casts`) is not used uncast.
+    parameter to float32 first thing (`callee_casts`) is not used uncast. A name in `inferred` (low only by the
+    callers' autocast) handed to a callable picked out of a container (`criterion[idx](h)`, `self.losses[k](h)`),
+    which no definition tells, is not reported: neither its dtype nor what the callee does with it is shown.
     """
 
     def __init__(self, watched: set[str], floats: set[str] | None = None, tensor_callee=None,
                  params: set[str] | None = None, float_module=None, callee_casts=None,
-                 handed_on: set[str] | None = None) -> None:
+                 handed_on: set[str] | None = None, inferred: set[str] | None = None) -> None:
         self.watched = set(watched)
+        self.inferred = set(inferred or ())
         # Names whose star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came: not a use.
         self.handed_on = set(handed_on or ())
         self.starred: set[int] = set()  # ids of the uses unpacked by `*`/`**` into a call
@@ -483,7 +486,9 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         if torch_op or (self.tensor_callee is not None and self.tensor_callee(func)):
             self._use(node)
         elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS) \
-                and not (self.callee_casts is not None and self.callee_casts(call, position, keyword)):
+                and not (self.callee_casts is not None and self.callee_casts(call, position, keyword)) \
+                and not (isinstance(func, cst.Subscript) and isinstance(viewed_name(node), cst.Name)
+                         and viewed_name(node).value in self.inferred):
             self._use(node)  # a function, module or callable of the user's computes with it
 
     def visit_Expr(self, node: cst.Expr) -> None:

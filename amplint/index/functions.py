@@ -17,6 +17,10 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
   return is computed with autocast off), `no_grad`
   (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
 
+Beside the facts, each function records the entries of what it returns that are surely not low precision
+(`items`: a dict's entries by key, a tuple's elements by position; `returned_items`), with the entries of other
+functions' results they are taken from, for the project index to follow (`ModuleView.plain_item`).
+
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
 can be enabled, under no_grad. Calls to what the file imports from outside the project are kept too (the index
 does not know yet which modules are the project's); the project index drops them when resolving.
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
+    INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
 from amplint.index.summary import FUNCTIONS, Summary, dotted
 
@@ -78,17 +83,21 @@ class FunctionSummary:
     # With `lowers_nothing`: the parameters whose dtype what it returns carries (not those only used as indices,
     # sizes or written into another tensor: `get_segments(x, start_idxs, n)` carries `x`'s).
     keeps: tuple[str, ...] = ()
+    # The entries of what it returns that are surely not low precision (`returned_items`): "k:<key>" of a dict,
+    # "p:<n>" of a tuple -> the (callee as written, entry) of other functions' results each is taken from.
+    items: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
                 "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts),
-                "k": list(self.keeps)}
+                "k": list(self.keeps), "it": {slot: [list(ref) for ref in refs] for slot, refs in self.items.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> FunctionSummary:
         return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
                    [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
-                   tuple(data.get("k", ())))
+                   tuple(data.get("k", ())), {slot: tuple((ref[0], ref[1]) for ref in refs)
+                                              for slot, refs in data.get("it", {}).items()})
 
 
 @dataclass
@@ -165,7 +174,8 @@ class _Builder:
                     qualname = f"{owner}.{node.name}" if owner else node.name
                     arguments = node.args
                     params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-                    summary = FunctionSummary(qualname, node.lineno, params, casts=casts_at_entry(node, params))
+                    summary = FunctionSummary(qualname, node.lineno, params, casts=casts_at_entry(node, params),
+                                              items=_items_or_none(node, params))
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
@@ -658,3 +668,217 @@ def _float32_cast_of(value: ast.expr) -> str | None:
             return receiver.id if type(receiver) is ast.Name else None
         value = receiver  # a method after the cast (`.float().contiguous()`): look at what it is called on
     return None
+
+
+ITEM_KEY = "k:"  # an entry of a returned dict, by its string key
+ITEM_POSITION = "p:"  # an element of a returned tuple, by its position
+_SCOPES = (ast.Lambda, ast.ClassDef, *FUNCTIONS)
+_NUMBER_BUILTINS = INTEGER_OPS & _NOT_PROJECT  # `int(x)`, `bool(x)`, `len(x)`
+_ITEM_STEPS = 5000  # expressions looked at per function for its returned entries
+_ITEM_DEPTH = 50  # names followed through one another
+
+
+def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
+                   params: tuple[str, ...]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """The entries of what the function returns that are surely not low precision under any autocast: the
+    entries of a returned dict by string key (`"k:durations"`), or the elements of a returned tuple by position
+    (`"p:0"`), that are not floating (`.int()`, `.long()`, `argmax`, comparisons, sizes, `None`, numbers,
+    strings) or are float32 (`.float()`, `.to(torch.float32)`), also through methods that only move data
+    (`.int().transpose(0, 1)`) and arithmetic of such values. Each entry comes with the entries of other
+    functions' results it is taken from (`dur, soft = self.align(x)` then `{"durations": dur}`:
+    `("self.align", "p:0")`), which must be so too. Every binding of a name counts, wherever it is in the
+    function (a `None` set up before a branch binds it), and a parameter is never known. Nothing for a function
+    whose every return is not a dict display (or a name bound only to dict displays, filled by string keys and
+    used for nothing else) or a tuple display of one length, nor for a generator."""
+    own = _own_nodes(function)
+    if any(type(node) in (ast.Yield, ast.YieldFrom) for node in own):
+        return {}
+    returns = [node.value for node in own if type(node) is ast.Return]
+    if not returns or any(value is None for value in returns):
+        return {}
+    bindings: dict[str, list] = {name: [None] for name in params}  # None: unknown; a (callee, entry) reference
+    stores: dict[str, list[tuple[str, ast.expr]]] = {}  # `d["key"] = v`
+    spoiled: set[str] = set()  # names a dict of which may change by other means than a string-key store
+
+    def bind(target: ast.AST, value: ast.expr | None) -> None:
+        kind = type(target)
+        if kind is ast.Name:
+            bindings.setdefault(target.id, []).append(value)
+        elif kind in (ast.Tuple, ast.List):
+            elements = target.elts
+            if any(type(e) is not ast.Name for e in elements):
+                for name in (n for e in elements for n in ast.walk(e) if type(n) is ast.Name):
+                    bindings.setdefault(name.id, []).append(None)
+            elif type(value) in (ast.Tuple, ast.List) and len(value.elts) == len(elements) and not any(
+                    type(v) is ast.Starred for v in value.elts):
+                for element, item in zip(elements, value.elts):
+                    bind(element, item)
+            elif type(value) is ast.Call and dotted(value.func):
+                for position, element in enumerate(elements):
+                    bindings.setdefault(element.id, []).append((dotted(value.func), f"{ITEM_POSITION}{position}"))
+            else:
+                for element in elements:
+                    bind(element, None)
+        elif kind is ast.Subscript and type(target.value) is ast.Name:
+            key = target.slice
+            if type(key) is ast.Constant and isinstance(key.value, str) and value is not None:
+                stores.setdefault(target.value.id, []).append((key.value, value))
+            else:
+                spoiled.add(target.value.id)  # a tensor keeps its dtype; a dict gets an entry not known here
+        elif kind is ast.Starred:
+            bind(target.value, None)
+
+    parents: dict[int, ast.AST] = {}
+    for node in own:
+        for child in ast.iter_child_nodes(node):
+            parents[id(child)] = node
+        kind = type(node)
+        if kind is ast.Assign:
+            for target in node.targets:
+                bind(target, node.value)
+        elif kind is ast.AnnAssign and node.value is not None:
+            bind(node.target, node.value)
+        elif kind is ast.AugAssign:
+            if type(node.target) is ast.Name:
+                bind(node.target, ast.BinOp(left=ast.Name(id=node.target.id, ctx=ast.Load()), op=node.op,
+                                            right=node.value))
+            elif type(node.target) is ast.Subscript and type(node.target.value) is ast.Name:
+                spoiled.add(node.target.value.id)
+        elif kind is ast.NamedExpr:
+            bind(node.target, node.value)
+        elif kind in (ast.For, ast.AsyncFor):
+            bind(node.target, None)
+        elif kind in (ast.With, ast.AsyncWith):
+            for item in node.items:
+                for name in (n for n in ast.walk(item.optional_vars) if type(n) is ast.Name) \
+                        if item.optional_vars is not None else ():
+                    bind(name, None)
+        elif kind is ast.ExceptHandler and node.name:
+            bindings.setdefault(node.name, []).append(None)
+        elif kind in (ast.Import, ast.ImportFrom):
+            for alias in node.names:
+                bindings.setdefault((alias.asname or alias.name).split(".")[0], []).append(None)
+        elif kind in (ast.Global, ast.Nonlocal):
+            for name in node.names:
+                bindings.setdefault(name, []).append(None)
+    for node in own:  # a dict's name used otherwise than by item or returned: it may be changed elsewhere
+        if type(node) is ast.Name and type(node.ctx) is ast.Load:
+            parent = parents.get(id(node))
+            if not ((type(parent) is ast.Subscript and parent.value is node) or type(parent) is ast.Return):
+                spoiled.add(node.id)
+
+    budget = [_ITEM_STEPS]
+
+    def known(node: ast.expr, seen: frozenset) -> list[tuple[str, str]] | None:
+        """The references `node` is not low precision through ([] when it surely is not), None when unknown."""
+        budget[0] -= 1
+        if budget[0] < 0 or len(seen) > _ITEM_DEPTH:
+            return None  # a chain of rebindings too long to follow: not known
+        kind = type(node)
+        if kind in (ast.Constant, ast.Compare):
+            return []
+        if kind is ast.Name:
+            if node.id in seen:
+                return []  # `x = x.view(...)`: the other bindings of x decide
+            if node.id not in bindings:
+                return None  # a global, a builtin or a closure's name
+            found: list[tuple[str, str]] = []
+            for binding in bindings[node.id]:
+                inner = None if binding is None else [binding] if type(binding) is tuple else known(
+                    binding, seen | {node.id})
+                if inner is None:
+                    return None
+                found.extend(inner)
+            return found
+        if kind is ast.Call:
+            func = node.func
+            if type(func) is ast.Attribute:
+                if func.attr in INTEGER_OPS or _is_float32_cast(node):
+                    return []
+                return known(func.value, seen) if func.attr in LAYOUT_METHODS else None
+            return [] if type(func) is ast.Name and func.id in _NUMBER_BUILTINS else None
+        if kind is ast.Subscript:
+            key = node.slice
+            if not (type(key) is ast.Constant and isinstance(key.value, str)):
+                return known(node.value, seen)  # indexing a tensor keeps its dtype
+            if type(node.value) is not ast.Name or not bindings.get(node.value.id):
+                return None
+            found = []
+            for binding in bindings[node.value.id]:  # an entry of a call's result: `outputs["durations"]`
+                if type(binding) is not ast.Call or not dotted(binding.func):
+                    return None
+                found.append((dotted(binding.func), f"{ITEM_KEY}{key.value}"))
+            return found
+        if kind is ast.BinOp and type(node.op) is not ast.MatMult:
+            left, right = known(node.left, seen), known(node.right, seen)
+            return None if left is None or right is None else left + right
+        if kind is ast.UnaryOp:
+            return known(node.operand, seen)
+        if kind in (ast.BoolOp, ast.IfExp):
+            parts = node.values if kind is ast.BoolOp else [node.body, node.orelse]
+            found = []
+            for part in parts:
+                inner = known(part, seen)
+                if inner is None:
+                    return None
+                found.extend(inner)
+            return found
+        return None
+
+    entries: dict[str, list[ast.expr]] = {}
+    if all(type(value) is ast.Tuple for value in returns):
+        if len({len(value.elts) for value in returns}) != 1 or any(
+                type(e) is ast.Starred for value in returns for e in value.elts):
+            return {}
+        for value in returns:
+            for position, element in enumerate(value.elts):
+                entries.setdefault(f"{ITEM_POSITION}{position}", []).append(element)
+    else:
+        for value in returns:
+            if type(value) is ast.Dict:
+                displays, filled = [value], []
+            elif type(value) is ast.Name and value.id not in spoiled and value.id not in params and all(
+                    type(b) is ast.Dict for b in bindings.get(value.id, [None])):
+                displays, filled = bindings[value.id], stores.get(value.id, [])
+            else:
+                return {}
+            for display in displays:
+                for key, item in zip(display.keys, display.values):
+                    if not (type(key) is ast.Constant and isinstance(key.value, str)):
+                        return {}  # `**rest` or a computed key: any entry may be anything
+                    entries.setdefault(f"{ITEM_KEY}{key.value}", []).append(item)
+            for key, item in filled:
+                entries.setdefault(f"{ITEM_KEY}{key}", []).append(item)
+    found: dict[str, tuple[tuple[str, str], ...]] = {}
+    for slot, values in entries.items():
+        references: list[tuple[str, str]] = []
+        for value in values:
+            inner = known(value, frozenset())
+            if inner is None:
+                break
+            references.extend(r for r in inner if r not in references)
+        else:
+            found[slot] = tuple(references)
+    return found
+
+
+def _items_or_none(function: ast.FunctionDef | ast.AsyncFunctionDef,
+                   params: tuple[str, ...]) -> dict[str, tuple[tuple[str, str], ...]]:
+    """`returned_items`, nothing known for an expression nested too deep to follow."""
+    try:
+        return returned_items(function, params)
+    except RecursionError:
+        return {}
+
+
+def _own_nodes(function: ast.AST) -> list[ast.AST]:
+    """The nodes of a function's body, not those of a function, lambda or class defined in it."""
+    found: list[ast.AST] = []
+    pending = list(function.body)
+    while pending:
+        node = pending.pop()
+        if type(node) in _SCOPES:
+            continue
+        found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found

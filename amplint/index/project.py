@@ -396,6 +396,22 @@ class ModuleView:
         index = self._file(target.module)
         return index.functions.get(target.qualname) if index else None
 
+    def plain_item(self, target: Target, slot: str, depth: int = MAX_DEPTH) -> bool:
+        """Is the entry `slot` of what the function returns ("k:<key>" of a dict, "p:<n>" of a tuple) surely not
+        low precision (the index's `items`: integer, bool or float32), following the other functions' results
+        it is taken from, `depth` calls deep?"""
+        summary = self.function(target)
+        if summary is None or slot not in summary.items:
+            return False
+        references = summary.items[slot]
+        if references and depth <= 0:
+            return False
+        for callee, inner in references:
+            found = self._resolve(target.module, target.qualname, callee, MAX_DEPTH)
+            if found is None or not self.plain_item(found, inner, depth - 1):
+                return False
+        return True
+
     def reaches(self, target: Target, facts: tuple[str, ...], depth: int = MAX_DEPTH, stop: tuple[str, ...] = ()
                 ) -> tuple[list[Target], str] | None:
         """Does the function, or a function it calls (`depth` calls deep), do one of `facts`? The chain of

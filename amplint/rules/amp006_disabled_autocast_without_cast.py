@@ -19,6 +19,7 @@ from amplint.facts.dtypes import (FLOAT_PRESERVING, Lowering, UncastUses, delibe
                                   is_low_precision, is_scalar, lowering, module_output, tensor_module)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
+from amplint.index.functions import ITEM_KEY
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
@@ -87,7 +88,8 @@ class DisabledAutocastWithoutCast(Rule):
     dict of heads) is reported with no fix: the tensors it holds are what to cast.
 
     ## Limits
-    Names are followed, not attributes or items of containers. Not reported, as surely float32 or not floating:
+    Names are followed, not attributes; an item of a container as said below. Not reported, as surely float32 or
+    not floating:
     values after a float32 cast (also through dtype-preserving methods after it), tensor factories, outputs of
     ops that autocast runs in float32 (softmax, norms, losses), integer and bool values (`.long()`, `argmax`,
     comparisons, sizes), metadata reads (`.shape`, `.dtype`, `.device`), values cast on purpose to the autocast
@@ -99,6 +101,19 @@ class DisabledAutocastWithoutCast(Rule):
     (`outputs.append(h)`, `log(h)` whose result is dropped) is not computed with. A region whose body only runs
     autograd (`torch.autograd.grad`, `.backward()`) keeps autograd out of autocast and is not an fp32 region. In
     a function that opens its own autocast region, values computed outside it are taken as float32.
+
+    An item taken by a string key out of the dict a call returned (`outputs["durations"]`) has that entry's
+    dtype, not the call's: an entry the project function builds integer, bool or float32 (`.int()`, a
+    comparison, `.float()`, also taken from an element of another project function's result, whatever module
+    holds it) is not reported. Where the callee is not known at all (built from a configuration by a registry,
+    a parameter, a library's) and no autocast region is in view, the entry is not taken as low precision
+    either: a returned mapping holds labels, masks and float32 targets beside outputs, and nothing in view says
+    which this entry is. Likewise, a value low only by the callers' autocast is not reported where it is handed
+    to a callable picked out of a container (`criterion[idx](h)`, `self.losses[k](h)`): the callables the rule
+    counts are those the code names (`criterion(h)`, `self.loss_cls(h)`), whose definition, when the project
+    holds it, says whether it casts first thing; an item picked at run time has no definition to read, and
+    both what it does with `h` and `h`'s dtype would be guesses. Under an autocast region in view, both are
+    reported: the region shows the value low, whatever takes it.
     """
 
     code = "AMP006"
@@ -146,6 +161,7 @@ class DisabledAutocastWithoutCast(Rule):
                                             lambda func: tensor_module(facts, func, frame), params,
                                             lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
                                             callee_casts(facts, frame),
+                                            {name for name, source in sources.items() if source.handed_on},
                                             {name for name, source in sources.items() if source.handed_on})
         walk(body, visitor)
         by_name: dict[str, list[cst.Name]] = {}
@@ -237,6 +253,36 @@ def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
         return found
 
     return carried
+
+
+def mapping_entry(facts: ModuleFacts, frame: Frame):
+    """What the index says of the entry `key` of the dict a call in `frame` returns (`outputs = self.forward(x)`
+    then `outputs["durations"]`): True when the project function it runs builds that entry integer, bool or
+    float32 (the index's `items`, followed through the functions it takes the entry from), False when the
+    function is followed and that is not shown, None when the callee is not known at all (built from a
+    configuration by a registry, a parameter, a library's)."""
+    view = facts.project
+    info = facts.function_info(frame)
+
+    def entry(call: cst.Call, key: str) -> bool | None:
+        callee = dotted_name(call.func)
+        target = view.resolve(info.qualname if info else None, callee) if view is not None and callee else None
+        if target is None:
+            return None
+        return view.plain_item(target, f"{ITEM_KEY}{key}")
+
+    return entry
+
+
+def item_key(value: cst.BaseExpression) -> tuple[str, str] | None:
+    """(name, key) for an item of a mapping taken by a string key (`outputs["durations"]`)."""
+    if not isinstance(value, cst.Subscript) or not isinstance(value.value, cst.Name) or len(value.slice) != 1:
+        return None
+    element = value.slice[0].slice
+    if not isinstance(element, cst.Index) or not isinstance(element.value, cst.SimpleString):
+        return None
+    key = element.value.evaluated_value
+    return (value.value.value, key) if isinstance(key, str) else None
 
 
 def callee_casts(facts: ModuleFacts, frame: Frame):
@@ -374,6 +420,9 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
     where_low: dict[str, Frame] = {}  # the frame of the assignment that made each name in `low` low
+    # The calls each name may hold the result of (one per branch of an `if`), None when it may hold anything else.
+    producers: dict[str, list[cst.Call] | None] = {}
+    where_produced: dict[str, Frame] = {}
     for assignment in sorted(relevant, key=lambda a: a.index):
         where = facts.region_of(assignment.frame)
         computed = {name for name, source in low.items() if not source.parameter}
@@ -383,9 +432,19 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         cast_on_purpose = returns_autocast_dtype(facts, assignment.frame)
         implied_how = Lowering(how.module_output, how.scalars, dtype_keeping(facts, assignment.frame, True))
 
+        entry = mapping_entry(facts, assignment.frame)
+
         def source_of(value: cst.BaseExpression) -> Source | None:
             if deliberately_low(value) or cast_on_purpose(value):
                 return None  # cast on purpose to the autocast dtype, for a mixed-precision kernel
+            item = item_key(value)
+            calls = producers.get(item[0]) if item is not None else None
+            if calls:  # an entry of the dict a call returned: that entry's dtype, not the call's
+                verdicts = [entry(call, item[1]) for call in calls]
+                if all(verdicts):
+                    return None  # built integer, bool or float32 by the function that returns it
+                if where is None and implied and all(verdict is not False for verdict in verdicts):
+                    return None  # low only by the callers' autocast, from a mapping whose maker is unknown
             if where is not None and where.active and where.via in ("with", "decorator"):
                 if not is_low_precision(value, computed, how):
                     return None
@@ -415,6 +474,14 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         for name, element in pairs:
             if "." in name:
                 continue
+            produced = [value] if len(targets) == 1 and isinstance(value, cst.Call) else None
+            earlier_frame = where_produced.get(name)
+            if earlier_frame is not None and not earlier_frame.is_within(assignment.frame):
+                # bound in a branch the earlier binding is not in: either may reach
+                earlier = producers[name]
+                produced = earlier + produced if earlier is not None and produced is not None else None
+            producers[name] = produced
+            where_produced[name] = assignment.frame
             part = element if element is not None else value
             if is_scalar(part, scalars):
                 scalars.add(name)
