@@ -29,9 +29,6 @@ CODES = {f"AMP{n:03d}" for n in range(1, 15)}
 KNOWN_TO_DIFFER = {
     ("AMP012-half-model-with-scaler", "flagged", "named_parameter_groups.py"):
         "a model made half in a factory of another module is not followed to the scaler's step",
-    ("AMP010-step-without-update", "flagged", "per_step_function.py"):
-        "a per-step function's loop in another module is not asked for (nor whether another module updates "
-        "a scaler shared through a module)",
     ("AMP013-scaler-with-bfloat16", "flagged", "decorated_forward.py"):
         "the dtype of a region a decorated `forward` of another module opens is not known at the call",
 }

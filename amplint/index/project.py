@@ -470,6 +470,18 @@ class ModuleView:
             if self._resolve(path, caller, call.callee, MAX_DEPTH) == target:
                 yield CallerSite(Target(path, caller or "<module>"), call)
 
+    def method_calls(self, method: str, receiver: str) -> list[CallerSite]:
+        """Every call site in the project of `<...>.<receiver>.<method>()` (`scaler.update()`,
+        `self.scaler.update()` for receiver "scaler"): by the receiver's last name, as a module matches its own
+        calls (`ModuleFacts.updates_by_last_name`)."""
+        self.asked_calls.add(method)
+        found = []
+        for path, caller, call in self.project.calls_named(method):
+            parts = call.callee.split(".")
+            if len(parts) >= 2 and parts[-2] == receiver:
+                found.append(CallerSite(Target(path, caller or "<module>"), call))
+        return found
+
     def called_per_iteration(self, target: Target, depth: int = MAX_DEPTH) -> list[CallerSite] | None:
         """The chain of call sites through which the function runs once per iteration of a loop: a call in a
         loop's body, or a call from a function that is itself so called (`depth` callers up). None when no

@@ -112,14 +112,19 @@ class StepWithoutUpdate(Rule):
                     yield finding
                 continue
             caller = None
+            where = None
             if iteration is None:
                 caller = facts.calling_loop(last.frame)
                 if caller is None:
-                    continue
+                    where = _called_in_a_loop_elsewhere(facts, last.frame, scaler)
+                    if where is None:
+                        continue
             elif self._unknown_methods(facts, scaler, iteration):
                 continue
-            where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}" if iteration is not None
-                     else f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})")
+            if where is None:
+                where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}"
+                         if iteration is not None
+                         else f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})")
             message = f"`{snippet(facts, last.node, MESSAGE_SNIPPET)}` runs {where} with no `{scaler}.update()`"
             fix = self._fix(facts, scaler, steps, iteration)
             yield Finding(last.node, message, fix, help=None if fix else (
@@ -208,6 +213,26 @@ class StepWithoutUpdate(Rule):
             return replace_nodes(facts.module, {anchor: lambda updated: cst.FlattenSentinel([updated, update])})
 
         return FixPlan(f"Add `{scaler}.update()` after the last `{scaler}.step(...)` of the iteration", rebuild)
+
+
+def _called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) -> str | None:
+    """Where the function that runs `frame` is called in a loop's body of another module (the project index's
+    `called_per_iteration`, one caller up as `calling_loop` within the module), when no other module calls
+    `.update()` on a scaler of that name either: "in `train_step()` (called in a loop in `train`, line 5)"."""
+    view = facts.project
+    info = facts.function_info(frame)
+    if view is None or info is None:
+        return None
+    from amplint.index.project import Target
+
+    chain = view.called_per_iteration(Target(view.path, info.qualname), depth=1)
+    if chain is None or chain[-1].caller.module == view.path:
+        return None
+    if any(site.caller.module != view.path for site in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
+        return None  # another module updates a scaler of that name: it may be this one, every iteration
+    site = chain[-1]
+    module = view.project.names.get(site.caller.module, "?")
+    return f"in `{info.qualname.rsplit('.', 1)[-1]}()` (called in a loop in `{module}`, line {site.call.line})"
 
 
 def _update_calls(facts: ModuleFacts) -> dict[tuple[str, int], list]:
