@@ -230,7 +230,10 @@ def _builders(project: ProjectIndex, path: str) -> set[str]:
 
 def _per_step(summary) -> bool:
     """A function that steps a scaler once per call and neither updates it nor loops (AMP010 asks whether its
-    callers call it in a loop)."""
+    callers call it in a loop), or one that makes a model half and steps nothing (AMP012 asks whether its callers
+    step a scaler)."""
+    if Effect.HALF_MODEL in summary.does and Effect.SCALER_STEP not in summary.does:
+        return True  # a factory making a model half: a caller may step its optimizer through a scaler (AMP012)
     return Effect.SCALER_STEP in summary.does and not summary.does & {Effect.SCALER_UPDATE, Effect.LOOP}
 
 

@@ -278,6 +278,12 @@ class _Builder:
                 self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
         elif name == vocab.UPDATE and method and receiver in scalers:
             self._note(owner, Effect.SCALER_UPDATE, line)
+        elif name == vocab.HALF and method and not call.args and not call.keywords:
+            self._note(owner, Effect.HALF_MODEL, line)
+        elif name in ("to", "type") and method and any(
+                self.summary.resolves(value, vocab.HALF_DTYPES)
+                for value in (*call.args, *(keyword.value for keyword in call.keywords))):
+            self._note(owner, Effect.HALF_MODEL, line)
         elif name == vocab.EVAL and method and not call.args:
             self._note(owner, Effect.EVAL, line)
         elif self.summary.resolves(call.func, GRAD_ON):

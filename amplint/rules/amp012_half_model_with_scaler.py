@@ -12,11 +12,12 @@ from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.index.summary import Summary
+from amplint.vocabulary import Effect
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
-HALF_DTYPES = frozenset(name for name, low in vocab.LOW_DTYPES.items() if low == vocab.FLOAT16)
+HALF_DTYPES = vocab.HALF_DTYPES
 
 
 class HalfModelWithScaler(Rule):
@@ -85,7 +86,7 @@ class HalfModelWithScaler(Rule):
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
                 and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler, e.frame) is not False]
-        if not uses:
+        if not uses and not any(_to_half(facts, call) for call in facts.calls):
             return
         # Asked for each conversion, answered once per model name: N conversions cost N lookups, not N scans.
         optimizers: dict[str, list[tuple[str, Assignment]]] = {}
@@ -103,10 +104,15 @@ class HalfModelWithScaler(Rule):
                 optimizers[model] = self._optimizers_over(facts, model)
             for optimizer, built in optimizers[model]:
                 use = next((e for e in uses if e.optimizer == optimizer and self._related(call, built, e)), None)
-                if use is None or self._converted_back(facts, conversions.get(model, ()), call):
+                if self._converted_back(facts, conversions.get(model, ()), call):
                     continue
-                message = (f"`{_tail(facts, call.node, 32)}` makes `{model}` float16: "
-                           f"`{snippet(facts, use.node, MESSAGE_SNIPPET)}` at line {facts.line_of(use.node)} raises")
+                if use is not None:
+                    where = f"`{snippet(facts, use.node, MESSAGE_SNIPPET)}` at line {facts.line_of(use.node)} raises"
+                else:
+                    where = _stepped_by_a_caller(facts, call, optimizer, built)
+                    if where is None:
+                        continue
+                message = f"`{_tail(facts, call.node, 32)}` makes `{model}` float16: {where}"
                 yield Finding(call.node, message, help=(
                     f"Keep `{model}` float32 and run the forward pass under "
                     f"`torch.autocast(..., dtype=torch.float16)`"))
@@ -164,6 +170,46 @@ class HalfModelWithScaler(Rule):
         return any(call is not half and call.index > half.index and not _to_half(facts, call)
                    and (call.method == "float" or any(vocab.FLOAT32 in word for word in code_words(call.node)))
                    for call in conversions)
+
+
+def _stepped_by_a_caller(facts: ModuleFacts, half: Call, optimizer: str, built: Assignment) -> str | None:
+    """For a function that makes the model half and builds its optimizer (a factory), and returns the optimizer:
+    a caller in another module that steps or unscales through a GradScaler (the project index's `scaler_step`,
+    `unscale`), as a step in this module is matched by the optimizer's name. "`train()` (in `loop`, line 7) steps
+    it through a GradScaler, which raises"."""
+    function = half.frame.function()
+    if function is None or built.frame.function() is not function or not _returns_name(function.node, optimizer):
+        return None
+    view = facts.project
+    info = facts.function_info(half.frame)
+    if view is None or info is None:
+        return None
+    from amplint.index.project import Target
+
+    for site in view.callers(Target(view.path, info.qualname)):
+        if site.caller.module == view.path:
+            continue  # a caller of this module: its step is matched by name above
+        summary = view.function(site.caller)
+        if summary is not None and summary.does & {Effect.SCALER_STEP, Effect.UNSCALE}:
+            module = view.project.names.get(site.caller.module, "?")
+            return (f"`{site.caller.qualname}()` (in `{module}`, line {site.call.line}) steps the "
+                    f"`{optimizer}` it returns through a GradScaler, which raises")
+    return None
+
+
+def _returns_name(function: cst.CSTNode, name: str) -> bool:
+    """Does a `return` of the function return the name (alone or in a tuple)?"""
+    found = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            value = node.value
+            values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+            if any(dotted_name(v) == name for v in values if v is not None):
+                found.append(node)
+
+    function.visit(Returns())
+    return bool(found)
 
 
 def _to_half(facts: ModuleFacts, call: Call) -> bool:
