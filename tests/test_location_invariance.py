@@ -27,8 +27,6 @@ CODES = {f"AMP{n:03d}" for n in range(1, 15)}
 
 # (rule folder, kind, file) -> why the split still differs
 KNOWN_TO_DIFFER = {
-    ("AMP013-scaler-with-bfloat16", "flagged", "decorated_forward.py"):
-        "the dtype of a region a decorated `forward` of another module opens is not known at the call",
 }
 
 

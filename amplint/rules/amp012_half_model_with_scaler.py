@@ -14,10 +14,26 @@ from amplint.facts.names import code_words, dotted_name
 from amplint.index.summary import Summary
 from amplint.vocabulary import Effect
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 HALF_DTYPES = vocab.HALF_DTYPES
+
+
+def caller_steps_a_half_factory(view) -> bool:
+    """The screen's question across modules: does a function of this file make a model half, and a caller of it in
+    another module step or unscale through a GradScaler (the project index's `half_model`, `scaler_step`)?"""
+    from amplint.index.project import functions_doing
+
+    for target in functions_doing(view, Effect.HALF_MODEL):
+        for site in view.callers(target):
+            summary = view.function(site.caller)
+            if site.caller.module != view.path and summary is not None and summary.does & STEPPED:
+                return True
+    return False
+
+
+STEPPED = frozenset({Effect.SCALER_STEP, Effect.UNSCALE})
 
 
 class HalfModelWithScaler(Rule):
@@ -80,6 +96,7 @@ class HalfModelWithScaler(Rule):
     name = "half-model-with-scaler"
     words = (vocab.HALF, vocab.FLOAT16)
     requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.HALF, "to", "type")
+    requires_across = Ask(Summary.calls_method, vocab.HALF, "to", "type") & AskProject(caller_steps_a_half_factory)
     min_torch = "1.6"
     fix = "none"
 
@@ -190,7 +207,7 @@ def _stepped_by_a_caller(facts: ModuleFacts, half: Call, optimizer: str, built: 
         if site.caller.module == view.path:
             continue  # a caller of this module: its step is matched by name above
         summary = view.function(site.caller)
-        if summary is not None and summary.does & {Effect.SCALER_STEP, Effect.UNSCALE}:
+        if summary is not None and summary.does & STEPPED:
             module = view.project.names.get(site.caller.module, "?")
             return (f"`{site.caller.qualname}()` (in `{module}`, line {site.call.line}) steps the "
                     f"`{optimizer}` it returns through a GradScaler, which raises")
