@@ -124,8 +124,9 @@ class Round:
                 (self.named is not None and _compiled(self.named).search(text) is None):
             return False
         names = called()
-        return any(_compiled(words).search(text) for name, patterns in self.reaching if name in names
-                   for words in patterns)
+        return any(_compiled(words).search(text) for name, patterns in self.reaching
+                   if name in names or _compiled(rf"\b{re.escape(name)}[ \t]+as[ \t]").search(text)
+                   for words in patterns)  # `from m import name as g`: its calls are `g(`
 
 
 @functools.lru_cache(maxsize=256)
@@ -249,7 +250,9 @@ def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
                 continue  # a pytest test: pytest calls it, once
             for call in summary.calls:
                 last = call.callee.rsplit(".", 1)[-1]
-                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances) \
+                imported = project.files[path].imports.get(last)
+                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances
+                        or imported is not None and imported[1] in lasts) \
                         and not call.in_loop and view.resolve(qualname, call.callee) in targets:
                     found.add(Target(path, qualname))
                     break

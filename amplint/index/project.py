@@ -120,7 +120,8 @@ class ProjectIndex:
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
         """(path, calling function or None at module level, call) of every call whose callee's last name is
-        `last`; with None, every call to a plain name or a method (a `__call__` can be reached by any)."""
+        `last`, or a name some file imports it as (`from m import last as g`: `g()`); with None, every call to a
+        plain name or a method (a `__call__` can be reached by any)."""
         if self._calls is None:
             self._calls = {}
             for path in sorted(self.indexed):
@@ -130,9 +131,17 @@ class ProjectIndex:
                         self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
                 for call in index.module_calls:
                     self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, None, call))
+            self._aliases = {}
+            for path in sorted(self.indexed):
+                for local, (_, attribute, _) in self.files[path].imports.items():
+                    if attribute is not None and attribute != local:
+                        self._aliases.setdefault(attribute, set()).add(local)
         if last is None:
             return [site for sites in self._calls.values() for site in sites]
-        return self._calls.get(last, [])
+        found = self._calls.get(last, [])
+        for alias in sorted(self._aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
+            found = found + self._calls.get(alias, [])
+        return found
 
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
