@@ -168,3 +168,19 @@ def test_a_scaler_built_in_another_module_is_the_same_object(tmp_path):
     assert codes(tmp_path) == set()
     (tmp_path / "evaluate.py").write_text(body.format(module="other", param=""))
     assert codes(tmp_path) == set()
+
+
+def test_a_per_step_function_of_another_module_asks_only_its_callers_about_a_handed_in_scaler(tmp_path):
+    """`one_step(grad_scaler, ...)` called in a loop of `loop.py`: an `update()` there (the scaler's holder) ends
+    the finding; one in an unrelated module, on another object of that name, does not."""
+    (tmp_path / "step.py").write_text(
+        "import torch\n\n\ndef one_step(grad_scaler, net, opt, x):\n    grad_scaler.scale(net(x).sum()).backward()\n"
+        "    grad_scaler.step(opt)\n    opt.zero_grad()\n")
+    loop = ("import torch\nfrom step import one_step\n\n\ndef train(net, opt, batches):\n"
+            "    grad_scaler = torch.amp.GradScaler('cuda')\n    for x in batches:\n"
+            "        one_step(grad_scaler, net, opt, x)\n{update}")
+    (tmp_path / "other.py").write_text("def refresh(grad_scaler):\n    grad_scaler.update()\n")
+    (tmp_path / "loop.py").write_text(loop.format(update=""))
+    assert codes(tmp_path) == {"AMP010"}
+    (tmp_path / "loop.py").write_text(loop.format(update="        grad_scaler.update()\n"))
+    assert codes(tmp_path) == set()

@@ -21,7 +21,8 @@ from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 class StepWithoutUpdate(Rule):
     """## What it does
     Checks for `scaler.step(optimizer)` run every iteration of a loop (directly, or in a function called from a
-    loop of the same module) when the module never calls `scaler.update()`.
+    loop, of the same module or of another) when the module never calls `scaler.update()` (nor, for a caller in
+    another module, any module of the project on a scaler of that name).
 
     Also checks for a `scaler.step(optimizer)` run every iteration of a loop whose `scaler.update()` only runs
     outside the loop (after it): measured on CPU, the second iteration raises the same `RuntimeError`.
@@ -225,11 +226,16 @@ def _called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) -
         return None
     from amplint.index.project import Target
 
-    chain = view.called_per_iteration(Target(view.path, info.qualname), depth=1)
+    target = Target(view.path, info.qualname)
+    chain = view.called_per_iteration(target, depth=1)
     if chain is None or chain[-1].caller.module == view.path:
         return None
-    if any(site.caller.module != view.path for site in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
-        return None  # another module updates a scaler of that name: it may be this one, every iteration
+    summary = view.function(target)
+    handed_in = summary is not None and "." not in scaler and scaler in summary.params
+    callers = {site.caller.module for site in chain}
+    if any(site.caller.module != view.path and (not handed_in or site.caller.module in callers)
+           for site in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
+        return None  # another module that may hold the scaler (its caller's, or any for a shared one) updates one
     site = chain[-1]
     module = view.project.names.get(site.caller.module, "?")
     return f"in `{info.qualname.rsplit('.', 1)[-1]}()` (called in a loop in `{module}`, line {site.call.line})"

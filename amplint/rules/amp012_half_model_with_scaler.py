@@ -40,7 +40,8 @@ class HalfModelWithScaler(Rule):
     """## What it does
     Checks for a model converted to float16 (`model.half()`, `model.to(torch.float16)`,
     `model = Net().to(device).half()`) whose parameters are given to an optimizer that is stepped through a
-    GradScaler (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`) in the same module.
+    GradScaler (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`) in the same module, or, when a factory
+    function makes the model half and returns the optimizer it builds, by a caller of it in another module.
 
     Applies to every torch version with `GradScaler` (torch >= 1.6).
 
@@ -209,8 +210,7 @@ def _stepped_by_a_caller(facts: ModuleFacts, half: Call, optimizer: str, built: 
         summary = view.function(site.caller)
         if summary is not None and summary.does & STEPPED:
             module = view.project.names.get(site.caller.module, "?")
-            return (f"`{site.caller.qualname}()` (in `{module}`, line {site.call.line}) steps the "
-                    f"`{optimizer}` it returns through a GradScaler, which raises")
+            return f"`{site.caller.qualname}()` steps its optimizer via a GradScaler (`{module}`, line {site.call.line})"
     return None
 
 

@@ -49,7 +49,9 @@ def bfloat16_regions_reached(view) -> tuple[str, int] | None:
 class ScalerWithBfloat16(Rule):
     """## What it does
     Checks for a GradScaler in a module whose autocast regions all use `dtype=torch.bfloat16` (or CPU autocast,
-    whose default is bfloat16), with no float16 anywhere in the module.
+    whose default is bfloat16), with no float16 anywhere in the module. A module that opens no region itself is
+    judged by the regions the functions it calls open, in this module or another (a decorated `forward`): all of
+    them bfloat16, none float16 or of a dtype not known.
 
     Applies to torch >= 1.10 (bfloat16 autocast).
 
