@@ -15,7 +15,9 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
 - `region` (opens an autocast region not written disabled), `disabled_region`, `autocast_off` (decorated
   `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `returns_float32` (every
   return is computed with autocast off), `no_grad`
-  (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
+  (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`;
+- `bfloat16_region` / `other_region`: the dtype of each enabled region it opens (bfloat16, CPU's default
+  included; else float16 or not known), `half_model` (`x.half()`, `x.to(torch.float16)`).
 
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
 can be enabled, under no_grad. Calls to what the file imports from outside the project are kept too (the index
