@@ -145,6 +145,8 @@ TORCH_DEVICE = frozenset({"torch.device"})
 ACCELERATOR_NAMES = ("accelerator", "fabric")
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = {"torch.bfloat16": BFLOAT16, "torch.float16": FLOAT16, "torch.half": FLOAT16}
+HALF_DTYPES = frozenset(name for name, low in LOW_DTYPES.items() if low == FLOAT16)
+BFLOAT16_DTYPES = frozenset(name for name, low in LOW_DTYPES.items() if low == BFLOAT16)
 
 # What `from <module> import *` binds, for the modules whose AMP names a rule asks about (their `__all__`, or
 # their public names where they have none: torch 2.13). A star import from any other module binds names nobody
@@ -223,12 +225,19 @@ class Effect:
     LOOP = "loop"
     LOWERS_NOTHING = "lowers_nothing"  # runs no op autocast lowers: returns its inputs' dtype
     RETURNS_AUTOCAST_DTYPE = "returns_autocast_dtype"  # casts to the autocast dtype on purpose
+    HALF_MODEL = "half_model"  # converts something to float16 (`x.half()`, `x.to(torch.float16)`)
+    BFLOAT16_REGION = "bfloat16_region"  # opens an enabled region whose dtype is bfloat16 (CPU's default included)
+    OTHER_REGION = "other_region"  # opens an enabled region whose dtype is float16 or not known
 
 
 EFFECTS = (Effect.BUILDS_SCALER, Effect.KEEPS_SCALER, Effect.BACKWARD, Effect.SCALED_BACKWARD, Effect.UNSCALE,
            Effect.CLIP, Effect.STEP, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.REGION,
            Effect.DISABLED_REGION, Effect.AUTOCAST_OFF, Effect.RETURNS_FLOAT32, Effect.NO_GRAD, Effect.ENABLE_GRAD,
-           Effect.EVAL, Effect.LOOP, Effect.LOWERS_NOTHING, Effect.RETURNS_AUTOCAST_DTYPE)
+           Effect.EVAL, Effect.LOOP, Effect.LOWERS_NOTHING, Effect.RETURNS_AUTOCAST_DTYPE,
+           Effect.HALF_MODEL, Effect.BFLOAT16_REGION, Effect.OTHER_REGION)
+# nn.Module methods that return the module itself: `model = Net().cuda()` holds a Net.
+MODULE_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", HALF, BFLOAT16, "double", "train", EVAL,
+                                 "requires_grad_"})
 
 # The names that mean AMP wherever the linter spells them as a code word (a string that is an identifier or a
 # dotted name): tests/test_layering.py fails when one appears as a literal outside this module. `float`,

@@ -21,6 +21,7 @@ from typing import Callable, Iterable
 
 from amplint import vocabulary as vocab
 from amplint.index.functions import FileIndex, index_text
+from amplint.vocabulary import Effect
 from amplint.index.project import ProjectIndex, Target
 
 INDEX_WORDS = (vocab.GRAD_SCALER,)
@@ -29,7 +30,14 @@ INDEX_WORDS = (vocab.GRAD_SCALER,)
 def holds_vocabulary(text: str) -> bool:
     """Is the file indexed up front: it may build a GradScaler (its function's callers may loop, AMP004), or open a
     disabled autocast region (its function's callers may run it under an enabled one, AMP006)?"""
-    return any(word in text for word in INDEX_WORDS) or (vocab.AUTOCAST in text and _DISABLED.search(text) is not None)
+    return any(word in text for word in INDEX_WORDS) or (vocab.AUTOCAST in text and _DISABLED.search(text) is not None) \
+        or _steps_without_update(text)
+
+
+def _steps_without_update(text: str) -> bool:
+    """Does the text scale and step (a scaler handed in or imported) and never update: a per-step function whose
+    callers' loops matter (AMP010)?"""
+    return f".{vocab.SCALE}(" in text and f".{vocab.STEP}(" in text and f".{vocab.UPDATE}(" not in text
 
 
 _DISABLED = re.compile(r"enabled\s*=\s*False")  # how a disabled region is written (a positional False: not here)
@@ -116,8 +124,9 @@ class Round:
                 (self.named is not None and _compiled(self.named).search(text) is None):
             return False
         names = called()
-        return any(_compiled(words).search(text) for name, patterns in self.reaching if name in names
-                   for words in patterns)
+        return any(_compiled(words).search(text) for name, patterns in self.reaching
+                   if name in names or _compiled(rf"\b{re.escape(name)}[ \t]+as[ \t]").search(text)
+                   for words in patterns)  # `from m import name as g`: its calls are `g(`
 
 
 @functools.lru_cache(maxsize=256)
@@ -216,7 +225,17 @@ _CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a 
 def _builders(project: ProjectIndex, path: str) -> set[str]:
     """Qualnames of the file's functions whose callers matter (`CALLED_FACTS`; a scaler handed on does not)."""
     return {qualname for qualname, summary in project.files[path].functions.items()
-            if summary.does & CALLED_FACTS - ({"builds_scaler"} if "keeps_scaler" in summary.does else set())}
+            if summary.does & CALLED_FACTS - ({"builds_scaler"} if "keeps_scaler" in summary.does else set())
+            or _per_step(summary)}
+
+
+def _per_step(summary) -> bool:
+    """A function that steps a scaler once per call and neither updates it nor loops (AMP010 asks whether its
+    callers call it in a loop), or one that makes a model half and steps nothing (AMP012 asks whether its callers
+    step a scaler)."""
+    if Effect.HALF_MODEL in summary.does and Effect.SCALER_STEP not in summary.does:
+        return True  # a factory making a model half: a caller may step its optimizer through a scaler (AMP012)
+    return Effect.SCALER_STEP in summary.does and not summary.does & {Effect.SCALER_UPDATE, Effect.LOOP}
 
 
 def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
@@ -231,7 +250,9 @@ def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
                 continue  # a pytest test: pytest calls it, once
             for call in summary.calls:
                 last = call.callee.rsplit(".", 1)[-1]
-                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances) \
+                imported = project.files[path].imports.get(last)
+                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances
+                        or imported is not None and imported[1] in lasts) \
                         and not call.in_loop and view.resolve(qualname, call.callee) in targets:
                     found.add(Target(path, qualname))
                     break

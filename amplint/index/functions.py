@@ -15,7 +15,9 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
 - `region` (opens an autocast region not written disabled), `disabled_region`, `autocast_off` (decorated
   `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `returns_float32` (every
   return is computed with autocast off), `no_grad`
-  (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`.
+  (`no_grad`/`inference_mode`, a with or a decorator), `enable_grad`, `eval` (calls `.eval()`), `loop`;
+- `bfloat16_region` / `other_region`: the dtype of each enabled region it opens (bfloat16, CPU's default
+  included; else float16 or not known), `half_model` (`x.half()`, `x.to(torch.float16)`).
 
 Beside the facts, each function records the entries of what it returns that are surely not low precision
 (`items`: a dict's entries by key, a tuple's elements by position; `returned_items`), with the entries of other
@@ -214,7 +216,11 @@ class _Builder:
                 key = f"{qualname}:{target.id}"
             else:
                 continue
-            assigned.setdefault(key, set()).add(dotted(node.value.func) or "")
+            value = node.value
+            while type(value.func) is ast.Attribute and value.func.attr in vocab.MODULE_RETURNS_SELF \
+                    and type(value.func.value) is ast.Call:
+                value = value.func.value  # `Net().cuda()`: the module itself
+            assigned.setdefault(key, set()).add(dotted(value.func) or "")
         self.index.instances = {key: next(iter(callees)) for key, callees in assigned.items()
                                 if len(callees) == 1 and "" not in callees}
 
@@ -288,6 +294,12 @@ class _Builder:
                 self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
         elif name == vocab.UPDATE and method and receiver in scalers:
             self._note(owner, Effect.SCALER_UPDATE, line)
+        elif name == vocab.HALF and method and not call.args and not call.keywords:
+            self._note(owner, Effect.HALF_MODEL, line)
+        elif name in ("to", "type") and method and any(
+                self.summary.resolves(value, vocab.HALF_DTYPES)
+                for value in (*call.args, *(keyword.value for keyword in call.keywords))):
+            self._note(owner, Effect.HALF_MODEL, line)
         elif name == vocab.EVAL and method and not call.args:
             self._note(owner, Effect.EVAL, line)
         elif self.summary.resolves(call.func, GRAD_ON):
@@ -342,6 +354,8 @@ class _Builder:
                 expr = item.context_expr
                 if self.summary.can_open(expr):
                     self._note(owner, Effect.DISABLED_REGION if _disabled(expr) else Effect.REGION, with_node.lineno)
+                    if not _disabled(expr):
+                        self._note(owner, self._region_dtype(expr), with_node.lineno)
                 mode = self._grad_mode(expr)
                 if mode is not None:
                     self._note(owner, mode, with_node.lineno)
@@ -352,12 +366,30 @@ class _Builder:
             openers = [d for d in decorators if self.summary.can_open(d)]
             if any(not _disabled(d) for d in openers):
                 self._note(owner, Effect.REGION, owner.line)
+                for opener in openers:
+                    if not _disabled(opener):
+                        self._note(owner, self._region_dtype(opener), owner.line)
             elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
                 self._note(owner, Effect.AUTOCAST_OFF, owner.line)
         for function_id, owner in self.by_id.items():
             if (Effect.DISABLED_REGION in owner.does or Effect.AUTOCAST_OFF in owner.does) and self._returns_float32(
                     self.nodes[function_id], Effect.AUTOCAST_OFF in owner.does):
                 self._note(owner, Effect.RETURNS_FLOAT32, owner.line)
+
+    def _region_dtype(self, expr: ast.AST) -> str:
+        """`bfloat16_region` for an opener whose dtype is bfloat16 (`dtype=torch.bfloat16`, the second positional
+        argument, or a CPU region with no dtype: its default), else `other_region` (float16, or not known)."""
+        if type(expr) is not ast.Call:
+            return Effect.OTHER_REGION
+        dtype = next((k.value for k in expr.keywords if k.arg == vocab.DTYPE), None)
+        if dtype is None and len(expr.args) > 1:
+            dtype = expr.args[1]
+        if dtype is not None:
+            return Effect.BFLOAT16_REGION if self.summary.resolves(dtype, vocab.BFLOAT16_DTYPES) else Effect.OTHER_REGION
+        device = next((k.value for k in expr.keywords if k.arg == vocab.DEVICE_TYPE), expr.args[0] if expr.args else None)
+        if type(device) is ast.Constant and device.value == vocab.CPU and not any(k.arg is None for k in expr.keywords):
+            return Effect.BFLOAT16_REGION
+        return Effect.OTHER_REGION
 
     def _lowering(self) -> None:
         """`lowers_nothing`: the function runs no op autocast casts to a low dtype (no matmul, linear, conv, no

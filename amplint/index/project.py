@@ -120,7 +120,8 @@ class ProjectIndex:
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
         """(path, calling function or None at module level, call) of every call whose callee's last name is
-        `last`; with None, every call to a plain name or a method (a `__call__` can be reached by any)."""
+        `last`, or a name some file imports it as (`from m import last as g`: `g()`); with None, every call to a
+        plain name or a method (a `__call__` can be reached by any)."""
         if self._calls is None:
             self._calls = {}
             for path in sorted(self.indexed):
@@ -130,9 +131,17 @@ class ProjectIndex:
                         self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
                 for call in index.module_calls:
                     self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, None, call))
+            self._aliases = {}
+            for path in sorted(self.indexed):
+                for local, (_, attribute, _) in self.files[path].imports.items():
+                    if attribute is not None and attribute != local:
+                        self._aliases.setdefault(attribute, set()).add(local)
         if last is None:
             return [site for sites in self._calls.values() for site in sites]
-        return self._calls.get(last, [])
+        found = self._calls.get(last, [])
+        for alias in sorted(self._aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
+            found = found + self._calls.get(alias, [])
+        return found
 
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
@@ -485,6 +494,18 @@ class ModuleView:
             self._file(path)
             if self._resolve(path, caller, call.callee, MAX_DEPTH) == target:
                 yield CallerSite(Target(path, caller or "<module>"), call)
+
+    def method_calls(self, method: str, receiver: str) -> list[CallerSite]:
+        """Every call site in the project of `<...>.<receiver>.<method>()` (`scaler.update()`,
+        `self.scaler.update()` for receiver "scaler"): by the receiver's last name, as a module matches its own
+        calls (`ModuleFacts.updates_by_last_name`)."""
+        self.asked_calls.add(method)
+        found = []
+        for path, caller, call in self.project.calls_named(method):
+            parts = call.callee.split(".")
+            if len(parts) >= 2 and parts[-2] == receiver:
+                found.append(CallerSite(Target(path, caller or "<module>"), call))
+        return found
 
     def called_per_iteration(self, target: Target, depth: int = MAX_DEPTH) -> list[CallerSite] | None:
         """The chain of call sites through which the function runs once per iteration of a loop: a call in a

@@ -21,7 +21,8 @@ from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 class StepWithoutUpdate(Rule):
     """## What it does
     Checks for `scaler.step(optimizer)` run every iteration of a loop (directly, or in a function called from a
-    loop of the same module) when the module never calls `scaler.update()`.
+    loop, of the same module or of another) when the module never calls `scaler.update()` (nor, for a caller in
+    another module, any module of the project on a scaler of that name).
 
     Also checks for a `scaler.step(optimizer)` run every iteration of a loop whose `scaler.update()` only runs
     outside the loop (after it): measured on CPU, the second iteration raises the same `RuntimeError`.
@@ -112,14 +113,19 @@ class StepWithoutUpdate(Rule):
                     yield finding
                 continue
             caller = None
+            where = None
             if iteration is None:
                 caller = facts.calling_loop(last.frame)
                 if caller is None:
-                    continue
+                    where = _called_in_a_loop_elsewhere(facts, last.frame, scaler)
+                    if where is None:
+                        continue
             elif self._unknown_methods(facts, scaler, iteration):
                 continue
-            where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}" if iteration is not None
-                     else f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})")
+            if where is None:
+                where = (f"every iteration of the loop at line {facts.line_of(iteration.node)}"
+                         if iteration is not None
+                         else f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})")
             message = f"`{snippet(facts, last.node, MESSAGE_SNIPPET)}` runs {where} with no `{scaler}.update()`"
             fix = self._fix(facts, scaler, steps, iteration)
             yield Finding(last.node, message, fix, help=None if fix else (
@@ -208,6 +214,31 @@ class StepWithoutUpdate(Rule):
             return replace_nodes(facts.module, {anchor: lambda updated: cst.FlattenSentinel([updated, update])})
 
         return FixPlan(f"Add `{scaler}.update()` after the last `{scaler}.step(...)` of the iteration", rebuild)
+
+
+def _called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) -> str | None:
+    """Where the function that runs `frame` is called in a loop's body of another module (the project index's
+    `called_per_iteration`, one caller up as `calling_loop` within the module), when no other module calls
+    `.update()` on a scaler of that name either: "in `train_step()` (called in a loop in `train`, line 5)"."""
+    view = facts.project
+    info = facts.function_info(frame)
+    if view is None or info is None:
+        return None
+    from amplint.index.project import Target
+
+    target = Target(view.path, info.qualname)
+    chain = view.called_per_iteration(target, depth=1)
+    if chain is None or chain[-1].caller.module == view.path:
+        return None
+    summary = view.function(target)
+    handed_in = summary is not None and "." not in scaler and scaler in summary.params
+    callers = {site.caller.module for site in chain}
+    if any(site.caller.module != view.path and (not handed_in or site.caller.module in callers)
+           for site in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
+        return None  # another module that may hold the scaler (its caller's, or any for a shared one) updates one
+    site = chain[-1]
+    module = view.project.names.get(site.caller.module, "?")
+    return f"in `{info.qualname.rsplit('.', 1)[-1]}()` (called in a loop in `{module}`, line {site.call.line})"
 
 
 def _update_calls(facts: ModuleFacts) -> dict[tuple[str, int], list]:

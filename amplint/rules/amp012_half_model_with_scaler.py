@@ -12,18 +12,36 @@ from amplint.facts.model import Assignment, Call
 from amplint.facts.module import call_argument, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.index.summary import Summary
+from amplint.vocabulary import Effect
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
-HALF_DTYPES = frozenset(name for name, low in vocab.LOW_DTYPES.items() if low == vocab.FLOAT16)
+HALF_DTYPES = vocab.HALF_DTYPES
+
+
+def caller_steps_a_half_factory(view) -> bool:
+    """The screen's question across modules: does a function of this file make a model half, and a caller of it in
+    another module step or unscale through a GradScaler (the project index's `half_model`, `scaler_step`)?"""
+    from amplint.index.project import functions_doing
+
+    for target in functions_doing(view, Effect.HALF_MODEL):
+        for site in view.callers(target):
+            summary = view.function(site.caller)
+            if site.caller.module != view.path and summary is not None and summary.does & STEPPED:
+                return True
+    return False
+
+
+STEPPED = frozenset({Effect.SCALER_STEP, Effect.UNSCALE})
 
 
 class HalfModelWithScaler(Rule):
     """## What it does
     Checks for a model converted to float16 (`model.half()`, `model.to(torch.float16)`,
     `model = Net().to(device).half()`) whose parameters are given to an optimizer that is stepped through a
-    GradScaler (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`) in the same module.
+    GradScaler (`scaler.step(optimizer)` or `scaler.unscale_(optimizer)`) in the same module, or, when a factory
+    function makes the model half and returns the optimizer it builds, by a caller of it in another module.
 
     Applies to every torch version with `GradScaler` (torch >= 1.6).
 
@@ -79,13 +97,14 @@ class HalfModelWithScaler(Rule):
     name = "half-model-with-scaler"
     words = (vocab.HALF, vocab.FLOAT16)
     requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.HALF, "to", "type")
+    requires_across = Ask(Summary.calls_method, vocab.HALF, "to", "type") & AskProject(caller_steps_a_half_factory)
     min_torch = "1.6"
     fix = "none"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
                 and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler, e.frame) is not False]
-        if not uses:
+        if not uses and not any(_to_half(facts, call) for call in facts.calls):
             return
         # Asked for each conversion, answered once per model name: N conversions cost N lookups, not N scans.
         optimizers: dict[str, list[tuple[str, Assignment]]] = {}
@@ -103,10 +122,15 @@ class HalfModelWithScaler(Rule):
                 optimizers[model] = self._optimizers_over(facts, model)
             for optimizer, built in optimizers[model]:
                 use = next((e for e in uses if e.optimizer == optimizer and self._related(call, built, e)), None)
-                if use is None or self._converted_back(facts, conversions.get(model, ()), call):
+                if self._converted_back(facts, conversions.get(model, ()), call):
                     continue
-                message = (f"`{_tail(facts, call.node, 32)}` makes `{model}` float16: "
-                           f"`{snippet(facts, use.node, MESSAGE_SNIPPET)}` at line {facts.line_of(use.node)} raises")
+                if use is not None:
+                    where = f"`{snippet(facts, use.node, MESSAGE_SNIPPET)}` at line {facts.line_of(use.node)} raises"
+                else:
+                    where = _stepped_by_a_caller(facts, call, optimizer, built)
+                    if where is None:
+                        continue
+                message = f"`{_tail(facts, call.node, 32)}` makes `{model}` float16: {where}"
                 yield Finding(call.node, message, help=(
                     f"Keep `{model}` float32 and run the forward pass under "
                     f"`torch.autocast(..., dtype=torch.float16)`"))
@@ -164,6 +188,45 @@ class HalfModelWithScaler(Rule):
         return any(call is not half and call.index > half.index and not _to_half(facts, call)
                    and (call.method == "float" or any(vocab.FLOAT32 in word for word in code_words(call.node)))
                    for call in conversions)
+
+
+def _stepped_by_a_caller(facts: ModuleFacts, half: Call, optimizer: str, built: Assignment) -> str | None:
+    """For a function that makes the model half and builds its optimizer (a factory), and returns the optimizer:
+    a caller in another module that steps or unscales through a GradScaler (the project index's `scaler_step`,
+    `unscale`), as a step in this module is matched by the optimizer's name. "`train()` (in `loop`, line 7) steps
+    it through a GradScaler, which raises"."""
+    function = half.frame.function()
+    if function is None or built.frame.function() is not function or not _returns_name(function.node, optimizer):
+        return None
+    view = facts.project
+    info = facts.function_info(half.frame)
+    if view is None or info is None:
+        return None
+    from amplint.index.project import Target
+
+    for site in view.callers(Target(view.path, info.qualname)):
+        if site.caller.module == view.path:
+            continue  # a caller of this module: its step is matched by name above
+        summary = view.function(site.caller)
+        if summary is not None and summary.does & STEPPED:
+            module = view.project.names.get(site.caller.module, "?")
+            return f"`{site.caller.qualname}()` steps its optimizer via a GradScaler (`{module}`, line {site.call.line})"
+    return None
+
+
+def _returns_name(function: cst.CSTNode, name: str) -> bool:
+    """Does a `return` of the function return the name (alone or in a tuple)?"""
+    found = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            value = node.value
+            values = [e.value for e in value.elements] if isinstance(value, cst.Tuple) else [value]
+            if any(dotted_name(v) == name for v in values if v is not None):
+                found.append(node)
+
+    function.visit(Returns())
+    return bool(found)
 
 
 def _to_half(facts: ModuleFacts, call: Call) -> bool:

@@ -17,7 +17,8 @@ from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, AskProject
+from amplint.vocabulary import Effect
 
 # Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
 # somewhere: stay silent. `torch.float16`, `args.fp16`, `"--fp16"`, `x.half()`, `torch.half`, `"half"`.
@@ -25,10 +26,32 @@ FLOAT16_WORD = re.compile(r"(?<![bB])float16|fp16|(?:^|\.)half$")
 FLOAT16_TEXT = re.compile(r"(?<![bB])float16|fp16|half")  # a superset of the words, searched in the text first
 
 
+def bfloat16_regions_reached(view) -> tuple[str, int] | None:
+    """For a module that opens no region itself: (module name, line) of a bfloat16 region that a function it calls
+    opens (a few calls deep, in the project: a decorated `forward` of another module), when every region its calls
+    reach is bfloat16; None when none is, or one is float16 or of a dtype not known."""
+    from amplint.index.project import calls_leaving
+
+    if view is None:
+        return None
+    found = None
+    for _, _, target in calls_leaving(view, "callee"):
+        if view.reaches(target, (Effect.OTHER_REGION,)) is not None:
+            return None
+        reached = view.reaches(target, (Effect.BFLOAT16_REGION,))
+        if reached is not None and found is None:
+            doer = reached[0][-1]
+            summary = view.function(doer)
+            found = (view.project.names.get(doer.module, "?"), summary.lines.get(Effect.BFLOAT16_REGION, summary.line))
+    return found
+
+
 class ScalerWithBfloat16(Rule):
     """## What it does
     Checks for a GradScaler in a module whose autocast regions all use `dtype=torch.bfloat16` (or CPU autocast,
-    whose default is bfloat16), with no float16 anywhere in the module.
+    whose default is bfloat16), with no float16 anywhere in the module. A module that opens no region itself is
+    judged by the regions the functions it calls open, in this module or another (a decorated `forward`): all of
+    them bfloat16, none float16 or of a dtype not known.
 
     Applies to torch >= 1.10 (bfloat16 autocast).
 
@@ -90,6 +113,8 @@ class ScalerWithBfloat16(Rule):
     # bfloat16 regions: a bfloat16 dtype, or CPU autocast (whose default is bfloat16).
     requires = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
                 & Ask(Summary.mentions, vocab.AUTOCAST) & Ask(Summary.contains, vocab.BFLOAT16, vocab.CPU))
+    requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
+                       & AskProject(bfloat16_regions_reached))
     min_torch = "1.10"
     fix = "unsafe"
 
@@ -99,9 +124,16 @@ class ScalerWithBfloat16(Rule):
             return
         regions = self._regions(facts)
         active = [r for r in regions if r.state is not RegionState.OFF]
-        if not active or any(_dtype(r) != vocab.BFLOAT16 for r in active) or _float16_in_code(facts):
+        if active:
+            where = f"line {facts.line_of(active[0].opener)}"
+        else:  # the module opens none: those that the functions it calls open (the index's region dtypes)
+            reached = bfloat16_regions_reached(facts.project)
+            if reached is None:
+                return
+            module, line = reached
+            where = f"in `{module}`, line {line}"
+        if any(_dtype(r) != vocab.BFLOAT16 for r in active) or _float16_in_code(facts):
             return  # the module's code walked last: only where every region is bfloat16
-        region = active[0]
         index = _Index(facts, builds)
         for build in builds:
             key = build.bound_to
@@ -109,7 +141,7 @@ class ScalerWithBfloat16(Rule):
                 continue
             if key not in index.used:
                 continue
-            message = (f"`{key}` scales losses for bfloat16 autocast only (line {facts.line_of(region.opener)}), "
+            message = (f"`{key}` scales losses for bfloat16 autocast only ({where}), "
                        f"where loss scaling changes nothing")
             fix = _RemoveScaler(facts, build, index).plan()
             yield Finding(build.node, message, fix, help=None if fix else f"Remove `{key}`")
