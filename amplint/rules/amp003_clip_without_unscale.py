@@ -32,6 +32,11 @@ class ClipWithoutUnscale(Rule):
     the helper clips and then steps the scaler itself (`optimizer_step(scaler, optimizer)`); the message names
     the function that clips and its module. An `unscale_` anywhere on the helper's calls counts as unscaling.
 
+    A clip followed in its own function by `scaler.step(optimizer)`, with no `unscale_` before it, clips scaled
+    gradients wherever the backward ran (another method, a caller, another module: `optimizer_step()`, an
+    engine's `update()`): reported at the clip, naming the function that runs the scaled backward when the
+    project index finds it, unless a caller (a few calls up) or a method of the class reaches an `unscale_`.
+
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale (65536 by default, then
     whatever the scaler has grown or backed off to). Clipping those gradients measures a norm that is the scale
@@ -79,6 +84,9 @@ class ClipWithoutUnscale(Rule):
     or once after the micro-batch loop), nor when an `unscale_` of that optimizer already ran since the last
     `update()`, because unscaling twice before `update()` raises.
 
+    For a clip whose scaled backward runs in another function, the insertion is unsafe: an `unscale_` run out
+    of sight before the function is called would make a second one raise.
+
     For a helper call, the fix inserts `scaler.unscale_(optimizer)` just before the call, under the same
     conditions, and only when the scaler steps exactly one optimizer after the call (the helper's parameters are
     not read) and no `unscale_` follows before the step. A helper that also steps gets no fix: the `unscale_`
@@ -103,7 +111,7 @@ class ClipWithoutUnscale(Rule):
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         return (summary.uses_api("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
-                and summary.calls_method("step") and summary.backward_possible() and summary.scaler_possible())
+                and summary.calls_method("step") and summary.scaler_possible())
 
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
@@ -118,6 +126,9 @@ class ClipWithoutUnscale(Rule):
             events = index.function(clip.frame.function())
             backward = events.last_scaled_backward(clip.index)
             if backward is None:
+                local = self._clip_before_step(facts, index, clip)
+                if local is not None:
+                    yield local
                 continue
             scaler = backward.scaler
             if index.scaler_disabled(scaler):
@@ -155,6 +166,72 @@ class ClipWithoutUnscale(Rule):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
+
+    def _clip_before_step(self, facts: ModuleFacts, index: _Index, clip: Event) -> Finding | None:
+        """A clip followed in its function by `scaler.step(optimizer)` with no `unscale_` before it, the scaled
+        backward having run elsewhere (another method, a caller, another module): `scaler.step` unscales only
+        after the clip, so the clip saw scaled gradients wherever the backward ran. Reported when no backward and
+        no `unscale_` comes before the clip in its function (itself or through its calls), none of its callers
+        (three calls up) reaches an `unscale_`, no method of its class unscales, and the scaler is known to scale
+        a backward: built here from a GradScaler, or a caller or a method of the class runs a scaled backward."""
+        function = clip.frame.function()
+        if function is None:
+            return None
+        own = facts.events_in(function)
+        if any(e.kind is EventKind.BACKWARD and e.index < clip.index for e in own):
+            return None
+        step = None
+        for event in own:
+            if event.index <= clip.index:
+                continue
+            if event.kind is EventKind.BACKWARD or event.kind is EventKind.SCALER_UPDATE:
+                return None
+            if event.kind is EventKind.SCALER_STEP:
+                step = event
+                break
+        if step is None or step.scaler is None or index.scaler_disabled(step.scaler):
+            return None
+        scaler = step.scaler
+        if any(e.kind is EventKind.SCALER_UNSCALE and e.index < clip.index for e in own):
+            return None
+        helpers = _Helpers(facts)
+        for call in helpers.calls_in(function):
+            if call.index >= clip.index or helpers.is_event(call):
+                continue
+            does = helpers.does(call)
+            if does and ("unscale" in does or "backward" in does):
+                return None
+        info = facts.function_info(clip.frame)
+        if info is None:
+            return None
+        evidence = _scaled_backward_elsewhere(facts, info.qualname)
+        if evidence is None:
+            return None
+        where = evidence if isinstance(evidence, str) else None
+        if not where and not any(facts.is_scaler_construction(b.value) for b in facts.bindings(scaler, clip.frame)
+                                 if b.value is not None):
+            return None
+        events = index.function(function)
+        candidates = events.stepped_after(clip, scaler)
+        tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
+        clipped = snippet(facts, clip.node.func, 32)
+        message = f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (`{scaler}.step` follows, no `unscale_`)"
+        if where:
+            message = _bounded(f"`{clipped}(...)` clips gradients still scaled by `{scaler}`", where,
+                               "scaled backward:")
+        fix = None
+        if tied is not None:
+            tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
+            if tied_step is not None:
+                fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
+                if fix is not None:
+                    # an `unscale_` run elsewhere before this function is called (out of sight) would make a
+                    # second one raise
+                    title = f"{fix.message} (scaled backward: {where})" if where else fix.message
+                    fix = FixPlan(title, fix.rewrite, Applicability.UNSAFE)
+        advice = f"Call `{scaler}.unscale_({tied or '...'})` before the clip" + (
+            f" (scaled backward: {where})" if where else "")
+        return Finding(clip.node, message, fix, help=None if fix else advice)
 
     def _through_calls(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
         """Clips reached through a call: a helper (of this module or, with the project index, of another) called
@@ -701,6 +778,56 @@ class _Helpers:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
             del found["step"]
+
+
+def _scaled_backward_elsewhere(facts: ModuleFacts, qualname: str):
+    """Where the gradients a function's clip sees were scaled, through the project index: "`train()`, line 9"
+    (or "`engine.Trainer.backward()`, line 9") for a caller (three calls up) or a method of its class that runs a
+    scaled backward; True when the function is known not to follow an `unscale_` but no scaled backward is
+    named; None when a caller or a method of the class reaches an `unscale_` (the clip may follow it)."""
+    view = facts.project
+    target = Target(view.path, qualname)
+    record = view.record(view.path)
+    names = view.project.names
+    found = None
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get("scaled_backward", summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        name = f"{module}.{doer.qualname}" if module else doer.qualname
+        return f"`{name}()`, line {line}"
+
+    owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
+    if owner is not None and record is not None:
+        for other, summary in record.functions.items():
+            if other == qualname or other.rsplit(".", 1)[0] != owner:
+                continue
+            if "unscale" in summary.does:
+                return None
+            if found is None and "scaled_backward" in summary.does:
+                found = describe(Target(view.path, other))
+    frontier, seen = [target], {target}
+    for _ in range(_HELPER_DEPTH):
+        following = []
+        for current in frontier:
+            for site in view.callers(current):
+                if site.caller in seen:
+                    continue
+                seen.add(site.caller)
+                if site.caller.qualname == "<module>":
+                    continue
+                if view.reaches(site.caller, ("unscale",)) is not None:
+                    return None
+                caller = view.function(site.caller)
+                if caller is not None and "scaled_backward" in caller.does and current == target:
+                    return None  # the caller runs the scaled backward itself: reported at its call (`clips and steps`)
+                reached = view.reaches(site.caller, ("scaled_backward",))
+                if found is None and reached is not None:
+                    found = describe(reached[0][-1])
+                following.append(site.caller)
+        frontier = following
+    return found if found is not None else True
 
 
 MAX_MESSAGE = 120
