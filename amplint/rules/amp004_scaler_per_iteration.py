@@ -9,9 +9,9 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.names import GRAD_SCALERS, code_words
+from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.scopes import Changes
+from amplint.rules.scopes import Changes, snippet
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 
@@ -70,6 +70,11 @@ class ScalerPerIteration(Rule):
     arguments, so a loop that runs zero times gains an unused scaler and nothing else. Per-step functions: no
     fix. The moved statement takes its comments along.
 
+    A scaler built in a loop and handed, in that loop, to a callee that steps or updates it (`apply_update(scaler,
+    loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`, through the project index) is reported too, when
+    the callee is a per-step function (no loop of its own) or is handed an optimizer the loop does not build.
+    A per-step function's own loop that trains nothing (returns, metrics) does not make it a training loop.
+
     ## Limits
     Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt
     and then restored with `load_state_dict` (resuming), for a function that builds the optimizer it steps too
@@ -92,7 +97,8 @@ class ScalerPerIteration(Rule):
         # Or built and stepped in one function (a per-step function, whoever calls it).
         return summary.imports_module("torch") and (
             (summary.calls_in_loop(*builds) and summary.calls_in_same_function(("step", "update"), builds, on_scaler=True))
-            or summary.calls_in_same_function(("step",), builds, on_scaler=True))
+            or summary.calls_in_same_function(("step",), builds, on_scaler=True)
+            or summary.calls_in_loop(*builds))  # handed, in the loop, to a callee that steps it
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for build in facts.events:
@@ -101,6 +107,12 @@ class ScalerPerIteration(Rule):
             key = build.bound_to
             same_function = facts.events_in(build.frame.function())
             uses = [e for e in same_function if e.kind in USES and e.scaler == key]
+            if not uses and not self._guarded_or_restored(facts, build, same_function) \
+                    and not facts.scaler_disabled(key):
+                handed = self._handed_per_iteration(facts, build)
+                if handed is not None:
+                    yield handed
+                continue
             if not uses or self._guarded_or_restored(facts, build, same_function) \
                     or facts.scaler_disabled(key):
                 continue
@@ -154,7 +166,8 @@ class ScalerPerIteration(Rule):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            alone = per_step and "loop" not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
+            alone = per_step and not _loop_trains(facts, build.frame) \
+                and any(use.kind is EventKind.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
             message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
@@ -169,6 +182,47 @@ class ScalerPerIteration(Rule):
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
         return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
                                                  "restarts at 65536 on every call and never adapts")
+
+    def _handed_per_iteration(self, facts: ModuleFacts, build: Event) -> Finding | None:
+        """A scaler built in a loop and handed, in that loop, to a callee that steps or updates it
+        (`apply_update(scaler, loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`): a new scaler per
+        iteration all the same. Reported when the callee (through the project index, a few calls deep) steps or
+        updates a scaler and either runs no loop of its own (a per-step function) or is handed an optimizer the
+        loop does not build; silent when the loop builds an optimizer (a fresh run per iteration: folds,
+        trials)."""
+        key = build.bound_to
+        loops = build.frame.loops_up_to_function()
+        if not loops or "." in key:
+            return None
+        loop = loops[-1]
+        function = build.frame.function()
+        if any(a.frame.is_within(loop) and len(a.targets) == 1 and facts.optimizer_constructed(a.targets[0], a.frame)
+               for a in facts.assignments_in(function)):
+            return None
+        view = facts.project
+        info = facts.function_info(build.frame)
+        for call in facts.calls:
+            if call.index <= build.index or call.frame.function() is not function or not call.frame.is_within(loop) \
+                    or call.dotted is None or (call.qualified or "").startswith("torch."):
+                continue
+            passed = [dotted_name(arg.value) for arg in call.node.args]
+            if key not in passed:
+                continue
+            target = view.resolve(info.qualname if info else None, call.dotted)
+            reached = view.reaches(target, ("scaler_step", "scaler_update")) if target is not None else None
+            if reached is None:
+                continue
+            chain = reached[0]
+            per_step = not any("loop" in (view.function(t).does if view.function(t) else ()) for t in chain)
+            optimizer = any(facts.is_optimizer(name, call.frame) for name in passed if name and name != key)
+            if not per_step and not optimizer:
+                continue
+            callee = snippet(facts, call.node.func, 32)
+            message = (f"`{key}` is a new GradScaler every iteration of the loop at line {facts.line_of(loop.node)}, "
+                       f"handed to `{callee}()`, which steps it: its loss scale never adapts")
+            fix = self._hoist(facts, build, loop)
+            return Finding(build.node, message, fix, help=None if fix else "Construct it once, before the loop")
+        return None
 
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
@@ -235,6 +289,25 @@ class ScalerPerIteration(Rule):
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,
                        Applicability.SAFE if safe else Applicability.UNSAFE)
+
+
+def _loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
+    """Does a loop of the function run a backward or a step (itself, or through a call the project index
+    resolves)? A loop that computes returns or metrics (GAE) does not make a per-step function a training loop."""
+    function = frame.function()
+    view = facts.project
+    info = facts.function_info(frame)
+    for event in facts.events_in(function):
+        if event.kind in (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP) \
+                and event.frame.loops_up_to_function():
+            return True
+    for call in facts.calls:
+        if call.frame.function() is not function or not call.frame.loops_up_to_function() or call.dotted is None:
+            continue
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        if target is not None and view.reaches(target, ("backward", "step", "scaler_step")) is not None:
+            return True
+    return False
 
 
 def _pytest_test(qualname: str) -> bool:
