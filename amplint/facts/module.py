@@ -215,11 +215,18 @@ class ModuleFacts:
             receiver = dotted_name(call.func.value) or ""
             if receiver.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
                 return Region(call, RegionState.MAYBE, self.code(call))
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == api.AUTOCAST_METHOD \
+                and self.is_accelerator(dotted_name(call.func.value), frame):
+            return Region(call, RegionState.MAYBE, self.code(call))
         # A factory: `amp_autocast = functools.partial(torch.autocast, "cuda")` or an alias of the class.
         key = dotted_name(call.func)
         if key is not None and depth < 4:
             for assignment in self.bindings(key, frame):
                 value = assignment.value
+                bound_method = self._accelerator_autocast(value, assignment.frame)
+                if bound_method is not None:
+                    # `ctx = self.accelerator.autocast if amp else nullcontext`, then `with ctx():`
+                    return Region(call, RegionState.MAYBE, self.code(call))
                 if isinstance(value, cst.Call) and self.imports.qualify(value.func) in api.PARTIAL and value.args:
                     target = self.imports.qualify(value.args[0].value)
                     if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
@@ -236,6 +243,26 @@ class ModuleFacts:
                             if region.state is RegionState.ON:
                                 region.state = RegionState.MAYBE
                             return region
+        return None
+
+    def is_accelerator(self, key: str | None, frame: Frame | None) -> bool:
+        """Is `key` an accelerate `Accelerator` or a Lightning `Fabric`: built from the class (`Accelerator(...)`,
+        under any import spelling), or named so (`self.accelerator`, `fabric`: the convention the facts layer
+        reads for an object handed in)?"""
+        if not key:
+            return False
+        if key.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
+            return True
+        return any(isinstance(a.value, cst.Call) and self.imports.qualify(a.value.func) in api.ACCELERATOR_CLASSES
+                   for a in self.bindings(key, frame))
+
+    def _accelerator_autocast(self, value, frame: Frame | None):
+        """`accelerator.autocast` (the bound method, not called) in a value or one branch of a conditional
+        value: what calling the name bound to it opens."""
+        for branch in ((value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)):
+            if isinstance(branch, cst.Attribute) and branch.attr.value == api.AUTOCAST_METHOD \
+                    and self.is_accelerator(dotted_name(branch.value), frame):
+                return branch
         return None
 
     def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:

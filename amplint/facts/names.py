@@ -62,6 +62,15 @@ PARTIAL = frozenset({"functools.partial"})
 # `.autocast()` method entered by a `with` is the use that goes with it). Matched at the end of the last name,
 # any case (`self.accelerator`, `fabric`).
 ACCELERATOR_NAMES = ("accelerator", "fabric")
+# The classes whose instances' `.autocast()` opens a region: an object built from one is known by its construction.
+ACCELERATOR_CLASSES = frozenset({
+    "accelerate.Accelerator",
+    "accelerate.accelerator.Accelerator",
+    "lightning.Fabric",
+    "lightning.fabric.Fabric",
+    "lightning_fabric.Fabric",
+})
+AUTOCAST_METHOD = "autocast"
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
 
