@@ -14,6 +14,7 @@ from amplint.lazy import libcst as cst
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, ModuleFacts
 from amplint.facts.model import FrameKind
+from amplint.facts.names import EVAL_METHOD
 from amplint.index.summary import FUNCTIONS
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import snippet
@@ -158,7 +159,9 @@ class ScalerInInference(Rule):
                 or summary.calls_outside_functions(*BUILDS)))
             or in_function_without_backward(summary, uses, EVAL_NAME, calling=("eval",), on_scaler=True)
             or in_function_without_backward(summary, BUILDS, EVAL_NAME, calling=("eval",))
-            or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME)))
+            or (summary.has_token(*GRAD_OFF) and in_function_without_backward(summary, BUILDS, ANY_NAME))
+            # a script putting its model in `.eval()` at module level: evaluation code for what it calls
+            or (module_without_backward(summary) and summary.calls_method_outside_functions(EVAL_METHOD)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions = _Functions(facts)
@@ -239,6 +242,8 @@ class ScalerInInference(Rule):
         if function is not None and eval_like(function.name) and not facts.module_has_backward \
                 and not facts.project.project_runs_backward():
             return f"{owner} in a project without backward"  # a module of a training project may hold tests
+        if functions.evaluation_script(function):
+            return f"{owner} is called by a script that calls `.eval()` at module level"
         return None
 
     # uses ----------------------------------------------------------------------------------------------------
@@ -296,6 +301,8 @@ class ScalerInInference(Rule):
             event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
         if calls_eval or named:
             return f"runs in `{function.name}()`, which has no backward"
+        if functions.evaluation_script(function):
+            return f"runs in `{function.name}()`, called by a script that calls `.eval()` at module level"
         return None
 
 
@@ -465,7 +472,7 @@ class _Functions:
             return None
         name = target.value
         reads = self.reads(function)
-        if READS_EVERY_LOCAL & reads.names.keys():
+        if self._builtin_readers(READS_EVERY_LOCAL & reads.names.keys(), function):
             return None
         bindings = sum(1 for a in self.facts.assignments_in(function)
                        if a.targets == (name,) and self.facts.is_scaler_construction(a.value))
@@ -473,6 +480,32 @@ class _Functions:
             return None
         unread = reads.receivers[name] == 0
         return _Kept(name, unread, unread and value is node and _inert_arguments(node))
+
+    def _builtin_readers(self, names: set[str], function: Frame | None) -> set[str]:
+        """The names of `READS_EVERY_LOCAL` the code reads that are Python's builtins: a name the module binds
+        (a `def eval(...)` of its own, an import, an assignment) is another function."""
+        defined = {info.qualname for info in self.facts.functions}
+        return {name for name in names if name not in defined and name not in self.facts.imports.bindings
+                and not self.facts.bindings(name, function)}
+
+    def evaluation_script(self, function: Frame | None) -> bool:
+        """Is the function evaluation code of a script: module-level code calls `.eval()` and runs no backward
+        (nor does the module, nor any call of module-level code), and the function is called by module-level
+        code, itself or through a function of the module so called?"""
+        if function is None or not self.calls_eval(None) or self.facts.module_has_backward \
+                or self.module_runs_backward(None):
+            return False
+        info = self.facts.function_info(function)
+        if info is None:
+            return False
+        callers = [info.qualname]
+        for _ in range(2):
+            sites = [site for name in callers for site in self.facts.call_sites.get(name, ())]
+            if any(site.frame.function() is None for site in sites):
+                return True
+            callers = [caller.qualname for caller in (self.facts.function_info(site.frame) for site in sites)
+                       if caller is not None]
+        return False
 
     def construction(self, function: Frame, name: str) -> cst.SimpleStatementLine | None:
         """The statement of the function's first `name = GradScaler(...)` that is a statement of its own line."""
