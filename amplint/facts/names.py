@@ -71,6 +71,7 @@ ACCELERATOR_CLASSES = frozenset({
     "lightning_fabric.Fabric",
 })
 AUTOCAST_METHOD = "autocast"
+STEP_METHOD = "step"  # `optimizer.step()`, `scaler.step(optimizer)`
 EVAL_METHOD = "eval"  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.half": "float16"}
