@@ -594,7 +594,7 @@ class ModuleFacts:
 
     def _event(self, call: Call) -> Event | None:
         node, method, receiver, frame = call.node, call.method, call.receiver, call.frame
-        if call.qualified in api.CLIP_FUNCTIONS:
+        if call.qualified in api.CLIP_FUNCTIONS or self._stored_clip(call):
             return Event(EventKind.CLIP, call)
         if call.qualified in api.GRAD_SCALERS:
             bound = None
@@ -629,6 +629,42 @@ class ModuleFacts:
         if method == "step" and self.is_optimizer(receiver, frame):
             return Event(EventKind.OPTIMIZER_STEP, call, optimizer=receiver)
         return None
+
+    def is_clip_function(self, value: cst.BaseExpression | None, frame: Frame | None, depth: int = 0) -> bool:
+        """Does `value` evaluate to torch's clip function: the function itself under any spelling,
+        `functools.partial(clip_grad_norm_, max_norm=1.0)`, a name bound only to such values, or a lookup in a
+        dict literal whose values all are?"""
+        if value is None or depth > 3:
+            return False
+        if self.imports.qualify(value) in api.CLIP_FUNCTIONS:
+            return True
+        if isinstance(value, cst.Call):
+            return self.imports.qualify(value.func) in api.PARTIAL and bool(value.args) \
+                and value.args[0].keyword is None and self.imports.qualify(value.args[0].value) in api.CLIP_FUNCTIONS
+        if isinstance(value, cst.Subscript):
+            return self.is_clip_function(value.value, frame, depth + 1)
+        if isinstance(value, cst.Dict):
+            values = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            return bool(values) and len(values) == len(value.elements) and all(
+                self.is_clip_function(v, frame, depth + 1) for v in values)
+        key = dotted_name(value)
+        if key is None:
+            return False
+        bound = self.bindings(key, frame)
+        return bool(bound) and all(len(a.targets) == 1 and self.is_clip_function(a.value, a.frame, depth + 1)
+                                   for a in bound)
+
+    def _stored_clip(self, call: Call) -> bool:
+        """A call of a clip kept under a name (`self.clip_fn = partial(clip_grad_norm_, max_norm=1)`, then
+        `self.clip_fn(params)`) or looked up in a registry (`CLIPPERS[mode](params, value)`)."""
+        func = call.node.func
+        if not isinstance(func, (cst.Name, cst.Attribute, cst.Subscript)) or call.qualified is not None \
+                and call.qualified.startswith("torch."):
+            return False
+        if isinstance(func, (cst.Name, cst.Attribute)) and (dotted_name(func) is None
+                                                            or dotted_name(func) not in self._assignments_by_target):
+            return False
+        return self.is_clip_function(func, call.frame)
 
     def events_in(self, function: Frame | None) -> list[Event]:
         """Events whose code belongs to `function` (None: module level), in source order."""

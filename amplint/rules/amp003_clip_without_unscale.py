@@ -9,10 +9,10 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
-from amplint.facts.names import dotted_name
+from amplint.facts.names import CLAMP_FUNCTIONS, CLAMP_METHODS, PARAMETERS_METHODS, REGISTER_HOOK, dotted_name
 from amplint.index.project import Target
 from amplint.diagnostics import Applicability
 from amplint.rules.across import reaches_from_module
@@ -36,6 +36,12 @@ class ClipWithoutUnscale(Rule):
     gradients wherever the backward ran (another method, a caller, another module: `optimizer_step()`, an
     engine's `update()`): reported at the clip, naming the function that runs the scaled backward when the
     project index finds it, unless a caller (a few calls up) or a method of the class reaches an `unscale_`.
+
+    A clip may be kept under a name (`self.clip_fn = partial(clip_grad_norm_, max_norm=1.0)`, then
+    `self.clip_fn(params)`) or looked up in a dict of clip functions (`self.clippers[mode](params, value)`). And
+    a gradient hook that clamps (`p.register_hook(lambda g: g.clamp(-c, c))` for each of `model.parameters()`)
+    runs during the backward, before any `unscale_` can: reported when the function registering it, or a caller
+    a few calls up, runs a scaled backward.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale (65536 by default, then
@@ -106,12 +112,13 @@ class ClipWithoutUnscale(Rule):
     name = "clip-without-unscale"
     fix = "sometimes"
     # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
-    words = ("clip_grad", "scale")
+    words = ("clip_grad", "scale", REGISTER_HOOK)
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
         return (summary.uses_api("clip_grad_norm_", "clip_grad_norm", "clip_grad_value_")
-                and summary.calls_method("step") and summary.scaler_possible())
+                and summary.calls_method("step") and summary.scaler_possible()) or (
+            summary.calls_method(REGISTER_HOOK) and summary.mentions(*CLAMP_METHODS))
 
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
@@ -166,6 +173,31 @@ class ClipWithoutUnscale(Rule):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
+        yield from self._clamping_hooks(facts, index)
+
+    def _clamping_hooks(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
+        """Gradient hooks that clip (`p.register_hook(lambda g: g.clamp(-c, c))` on each of `model.parameters()`)
+        in a module whose backward is scaled: a hook runs during the backward, on gradients scaled by the loss
+        scale, before any `unscale_` can run."""
+        if any(e.kind is EventKind.BACKWARD and e.scaled and e.scaler and index.scaler_disabled(e.scaler)
+               for e in facts.events):
+            return  # a scaler built with `enabled=False` here: its `scale()` multiplies nothing
+        for call in facts.calls:
+            if call.method != REGISTER_HOOK or len(call.node.args) != 1 or call.receiver is None:
+                continue
+            hook = call.node.args[0].value
+            if not isinstance(hook, cst.Lambda) or not _clamps(facts, hook.body):
+                continue
+            if not _iterates_parameters(call.receiver, call.frame):
+                continue
+            info = facts.function_info(call.frame)
+            where = _scaled_backward_around(facts, info.qualname if info else None)
+            if where is None:
+                continue
+            message = _bounded(f"`{snippet(facts, call.node.func, 32)}(...)` clamps gradients still scaled by the loss scale",
+                               where, "scaled backward:")
+            yield Finding(call.node, message, help=f"A gradient hook runs during the scaled backward ({where}), "
+                                                   f"before any `unscale_`: clip after `scaler.unscale_(optimizer)`")
 
     def _clip_before_step(self, facts: ModuleFacts, index: _Index, clip: Event) -> Finding | None:
         """A clip followed in its function by `scaler.step(optimizer)` with no `unscale_` before it, the scaled
@@ -778,6 +810,62 @@ class _Helpers:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
             del found["step"]
+
+
+def _clamps(facts: ModuleFacts, node: cst.CSTNode) -> bool:
+    """Does the code call a clamp (`g.clamp(...)`, `g.clip(...)`, `torch.clamp(g, ...)`)?"""
+    found = []
+
+    class Clamps(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in CLAMP_METHODS \
+                    or facts.imports.qualify(call.func) in CLAMP_FUNCTIONS:
+                found.append(call)
+
+    node.visit(Clamps())
+    return bool(found)
+
+
+def _iterates_parameters(name: str, frame) -> bool:
+    """Is `name` the target of a `for` around `frame` over a module's `.parameters()`?"""
+    for current in frame.ancestors():
+        if current.kind is FrameKind.FUNCTION:
+            return False
+        node = current.node
+        if current.kind is FrameKind.LOOP and isinstance(node, cst.For) and dotted_name(node.target) == name \
+                and isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute) \
+                and node.iter.func.attr.value in PARAMETERS_METHODS:
+            return True
+    return False
+
+
+def _scaled_backward_around(facts: ModuleFacts, qualname: str | None) -> str | None:
+    """Where a scaled backward runs that the function's work precedes: the function itself or a caller (a few
+    calls up) reaching one, through the project index ("`train()`, line 9"); None when none is known."""
+    view = facts.project
+    names = view.project.names
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get("scaled_backward", summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        return f"`{module + '.' if module else ''}{doer.qualname}()`, line {line}"
+
+    if qualname is None:
+        return None
+    frontier, seen = [Target(view.path, qualname)], set()
+    for _ in range(_HELPER_DEPTH + 1):
+        following = []
+        for current in frontier:
+            if current in seen:
+                continue
+            seen.add(current)
+            reached = view.reaches(current, ("scaled_backward",))
+            if reached is not None:
+                return describe(reached[0][-1])
+            following += [site.caller for site in view.callers(current) if site.caller.qualname != "<module>"]
+        frontier = following
+    return None
 
 
 def _scaled_backward_elsewhere(facts: ModuleFacts, qualname: str):
