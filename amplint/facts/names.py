@@ -75,6 +75,7 @@ REGISTER_HOOK = "register_hook"  # `tensor.register_hook(fn)`: fn runs on the gr
 CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_"})  # `g.clamp(-c, c)`: clips values
 CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
 PARAMETERS_METHODS = frozenset({"parameters"})
+LOAD_STATE_DICT = "load_state_dict"  # a scaler restored at resume
 STEP_METHOD = "step"  # `optimizer.step()`, `scaler.step(optimizer)`
 EVAL_METHOD = "eval"  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})

@@ -9,9 +9,10 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.facts.names import GRAD_SCALERS, LOAD_STATE_DICT, code_words, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import Changes, snippet
+from amplint.index.project import Target
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 
@@ -74,6 +75,9 @@ class ScalerPerIteration(Rule):
     loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`, through the project index) is reported too, when
     the callee is a per-step function (no loop of its own) or is handed an optimizer the loop does not build.
     A per-step function's own loop that trains nothing (returns, metrics) does not make it a training loop.
+    A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop and
+    called there, or a method of it that steps or updates the scaler, or handed to a function that calls it, is
+    a new scaler every iteration too (no fix).
 
     ## Limits
     Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt
@@ -88,7 +92,7 @@ class ScalerPerIteration(Rule):
     code = "AMP004"
     name = "scaler-per-iteration"
     fix = "sometimes"
-    words = ("GradScaler",)
+    words = ("GradScaler", "for", "while")  # a loop may build a class that builds one (`_builds_wrapper_in_loop`)
 
     @classmethod
     def maybe_applies(cls, summary) -> bool:
@@ -101,6 +105,7 @@ class ScalerPerIteration(Rule):
             or summary.calls_in_loop(*builds))  # handed, in the loop, to a callee that steps it
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        yield from self._wrappers_per_iteration(facts)
         for build in facts.events:
             if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None:
                 continue
@@ -224,6 +229,51 @@ class ScalerPerIteration(Rule):
             return Finding(build.node, message, fix, help=None if fix else "Construct it once, before the loop")
         return None
 
+    @staticmethod
+    def _wrappers_per_iteration(facts: ModuleFacts) -> Iterator[Finding]:
+        """A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop and
+        used there: called or a method called (its `__call__`/method steps or updates the scaler, through the
+        project index), or handed to a function that calls it. A new scaler every iteration all the same."""
+        view = facts.project
+        for assignment in facts.assignments:
+            value = assignment.value
+            if len(assignment.targets) != 1 or "." in assignment.targets[0] or not isinstance(value, cst.Call):
+                continue
+            written = dotted_name(value.func)
+            loops = assignment.frame.loops_up_to_function()
+            if written is None or not loops or written.startswith("torch."):
+                continue
+            located = view.class_at(view.path, written)
+            init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
+            if init is None or "builds_scaler" not in init.does:
+                continue
+            key, loop, function = assignment.targets[0], loops[-1], assignment.frame.function()
+            if any(frame.kind is FrameKind.IF and key in code_words(frame.node.test)
+                   for frame in _frames_up_to(assignment.frame, loop)):
+                continue  # built lazily (`if wrapper is None:`)
+            if any(a.frame.is_within(loop) and len(a.targets) == 1
+                   and facts.optimizer_constructed(a.targets[0], a.frame) for a in facts.assignments_in(function)):
+                continue  # a fresh run per iteration
+            info = facts.function_info(assignment.frame)
+            caller = info.qualname if info else None
+            for call in facts.calls:
+                if call.index <= assignment.index or call.frame.function() is not function \
+                        or not call.frame.is_within(loop) or call.dotted is None:
+                    continue
+                if call.dotted == key or call.dotted.startswith(key + "."):
+                    if call.method == LOAD_STATE_DICT:
+                        break  # restored: a resume, not a fresh scaler
+                    target = view.resolve(caller, call.dotted)
+                    used = target is not None and view.reaches(target, ("scaler_step", "scaler_update")) is not None
+                else:
+                    used = _handed_to_caller_of(facts, call, key) and located is not None and view.reaches(
+                        Target(located[0], f"{located[1]}.__call__"), ("scaler_step", "scaler_update")) is not None
+                if used:
+                    message = (f"`{key}` is a new `{written}` (its `__init__` builds a GradScaler) every iteration "
+                               f"of the loop at line {facts.line_of(loop.node)}: its loss scale never adapts")
+                    yield Finding(value, message, help="Construct it once, before the loop")
+                    break
+
     @classmethod
     def maybe_applies_across(cls, summary, view) -> bool:
         # a function of this file that builds a scaler is called in a loop somewhere in the project
@@ -232,7 +282,7 @@ class ScalerPerIteration(Rule):
         return summary.imports_module("torch") and summary.calls_api(*GRAD_SCALERS) and any(
             view.called_per_iteration(target) or ("loop" not in view.function(target).does
                                                   and not any(view.callers(target)))
-            for target in functions_doing(view, "builds_scaler"))
+            for target in functions_doing(view, "builds_scaler")) or _builds_wrapper_in_loop(view)
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:
@@ -289,6 +339,52 @@ class ScalerPerIteration(Rule):
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,
                        Applicability.SAFE if safe else Applicability.UNSAFE)
+
+
+def _builds_wrapper_in_loop(view) -> bool:
+    """The screen's question for `_wrappers_per_iteration`: does a loop of the view's file construct a class
+    whose `__init__` builds a GradScaler?"""
+    record = view.record(view.path)
+    if record is None:
+        return False
+    calls = [call for summary in record.functions.values() for call in summary.calls] + list(record.module_calls)
+    for call in calls:
+        if not call.in_loop:
+            continue
+        located = view.class_at(view.path, call.callee)
+        init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
+        if init is not None and "builds_scaler" in init.does:
+            return True
+    return False
+
+
+def _frames_up_to(frame: Frame, stop: Frame) -> list[Frame]:
+    found = []
+    while frame is not None and frame is not stop:
+        found.append(frame)
+        frame = frame.parent
+    return found
+
+
+def _handed_to_caller_of(facts: ModuleFacts, call, key: str) -> bool:
+    """Does the call pass `key` (by position or keyword) to a project function that calls the parameter
+    receiving it (`loss_scaler(loss, optimizer)`)?"""
+    passed = [(position, arg.keyword.value if arg.keyword is not None else None)
+              for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == key and not arg.star]
+    if not passed or (call.qualified or "").startswith("torch."):
+        return False
+    view = facts.project
+    info = facts.function_info(call.frame)
+    target = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(target) if target is not None else None
+    if summary is None:
+        return False
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]
+    called = {record.callee for record in summary.calls}
+    return any((keyword or (params[position] if position < len(params) else None)) in called
+               for position, keyword in passed)
 
 
 def _loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
