@@ -194,8 +194,9 @@ class ClipWithoutUnscale(Rule):
             where = _scaled_backward_around(facts, info.qualname if info else None)
             if where is None:
                 continue
-            message = _bounded(f"`{snippet(facts, call.node.func, 32)}(...)` clamps gradients still scaled by the loss scale",
-                               where, "scaled backward:")
+            hooked = snippet(facts, call.node.func, 32)
+            message = _bounded(f"`{hooked}(...)` clamps gradients still scaled by the loss scale", where,
+                               "scaled backward:")
             yield Finding(call.node, message, help=f"A gradient hook runs during the scaled backward ({where}), "
                                                    f"before any `unscale_`: clip after `scaler.unscale_(optimizer)`")
 
@@ -247,7 +248,8 @@ class ClipWithoutUnscale(Rule):
         candidates = events.stepped_after(clip, scaler)
         tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
         clipped = snippet(facts, clip.node.func, 32)
-        message = f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (`{scaler}.step` follows, no `unscale_`)"
+        message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (`{scaler}.step` follows, "
+                   f"no `unscale_`)")
         if where:
             message = _bounded(f"`{clipped}(...)` clips gradients still scaled by `{scaler}`", where,
                                "scaled backward:")
