@@ -66,7 +66,9 @@ class ScalerInInference(Rule):
     methods. A scaler that is returned, stored (`self.scaler = ...`), passed to a call or compared
     (`scaler is not None`) may serve training elsewhere and is left alone, so factories and a trainer's
     `__init__` stay silent. Module-level constructions are reported only where the module's own code calls
-    `.eval()` or opens `no_grad`/`inference_mode` (an inference script).
+    `.eval()` or opens `no_grad`/`inference_mode` (an inference script). A script whose module-level code calls
+    `.eval()` and that runs no backward is evaluation code for the functions it defines and calls. A function of
+    the module named `eval` is not Python's builtin `eval` (which reads every local name).
 
     A name alone never makes a finding where a backward runs in the module: there `generator_step()` stepping
     the scaler or a function returning a scaled loss is a training helper. There a use counts the function's
