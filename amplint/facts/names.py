@@ -76,6 +76,7 @@ CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_"})  # `g.clamp(-c, 
 CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
 PARAMETERS_METHODS = frozenset({"parameters"})
 LOAD_STATE_DICT = "load_state_dict"  # a scaler restored at resume
+ZERO_GRAD = "zero_grad"  # only an optimizer (or a module) has it with a `step`
 STEP_METHOD = "step"  # `optimizer.step()`, `scaler.step(optimizer)`
 EVAL_METHOD = "eval"  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})

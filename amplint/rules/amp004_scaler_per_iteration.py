@@ -9,7 +9,7 @@ from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.names import GRAD_SCALERS, LOAD_STATE_DICT, code_words, dotted_name
+from amplint.facts.names import GRAD_SCALERS, LOAD_STATE_DICT, STEP_METHOD, ZERO_GRAD, code_words, dotted_name
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.scopes import Changes, snippet
 from amplint.index.project import Target
@@ -219,7 +219,7 @@ class ScalerPerIteration(Rule):
                 continue
             chain = reached[0]
             per_step = not any("loop" in (view.function(t).does if view.function(t) else ()) for t in chain)
-            optimizer = any(facts.is_optimizer(name, call.frame) for name in passed if name and name != key)
+            optimizer = _hands_an_optimizer(facts, call, key, loop)
             if not per_step and not optimizer:
                 continue
             callee = snippet(facts, call.node.func, 32)
@@ -264,10 +264,19 @@ class ScalerPerIteration(Rule):
                     if call.method == LOAD_STATE_DICT:
                         break  # restored: a resume, not a fresh scaler
                     target = view.resolve(caller, call.dotted)
-                    used = target is not None and view.reaches(target, ("scaler_step", "scaler_update")) is not None
+                    reached = view.reaches(target, ("scaler_step", "scaler_update")) if target is not None else None
+                    # a method that loops itself (`trainer.fit()`) is a whole run: a fresh one per iteration
+                    used = reached is not None and not _loops(view, reached[0])
                 else:
-                    used = _handed_to_caller_of(facts, call, key) and located is not None and view.reaches(
-                        Target(located[0], f"{located[1]}.__call__"), ("scaler_step", "scaler_update")) is not None
+                    reached = view.reaches(Target(located[0], f"{located[1]}.__call__"),
+                                           ("scaler_step", "scaler_update")) if located is not None else None
+                    handed = reached is not None and not _loops(view, reached[0]) \
+                        and _handed_to_caller_of(facts, call, key)
+                    # handed to a function that calls it: once per step there; per step of a run when the loop
+                    # hands it the optimizer the loop does not build (per epoch), or the function has no loop
+                    target = view.resolve(caller, call.dotted) if handed else None
+                    used = handed and target is not None and (not _loops(view, [target])
+                                                              or _hands_an_optimizer(facts, call, key, loop))
                 if used:
                     message = (f"`{key}` is a new `{written}` (its `__init__` builds a GradScaler) every iteration "
                                f"of the loop at line {facts.line_of(loop.node)}: its loss scale never adapts")
@@ -356,6 +365,40 @@ def _builds_wrapper_in_loop(view) -> bool:
         if init is not None and "builds_scaler" in init.does:
             return True
     return False
+
+
+def _hands_an_optimizer(facts: ModuleFacts, call, key: str, loop: Frame) -> bool:
+    """Does the call hand, beside `key`, an optimizer the loop does not build: a name built from an optimizer
+    class in the function, or one the callee (through the project index) steps or zeroes (`optimizer.zero_grad()`
+    on the parameter receiving it)? Then the callee is one stretch of a longer run, not a run of its own."""
+    view = facts.project
+    info = facts.function_info(call.frame)
+    target = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(target) if target is not None else None
+    if summary is None:
+        return False
+    built_in_loop = {name for a in facts.assignments_in(call.frame.function()) if a.frame.is_within(loop)
+                     for name in a.targets}
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]
+    used = {record.callee for record in summary.calls}
+    for position, arg in enumerate(call.node.args):
+        name = dotted_name(arg.value)
+        if name is None or name == key or name in built_in_loop or arg.star:
+            continue
+        if facts.optimizer_constructed(name, call.frame):
+            return True
+        param = arg.keyword.value if arg.keyword is not None else (params[position] if position < len(params)
+                                                                     else None)
+        if param is not None and {f"{param}.{ZERO_GRAD}", f"{param}.{STEP_METHOD}"} & used:
+            return True
+    return False
+
+
+def _loops(view, chain) -> bool:
+    """Does a function of the chain (project index targets) run a loop?"""
+    return any("loop" in (view.function(target).does if view.function(target) else ()) for target in chain)
 
 
 def _frames_up_to(frame: Frame, stop: Frame) -> list[Frame]:
