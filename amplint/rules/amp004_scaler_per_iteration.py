@@ -224,9 +224,10 @@ class ScalerPerIteration(Rule):
                 continue
             callee = snippet(facts, call.node.func, 32)
             message = (f"`{key}` is a new GradScaler every iteration of the loop at line {facts.line_of(loop.node)}, "
-                       f"handed to `{callee}()`, which steps it: its loss scale never adapts")
+                       f"stepped by `{callee}()`")
             fix = self._hoist(facts, build, loop)
-            return Finding(build.node, message, fix, help=None if fix else "Construct it once, before the loop")
+            return Finding(build.node, message, fix, help="Construct it once, before the loop: a scaler built per "
+                                                          "iteration never adapts its loss scale")
         return None
 
     @staticmethod
@@ -278,9 +279,10 @@ class ScalerPerIteration(Rule):
                     used = handed and target is not None and (not _loops(view, [target])
                                                               or _hands_an_optimizer(facts, call, key, loop))
                 if used:
-                    message = (f"`{key}` is a new `{written}` (its `__init__` builds a GradScaler) every iteration "
-                               f"of the loop at line {facts.line_of(loop.node)}: its loss scale never adapts")
-                    yield Finding(value, message, help="Construct it once, before the loop")
+                    message = (f"`{key}` is a new `{written}`, whose `__init__` builds a GradScaler, every iteration "
+                               f"of the loop at line {facts.line_of(loop.node)}")
+                    yield Finding(value, message, help="Construct it once, before the loop: its GradScaler's loss "
+                                                       "scale never adapts")
                     break
 
     @classmethod

@@ -245,7 +245,7 @@ class ScalerInInference(Rule):
                 and not facts.project.project_runs_backward():
             return f"{owner} in a project without backward"  # a module of a training project may hold tests
         if functions.evaluation_script(function):
-            return f"{owner} is called by a script that calls `.eval()` at module level"
+            return f"{owner}, called by a script calling `.eval()`"
         return None
 
     # uses ----------------------------------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class ScalerInInference(Rule):
         if calls_eval or named:
             return f"runs in `{function.name}()`, which has no backward"
         if functions.evaluation_script(function):
-            return f"runs in `{function.name}()`, called by a script that calls `.eval()` at module level"
+            return f"runs in `{function.name}()`, called by a script calling `.eval()`"
         return None
 
 

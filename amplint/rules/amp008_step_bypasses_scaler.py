@@ -197,9 +197,9 @@ def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) ->
         return None
     module = view.project.names.get(doing.module) if doing.module != view.path else None
     where = f"`{module + '.' if module else ''}{doing.qualname}()`, line {line}"
-    message = (f"`{snippet(facts, step.node, MESSAGE_SNIPPET)}` bypasses the GradScaler: "
-               f"`{snippet(facts, call.node.func, 32)}(...)` ran a scaled backward ({where})")
-    return Finding(step.node, message, help=f"Step through the scaler that scaled the loss: "
+    message = (f"`{snippet(facts, step.node, MESSAGE_SNIPPET)}` bypasses the GradScaler of the scaled backward "
+               f"in `{snippet(facts, call.node.func, 32)}(...)`")
+    return Finding(step.node, message, help=f"Step through the scaler that scaled the loss ({where}): "
                                             f"`scaler.step({step.optimizer})` then `scaler.update()`")
 
 
