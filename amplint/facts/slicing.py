@@ -49,11 +49,14 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from amplint.facts.names import REGISTER_HOOK
+
 # Words of the code rules report on and the facts they read in its own function (plain substrings; `amp` as a
 # word of a dotted or underscored name: `torch.cuda.amp`, `use_amp`, not `example`): a function holding one is
 # kept.
 STRONG_WORDS = (
     "autocast", "GradScaler", "scale", "clip_grad", "custom_fwd", "custom_bwd", "half", "float16", "fp16", "bf16",
+    REGISTER_HOOK,  # a gradient hook clamping a scaled backward's gradients (AMP003)
 )
 # Words of the code whose facts other functions' questions read only about objects named there too (the
 # optimizer whose `zero_grad()` is called somewhere), or only in the function itself (its `.eval()`, its
