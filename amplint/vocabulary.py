@@ -143,6 +143,21 @@ TORCH_DEVICE = frozenset({"torch.device"})
 # `.autocast()` method entered by a `with` is the use that goes with it). Matched at the end of the last name,
 # any case (`self.accelerator`, `fabric`).
 ACCELERATOR_NAMES = ("accelerator", "fabric")
+# The classes whose instances' `.autocast()` opens a region: an object built from one is known by its construction.
+ACCELERATOR_CLASSES = frozenset({
+    "accelerate.Accelerator",
+    "accelerate.accelerator.Accelerator",
+    "lightning.Fabric",
+    "lightning.fabric.Fabric",
+    "lightning_fabric.Fabric",
+})
+AUTOCAST_METHOD = AUTOCAST
+REGISTER_HOOK = "register_hook"  # `tensor.register_hook(fn)`: fn runs on the gradient during backward
+CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_"})  # `g.clamp(-c, c)`: clips values
+CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
+PARAMETERS_METHODS = frozenset({"parameters"})
+STEP_METHOD = STEP  # `optimizer.step()`, `scaler.step(optimizer)`
+EVAL_METHOD = EVAL  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
 LOW_DTYPES = {"torch.bfloat16": BFLOAT16, "torch.float16": FLOAT16, "torch.half": FLOAT16}
 HALF_DTYPES = frozenset(name for name, low in LOW_DTYPES.items() if low == FLOAT16)

@@ -137,6 +137,8 @@ DELETED_COMMENTS: dict[str, list[str]] = {
     "AMP005-scaler-in-inference/flagged/predict_module_without_backward.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/run_validation_unused.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/sample_builds_bare_scaler.py": ["# expect: AMP005:5"],
+    "AMP005-scaler-in-inference/flagged/script_model_eval_module_level.py": ["# expect: AMP005:14"],
+    "AMP005-scaler-in-inference/flagged/user_eval_function_not_builtin.py": ["# expect: AMP005:14"],
     "AMP011-unscale-twice/flagged/clip_per_submodule.py": ["# expect: AMP011:9"],
     "AMP011-unscale-twice/flagged/unscale_again_before_step.py": ["# expect: AMP011:5"],
     "AMP013-scaler-with-bfloat16/flagged/comment_inside_call.py": ["# expect: AMP013:14",

@@ -178,6 +178,26 @@ def test_syntax_error_is_reported_in_its_cell(tmp_path):
     assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("AMP900", 3, 2)
 
 
+# A broken cell's message names lines of that cell: CPython counts them in the cell parsed alone ("on line 1"),
+# which must not be read as rows of the joined program (another cell, another line).
+BROKEN_CELLS = [
+    ("for i in range(3):", 1, "expected an indented block after 'for' statement on line 1"),
+    ("a = 1\nb = [1,\n 2)\n", 3, "closing parenthesis ')' does not match opening parenthesis '[' on line 2"),
+    ("if x:\n    pass\nelse:", 3, "expected an indented block after 'else' statement on line 3"),
+    ("s = 1\nt = \'\'\'abc\n", 2, "unterminated triple-quoted string literal (detected at line 2)"),
+]
+
+
+@pytest.mark.parametrize("before", [0, 3], ids=["first-code-cell", "after-three-cells"])
+@pytest.mark.parametrize("source, row, message", BROKEN_CELLS, ids=[m.split(" ")[0] for _, _, m in BROKEN_CELLS])
+def test_a_syntax_error_message_names_lines_of_its_own_cell(tmp_path, before, source, row, message):
+    cells = [markdown("notes")] + [code(f"import torch\nx{n} = {n}\ny{n} = {n}\n") for n in range(before)]
+    path = write_notebook(tmp_path / "b.ipynb", [*cells, code(source), code("z = 1\n")])
+    [diagnostic] = lint(path)
+    assert (diagnostic.code, diagnostic.cell, diagnostic.location.row) == ("AMP900", len(cells) + 1, row)
+    assert diagnostic.message == f"cannot parse: {message}"
+
+
 # One notebook per IPython form (fixtures/notebooks/ipython): each has a training cell with an AMP001 that must
 # be reported whatever the IPython syntax in the cells around it (before, one such cell hid it: AMP900 only).
 IPYTHON = FIXTURES / "ipython"

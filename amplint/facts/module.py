@@ -216,11 +216,18 @@ class ModuleFacts:
             receiver = dotted_name(call.func.value) or ""
             if receiver.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
                 return Region(call, RegionState.MAYBE, self.code(call))
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == api.AUTOCAST_METHOD \
+                and self.is_accelerator(dotted_name(call.func.value), frame):
+            return Region(call, RegionState.MAYBE, self.code(call))
         # A factory: `amp_autocast = functools.partial(torch.autocast, "cuda")` or an alias of the class.
         key = dotted_name(call.func)
         if key is not None and depth < 4:
             for assignment in self.bindings(key, frame):
                 value = assignment.value
+                bound_method = self._accelerator_autocast(value, assignment.frame)
+                if bound_method is not None:
+                    # `ctx = self.accelerator.autocast if amp else nullcontext`, then `with ctx():`
+                    return Region(call, RegionState.MAYBE, self.code(call))
                 if isinstance(value, cst.Call) and self.imports.qualify(value.func) in api.PARTIAL and value.args:
                     target = self.imports.qualify(value.args[0].value)
                     if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
@@ -237,6 +244,26 @@ class ModuleFacts:
                             if region.state is RegionState.ON:
                                 region.state = RegionState.MAYBE
                             return region
+        return None
+
+    def is_accelerator(self, key: str | None, frame: Frame | None) -> bool:
+        """Is `key` an accelerate `Accelerator` or a Lightning `Fabric`: built from the class (`Accelerator(...)`,
+        under any import spelling), or named so (`self.accelerator`, `fabric`: the convention the facts layer
+        reads for an object handed in)?"""
+        if not key:
+            return False
+        if key.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
+            return True
+        return any(isinstance(a.value, cst.Call) and self.imports.qualify(a.value.func) in api.ACCELERATOR_CLASSES
+                   for a in self.bindings(key, frame))
+
+    def _accelerator_autocast(self, value, frame: Frame | None):
+        """`accelerator.autocast` (the bound method, not called) in a value or one branch of a conditional
+        value: what calling the name bound to it opens."""
+        for branch in ((value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)):
+            if isinstance(branch, cst.Attribute) and branch.attr.value == api.AUTOCAST_METHOD \
+                    and self.is_accelerator(dotted_name(branch.value), frame):
+                return branch
         return None
 
     def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:
@@ -569,7 +596,7 @@ class ModuleFacts:
 
     def _event(self, call: Call) -> Event | None:
         node, method, receiver, frame = call.node, call.method, call.receiver, call.frame
-        if call.qualified in api.CLIP_FUNCTIONS:
+        if call.qualified in api.CLIP_FUNCTIONS or self._stored_clip(call):
             return Event(EventKind.CLIP, call)
         if call.qualified in api.GRAD_SCALERS:
             bound = None
@@ -604,6 +631,42 @@ class ModuleFacts:
         if method == vocab.STEP and self.is_optimizer(receiver, frame):
             return Event(EventKind.OPTIMIZER_STEP, call, optimizer=receiver)
         return None
+
+    def is_clip_function(self, value: cst.BaseExpression | None, frame: Frame | None, depth: int = 0) -> bool:
+        """Does `value` evaluate to torch's clip function: the function itself under any spelling,
+        `functools.partial(clip_grad_norm_, max_norm=1.0)`, a name bound only to such values, or a lookup in a
+        dict literal whose values all are?"""
+        if value is None or depth > 3:
+            return False
+        if self.imports.qualify(value) in api.CLIP_FUNCTIONS:
+            return True
+        if isinstance(value, cst.Call):
+            return self.imports.qualify(value.func) in api.PARTIAL and bool(value.args) \
+                and value.args[0].keyword is None and self.imports.qualify(value.args[0].value) in api.CLIP_FUNCTIONS
+        if isinstance(value, cst.Subscript):
+            return self.is_clip_function(value.value, frame, depth + 1)
+        if isinstance(value, cst.Dict):
+            values = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
+            return bool(values) and len(values) == len(value.elements) and all(
+                self.is_clip_function(v, frame, depth + 1) for v in values)
+        key = dotted_name(value)
+        if key is None:
+            return False
+        bound = self.bindings(key, frame)
+        return bool(bound) and all(len(a.targets) == 1 and self.is_clip_function(a.value, a.frame, depth + 1)
+                                   for a in bound)
+
+    def _stored_clip(self, call: Call) -> bool:
+        """A call of a clip kept under a name (`self.clip_fn = partial(clip_grad_norm_, max_norm=1)`, then
+        `self.clip_fn(params)`) or looked up in a registry (`CLIPPERS[mode](params, value)`)."""
+        func = call.node.func
+        if not isinstance(func, (cst.Name, cst.Attribute, cst.Subscript)) or call.qualified is not None \
+                and call.qualified.startswith("torch."):
+            return False
+        if isinstance(func, (cst.Name, cst.Attribute)) and (dotted_name(func) is None
+                                                            or dotted_name(func) not in self._assignments_by_target):
+            return False
+        return self.is_clip_function(func, call.frame)
 
     def events_in(self, function: Frame | None) -> list[Event]:
         """Events whose code belongs to `function` (None: module level), in source order."""

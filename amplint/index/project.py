@@ -292,6 +292,7 @@ class ModuleView:
             if len(parts) == 2:
                 found = self._method(path, class_name, parts[1], depth)
                 held = index.instances.get(f"{class_name}.{parts[1]}") if found is None else None
+                # `self.runner = Runner()` then `self.runner(loss)`: the object's `__call__`
                 return self._method_of_callee(path, held, "__call__", depth) if held else found
             if len(parts) == 3:  # self.helper.run(): the helper's class
                 held = index.instances.get(f"{class_name}.{parts[1]}")
@@ -324,7 +325,14 @@ class ModuleView:
             if attribute is None:
                 return None  # `import x` called as `x()`: not a function of ours
             target = self._find(absolute, path)
-            return self._name(target, attribute, depth - 1) if target is not None else None
+            if target is None:
+                return None
+            record = self._file(target)
+            held = record.instances.get(f":{attribute}") if record is not None else None
+            if held is not None and attribute not in record.functions:
+                # `from helpers import runner`, `runner = Runner()` there: calling it runs `Runner.__call__`
+                return self._method_of_callee(target, held, "__call__", depth - 1)
+            return self._name(target, attribute, depth - 1)
         for module, level in index.star_imports:
             target = self._find(self.project.absolute(path, module, level), path)
             if target is not None:

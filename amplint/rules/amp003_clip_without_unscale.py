@@ -11,7 +11,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
 from amplint.facts.names import dotted_name
@@ -35,6 +35,17 @@ class ClipWithoutUnscale(Rule):
     deep. Reported at the call, when the call comes after the scaled backward and before `scaler.step`, or when
     the helper clips and then steps the scaler itself (`optimizer_step(scaler, optimizer)`); the message names
     the function that clips and its module. An `unscale_` anywhere on the helper's calls counts as unscaling.
+
+    A clip followed in its own function by `scaler.step(optimizer)`, with no `unscale_` before it, clips scaled
+    gradients wherever the backward ran (another method, a caller, another module: `optimizer_step()`, an
+    engine's `update()`): reported at the clip, naming the function that runs the scaled backward when the
+    project index finds it, unless a caller (a few calls up) or a method of the class reaches an `unscale_`.
+
+    A clip may be kept under a name (`self.clip_fn = partial(clip_grad_norm_, max_norm=1.0)`, then
+    `self.clip_fn(params)`) or looked up in a dict of clip functions (`self.clippers[mode](params, value)`). And
+    a gradient hook that clamps (`p.register_hook(lambda g: g.clamp(-c, c))` for each of `model.parameters()`)
+    runs during the backward, before any `unscale_` can: reported when the function registering it, or a caller
+    a few calls up, runs a scaled backward.
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale (65536 by default, then
@@ -87,6 +98,8 @@ class ClipWithoutUnscale(Rule):
     - A clip in a helper: `unscale_` goes before the call, under the same conditions, only when the scaler steps
       exactly one optimizer after it and no `unscale_` follows before the step. A helper that also steps gets no
       fix: the `unscale_` belongs before its clip, in its own body.
+    - A clip whose scaled backward runs in another function (a caller, another method or module): the insertion
+      is unsafe, since an `unscale_` run out of sight before the function is called would make a second one raise.
 
     ## Limits
     Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
@@ -102,9 +115,11 @@ class ClipWithoutUnscale(Rule):
     name = "clip-without-unscale"
     fix = "sometimes"
     # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
-    words = (vocab.CLIP_GRAD, vocab.SCALE)
+    words = (vocab.CLIP_GRAD, vocab.SCALE, vocab.REGISTER_HOOK)
+    # a clip followed by a scaler's step (wherever the scaled backward ran), or gradient hooks that clamp
     requires = (Ask(Summary.uses_api, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
-                & Ask(Summary.backward_possible) & Ask(Summary.scaler_possible))
+                & Ask(Summary.scaler_possible)) | (Ask(Summary.calls_method, vocab.REGISTER_HOOK)
+                                                  & Ask(Summary.mentions, *vocab.CLAMP_METHODS))
     # a scaled backward here, and a call of this file reaching a clip in another module
     requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
                        & AskProject(reaches_from_module, (Effect.CLIP,)))
@@ -117,6 +132,9 @@ class ClipWithoutUnscale(Rule):
             events = index.function(clip.frame.function())
             backward = events.last_scaled_backward(clip.index)
             if backward is None:
+                local = self._clip_before_step(facts, index, clip)
+                if local is not None:
+                    yield local
                 continue
             scaler = backward.scaler
             if index.scaler_disabled(scaler):
@@ -154,6 +172,99 @@ class ClipWithoutUnscale(Rule):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
+        yield from self._clamping_hooks(facts, index)
+
+    def _clamping_hooks(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
+        """Gradient hooks that clip (`p.register_hook(lambda g: g.clamp(-c, c))` on each of `model.parameters()`)
+        in a module whose backward is scaled: a hook runs during the backward, on gradients scaled by the loss
+        scale, before any `unscale_` can run."""
+        if any(e.kind is EventKind.BACKWARD and e.scaled and e.scaler and index.scaler_disabled(e.scaler)
+               for e in facts.events):
+            return  # a scaler built with `enabled=False` here: its `scale()` multiplies nothing
+        for call in facts.calls:
+            if call.method != vocab.REGISTER_HOOK or len(call.node.args) != 1 or call.receiver is None:
+                continue
+            hook = call.node.args[0].value
+            if not isinstance(hook, cst.Lambda) or not _clamps(facts, hook.body):
+                continue
+            if not _iterates_parameters(call.receiver, call.frame):
+                continue
+            info = facts.function_info(call.frame)
+            where = _scaled_backward_around(facts, info.qualname if info else None)
+            if where is None:
+                continue
+            hooked = snippet(facts, call.node.func, 32)
+            message = _bounded(f"`{hooked}(...)` clamps gradients still scaled by the loss scale", where,
+                               "scaled backward:")
+            yield Finding(call.node, message, help=f"A gradient hook runs during the scaled backward ({where}), "
+                                                   f"before any `unscale_`: clip after `scaler.unscale_(optimizer)`")
+
+    def _clip_before_step(self, facts: ModuleFacts, index: _Index, clip: Event) -> Finding | None:
+        """A clip followed in its function by `scaler.step(optimizer)` with no `unscale_` before it, the scaled
+        backward having run elsewhere (another method, a caller, another module): `scaler.step` unscales only
+        after the clip, so the clip saw scaled gradients wherever the backward ran. Reported when no backward and
+        no `unscale_` comes before the clip in its function (itself or through its calls), none of its callers
+        (three calls up) reaches an `unscale_`, no method of its class unscales, and the scaler is known to scale
+        a backward: built here from a GradScaler, or a caller or a method of the class runs a scaled backward."""
+        function = clip.frame.function()
+        if function is None:
+            return None
+        own = facts.events_in(function)
+        if any(e.kind is EventKind.BACKWARD and e.index < clip.index for e in own):
+            return None
+        step = None
+        for event in own:
+            if event.index <= clip.index:
+                continue
+            if event.kind is EventKind.BACKWARD or event.kind is EventKind.SCALER_UPDATE:
+                return None
+            if event.kind is EventKind.SCALER_STEP:
+                step = event
+                break
+        if step is None or step.scaler is None or index.scaler_disabled(step.scaler):
+            return None
+        scaler = step.scaler
+        if any(e.kind is EventKind.SCALER_UNSCALE and e.index < clip.index for e in own):
+            return None
+        helpers = _Helpers(facts)
+        for call in helpers.calls_in(function):
+            if call.index >= clip.index or helpers.is_event(call):
+                continue
+            does = helpers.does(call)
+            if does and (Effect.UNSCALE in does or Effect.BACKWARD in does):
+                return None
+        info = facts.function_info(clip.frame)
+        if info is None:
+            return None
+        evidence = _scaled_backward_elsewhere(facts, info.qualname)
+        if evidence is None:
+            return None
+        where = evidence if isinstance(evidence, str) else None
+        if not where and not any(facts.is_scaler_construction(b.value) for b in facts.bindings(scaler, clip.frame)
+                                 if b.value is not None):
+            return None
+        events = index.function(function)
+        candidates = events.stepped_after(clip, scaler)
+        tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
+        clipped = snippet(facts, clip.node.func, 32)
+        message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (`{scaler}.step` follows, "
+                   f"no `unscale_`)")
+        if where:
+            message = _bounded(f"`{clipped}(...)` clips gradients still scaled by `{scaler}`", where,
+                               "scaled backward:")
+        fix = None
+        if tied is not None:
+            tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
+            if tied_step is not None:
+                fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
+                if fix is not None:
+                    # an `unscale_` run elsewhere before this function is called (out of sight) would make a
+                    # second one raise
+                    title = f"{fix.message} (scaled backward: {where})" if where else fix.message
+                    fix = FixPlan(title, fix.rewrite, Applicability.UNSAFE)
+        advice = f"Call `{scaler}.unscale_({tied or '...'})` before the clip" + (
+            f" (scaled backward: {where})" if where else "")
+        return Finding(clip.node, message, fix, help=None if fix else advice)
 
     def _through_calls(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
         """Clips reached through a call: a helper (of this module or, with the project index, of another) called
@@ -700,6 +811,112 @@ class _Helpers:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
             del found[Effect.STEP]
+
+
+def _clamps(facts: ModuleFacts, node: cst.CSTNode) -> bool:
+    """Does the code call a clamp (`g.clamp(...)`, `g.clip(...)`, `torch.clamp(g, ...)`)?"""
+    found = []
+
+    class Clamps(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in vocab.CLAMP_METHODS \
+                    or facts.imports.qualify(call.func) in vocab.CLAMP_FUNCTIONS:
+                found.append(call)
+
+    node.visit(Clamps())
+    return bool(found)
+
+
+def _iterates_parameters(name: str, frame) -> bool:
+    """Is `name` the target of a `for` around `frame` over a module's `.parameters()`?"""
+    for current in frame.ancestors():
+        if current.kind is FrameKind.FUNCTION:
+            return False
+        node = current.node
+        if current.kind is FrameKind.LOOP and isinstance(node, cst.For) and dotted_name(node.target) == name \
+                and isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute) \
+                and node.iter.func.attr.value in vocab.PARAMETERS_METHODS:
+            return True
+    return False
+
+
+def _scaled_backward_around(facts: ModuleFacts, qualname: str | None) -> str | None:
+    """Where a scaled backward runs that the function's work precedes: the function itself or a caller (a few
+    calls up) reaching one, through the project index ("`train()`, line 9"); None when none is known."""
+    view = facts.project
+    names = view.project.names
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        return f"`{module + '.' if module else ''}{doer.qualname}()`, line {line}"
+
+    if qualname is None:
+        return None
+    frontier, seen = [Target(view.path, qualname)], set()
+    for _ in range(_HELPER_DEPTH + 1):
+        following = []
+        for current in frontier:
+            if current in seen:
+                continue
+            seen.add(current)
+            reached = view.reaches(current, (Effect.SCALED_BACKWARD,))
+            if reached is not None:
+                return describe(reached[0][-1])
+            following += [site.caller for site in view.callers(current) if site.caller.qualname != "<module>"]
+        frontier = following
+    return None
+
+
+def _scaled_backward_elsewhere(facts: ModuleFacts, qualname: str):
+    """Where the gradients a function's clip sees were scaled, through the project index: "`train()`, line 9"
+    (or "`engine.Trainer.backward()`, line 9") for a caller (three calls up) or a method of its class that runs a
+    scaled backward; True when the function is known not to follow an `unscale_` but no scaled backward is
+    named; None when a caller or a method of the class reaches an `unscale_` (the clip may follow it)."""
+    view = facts.project
+    target = Target(view.path, qualname)
+    record = view.record(view.path)
+    names = view.project.names
+    found = None
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        name = f"{module}.{doer.qualname}" if module else doer.qualname
+        return f"`{name}()`, line {line}"
+
+    owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
+    if owner is not None and record is not None:
+        for other, summary in record.functions.items():
+            if other == qualname or other.rsplit(".", 1)[0] != owner:
+                continue
+            if Effect.UNSCALE in summary.does:
+                return None
+            if found is None and Effect.SCALED_BACKWARD in summary.does:
+                found = describe(Target(view.path, other))
+    frontier, seen = [target], {target}
+    for _ in range(_HELPER_DEPTH):
+        following = []
+        for current in frontier:
+            for site in view.callers(current):
+                if site.caller in seen:
+                    continue
+                seen.add(site.caller)
+                if site.caller.qualname == "<module>":
+                    continue
+                if view.reaches(site.caller, (Effect.UNSCALE,)) is not None:
+                    return None
+                caller = view.function(site.caller)
+                if caller is not None and Effect.SCALED_BACKWARD in caller.does and current == target:
+                    return None  # the caller runs the scaled backward itself: reported at its call (`clips and steps`)
+                reached = view.reaches(site.caller, (Effect.SCALED_BACKWARD,))
+                if found is None and reached is not None:
+                    found = describe(reached[0][-1])
+                following.append(site.caller)
+        frontier = following
+    return found if found is not None else True
 
 
 MAX_MESSAGE = 120

@@ -11,11 +11,12 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
-from amplint.facts.names import GRAD_SCALERS, code_words
+from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.index.project import Target
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
-from amplint.rules.scopes import Changes
+from amplint.rules.scopes import Changes, snippet
 
 USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
 
@@ -28,6 +29,12 @@ def builder_called_per_iteration(view) -> bool:
     return any(view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
                                                       and not any(view.callers(target)))
                for target in functions_doing(view, Effect.BUILDS_SCALER))
+
+
+def wrapper_built_in_loop(view) -> bool:
+    """The screen's question across modules: does this file build, in a loop, a user class whose `__init__`
+    builds a GradScaler (`_wrappers_per_iteration`)?"""
+    return _builds_wrapper_in_loop(view)
 
 
 class ScalerPerIteration(Rule):
@@ -88,6 +95,14 @@ class ScalerPerIteration(Rule):
       arguments call something (the call now runs once instead of every iteration).
     - No fix for a scaler built in a per-step function.
 
+    A scaler built in a loop and handed, in that loop, to a callee that steps or updates it (`apply_update(scaler,
+    loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`, through the project index) is reported too, when
+    the callee is a per-step function (no loop of its own) or is handed an optimizer the loop does not build.
+    A per-step function's own loop that trains nothing (returns, metrics) does not make it a training loop.
+    A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop and
+    called there, or a method of it that steps or updates the scaler, or handed to a function that calls it, is
+    a new scaler every iteration too (no fix).
+
     ## Limits
     Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt
     and then restored with `load_state_dict` (resuming), for a function that builds the optimizer it steps too
@@ -101,24 +116,31 @@ class ScalerPerIteration(Rule):
     code = "AMP004"
     name = "scaler-per-iteration"
     fix = "sometimes"
-    words = (vocab.GRAD_SCALER,)
-    # Built in a loop (or in a function called in one) and stepped/updated in the same function; or built and
-    # stepped in one function (a per-step function, whoever calls it).
+    # `for`/`while`: a loop may build a user class that builds one (`_wrappers_per_iteration`)
+    words = (vocab.GRAD_SCALER, "for", "while")
+    # Built in a loop (and stepped/updated in the same function, or handed there to a callee that steps it); or
+    # built and stepped in one function (a per-step function, whoever calls it).
     requires = Ask(Summary.imports_module, vocab.TORCH) & (
-        (Ask(Summary.calls_in_loop, *vocab.SCALER_CLASSES)
-         & Ask(Summary.calls_in_same_function, (vocab.STEP, vocab.UPDATE), vocab.SCALER_CLASSES, on_scaler=True))
+        Ask(Summary.calls_in_loop, *vocab.SCALER_CLASSES)
         | Ask(Summary.calls_in_same_function, (vocab.STEP,), vocab.SCALER_CLASSES, on_scaler=True))
     # a function of this file that builds a scaler is called in a loop somewhere in the project
     requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
-                       & AskProject(builder_called_per_iteration))
+                       & AskProject(builder_called_per_iteration)) | AskProject(wrapper_built_in_loop)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
+        yield from self._wrappers_per_iteration(facts)
         for build in facts.events:
             if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None:
                 continue
             key = build.bound_to
             same_function = facts.events_in(build.frame.function())
             uses = [e for e in same_function if e.kind in USES and e.scaler == key]
+            if not uses and not self._guarded_or_restored(facts, build, same_function) \
+                    and not facts.scaler_disabled(key):
+                handed = self._handed_per_iteration(facts, build)
+                if handed is not None:
+                    yield handed
+                continue
             if not uses or self._guarded_or_restored(facts, build, same_function) \
                     or facts.scaler_disabled(key):
                 continue
@@ -172,7 +194,8 @@ class ScalerPerIteration(Rule):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            alone = per_step and Effect.LOOP not in summary.does and any(use.kind is EventKind.SCALER_STEP for use in uses)
+            alone = per_step and not _loop_trains(facts, build.frame) \
+                and any(use.kind is EventKind.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
             message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
@@ -187,6 +210,103 @@ class ScalerPerIteration(Rule):
         through = "".join(f" via `{s.caller.qualname}()`" for s in chain[:-1])
         return Finding(build.node, message, help=f"Build it once where the loop is and pass it in{through}: its scale "
                                                  "restarts at 65536 on every call and never adapts")
+
+    def _handed_per_iteration(self, facts: ModuleFacts, build: Event) -> Finding | None:
+        """A scaler built in a loop and handed, in that loop, to a callee that steps or updates it
+        (`apply_update(scaler, loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`): a new scaler per
+        iteration all the same. Reported when the callee (through the project index, a few calls deep) steps or
+        updates a scaler and either runs no loop of its own (a per-step function) or is handed an optimizer the
+        loop does not build; silent when the loop builds an optimizer (a fresh run per iteration: folds,
+        trials)."""
+        key = build.bound_to
+        loops = build.frame.loops_up_to_function()
+        if not loops or "." in key:
+            return None
+        loop = loops[-1]
+        function = build.frame.function()
+        if any(a.frame.is_within(loop) and len(a.targets) == 1 and facts.optimizer_constructed(a.targets[0], a.frame)
+               for a in facts.assignments_in(function)):
+            return None
+        view = facts.project
+        info = facts.function_info(build.frame)
+        for call in facts.calls:
+            if call.index <= build.index or call.frame.function() is not function or not call.frame.is_within(loop) \
+                    or call.dotted is None or (call.qualified or "").startswith("torch."):
+                continue
+            passed = [dotted_name(arg.value) for arg in call.node.args]
+            if key not in passed:
+                continue
+            target = view.resolve(info.qualname if info else None, call.dotted)
+            reached = view.reaches(target, (Effect.SCALER_STEP, Effect.SCALER_UPDATE)) if target is not None else None
+            if reached is None:
+                continue
+            chain = reached[0]
+            per_step = not any(Effect.LOOP in (view.function(t).does if view.function(t) else ()) for t in chain)
+            optimizer = _hands_an_optimizer(facts, call, key, loop)
+            if not per_step and not optimizer:
+                continue
+            callee = snippet(facts, call.node.func, 32)
+            message = (f"`{key}` is a new GradScaler every iteration of the loop at line {facts.line_of(loop.node)}, "
+                       f"stepped by `{callee}()`")
+            fix = self._hoist(facts, build, loop)
+            return Finding(build.node, message, fix, help="Construct it once, before the loop: a scaler built per "
+                                                          "iteration never adapts its loss scale")
+        return None
+
+    @staticmethod
+    def _wrappers_per_iteration(facts: ModuleFacts) -> Iterator[Finding]:
+        """A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop and
+        used there: called or a method called (its `__call__`/method steps or updates the scaler, through the
+        project index), or handed to a function that calls it. A new scaler every iteration all the same."""
+        view = facts.project
+        for assignment in facts.assignments:
+            value = assignment.value
+            if len(assignment.targets) != 1 or "." in assignment.targets[0] or not isinstance(value, cst.Call):
+                continue
+            written = dotted_name(value.func)
+            loops = assignment.frame.loops_up_to_function()
+            if written is None or not loops or written.startswith("torch."):
+                continue
+            located = view.class_at(view.path, written)
+            init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
+            if init is None or Effect.BUILDS_SCALER not in init.does:
+                continue
+            key, loop, function = assignment.targets[0], loops[-1], assignment.frame.function()
+            if any(frame.kind is FrameKind.IF and key in code_words(frame.node.test)
+                   for frame in _frames_up_to(assignment.frame, loop)):
+                continue  # built lazily (`if wrapper is None:`)
+            if any(a.frame.is_within(loop) and len(a.targets) == 1
+                   and facts.optimizer_constructed(a.targets[0], a.frame) for a in facts.assignments_in(function)):
+                continue  # a fresh run per iteration
+            info = facts.function_info(assignment.frame)
+            caller = info.qualname if info else None
+            for call in facts.calls:
+                if call.index <= assignment.index or call.frame.function() is not function \
+                        or not call.frame.is_within(loop) or call.dotted is None:
+                    continue
+                if call.dotted == key or call.dotted.startswith(key + "."):
+                    if call.method == vocab.LOAD_STATE_DICT:
+                        break  # restored: a resume, not a fresh scaler
+                    target = view.resolve(caller, call.dotted)
+                    reached = view.reaches(target, (Effect.SCALER_STEP, Effect.SCALER_UPDATE)) if target is not None else None
+                    # a method that loops itself (`trainer.fit()`) is a whole run: a fresh one per iteration
+                    used = reached is not None and not _loops(view, reached[0])
+                else:
+                    reached = view.reaches(Target(located[0], f"{located[1]}.__call__"),
+                                           (Effect.SCALER_STEP, Effect.SCALER_UPDATE)) if located is not None else None
+                    handed = reached is not None and not _loops(view, reached[0]) \
+                        and _handed_to_caller_of(facts, call, key)
+                    # handed to a function that calls it: once per step there; per step of a run when the loop
+                    # hands it the optimizer the loop does not build (per epoch), or the function has no loop
+                    target = view.resolve(caller, call.dotted) if handed else None
+                    used = handed and target is not None and (not _loops(view, [target])
+                                                              or _hands_an_optimizer(facts, call, key, loop))
+                if used:
+                    message = (f"`{key}` is a new `{written}`, whose `__init__` builds a GradScaler, every iteration "
+                               f"of the loop at line {facts.line_of(loop.node)}")
+                    yield Finding(value, message, help="Construct it once, before the loop: its GradScaler's loss "
+                                                       "scale never adapts")
+                    break
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:
@@ -243,6 +363,105 @@ class ScalerPerIteration(Rule):
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,
                        Applicability.SAFE if safe else Applicability.UNSAFE)
+
+
+def _builds_wrapper_in_loop(view) -> bool:
+    """The screen's question for `_wrappers_per_iteration`: does a loop of the view's file construct a class
+    whose `__init__` builds a GradScaler?"""
+    record = view.record(view.path)
+    if record is None:
+        return False
+    calls = [call for summary in record.functions.values() for call in summary.calls] + list(record.module_calls)
+    for call in calls:
+        if not call.in_loop:
+            continue
+        located = view.class_at(view.path, call.callee)
+        init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
+        if init is not None and Effect.BUILDS_SCALER in init.does:
+            return True
+    return False
+
+
+def _hands_an_optimizer(facts: ModuleFacts, call, key: str, loop: Frame) -> bool:
+    """Does the call hand, beside `key`, an optimizer the loop does not build: a name built from an optimizer
+    class in the function, or one the callee (through the project index) steps or zeroes (`optimizer.zero_grad()`
+    on the parameter receiving it)? Then the callee is one stretch of a longer run, not a run of its own."""
+    view = facts.project
+    info = facts.function_info(call.frame)
+    target = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(target) if target is not None else None
+    if summary is None:
+        return False
+    built_in_loop = {name for a in facts.assignments_in(call.frame.function()) if a.frame.is_within(loop)
+                     for name in a.targets}
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]
+    used = {record.callee for record in summary.calls}
+    for position, arg in enumerate(call.node.args):
+        name = dotted_name(arg.value)
+        if name is None or name == key or name in built_in_loop or arg.star:
+            continue
+        if facts.optimizer_constructed(name, call.frame):
+            return True
+        param = arg.keyword.value if arg.keyword is not None else (params[position] if position < len(params)
+                                                                     else None)
+        if param is not None and {f"{param}.{vocab.ZERO_GRAD}", f"{param}.{vocab.STEP}"} & used:
+            return True
+    return False
+
+
+def _loops(view, chain) -> bool:
+    """Does a function of the chain (project index targets) run a loop?"""
+    return any(Effect.LOOP in (view.function(target).does if view.function(target) else ()) for target in chain)
+
+
+def _frames_up_to(frame: Frame, stop: Frame) -> list[Frame]:
+    found = []
+    while frame is not None and frame is not stop:
+        found.append(frame)
+        frame = frame.parent
+    return found
+
+
+def _handed_to_caller_of(facts: ModuleFacts, call, key: str) -> bool:
+    """Does the call pass `key` (by position or keyword) to a project function that calls the parameter
+    receiving it (`loss_scaler(loss, optimizer)`)?"""
+    passed = [(position, arg.keyword.value if arg.keyword is not None else None)
+              for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == key and not arg.star]
+    if not passed or (call.qualified or "").startswith("torch."):
+        return False
+    view = facts.project
+    info = facts.function_info(call.frame)
+    target = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(target) if target is not None else None
+    if summary is None:
+        return False
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]
+    called = {record.callee for record in summary.calls}
+    return any((keyword or (params[position] if position < len(params) else None)) in called
+               for position, keyword in passed)
+
+
+def _loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
+    """Does a loop of the function run a backward or a step (itself, or through a call the project index
+    resolves)? A loop that computes returns or metrics (GAE) does not make a per-step function a training loop."""
+    function = frame.function()
+    view = facts.project
+    info = facts.function_info(frame)
+    for event in facts.events_in(function):
+        if event.kind in (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP) \
+                and event.frame.loops_up_to_function():
+            return True
+    for call in facts.calls:
+        if call.frame.function() is not function or not call.frame.loops_up_to_function() or call.dotted is None:
+            continue
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        if target is not None and view.reaches(target, (Effect.BACKWARD, Effect.STEP, Effect.SCALER_STEP)) is not None:
+            return True
+    return False
 
 
 def _pytest_test(qualname: str) -> bool:

@@ -88,7 +88,9 @@ class ScalerInInference(Rule):
     methods. A scaler that is returned, stored (`self.scaler = ...`), passed to a call or compared
     (`scaler is not None`) may serve training elsewhere and is left alone, so factories and a trainer's
     `__init__` stay silent. Module-level constructions are reported only where the module's own code calls
-    `.eval()` or opens `no_grad`/`inference_mode` (an inference script).
+    `.eval()` or opens `no_grad`/`inference_mode` (an inference script). A script whose module-level code calls
+    `.eval()` and that runs no backward is evaluation code for the functions it defines and calls. A function of
+    the module named `eval` is not Python's builtin `eval` (which reads every local name).
 
     A name alone never makes a finding where a backward runs in the module: there `generator_step()` stepping
     the scaler or a function returning a scaled loss is a training helper. There a use counts the function's
@@ -174,13 +176,15 @@ class ScalerInInference(Rule):
     words = (vocab.GRAD_SCALER, vocab.SCALE)
     # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
     # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
-    # grad mode) may open no_grad; a construction at module level of a module without backward.
+    # grad mode) may open no_grad; a construction at module level of a module without backward; a script that
+    # puts its model in `.eval()` at module level is evaluation code for what it calls.
     requires = Ask(Summary.scaler_possible) & (
         Ask(Summary.calls_under, BUILDS, GRAD_OFF) | Ask(Summary.calls_under, (vocab.SCALE,), GRAD_OFF, on_scaler=True)
         | (Ask(module_without_backward) & (
             Ask(Summary.calls_under, USES, GRAD_OFF, on_scaler=True)
             | Ask(Summary.calls_outside_functions, *USES, on_scaler=True)
-            | Ask(Summary.calls_outside_functions, *BUILDS)))
+            | Ask(Summary.calls_outside_functions, *BUILDS)
+            | Ask(Summary.calls_method_outside_functions, vocab.EVAL)))
         | Ask(in_function_without_backward, USES, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
         | Ask(in_function_without_backward, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
         | (Ask(Summary.has_token, *GRAD_OFF) & Ask(in_function_without_backward, BUILDS, ANY_NAME)))
@@ -264,6 +268,8 @@ class ScalerInInference(Rule):
         if function is not None and eval_like(function.name) and not facts.module_has_backward \
                 and not facts.project.project_runs_backward():
             return f"{owner} in a project without backward"  # a module of a training project may hold tests
+        if functions.evaluation_script(function):
+            return f"{owner}, called by a script calling `.eval()`"
         return None
 
     # uses ----------------------------------------------------------------------------------------------------
@@ -321,6 +327,8 @@ class ScalerInInference(Rule):
             event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
         if calls_eval or named:
             return f"runs in `{function.name}()`, which has no backward"
+        if functions.evaluation_script(function):
+            return f"runs in `{function.name}()`, called by a script calling `.eval()`"
         return None
 
 
@@ -490,7 +498,7 @@ class _Functions:
             return None
         name = target.value
         reads = self.reads(function)
-        if READS_EVERY_LOCAL & reads.names.keys():
+        if self._builtin_readers(READS_EVERY_LOCAL & reads.names.keys(), function):
             return None
         bindings = sum(1 for a in self.facts.assignments_in(function)
                        if a.targets == (name,) and self.facts.is_scaler_construction(a.value))
@@ -498,6 +506,32 @@ class _Functions:
             return None
         unread = reads.receivers[name] == 0
         return _Kept(name, unread, unread and value is node and _inert_arguments(node))
+
+    def _builtin_readers(self, names: set[str], function: Frame | None) -> set[str]:
+        """The names of `READS_EVERY_LOCAL` the code reads that are Python's builtins: a name the module binds
+        (a `def eval(...)` of its own, an import, an assignment) is another function."""
+        defined = {info.qualname for info in self.facts.functions}
+        return {name for name in names if name not in defined and name not in self.facts.imports.bindings
+                and not self.facts.bindings(name, function)}
+
+    def evaluation_script(self, function: Frame | None) -> bool:
+        """Is the function evaluation code of a script: module-level code calls `.eval()` and runs no backward
+        (nor does the module, nor any call of module-level code), and the function is called by module-level
+        code, itself or through a function of the module so called?"""
+        if function is None or not self.calls_eval(None) or self.facts.module_has_backward \
+                or self.module_runs_backward(None):
+            return False
+        info = self.facts.function_info(function)
+        if info is None:
+            return False
+        callers = [info.qualname]
+        for _ in range(2):
+            sites = [site for name in callers for site in self.facts.call_sites.get(name, ())]
+            if any(site.frame.function() is None for site in sites):
+                return True
+            callers = [caller.qualname for caller in (self.facts.function_info(site.frame) for site in sites)
+                       if caller is not None]
+        return False
 
     def construction(self, function: Frame, name: str) -> cst.SimpleStatementLine | None:
         """The statement of the function's first `name = GradScaler(...)` that is a statement of its own line."""

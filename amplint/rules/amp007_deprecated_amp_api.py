@@ -67,6 +67,9 @@ def _called_behind_a_name(summary) -> bool:
             for _, _, receiver, _, call in sites:
                 if dotted(call.func) in called or receiver in called:
                     return True
+                if any(dotted(arg) in called for arg in call.args) \
+                        or any(dotted(keyword.value) in called for keyword in call.keywords):
+                    return True  # handed on to a function that may call it
         return any(f"@{name}" in summary.text for name in called)
 
     return summary.ask(summary.has_token(vocab.AMP) and summary.has_token("cuda", "cpu"), exact)
@@ -82,7 +85,9 @@ class DeprecatedAmpApi(Rule):
     the `from torch.cuda.amp import ...` / `from torch.cpu.amp import ...` lines that import them. Also behind a
     name: an assignment that binds a legacy API or module (`autocast = torch.cuda.amp.autocast if args.amp else
     contextlib.suppress`, `amp_mod = torch.cuda.amp`) and a `from torch.cuda.amp import *`, each reported where
-    the legacy spelling is written (the assignment, the star import) with the calls that go through it.
+    the legacy spelling is written (the assignment, the star import) with the calls that go through it. A name
+    handed on as an argument (`train_one_epoch(..., amp_autocast=amp_ctx)`) to a function of the project that
+    calls the parameter (`with amp_autocast():`) is called through too.
 
     Applies to torch >= 1.6 (where these spellings appeared), unless every torch the project supports predates
     the warnings: a project whose requirements say `torch>=1.13,<2` is never warned, so it is not reported. A
@@ -382,12 +387,38 @@ def _uses_of(facts: ModuleFacts, assignment, target: str, qualified: str) -> lis
         api = reached(call.dotted)
         if api is not None and bound_here(call.frame):
             uses.append((call.node, api))
+        elif qualified in DEPRECATED_AMP and bound_here(call.frame) and _hands_on(facts, call, target):
+            uses.append((call.node, qualified))  # `train(..., amp_autocast=amp_ctx)` calls `amp_autocast()`
     for function in facts.functions:
         for decorator in function.decorators:
             api = reached(dotted_name(decorator.decorator))
             if api is not None and bound_here(function.frame.parent):
                 uses.append((decorator.decorator, api))
     return uses
+
+
+def _hands_on(facts: ModuleFacts, call, target: str) -> bool:
+    """Does the call pass the name `target` (by position or keyword) to a function, of this module or another
+    (through the project index), that calls the parameter receiving it (`with amp_autocast():`)?"""
+    passed = [(position, arg.keyword.value if arg.keyword is not None else None)
+              for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == target and not arg.star]
+    if not passed or call.dotted is None or (call.qualified or "").startswith("torch."):
+        return False
+    view = facts.project
+    info = facts.function_info(call.frame)
+    found = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(found) if found is not None else None
+    if summary is None:
+        return False
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]  # a method called on its object: the first parameter is the object
+    called = {record.callee for record in summary.calls}
+    for position, keyword in passed:
+        name = keyword if keyword is not None else (params[position] if position < len(params) else None)
+        if name is not None and name in summary.params and name in called:
+            return True
+    return False
 
 
 def _uses(facts: ModuleFacts, nodes: list[cst.CSTNode]) -> str:

@@ -8,13 +8,15 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.across import reaches_from_module
+from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 
@@ -77,6 +79,10 @@ class StepBypassesScaler(Rule):
       `No inf checks were recorded prior to update.`
     - No fix for `optimizer.step(closure)`: GradScaler does not support closures.
 
+    The scaled backward may run in a helper or another object's method called before the step in the same
+    function (`model.scaled_backward(loss, trainer)` doing `trainer.scaler.scale(loss).backward()`), found through
+    the project index a few calls deep: reported at the step, without a fix (the scaler is the helper's).
+
     ## Limits
     Only objects known to be optimizers by what the code does with them count: built from a torch.optim class
     (or a known optimizer package), passed to `scaler.step`/`scaler.unscale_`, given `.zero_grad()` or read for
@@ -93,6 +99,8 @@ class StepBypassesScaler(Rule):
     words = (vocab.SCALE,)
     requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.STEP)
                 & Ask(Summary.calls_method, vocab.SCALE))
+    # a plain step here after a call reaching a scaled backward in another module
+    requires_across = Ask(Summary.calls_method, vocab.STEP) & AskProject(reaches_from_module, (Effect.SCALED_BACKWARD,))
     min_torch = "1.6"
     fix = "sometimes"
 
@@ -102,7 +110,12 @@ class StepBypassesScaler(Rule):
                 continue
             events = facts.events_in(step.frame.function())
             backward = _last_backward(facts, events, step)
-            if backward is None or not backward.scaled or backward.scaler is None:
+            if backward is None:
+                finding = _scaled_in_a_callee(facts, events, step)
+                if finding is not None:
+                    yield finding
+                continue
+            if not backward.scaled or backward.scaler is None:
                 continue
             scaler = backward.scaler
             if scaler_enabled(facts, scaler, step.frame) is False or guarded_by_amp_test(facts, step, backward, scaler):
@@ -146,6 +159,51 @@ class StepBypassesScaler(Rule):
             return replace_nodes(facts.module, {statement: cst.FlattenSentinel([stepped, update])})
 
         return FixPlan(f"Replace with `{scaler}.step({step.optimizer})` and add `{scaler}.update()`", rebuild)
+
+
+def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) -> Finding | None:
+    """A plain `optimizer.step()` after a call, in the same function, to a helper or another object's method that
+    runs a scaled backward (`model.scaled_backward(loss, trainer)` doing `trainer.scaler.scale(loss).backward()`),
+    through the project index, a few calls deep. Silent when the helper also steps, unscales or updates a scaler,
+    or runs a plain backward first; when the function goes through a scaler itself (`scaler.step`,
+    `scaler.unscale_` of any optimizer: another code path) or the step is guarded by an AMP test."""
+    if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE, EventKind.SCALER_UPDATE) for e in events):
+        return None
+    if facts.no_grad_opener(step.frame) is not None or not facts.optimizer_known(step.optimizer, step.frame) \
+            and not facts.is_optimizer(step.optimizer, step.frame):
+        return None
+    view = facts.project
+    info = facts.function_info(step.frame)
+    function = step.frame.function()
+    found = None
+    event_nodes = {id(e.node) for e in facts.events}
+    for call in facts.calls:
+        if call.index >= step.index or call.frame.function() is not function or call.dotted is None \
+                or (call.qualified or "").startswith("torch.") or id(call.node) in event_nodes:
+            continue
+        if not may_follow(facts, call.frame, step.frame) or not loops_within(call.frame, step.frame):
+            continue
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        reached = view.reaches(target, (Effect.SCALED_BACKWARD,)) if target is not None else None
+        if reached is None:
+            continue
+        if view.reaches(target, ("scaler_step", "scaler_update", "unscale", "optimizer_step")) is not None:
+            return None
+        doer = view.function(reached[0][-1])
+        if doer is None or doer.lines.get(Effect.BACKWARD, 0) != doer.lines.get(Effect.SCALED_BACKWARD, 0):
+            return None  # a plain backward there too: which one ran is not known
+        found = (call, reached[0][-1], doer.lines[Effect.SCALED_BACKWARD])
+    if found is None:
+        return None
+    call, doing, line = found
+    if guarded_by_amp_test(facts, step, Event(EventKind.BACKWARD, call), "scaler"):
+        return None
+    module = view.project.names.get(doing.module) if doing.module != view.path else None
+    where = f"`{module + '.' if module else ''}{doing.qualname}()`, line {line}"
+    message = (f"`{snippet(facts, step.node, MESSAGE_SNIPPET)}` bypasses the GradScaler of the scaled backward "
+               f"in `{snippet(facts, call.node.func, 32)}(...)`")
+    return Finding(step.node, message, help=f"Step through the scaler that scaled the loss ({where}): "
+                                            f"`scaler.step({step.optimizer})` then `scaler.update()`")
 
 
 def _may_update_elsewhere(facts: ModuleFacts, scaler: str, step: Event) -> bool:

@@ -200,6 +200,11 @@ class UnscaleTwice(Rule):
             if any({branch_condition(facts, frame) for frame in _frames_between(update.frame, loop)
                     if frame.kind is FrameKind.IF} <= tests for update in updates):
                 return None  # the update runs under the unscale_'s own tests: whenever it does
+            # the same tests written two ways: `if fp16: if mode == "torch":` and `if fp16 and mode == "torch":`
+            atoms = set().union(*(_conjuncts(frame) for frame in ifs))
+            if any(set().union(*(_conjuncts(frame) for frame in _frames_between(update.frame, loop)
+                                 if frame.kind is FrameKind.IF)) <= atoms for update in updates):
+                return None
         if not updates and not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
             return None  # no update in this function at all: the update lives elsewhere, stay silent
         return loop
@@ -220,6 +225,9 @@ class UnscaleTwice(Rule):
         statement = unscale.call.statement
         if step is None or not _single_call_statement(statement, unscale.node):
             return None
+        if sum(1 for e in events if e.kind is EventKind.SCALER_STEP and e.index > unscale.index
+               and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer) > 1:
+            return None  # a step on each side of an `if`: moving it before one would leave the other unclipped
         target = step.call.statement
         if not isinstance(target, cst.SimpleStatementLine) or len(target.body) != 1:
             return None
@@ -335,16 +343,53 @@ def _continues(statement: cst.CSTNode) -> bool:
 
 
 def _always_reached(updates: list[Event], loop: Frame) -> bool:
-    """Does every iteration of `loop` reach one of `updates`? (unconditionally, or in both branches of an `if`)"""
-    branches: dict[int, set[bool]] = {}
-    for update in updates:
-        ifs = [f for f in _frames_between(update.frame, loop) if f.kind is FrameKind.IF]
-        if not ifs:
+    """Does every iteration of `loop` reach one of `updates`? (unconditionally, or in both branches of an `if`,
+    each branch reaching one in every pass: a test nested in one side, `if accum > 1: if (i + 1) % accum == 0:
+    update` against `else: update`, leaves a path without one)"""
+    paths = [[f for f in reversed(_frames_between(update.frame, loop)) if f.kind is FrameKind.IF]
+             for update in updates]  # the `if`s around each update, outermost first
+
+    def covered(paths: list[list[Frame]]) -> bool:
+        if any(not path for path in paths):
             return True
-        outermost = ifs[-1]
-        if not [f for f in _frames_between(outermost.parent, loop) if f.kind is FrameKind.IF]:
-            branches.setdefault(id(outermost.node), set()).add(outermost.in_else)
-    return any(len(sides) == 2 for sides in branches.values())
+        sides: dict[int, dict[bool, list[list[Frame]]]] = {}
+        for path in paths:
+            sides.setdefault(id(path[0].node), {}).setdefault(path[0].in_else, []).append(path[1:])
+        return any(len(both) == 2 and all(covered(rest) for rest in both.values()) for both in sides.values())
+
+    return covered(paths)
+
+
+def _conjuncts(frame: Frame) -> set[tuple[str, bool]]:
+    """The tests an `if` side requires, as (code without `not`/`!=`/`is not` and spaces, polarity): each operand
+    of an `and` on its true side, the whole test otherwise (its false side of an `and` requires none of them)."""
+    test = frame.node.test
+    if frame.in_else:
+        return {_atom(test, False)}
+    found, pending = set(), [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            pending += [node.left, node.right]
+        else:
+            found.add(_atom(node, True))
+    return found
+
+
+def _atom(test: cst.BaseExpression, positive: bool) -> tuple[str, bool]:
+    while True:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, positive = test.expression, not positive
+        elif isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
+                test.comparisons[0].operator, (cst.IsNot, cst.NotEqual)):
+            target = test.comparisons[0]
+            operator = cst.Is() if isinstance(target.operator, cst.IsNot) else cst.Equal()
+            test = test.with_changes(comparisons=[target.with_changes(operator=operator)])
+            positive = not positive
+        else:
+            break
+    text = cst.Module(body=[]).code_for_node(test.with_changes(lpar=[], rpar=[]) if hasattr(test, "lpar") else test)
+    return "".join(text.split()), positive
 
 
 def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame) -> bool:

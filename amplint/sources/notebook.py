@@ -570,8 +570,11 @@ def isolate_broken_cells(notebook: Notebook, filename: str) -> bool:
         if not errors:
             continue
         error = errors[0]
-        row = error.location.row + cell.start
-        cell.error = dataclasses.replace(error, location=Location(row, error.location.column),
+        row = min(error.location.row, max(len(cell.masked), 1)) + cell.start  # an error at the end: the last line
+        # the message counts lines within the cell alone ("on line 1"): count them in the joined text, as the
+        # rows of every other message, so that `map_message` names them within this cell
+        message = LINE_REFERENCE.sub(lambda match: f"line {int(match.group(1)) + cell.start}", error.message)
+        cell.error = dataclasses.replace(error, message=message, location=Location(row, error.location.column),
                                          end_location=Location(row, error.location.column))
         cell.masked = ["\r" if line.endswith("\r") else "" for line in cell.masked]
         cell.python = False
