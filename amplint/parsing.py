@@ -369,6 +369,9 @@ def python_identifiers(text: str) -> str:
     import tokenize
     import unicodedata
 
+    if unicodedata.is_normalized("NFKC", text):  # no identifier can change (one pass in C)
+        return text
+
     starts = [0] + [match.end() for match in re.finditer(r"\r\n?|\n", text)]
     replaced: list[tuple[int, int, str]] = []
     try:

@@ -31,6 +31,22 @@ def builder_called_per_iteration(view) -> bool:
                for target in functions_doing(view, Effect.BUILDS_SCALER))
 
 
+_SCALER_WRAPPER_KNOWN: dict = {}
+
+
+def scaler_wrapper_known(view) -> bool:
+    """The cheap question before `wrapper_built_in_loop`: does a file of the project already indexed define a class
+    whose `__init__` builds a GradScaler? (A file of its own that defines one builds a GradScaler itself.) Asked
+    without building this file's record, which most files never need."""
+    files = view.project.files
+    known = _SCALER_WRAPPER_KNOWN.get("files")
+    if known is not files or _SCALER_WRAPPER_KNOWN.get("count") != len(files):  # once per state of the records
+        value = any(qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does
+                    for record in list(files.values()) for qualname, summary in record.functions.items())
+        _SCALER_WRAPPER_KNOWN.update(files=files, count=len(files), value=value)
+    return _SCALER_WRAPPER_KNOWN["value"]
+
+
 def wrapper_built_in_loop(view) -> bool:
     """The screen's question across modules: does this file build, in a loop, a user class whose `__init__`
     builds a GradScaler (`_wrappers_per_iteration`)?"""
@@ -125,7 +141,9 @@ class ScalerPerIteration(Rule):
         | Ask(Summary.calls_in_same_function, (vocab.STEP,), vocab.SCALER_CLASSES, on_scaler=True))
     # a function of this file that builds a scaler is called in a loop somewhere in the project
     requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
-                       & AskProject(builder_called_per_iteration)) | AskProject(wrapper_built_in_loop)
+                       & AskProject(builder_called_per_iteration)) | (
+        (Ask(Summary.calls_api, *GRAD_SCALERS) | AskProject(scaler_wrapper_known))
+        & AskProject(wrapper_built_in_loop))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._wrappers_per_iteration(facts)
