@@ -394,7 +394,7 @@ def resolve_severity(table: dict[str, str]) -> dict[str, Severity]:
             if previous is None or breadth < previous[0]:
                 chosen[rule.code] = (breadth, selector, level)
     return {code: level for code, (_, _, level) in chosen.items()
-            if level is not registry.RULES_BY_CODE[code].severity}
+            if level is not registry.REFS_BY_CODE[code].severity}
 
 
 def validate_selectors(settings: Settings, where: str) -> None:
@@ -432,7 +432,7 @@ def describe(settings: Settings) -> str:
     levels = resolve_severity(settings.severity)
     chosen = registry.select(settings.select, settings.ignore, settings.extend_select)
     applying = [rule for rule in chosen if rule_applies(rule.min_torch, settings.target_torch_version)]
-    lines.append(f"# rules enabled ({len(applying)} of {len(registry.ALL_RULES)}):")
+    lines.append(f"# rules enabled ({len(applying)} of {len(registry.CATALOG)}):")
     for rule in chosen:
         level = levels.get(rule.code, rule.severity)
         changed = f" ({rule.severity.value} by default)" if level is not rule.severity else ""
