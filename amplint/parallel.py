@@ -249,8 +249,7 @@ class _RunRecord:
             return None
         from amplint.index.build import sibling_files
 
-        given = set(paths)
-        others = [path for path in sibling_files(paths) if path not in given]
+        others = _beside(paths, sibling_files(paths))
         key = cache.run_key(paths, others, lambda path: rules_for(path, list(rule_classes), settings), mode,
                             settings.max_file_size)
         return cls(cache, key, paths, [*paths, *others])
@@ -266,6 +265,13 @@ class _RunRecord:
         if all(o is not None and o.path == path and not (o.note or o.internal_error or o.fixed or o.diff)
                for path, o in zip(self.paths, outcomes, strict=True)):
             self.cache.store_run(self.key, self.paths, self.states, [o.diagnostics for o in outcomes])
+
+
+def _beside(paths: Sequence[str], siblings: Iterable[str]) -> list[str]:
+    """The files beside the run's that are not the run's own: a sibling is named by its absolute path, a file of
+    the run as it was given (`src/a.py`), and the project index knows both as one file; read and indexed once."""
+    given = {os.path.abspath(path) for path in paths}
+    return [path for path in siblings if os.path.abspath(path) not in given]
 
 
 def _states(paths: list[str]) -> list:
@@ -335,7 +341,8 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     index found doing something a rule asks about across modules (`expand`), looked at in the same pool."""
     from amplint.index.build import gather, local_scan, sibling_files
 
-    python = [path for path in dict.fromkeys([*paths, *sibling_files(paths)]) if not path.endswith(".ipynb")]
+    python = [path for path in dict.fromkeys([*paths, *_beside(paths, sibling_files(paths))])
+              if not path.endswith(".ipynb")]
     max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
         _start_indexing(max_size, cache)
