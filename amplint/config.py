@@ -8,7 +8,6 @@ from __future__ import annotations
 import codecs
 import fnmatch
 import functools
-import json
 import os
 import re
 import tomllib
@@ -243,6 +242,8 @@ def _kind(value: object) -> str:
     name = names.get(type(value), "a date or time")
     if not isinstance(value, (bool, int, float, str)):
         return name
+    import json  # only a configuration error needs it
+
     shown = json.dumps(value, ensure_ascii=False)  # TOML spells these as JSON does: true, 5, "false"
     return f"{name} {shown}" if len(shown) <= 40 else name
 
@@ -466,6 +467,8 @@ def _effective(settings: Settings, key: str) -> tuple[object, str]:
 
 def _toml(value: object) -> str:
     """A value as TOML writes it: strings quoted, lists in brackets, tables inline."""
+    import json  # only --show-settings needs it
+
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

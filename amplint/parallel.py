@@ -20,7 +20,6 @@ import signal
 import sys
 import threading
 import time
-import traceback
 from typing import Callable, Iterable, Sequence
 
 from amplint.engine import INTERNAL_ERROR, error_diagnostic
@@ -89,6 +88,8 @@ def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, ca
         return process_file(path, rules_for(path, list(rule_classes), settings), mode, cache=cache,
                             max_size=settings.max_file_size, project=view)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
+        import traceback
+
         where = traceback.extract_tb(error.__traceback__)[-1]
         message = (f"internal error while processing this file: {type(error).__name__}: {error} "
                    f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
