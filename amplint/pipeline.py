@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
-from amplint.outcome import FileOutcome, Mode
 from amplint import selection
+from amplint.outcome import FileOutcome, Mode
 from amplint.selection import screen
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText
 from amplint.sources import NOTEBOOK_SUFFIX, Source, from_text, open_path
@@ -36,7 +36,7 @@ def run(source: Source, rules: list[Rule], mode: Mode = Mode(), cache=None, proj
             return FileOutcome(source.path, [], internal_error=False)
         found = cache.lint(loaded.raw, loaded.text, rules, source.path,
                            lambda: analyse(source, loaded.text, rules, mode, project).diagnostics,
-                           words_decide=False, project=project)
+                           words_decide=False, project=project)  # its words were asked just above
         return FileOutcome(source.path, found, internal_error=_internal(found))
     outcome = analyse(source, loaded.text, rules, mode, project)
     if outcome.fixed and not mode.diff:
