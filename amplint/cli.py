@@ -15,7 +15,6 @@ import click
 
 from amplint import __version__, pipeline, sources
 from amplint import rules as registry
-from amplint.cache import CacheRefused, clean as clean_cache, default_directory, open_for_run
 from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
                             validate_selectors)
 from amplint.diagnostics import Severity, with_docs_url, with_severities
@@ -169,6 +168,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             _say_skipped(named, settings, linted=bool(files))
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
+            from amplint.cache import CacheRefused, open_for_run
+
             try:  # a refused --cache-dir is a usage error; a refused configured one, a warning
                 cache = open_for_run(cache_dir, settings, lambda text: click.echo(f"amplint: {text}", err=True))
             except CacheRefused as error:
@@ -375,6 +376,8 @@ def clean(cache_dir, config_path) -> None:
     """Remove the result cache (.amplint_cache in the project root, or the configured cache-dir).
 
     Only the files amplint wrote are removed, and the folder only when nothing else is left in it."""
+    from amplint.cache import clean as clean_cache, default_directory
+
     try:
         directory = Path(cache_dir) if cache_dir else default_directory(load_settings(config_path))
     except ConfigError as error:

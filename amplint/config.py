@@ -8,7 +8,6 @@ from __future__ import annotations
 import codecs
 import fnmatch
 import functools
-import json
 import os
 import re
 import tomllib
@@ -243,6 +242,8 @@ def _kind(value: object) -> str:
     name = names.get(type(value), "a date or time")
     if not isinstance(value, (bool, int, float, str)):
         return name
+    import json  # only a configuration error needs it
+
     shown = json.dumps(value, ensure_ascii=False)  # TOML spells these as JSON does: true, 5, "false"
     return f"{name} {shown}" if len(shown) <= 40 else name
 
@@ -394,7 +395,7 @@ def resolve_severity(table: dict[str, str]) -> dict[str, Severity]:
             if previous is None or breadth < previous[0]:
                 chosen[rule.code] = (breadth, selector, level)
     return {code: level for code, (_, _, level) in chosen.items()
-            if level is not registry.RULES_BY_CODE[code].severity}
+            if level is not registry.REFS_BY_CODE[code].severity}
 
 
 def validate_selectors(settings: Settings, where: str) -> None:
@@ -432,7 +433,7 @@ def describe(settings: Settings) -> str:
     levels = resolve_severity(settings.severity)
     chosen = registry.select(settings.select, settings.ignore, settings.extend_select)
     applying = [rule for rule in chosen if rule_applies(rule.min_torch, settings.target_torch_version)]
-    lines.append(f"# rules enabled ({len(applying)} of {len(registry.ALL_RULES)}):")
+    lines.append(f"# rules enabled ({len(applying)} of {len(registry.CATALOG)}):")
     for rule in chosen:
         level = levels.get(rule.code, rule.severity)
         changed = f" ({rule.severity.value} by default)" if level is not rule.severity else ""
@@ -466,6 +467,8 @@ def _effective(settings: Settings, key: str) -> tuple[object, str]:
 
 def _toml(value: object) -> str:
     """A value as TOML writes it: strings quoted, lists in brackets, tables inline."""
+    import json  # only --show-settings needs it
+
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

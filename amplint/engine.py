@@ -7,20 +7,21 @@ import ast
 import bisect
 import gc
 import re
-import traceback
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from amplint.lazy import libcst as cst
 
 from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
-from amplint.facts import ModuleFacts
-from amplint.facts.slicing import slice_module
 from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers, too_large,
                              recursion_room)
-from amplint.rules.base import Finding, Rule
 from amplint.suppression import LineSuppressions, file_suppression
+
+if TYPE_CHECKING:  # the facts (and the rules) are imported when a text is analysed, not for a file the screen skips
+    from amplint.facts import ModuleFacts
+    from amplint.rules.base import Finding, Rule
 
 SYNTAX_ERROR = ("AMP900", "syntax-error")
 IO_ERROR = ("AMP901", "io-error")
@@ -272,6 +273,8 @@ def _lint_sliced(text: str, filename: str, rules: list[Rule], index: LineIndex, 
     deeply (the whole text's refusal is reported), a slice that does not parse or whose analysis fails (the
     whole text's parse or analysis reports it), a fix whose edits touch a blanked range (it may have been built
     from the blanks), a fix writing a quote where the blanked strings would have chosen another."""
+    from amplint.facts.slicing import slice_module
+
     try:
         piece = slice_module(text)
         if piece is None or nesting(text).depth > MAX_NESTING:
@@ -363,6 +366,8 @@ def _lint_mapped(text: str, transformed: str, filename: str, rules: list[Rule], 
 def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], index: LineIndex,
              project=None) -> list[Diagnostic]:
     """Every finding of `rules` on the parsed module as a diagnostic with its fix, before any `# noqa`."""
+    from amplint.facts import ModuleFacts
+
     with recursion_room(text):  # libcst's code generation recurses per level of the tree
         facts = ModuleFacts(module, text, project=project)
         findings = [(rule, finding) for rule in rules for finding in rule.check(facts)]
@@ -371,6 +376,8 @@ def diagnose(module: cst.Module, text: str, filename: str, rules: list[Rule], in
 
 
 def internal_error(filename: str, error: Exception) -> Diagnostic:
+    import traceback
+
     where = traceback.extract_tb(error.__traceback__)[-1]
     message = (f"internal error while analysing this file: {type(error).__name__}: {error} "
                f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")

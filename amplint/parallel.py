@@ -15,21 +15,41 @@ from __future__ import annotations
 
 import collections
 import gc
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Callable, Iterable, Sequence
 
 from amplint.engine import INTERNAL_ERROR, error_diagnostic
 from amplint.outcome import FileOutcome, Mode
 from amplint.pipeline import process_file
 from amplint.selection import rules_for
+
+# The pool's modules (multiprocessing, concurrent.futures: about as long to import as the rest of a small run)
+# are imported when a run first starts processes (`_pool_modules`), never by a run that lints its files here.
+_POOL_NAMES = ("multiprocessing", "ProcessPoolExecutor", "as_completed")
+
+
+def _pool_modules() -> None:
+    """Bind the pool's modules in this module (a name already bound, a test's stand-in, is kept)."""
+    if all(name in globals() for name in _POOL_NAMES):
+        return
+    import multiprocessing
+    import multiprocessing.connection
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    for name, value in zip(_POOL_NAMES, (multiprocessing, ProcessPoolExecutor, as_completed)):
+        globals().setdefault(name, value)
+
+
+def __getattr__(name: str):
+    if name in _POOL_NAMES:
+        _pool_modules()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SERIAL_BELOW = 8  # fewer files than this are linted in this process: starting workers would cost more
 MAX_CHUNK = 64  # files
@@ -68,6 +88,8 @@ def check_path(path: str, rule_classes: Sequence[type], settings, mode: Mode, ca
         return process_file(path, rules_for(path, list(rule_classes), settings), mode, cache=cache,
                             max_size=settings.max_file_size, project=view)
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
+        import traceback
+
         where = traceback.extract_tb(error.__traceback__)[-1]
         message = (f"internal error while processing this file: {type(error).__name__}: {error} "
                    f"(at {where.filename.rsplit('/', 1)[-1]}:{where.lineno}); please report it")
@@ -163,6 +185,7 @@ def _run_chunk(paths: list[str]) -> list[FileOutcome]:
 def _context():
     """fork where it is safe (no threads in this process: workers start at once with everything imported),
     else the platform's default (spawn)."""
+    _pool_modules()
     if "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1:
         return multiprocessing.get_context("fork")
     return multiprocessing.get_context()
@@ -227,8 +250,7 @@ class _RunRecord:
             return None
         from amplint.index.build import sibling_files
 
-        given = set(paths)
-        others = [path for path in sibling_files(paths) if path not in given]
+        others = _beside(paths, sibling_files(paths))
         key = cache.run_key(paths, others, lambda path: rules_for(path, list(rule_classes), settings), mode,
                             settings.max_file_size)
         return cls(cache, key, paths, [*paths, *others])
@@ -246,6 +268,13 @@ class _RunRecord:
             self.cache.store_run(self.key, self.paths, self.states, [o.diagnostics for o in outcomes])
 
 
+def _beside(paths: Sequence[str], siblings: Iterable[str]) -> list[str]:
+    """The files beside the run's that are not the run's own: a sibling is named by its absolute path, a file of
+    the run as it was given (`src/a.py`), and the project index knows both as one file; read and indexed once."""
+    given = {os.path.abspath(path) for path in paths}
+    return [path for path in siblings if os.path.abspath(path) not in given]
+
+
 def _states(paths: list[str]) -> list:
     from amplint.cache import file_states
 
@@ -254,9 +283,10 @@ def _states(paths: list[str]) -> list:
 
 def _lint_paths(paths: list[str], rule_classes, settings, mode: Mode, jobs, cache, progress) -> list[FileOutcome]:
     jobs = worker_count(jobs, len(paths))
-    project = index_project(paths, jobs, settings, cache)
-    if jobs == 1 or len(paths) < SERIAL_BELOW:
+    if jobs == 1 or len(paths) < SERIAL_BELOW:  # the index as in a pool, built when a file first needs it
+        project = _Deferred(lambda: index_project(paths, jobs, settings, cache))
         return _serial(paths, rule_classes, settings, mode, cache, progress, project)
+    project = index_project(paths, jobs, settings, cache)
     outcomes: list[FileOutcome | None] = [None] * len(paths)
     setup = (tuple(rule_classes), settings, mode, cache, project)
     chunks = plan_chunks(paths, jobs)
@@ -270,6 +300,38 @@ def _lint_paths(paths: list[str], rule_classes, settings, mode: Mode, jobs, cach
     return outcomes  # type: ignore[return-value]
 
 
+class _Deferred:
+    """The project index of a run linted in this process, built (`build`) when a file first asks it something:
+    a file the screen's words rule out asks nothing, so a run of such files never reads the files beside them
+    (nor imports the index's modules). `view` stands for the index's view from a file (`ModuleView`)."""
+
+    def __init__(self, build: Callable[[], object]) -> None:
+        self._build = build
+        self._index = None
+
+    def built(self):
+        if self._index is None:
+            self._index = self._build()
+        return self._index
+
+    def view(self, path: str) -> _DeferredView:
+        return _DeferredView(self, path)
+
+
+class _DeferredView:
+    """The index's view from one file, taken (once) when first asked anything."""
+
+    def __init__(self, deferred: _Deferred, path: str) -> None:
+        self._deferred, self._path, self._view = deferred, path, None
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("__"):  # copy, pickle and the like ask for dunders: not the view's to answer
+            raise AttributeError(attribute)
+        if self._view is None:
+            self._view = self._deferred.built().view(self._path)
+        return getattr(self._view, attribute)
+
+
 # Phase 1 ------------------------------------------------------------------------------------------------------
 _INDEXING: tuple | None = None  # (max file size, cache) in a phase-1 worker
 
@@ -280,12 +342,14 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     index found doing something a rule asks about across modules (`expand`), looked at in the same pool."""
     from amplint.index.build import gather, local_scan, sibling_files
 
-    python = [path for path in dict.fromkeys([*paths, *sibling_files(paths)]) if not path.endswith(".ipynb")]
+    python = [path for path in dict.fromkeys([*paths, *_beside(paths, sibling_files(paths))])
+              if not path.endswith(".ipynb")]
     max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
         _start_indexing(max_size, cache)
         return gather(python, _index_chunk(python), _read_source, max_size, cache)
     records: list = [None] * len(python)
+    _pool_modules()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
                              initargs=(max_size, cache, os.getpid())) as pool:
         chunks = plan_chunks(python, jobs)
@@ -356,6 +420,7 @@ def _read_source(path: str, max_size: int | None = None):
 def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
     """The chunks' outcomes from a pool of workers; a chunk whose worker died (or whose outcome could not
     come back) is left without outcomes."""
+    _pool_modules()
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_worker,
                                initargs=(*setup, os.getpid()))
     children.add(lambda: pool_processes(pool))
@@ -382,6 +447,7 @@ def _contained(paths, chunks, setup, jobs, outcomes, progress, children) -> None
     own that sends each file's outcome as soon as it has it, `jobs` children at a time. When a child dies,
     the file it was on is the one that killed it: that file gets a diagnostic saying so, and the files after
     it go to a new child. So a crash costs one file, never the run, and this process never parses a file."""
+    _pool_modules()
     context = _context()
     waiting = collections.deque(chunks)
     running: dict = {}  # receiving end of a child's pipe -> [process, chunk, files done]

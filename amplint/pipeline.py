@@ -8,16 +8,20 @@ its kind. The rules come chosen (amplint/selection.py); the screen's verdict is 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from amplint.diagnostics import Diagnostic
 from amplint.engine import IO_ERROR, SYNTAX_ERROR, error_diagnostic, lint_text
-from amplint.fixer import fix_text
+from amplint import selection
 from amplint.outcome import FileOutcome, Mode
-from amplint.rules.base import Rule
 from amplint.selection import screen
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText
 from amplint.sources import NOTEBOOK_SUFFIX, Source, from_text, open_path
 from amplint.sources.base import FixRefused
 from amplint.suppression import file_suppression, warn_unknown
+
+if TYPE_CHECKING:
+    from amplint.rules.base import Rule
 
 
 def run(source: Source, rules: list[Rule], mode: Mode = Mode(), cache=None, project=None) -> FileOutcome:
@@ -28,9 +32,11 @@ def run(source: Source, rules: list[Rule], mode: Mode = Mode(), cache=None, proj
     except SourceError as error:
         return FileOutcome(source.path, [error_diagnostic(IO_ERROR, source.path, str(error))], output=source.raw)
     if cache is not None and not (mode.fix or mode.diff):
+        if source.screened and not selection.has_words(loaded.text, rules):  # decided faster than an entry is read
+            return FileOutcome(source.path, [], internal_error=False)
         found = cache.lint(loaded.raw, loaded.text, rules, source.path,
                            lambda: analyse(source, loaded.text, rules, mode, project).diagnostics,
-                           words_decide=source.screened, project=project)
+                           words_decide=False, project=project)  # its words were asked just above
         return FileOutcome(source.path, found, internal_error=_internal(found))
     outcome = analyse(source, loaded.text, rules, mode, project)
     if outcome.fixed and not mode.diff:
@@ -56,6 +62,7 @@ def analyse(source: Source, text: str, rules: list[Rule], mode: Mode, project=No
             return FileOutcome(path, [], fixed_text=text if fixing else None)
         if candidates is not None and not fixing:  # only the rules that can fire here (a fix can wake another)
             rules = candidates
+    rules = selection.loaded(rules)  # the rules themselves (amplint/selection.py hands out stand-ins)
     if not fixing:
         found = lint_program(program, path, rules, source.line_noqa, project)
         return FileOutcome(path, found, internal_error=_internal(found))
@@ -127,6 +134,13 @@ def _kept(source: Source, loaded: SourceText, rules: list[Rule], project, note: 
     original.note = note
     original.output = None if source.writes else loaded.raw
     return original
+
+
+def fix_text(text: str, filename: str, rules: list[Rule], unsafe: bool = False, project=None):
+    """amplint.fixer's `fix_text`, its module (and libcst's) imported when a fix is first asked for."""
+    from amplint.fixer import fix_text as fix
+
+    return fix(text, filename, rules, unsafe=unsafe, project=project)
 
 
 def _syntax_error(diagnostics: list[Diagnostic]) -> bool:

@@ -24,7 +24,6 @@ Only release numbers count (as in `amplint.facts.versions`): `2.4.0rc1` and `2.4
 from __future__ import annotations
 
 import ast
-import configparser
 import fnmatch
 import os
 import re
@@ -441,6 +440,8 @@ def from_setup_cfg(path: Path) -> Iterator[Declared]:
     text = _read(path)
     if text is None:
         return
+    import configparser  # only a setup.cfg needs it
+
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
         parser.read_string(text, source=str(path))

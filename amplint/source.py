@@ -6,7 +6,6 @@ import errno
 import io
 import os
 import stat
-import tempfile
 import tokenize
 from dataclasses import dataclass
 
@@ -166,6 +165,8 @@ def _check_unchanged(target: str, expected: bytes, info: os.stat_result) -> None
 
 
 def _replace(target: str, data: bytes, expected: bytes, info: os.stat_result) -> None:
+    import tempfile  # only a write needs it
+
     try:
         descriptor, temporary = tempfile.mkstemp(prefix=".amplint-", suffix=".tmp", dir=os.path.dirname(target))
     except PermissionError:

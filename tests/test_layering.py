@@ -84,7 +84,7 @@ MAY_IMPORT = {
                        "amplint.parsing", "amplint.rules.base", "amplint.suppression"),
     "amplint.fixer": ("amplint.diagnostics", "amplint.engine", "amplint.lazy", "amplint.parsing", "amplint.rules"),
     "amplint.suppression": ("amplint.rules",),
-    "amplint.selection": ("amplint.facts.versions", "amplint.prefilter", "amplint.rules"),
+    "amplint.selection": ("amplint.facts.versions", "amplint.parsing", "amplint.prefilter", "amplint.rules"),
     "amplint.cache": ("amplint", "amplint.diagnostics", "amplint.index.functions", "amplint.prefilter",
                       "amplint.source"),
     # inputs and outputs

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from collections import Counter
@@ -110,5 +109,11 @@ def fingerprints(diagnostics: list[Diagnostic]) -> list[str]:
         occurrence = seen[key]
         seen[key] += 1
         text = "\0".join((*key, str(occurrence)))
-        result.append(hashlib.sha256(name_bytes(text)).hexdigest()[:32])
+        result.append(_sha256(name_bytes(text)).hexdigest()[:32])
     return result
+
+
+def _sha256(data: bytes):
+    import hashlib  # only the formats that fingerprint findings need it
+
+    return hashlib.sha256(data)

@@ -9,7 +9,6 @@ and a fixed program split back into the cells' sources (amplint/sources/notebook
 
 from __future__ import annotations
 
-import difflib
 
 from amplint.diagnostics import Diagnostic
 from amplint.output.common import diff_path
@@ -52,6 +51,8 @@ class PythonProgram:
 
 
 def unified_diff(path: str, old: str, new: str) -> str:
+    import difflib  # only a diff needs it
+
     return "".join(difflib.unified_diff(
         old.splitlines(keepends=True), new.splitlines(keepends=True),
         fromfile=diff_path(f"a/{path.lstrip('/')}"), tofile=diff_path(f"b/{path.lstrip('/')}")))
