@@ -817,6 +817,28 @@ def _request_check(server):
     return check
 
 
+def _refuse_after_shutdown(server, invalid_request) -> None:
+    """After `shutdown`, a request other than `exit` is answered with InvalidRequest (the LSP specification);
+    pygls drops such a request unanswered, and a client waiting on it would hang. Notifications stay dropped."""
+    protocol = getattr(server, "protocol", None) or getattr(server, "lsp", None)
+    handle = getattr(protocol, "handle_message", None)
+    send = getattr(protocol, "_send_response", None)
+    if handle is None or send is None or not hasattr(protocol, "_shutdown"):
+        return
+
+    def handle_message(message):
+        method = getattr(message, "method", None)
+        request_id = getattr(message, "id", None)
+        if protocol._shutdown and method not in (None, "exit") and request_id is not None:
+            error = invalid_request(message=f"Invalid Request: the server is shut down, {method} is not served")
+            as_response = getattr(error, "to_response_error", None) or error.to_dict  # pygls 2.x, 1.x
+            send(request_id, error=as_response())
+            return None
+        return handle(message)
+
+    protocol.handle_message = handle_message
+
+
 class _AnsweredQuietly:
     """A logging filter for pygls's log: the JSON-RPC error the server sends for an unreadable request (its
     `INVALID_MESSAGE` handler raises it) is an answer, not a failure to log with a traceback."""
@@ -841,6 +863,7 @@ def serve() -> int:
 
     from pygls.exceptions import JsonRpcInvalidRequest
 
+    _refuse_after_shutdown(server, JsonRpcInvalidRequest)
     quiet = _AnsweredQuietly(JsonRpcInvalidRequest)
     for handler in logging.getLogger().handlers:
         handler.addFilter(quiet)

@@ -48,11 +48,29 @@ def _lint(text: str, path: str, rules: list, **_options) -> _Result:
     return _Result([d for d in _lint_all(text) if d.code in codes or d.code in ERRORS])
 
 
+_SELECT = Prefilter.select
+
+
+@functools.lru_cache(maxsize=1024)
+def _select_alone(prefilter: Prefilter, text: str) -> tuple:
+    return _SELECT(prefilter, text)
+
+
+def _select(prefilter: Prefilter, text: str, view=None) -> tuple:
+    """The screen's answer for a text alone (no project view) is a function of the rule set and the text: the
+    filtered run and the test's own `decide` ask it once."""
+    if view is not None:
+        return _SELECT(prefilter, text, view)
+    verdict, candidates = _select_alone(prefilter, text)
+    return verdict, list(candidates)
+
+
 @pytest.fixture
 def memo_engine(monkeypatch):
     """Both runs of a file (with and without the prefilter) go through `process_text`; the text is analysed
-    once."""
+    once, and screened once per rule set."""
     monkeypatch.setattr(pipeline, "lint_text", _lint)
+    monkeypatch.setattr(Prefilter, "select", _select)
 
 
 class _Result:

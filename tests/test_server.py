@@ -293,6 +293,9 @@ def run_session(client: Client, workspace: Path) -> None:
     client.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
     assert client.wait_diagnostics(uri)["diagnostics"] == []
     assert client.request("shutdown", None) is None
+    refused = client.call("textDocument/codeAction", {   # after shutdown: an error, not silence
+        "textDocument": {"uri": inference}, "range": finding["range"], "context": {"diagnostics": [finding]}})
+    assert refused["error"]["code"] == -32600 and "shut down" in refused["error"]["message"]
     client.notify("exit", None)
     assert client.process.wait(timeout=TIMEOUT) == 0
 

@@ -1,0 +1,192 @@
+"""Where a cold run's time goes: amplint's phases, timed in one process.
+
+    python benchmarks/phases.py TREE [--select AMP001,...] [--json]
+
+Runs `amplint check TREE --no-cache --jobs 1` in this process with a few of amplint's functions wrapped: each
+wrapper adds the wall time spent inside it to its phase, less the time spent in a nested phase (a record the
+screen builds for the index is index time, not screen time). What no phase claims is "other" (start-up and
+imports, discovery, the pipeline's own bookkeeping). One process and one core, so the phases add up to the run;
+a parallel run divides the analysis among the cores.
+
+A phase's functions are named below by module and qualified name; a name that no longer exists is reported
+(`missing`), so a refactoring that moves a phase shows in the table instead of silently zeroing a row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import importlib
+import io
+import json
+import sys
+import time
+
+PHASES: list[tuple[str, list[str]]] = [
+    ("imports", ["<every import>"]),
+    ("read", ["amplint.source:read_bytes", "amplint.source:decode_source"]),
+    ("screen", ["amplint.prefilter:Prefilter.select"]),
+    ("index", ["amplint.parallel:index_project", "amplint.index.build:index_file",
+               "amplint.index.functions:index_text"]),
+    ("parse", ["amplint.parsing:parse_module"]),
+    ("facts", ["amplint.facts.walk:walk"]),
+    ("rules", ["<every rule's check>"]),
+    ("locate", ["amplint.facts.locate:locate", "amplint.facts.locate:locate_all"]),
+    ("output", ["amplint.output:render"]),
+]
+
+
+class Clock:
+    """Exclusive wall time per phase: the innermost running phase is charged."""
+
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {name: 0.0 for name, _ in PHASES}
+        self.calls: dict[str, int] = {name: 0 for name, _ in PHASES}
+        self.stack: list[list] = []  # [phase, started, time spent in nested phases]
+
+    def wrap(self, phase: str, function):
+        @functools.wraps(function)
+        def timed(*args, **kwargs):
+            frame = [phase, time.perf_counter(), 0.0]
+            self.stack.append(frame)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self.stack.pop()
+                elapsed = time.perf_counter() - frame[1]
+                self.spent[phase] += elapsed - frame[2]
+                self.calls[phase] += 1
+                if self.stack:
+                    self.stack[-1][2] += elapsed
+        timed.__amplint_phase__ = phase
+        return timed
+
+
+def _replace_everywhere(original, replacement) -> None:
+    """Every amplint module's name for `original` (`from m import f` copies it) now means `replacement`."""
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] != "amplint" or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            if value is original:
+                setattr(module, attribute, replacement)
+
+
+class Wrapper:
+    """Wraps each phase's functions as their modules are imported (a module the run never imports is not
+    imported for the table: a lazy import stays lazy)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.pending: dict[str, list[tuple[str, str]]] = {}
+        self.rules = False
+        self.absent: list[str] = []  # named functions that their imported module does not have
+        for phase, specs in PHASES:
+            for spec in specs:
+                if not spec.startswith("<"):
+                    module, _, qualified = spec.partition(":")
+                    self.pending.setdefault(module, []).append((phase, qualified))
+
+    def start(self) -> None:
+        bootstrap = sys.modules["importlib._bootstrap"]
+        original = bootstrap._find_and_load
+        timed = self.clock.wrap("imports", original)
+
+        def find_and_load(name, *args, **kwargs):
+            module = timed(name, *args, **kwargs)
+            self.imported(name)
+            return module
+        find_and_load.__wrapped__ = original
+        bootstrap._find_and_load = find_and_load
+        for name in list(sys.modules):
+            self.imported(name)
+
+    def stop(self) -> None:
+        bootstrap = sys.modules["importlib._bootstrap"]
+        bootstrap._find_and_load = bootstrap._find_and_load.__wrapped__
+
+    def imported(self, name: str) -> None:
+        module = sys.modules.get(name)
+        if module is None:
+            return
+        for phase, qualified in self.pending.pop(name, []):
+            if not self._wrap(module, phase, qualified):
+                self.absent.append(f"{name}:{qualified}")
+        if name.startswith("amplint.rules.amp"):  # a rule module: its rule's `check`
+            for value in list(vars(module).values()):
+                check = getattr(value, "__dict__", {}).get("check") if isinstance(value, type) else None
+                if callable(check) and getattr(value, "code", None) and not hasattr(check, "__amplint_phase__"):
+                    setattr(value, "check", self.clock.wrap("rules", check))
+                    self.rules = True
+
+    def _wrap(self, module, phase: str, qualified: str) -> bool:
+        *path, attribute = qualified.split(".")
+        owner = module
+        for part in path:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return False
+        original = getattr(owner, attribute, None)
+        if original is None:
+            return False
+        wrapped = self.clock.wrap(phase, original)
+        if isinstance(owner, type):
+            setattr(owner, attribute, wrapped)
+        else:
+            _replace_everywhere(original, wrapped)
+        return True
+
+    def missing(self) -> list[str]:
+        """The named functions that do not exist (a phase moved); a module the run never imported is not
+        missing (its phase took no time)."""
+        return self.absent
+
+
+def measure(tree: str, select: str | None = None) -> dict:
+    started = time.perf_counter()  # the imports are part of a run
+    clock = Clock()
+    wrapper = Wrapper(clock)
+    wrapper.start()
+    from amplint.cli import main
+
+    arguments = ["check", tree, "--no-cache", "--jobs", "1", "--exit-zero", "--output-format", "json"]
+    if select:
+        arguments += ["--select", select]
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main.main(arguments, standalone_mode=False)
+        except SystemExit:
+            pass
+    total = time.perf_counter() - started
+    wrapper.stop()
+    claimed = sum(clock.spent.values())
+    return {"total": total, "phases": dict(clock.spent), "calls": dict(clock.calls), "other": total - claimed,
+            "missing": wrapper.missing()}
+
+
+def table(result: dict) -> str:
+    total = result["total"]
+    lines = [f"{'phase':10} {'seconds':>9} {'share':>7} {'calls':>8}"]
+    for phase, _ in PHASES:
+        seconds = result["phases"][phase]
+        lines.append(f"{phase:10} {seconds:9.2f} {seconds / total:6.0%} {result['calls'][phase]:8d}")
+    lines.append(f"{'other':10} {result['other']:9.2f} {result['other'] / total:6.0%}")
+    lines.append(f"{'total':10} {total:9.2f}   (one process, --jobs 1)")
+    if result["missing"]:
+        lines.append("not found, their time is in other (a phase moved?): " + ", ".join(result["missing"]))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("tree")
+    parser.add_argument("--select", default=None)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    args = parser.parse_args()
+    result = measure(args.tree, args.select)
+    print(json.dumps(result) if args.json else table(result))
+
+
+if __name__ == "__main__":
+    main()
