@@ -14,6 +14,14 @@ the same class or of a project base class (`self.f()`), a method of an object wh
 an object (`h(x)`). Functions passed as arguments are not followed. Every question is bounded (`MAX_DEPTH`
 calls deep) and safe on cycles.
 
+A name a module reads and never binds (`FileIndex.free`: `loss_scaler(loss, optimizer)`, `scaler.scale(x)` with no
+assignment, parameter, def, class or import of the name in the module) is read from the module's globals, which
+the modules importing it set (`import engine; engine.scaler = scaler`, or one file split in two): it stands for
+the module-level binding of that name in the project files importing the module (`ProjectIndex.importers`), when
+each of those binding it binds it to the same object (`module_binding`, and calls through it in `resolve`);
+otherwise, or when none binds it, it stays unknown. A module's own binding or import always wins; a builtin is
+never read so.
+
 `ModuleView` is the index seen from one module. It records which other modules its answers read
 (`read_modules`), so that a file's cached result can be keyed by the facts it used (amplint/cache.py).
 """
@@ -604,7 +612,8 @@ class ModuleView:
     def module_binding(self, name: str, path: str | None = None, depth: int = MAX_DEPTH) -> str | None:
         """For a name the file imports from a project module (`from state import scaler`), the qualified name of
         the call that module assigns it at module level (`scaler = torch.amp.GradScaler()`:
-        "torch.amp.GradScaler"), through re-exports; None when the index cannot tell."""
+        "torch.amp.GradScaler"), through re-exports; for a name the file reads and never binds, the one the
+        modules importing it assign it (`_injected_binding`); None when the index cannot tell."""
         path = path or self.path
         index = self._file(path)
         if index is None or depth < 0:
