@@ -184,3 +184,73 @@ def test_a_per_step_function_of_another_module_asks_only_its_callers_about_a_han
     assert codes(tmp_path) == {"AMP010"}
     (tmp_path / "loop.py").write_text(loop.format(update="        grad_scaler.update()\n"))
     assert codes(tmp_path) == set()
+
+
+# A name a module reads and never binds: what the modules importing it bind it to ---------------------------------
+EVALUATE = ("import torch\n{own}\n\n@torch.no_grad()\ndef evaluate(model, x{param}):\n"
+            "    with torch.autocast('cuda', dtype=torch.float16):\n        return scaler.scale(model(x))\n")
+TRAIN = "import torch\nfrom evaluation import evaluate\n{binding}\n\n\ndef train(model, x):\n    return evaluate(model, x)\n"
+
+
+@pytest.mark.parametrize(("own", "param", "binding", "expected"), [
+    ("", "", "scaler = torch.amp.GradScaler('cuda')", {"AMP005"}),  # as `scaler = GradScaler()` beside evaluate
+    ("", "", "", set()),  # no importer binds it
+    ("", "", "for scaler in [torch.amp.GradScaler('cuda')]:\n    pass", set()),  # bound, not by a known call
+    ("", ", scaler=None", "scaler = torch.amp.GradScaler('cuda')", set()),  # a parameter: another object
+    ("scaler = None", "", "scaler = torch.amp.GradScaler('cuda')", set()),  # the module's own binding wins
+    ("from features import scaler", "", "scaler = torch.amp.GradScaler('cuda')", set()),  # and its import
+], ids=["bound-by-importer", "unbound", "loop-target", "parameter", "own-binding", "own-import"])
+def test_a_name_read_and_never_bound_is_what_the_importers_bind(tmp_path, own, param, binding, expected):
+    (tmp_path / "features.py").write_text("class FeatureScaler:\n    def scale(self, x):\n        return x / 2\n\n\n"
+                                          "scaler = FeatureScaler()\n")
+    (tmp_path / "evaluation.py").write_text(EVALUATE.format(own=own, param=param))
+    (tmp_path / "train.py").write_text(TRAIN.format(binding=binding))
+    assert codes(tmp_path) == expected
+
+
+def test_importers_that_disagree_leave_the_name_unknown(tmp_path):
+    (tmp_path / "evaluation.py").write_text(EVALUATE.format(own="", param=""))
+    (tmp_path / "train.py").write_text(TRAIN.format(binding="scaler = torch.amp.GradScaler('cuda')"))
+    (tmp_path / "report.py").write_text(TRAIN.format(binding="scaler = torch.amp.GradScaler('cuda')"))
+    assert codes(tmp_path) == {"AMP005"}  # two importers, one kind of object
+    (tmp_path / "report.py").write_text("from evaluation import evaluate\nfrom features import FeatureScaler\n\n"
+                                        "scaler = FeatureScaler()\n")
+    (tmp_path / "features.py").write_text("class FeatureScaler:\n    def scale(self, x):\n        return x / 2\n")
+    assert codes(tmp_path) == set()
+
+
+ENGINE_LOOP = ("import torch\n\n\ndef train_one_epoch(model, optimizer, loader):\n    for x in loader:\n"
+               "        with torch.autocast('cuda'):\n            {name}(model(x).mean(), optimizer)\n")
+SCALING = ("import torch\n\n\nclass NativeScaler:\n    def __init__(self):\n"
+           "        self._scaler = torch.amp.GradScaler('cuda')\n\n    def __call__(self, loss, optimizer):\n"
+           "        self._scaler.scale(loss).backward()\n        self._scaler.step(optimizer)\n"
+           "        self._scaler.update()\n")
+
+
+def test_a_builtin_is_never_read_from_the_importers(tmp_path):
+    (tmp_path / "scaling.py").write_text(SCALING)
+    for name, expected in (("loss_scaler", {"AMP001", "AMP002"}), ("print", set())):
+        (tmp_path / "engine.py").write_text(ENGINE_LOOP.format(name=name))
+        (tmp_path / "main.py").write_text(f"from engine import train_one_epoch\nfrom scaling import NativeScaler\n\n"
+                                          f"{name} = NativeScaler()\n")
+        assert codes(tmp_path) == expected, name
+
+
+def test_a_new_importer_binding_the_name_relints_the_module(tmp_path):
+    """The answer read which files import the module: a cached result is not reused once one binds the name."""
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    (tree / "scaling.py").write_text(SCALING)
+    (tree / "engine.py").write_text(ENGINE_LOOP.format(name="loss_scaler"))
+
+    def run() -> set[tuple[str, str]]:
+        result = CliRunner().invoke(main, ["check", str(tree), "--cache-dir", str(cache), "--exit-zero",
+                                           "--output-format", "json"], catch_exceptions=False)
+        return {(Path(d["filename"]).name, d["code"]) for d in json.loads(result.output)}
+
+    assert run() == set()
+    (tree / "main.py").write_text("from engine import train_one_epoch\nfrom scaling import NativeScaler\n\n"
+                                  "loss_scaler = NativeScaler()\n")
+    assert run() == {("engine.py", "AMP001"), ("engine.py", "AMP002")}
+    (tree / "main.py").write_text("from engine import train_one_epoch\n")
+    assert run() == set()

@@ -464,9 +464,10 @@ class ModuleFacts:
         return keys
 
     def _imported_scaler(self, key: str, frame: Frame | None) -> bool:
-        """A name imported from a project module that builds a GradScaler under it at module level: the same
-        object as in one module (`scaler = GradScaler()` beside the functions using it). A parameter of the
-        function (or of one enclosing it) of that name is another object."""
+        """A name imported from a project module that builds a GradScaler under it at module level, or read and
+        never bound here while the modules importing this one build one under it (`ModuleView.module_binding`):
+        the same object as in one module (`scaler = GradScaler()` beside the functions using it). A parameter of
+        the function (or of one enclosing it) of that name is another object."""
         if key not in self.source:
             return False
         current = frame.function() if frame is not None else None

@@ -114,19 +114,24 @@ class FileIndex:
     # "Class.attr" or a module-level/local name -> the callee of the call it is assigned (`self.h = Helper()`)
     instances: dict[str, str] = field(default_factory=dict)
     module_calls: list[CallRecord] = field(default_factory=list)  # calls at module level (scripts)
+    # Names called or called a method of and never bound in the file (`Summary.free_names`), and the names bound
+    # at module level other than by a def, a class or an import (`Summary.module_bound`).
+    free: list[str] = field(default_factory=list)
+    globals: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"f": {name: summary.to_json() for name, summary in self.functions.items()},
                 "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
-                "m": [call.to_json() for call in self.module_calls]}
+                "m": [call.to_json() for call in self.module_calls], "fr": self.free, "g": self.globals}
 
     @classmethod
     def from_json(cls, data: dict) -> FileIndex:
         return cls({name: FunctionSummary.from_json(value) for name, value in data["f"].items()},
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
-                   [CallRecord.from_json(call) for call in data["m"]])
+                   [CallRecord.from_json(call) for call in data["m"]], list(data.get("fr", ())),
+                   list(data.get("g", ())))
 
     def digest(self) -> str:
         """A fingerprint of what other files can read of this one (the cache keys dependants by it)."""
@@ -162,6 +167,8 @@ class _Builder:
         self._lowering()
         self._scaler_builds()
         self._instances()
+        self.index.free = sorted(self.summary.free_names())
+        self.index.globals = sorted(self.summary.module_bound)
         return self.index
 
     # definitions -------------------------------------------------------------------------------------------

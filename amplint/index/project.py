@@ -14,6 +14,14 @@ the same class or of a project base class (`self.f()`), a method of an object wh
 an object (`h(x)`). Functions passed as arguments are not followed. Every question is bounded (`MAX_DEPTH`
 calls deep) and safe on cycles.
 
+A name a module reads and never binds (`FileIndex.free`: `loss_scaler(loss, optimizer)`, `scaler.scale(x)` with no
+assignment, parameter, def, class or import of the name in the module) is read from the module's globals, which
+the modules importing it set (`import engine; engine.scaler = scaler`, or one file split in two): it stands for
+the module-level binding of that name in the project files importing the module (`ProjectIndex.importers`), when
+each of those binding it binds it to the same object (`module_binding`, and calls through it in `resolve`);
+otherwise, or when none binds it, it stays unknown. A module's own binding or import always wins; a builtin is
+never read so.
+
 `ModuleView` is the index seen from one module. It records which other modules its answers read
 (`read_modules`), so that a file's cached result can be keyed by the facts it used (amplint/cache.py).
 """
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -29,6 +38,9 @@ from amplint.vocabulary import Effect
 from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
 
 MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
+# An import statement as a file's text holds it (what follows it on its line, or up to `)`, is read too).
+_IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import\b|import[ \t])", re.MULTILINE)
+_WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
@@ -79,6 +91,9 @@ class ProjectIndex:
         self.max_size = max_size  # files larger than this are not read on demand
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
+        # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
+        self._import_words: dict[str, set[str]] | None = None
+        self._importers: dict[str, list[str]] = {}
 
     def know(self, path: str, name: str | None = None) -> None:
         """A file of the project whose record is read when an answer needs it."""
@@ -86,6 +101,7 @@ class ProjectIndex:
         if path in self.names:
             return
         name = name or module_name(path)
+        self._forget_importers()
         self.names[path] = name
         self.by_name.setdefault(name, []).append(path)
         if os.path.basename(path).startswith("__init__."):
@@ -96,6 +112,7 @@ class ProjectIndex:
         self.remove(path)
         self.know(path, name)
         self._calls = None
+        self._forget_importers()
         self.files[path] = index
         self.indexed.add(path)
 
@@ -103,6 +120,7 @@ class ProjectIndex:
         path = os.path.abspath(path)
         if path in self.names:
             self._calls = None
+            self._forget_importers()
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -143,6 +161,79 @@ class ProjectIndex:
             found = found + self._calls.get(alias, [])
         return found
 
+    def _forget_importers(self) -> None:
+        self._import_words = None
+        self._importers = {}
+
+    def importers(self, path: str) -> list[str]:
+        """The files of the project that import the module at `path` (`import m`, `from m import x`, `from pkg
+        import m`, `from m import *`), as Python resolves each import from the importing file. Asked only for a
+        name the module reads and never binds (`FileIndex.free`): the import statements of every file are looked
+        for once per run (the records of the indexed files, the text of the others), and only the files whose
+        import statements name the module are read."""
+        found = self._importers.get(path)
+        if found is not None:
+            return found
+        if self._import_words is None:
+            self._import_words = self._words_of_imports()
+        name = self.names.get(path, "")
+        found = []
+        for candidate in sorted(self._import_words.get(name.rsplit(".", 1)[-1], ())):
+            if candidate != path and self._imports_module(candidate, path):
+                found.append(candidate)
+        self._importers[path] = found
+        return found
+
+    def importers_digest(self, path: str) -> str:
+        import hashlib
+
+        text = "\n".join(self.importers(path)) if path in self.names else "?"
+        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+    def _words_of_imports(self) -> dict[str, set[str]]:
+        """Each word of an import statement (a part of a module's name, an imported name) -> the files holding one:
+        from the records read so far, else from the file's text (not parsed)."""
+        from amplint.source import SourceError, read_source
+
+        words: dict[str, set[str]] = {}
+        for path in sorted(self.names):
+            record = self.files.get(path)
+            if record is not None:
+                found = {word for module, attribute, _ in record.imports.values()
+                         for word in (*module.split("."), attribute or "") if word}
+                found.update(word for module, _ in record.star_imports for word in module.split(".") if word)
+            else:
+                try:
+                    text = read_source(path, self.max_size).text
+                except (SourceError, OSError):
+                    continue
+                found = set()
+                for match in _IMPORT_STATEMENT.finditer(text):
+                    start = match.end()
+                    end = text.find("\n", start)
+                    if text[start:end if end != -1 else None].lstrip(" \t").startswith("("):
+                        end = text.find(")", start)
+                    found.update(_WORD.findall(text, match.start(), end if end != -1 else len(text)))
+            for word in found:
+                words.setdefault(word, set()).add(path)
+        return words
+
+    def _imports_module(self, importer: str, path: str) -> bool:
+        """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
+        record = self.record(importer)
+        if record is None:
+            return False
+        for module, attribute, level in record.imports.values():
+            absolute = self.absolute(importer, module, level)
+            if absolute and self.find_module(absolute, importer) == path:
+                return True
+            if attribute is not None:
+                inner = f"{absolute}.{attribute}" if absolute else attribute
+                if self.find_module(inner, importer) == path:
+                    return True
+        return any(self.find_module(self.absolute(importer, module, level), importer) == path
+                   for module, level in record.star_imports if module or level)
+
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
         import hashlib
@@ -159,6 +250,9 @@ class ProjectIndex:
                     return False
             elif key.startswith("calls:"):
                 if self.calls_digest(key[6:]) != value:
+                    return False
+            elif key.startswith("importers:"):
+                if self.importers_digest(key[10:]) != value:
                     return False
             elif key not in self.names or self.digest(key) != value:
                 return False
@@ -223,6 +317,7 @@ class ModuleView:
         self.read_modules: set[str] = set()  # paths of other files whose index an answer used
         self.missing: set[str] = set()  # module names an answer looked for and did not find in the project
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
+        self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self._own = None  # `provide`: builds this file's record from the screen's tree
 
     @property
@@ -258,10 +353,12 @@ class ModuleView:
     def dependencies(self) -> dict[str, str]:
         """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
         of its index; "?name" -> "" for a module looked for and absent; "calls:name" -> the digest of every call
-        site named so (a new caller anywhere changes it). A cached result is valid while `valid` holds for it."""
+        site named so (a new caller anywhere changes it); "importers:path" -> the digest of the files importing
+        that module (`ProjectIndex.importers`). A cached result is valid while `valid` holds for it."""
         found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.names}
         found.update({f"?{name}": "" for name in sorted(self.missing)})
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
+        found.update({f"importers:{path}": self.project.importers_digest(path) for path in sorted(self.asked_importers)})
         return found
 
     def outside(self, qualified: str) -> bool:
@@ -307,6 +404,8 @@ class ModuleView:
         module = self._module_of(path, parts[:-1])
         if module is not None:
             return self._name(module, parts[-1], depth - 1)
+        if len(parts) == 2:  # `loss_scaler.run()`, the object bound by the modules importing this one
+            return self._injected(path, index, parts[0], parts[1], depth)
         return None
 
     def _name(self, path: str, name: str, depth: int) -> Target | None:
@@ -339,7 +438,61 @@ class ModuleView:
                 found = self._name(target, name, depth - 1)
                 if found is not None:
                     return found
-        return None
+        return self._injected(path, index, name, "__call__", depth)
+
+    # names a module reads and never binds ------------------------------------------------------------------
+    def _free(self, path: str, index: FileIndex, name: str) -> bool:
+        """Does the file read `name` without ever binding it (`FileIndex.free`), and no module of the project
+        that it star-imports may bind it? Then the name is what the modules importing the file bind it to."""
+        if name not in index.free:
+            return False
+        return not any(self._find(self.project.absolute(path, module, level), path) is not None
+                       for module, level in index.star_imports if module or level)
+
+    def _binders(self, path: str, name: str) -> list[tuple[str, FileIndex]] | None:
+        """The files importing the module at `path` that bind `name` at module level, with their records (those
+        that do not bind it say nothing); None when one may bind it through a star import of the project."""
+        self.asked_importers.add(path)
+        found = []
+        for importer in self.project.importers(path):
+            record = self._file(importer)
+            if record is None:
+                continue
+            if name in record.globals or name in record.imports or name in record.classes \
+                    or name in record.functions or f":{name}" in record.instances:
+                found.append((importer, record))
+            elif any(self._binds(self._find(self.project.absolute(importer, module, level), importer), name)
+                     for module, level in record.star_imports if module or level):
+                return None
+        return found
+
+    def _binds(self, path: str | None, name: str) -> bool:
+        record = self._file(path) if path is not None else None
+        return record is not None and (name in record.globals or name in record.imports or name in record.classes
+                                       or name in record.functions or f":{name}" in record.instances)
+
+    def _injected(self, path: str, index: FileIndex, name: str, method: str, depth: int) -> Target | None:
+        """For a name the file reads and never binds (`_free`): the project function that calling its `method`
+        runs (`__call__`: calling the name itself), when every module importing the file that binds the name binds
+        it to one object whose class (or function) the index knows, and they agree: `loss_scaler = NativeScaler()`
+        in `main.py`, which imports the module calling `loss_scaler(loss, optimizer)`. None otherwise."""
+        if depth <= 0 or not self._free(path, index, name):
+            return None
+        binders = self._binders(path, name)
+        found: set[Target] = set()
+        for importer, record in binders or ():
+            held = record.instances.get(f":{name}")
+            if held is not None and name not in record.functions and name not in record.classes:
+                target = self._method_of_callee(importer, held, method, depth - 1)
+            elif method == "__call__" and name not in record.globals and (
+                    name in record.functions or name in record.imports):
+                target = self._name(importer, name, depth - 1)
+            else:
+                target = None
+            if target is None:
+                return None
+            found.add(target)
+        return found.pop() if len(found) == 1 else None
 
     def _module_of(self, path: str, parts: list[str]) -> str | None:
         """The project module a dotted receiver names (`utils`, `pkg.utils`, an `import pkg.utils as u`)."""
@@ -459,28 +612,42 @@ class ModuleView:
     def module_binding(self, name: str, path: str | None = None, depth: int = MAX_DEPTH) -> str | None:
         """For a name the file imports from a project module (`from state import scaler`), the qualified name of
         the call that module assigns it at module level (`scaler = torch.amp.GradScaler()`:
-        "torch.amp.GradScaler"), through re-exports; None when the index cannot tell."""
+        "torch.amp.GradScaler"), through re-exports; for a name the file reads and never binds, the one the
+        modules importing it assign it (`_injected_binding`); None when the index cannot tell."""
         path = path or self.path
         index = self._file(path)
         if index is None or depth < 0:
             return None
         imported = index.imports.get(name)
-        if imported is None or imported[1] is None:
+        if imported is None:
+            return self._injected_binding(path, index, name, depth)
+        if imported[1] is None:
             return None
         module, attribute, level = imported
         target = self._find(self.project.absolute(path, module, level), path)
         record = self._file(target) if target is not None else None
         if record is None:
             return None
-        callee = record.instances.get(f":{attribute}")
-        if callee is None:
+        if f":{attribute}" not in record.instances:
             return self.module_binding(attribute, target, depth - 1)  # re-exported (`from .state import scaler`)
-        head, _, rest = callee.partition(".")
-        source = record.imports.get(head)
-        if source is None:
-            return None  # a class or function of that module: not an API this vocabulary names
-        base = source[0] if source[1] is None else f"{source[0]}.{source[1]}"
-        return f"{base}.{rest}" if rest else base
+        return _qualified_instance(record, attribute)
+
+    def _injected_binding(self, path: str, index: FileIndex, name: str, depth: int) -> str | None:
+        """`module_binding` of a name the file reads and never binds (`_free`): the qualified name of the call
+        that the modules importing the file assign it at module level (`scaler = torch.amp.GradScaler()` in
+        `main.py`), when each one binding it binds it so, to the same call; None otherwise."""
+        if depth <= 0 or not self._free(path, index, name):
+            return None
+        binders = self._binders(path, name)
+        found = set()
+        for importer, record in binders or ():
+            if f":{name}" in record.instances and name not in record.functions and name not in record.classes:
+                found.add(_qualified_instance(record, name))
+            elif name in record.imports and name not in record.globals:
+                found.add(self.module_binding(name, importer, depth - 1))
+            else:
+                return None  # a def, a class, a value not from a call: not one of the vocabulary's objects
+        return found.pop() if len(found) == 1 else None
 
     def project_runs_backward(self) -> bool:
         """Does a function of the project (this file's included) run a backward itself? Asked of the files
@@ -532,6 +699,21 @@ class ModuleView:
                         following.append((site.caller, [*chain, site]))
             frontier = following
         return None
+
+
+def _qualified_instance(record: FileIndex, name: str) -> str | None:
+    """The qualified name of the call the file assigns `name` at module level, through its imports
+    (`scaler = amp.GradScaler()` after `from torch import amp`: "torch.amp.GradScaler"); None for a class or
+    function of the file itself (not an API the vocabulary names)."""
+    callee = record.instances.get(f":{name}")
+    if callee is None:
+        return None
+    head, _, rest = callee.partition(".")
+    source = record.imports.get(head)
+    if source is None:
+        return None
+    base = source[0] if source[1] is None else f"{source[0]}.{source[1]}"
+    return f"{base}.{rest}" if rest else base
 
 
 def _held(index: FileIndex, caller: str | None, name: str) -> str | None:

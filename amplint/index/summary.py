@@ -10,6 +10,7 @@ with a question of its own writes it in its own file from the generic accessors 
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import re
 import warnings
@@ -111,6 +112,13 @@ def target_names(target: ast.AST, into: set[str]) -> None:
 
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Nodes binding a name otherwise than an `ast.Name` target: a parameter, `except ... as e`, a `match` capture,
+# `global`/`nonlocal` (a function writing a module's name).
+_OTHER_BINDINGS = frozenset({ast.arg, ast.ExceptHandler, ast.Global, ast.Nonlocal, ast.MatchAs, ast.MatchStar,
+                             ast.MatchMapping})
+_BUILTINS = frozenset(dir(builtins))
+# Calls that bind a module's names at run time (`globals()["scaler"] = ...`): no name of such a module is free.
+_DYNAMIC_BINDERS = frozenset({"globals", "exec"})
 _LEAF_FIELDS = {"ctx", "type_comment"}
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
@@ -222,6 +230,10 @@ class Summary:
         self.imported_modules: set[str] = set()  # absolute imports and their parents: torch, torch.cuda...
         self.import_bound: dict[str, set[str]] = {}  # local name bound by an import -> last parts it stands for
         self.assigned: set[str] = set()  # dotted names assigned anywhere (what the facts layer can follow)
+        # Plain names bound anywhere (an assignment, loop or `with` target, a parameter, `except ... as`, `del`...),
+        # and those bound at module level (class bodies and `global` statements included): `free_names`.
+        self.bound: set[str] = set()
+        self.module_bound: set[str] = set()
         self.assignments: list[tuple[set[str], ast.AST]] = []  # (dotted targets, value) of `=` statements
         self.call_assignments: list[tuple[ast.AST | None, ast.Assign | ast.AnnAssign]] = []  # (its function, `x = f(...)`)
         self.import_nodes: list[ast.AST] = []  # every import statement, in any scope
@@ -234,6 +246,7 @@ class Summary:
         self.call_sites_by_name: dict[str, list[tuple[ast.AST | None, tuple, str | None, tuple, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
         self._scalers: set[str] | None = None
+        self._free: set[str] | None = None
         self._value_names: list[tuple[set[str], set[str]]] | None = None
         self._optimizers: set[str] | None = None
         self.withs: list[tuple[ast.AST, ast.AST | None, tuple]] = []  # (with, its function, withs around it)
@@ -296,6 +309,7 @@ class Summary:
         identifiers, methods, module_methods, calls = self.identifiers, self.methods, self.module_methods, self.call_sites_by_name
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
         ast_type = ast.AST
+        load_type, bound, module_bound = ast.Load, self.bound, self.module_bound
         # (node, innermost function or None, with-statements around it in that function, loops whose body holds
         # it in that function, outermost first)
         stack: list[tuple[ast.AST, ast.AST | None, tuple, tuple]] = [(tree, None, (), ())]
@@ -306,6 +320,8 @@ class Summary:
             kind = type(node)
             if kind is name_type:
                 identifiers.add(node.id)
+                if type(node.ctx) is not load_type:  # a target (Store) or `del` (Del)
+                    (bound if function is not None else module_bound).add(node.id)
                 continue
             if kind is attribute_type:
                 identifiers.add(node.attr)
@@ -399,6 +415,7 @@ class Summary:
                 target_names(node.target, self.assigned)
             elif kind is ast.ClassDef:
                 self._note_decorators(node)
+                (bound if function is not None else module_bound).add(node.name)
             elif kind is ast.Import:
                 self.import_nodes.append(node)
                 for alias in node.names:
@@ -430,6 +447,15 @@ class Summary:
                     local = alias.asname or alias.name
                     identifiers.add(local)
                     self.import_bound.setdefault(local, set()).add(parts[-1])
+            elif kind in _OTHER_BINDINGS:
+                if kind is ast.arg:
+                    bound.add(node.arg)
+                elif kind is ast.Global or kind is ast.Nonlocal:
+                    module_bound.update(node.names)
+                else:  # except ... as name, match captures (`case x`, `*rest`, `**rest`)
+                    name = getattr(node, "name", None) or getattr(node, "rest", None)
+                    if name:
+                        (bound if function is not None else module_bound).add(name)
 
     def _note_decorators(self, node: ast.AST) -> None:
         for decorator in node.decorator_list:
@@ -594,15 +620,35 @@ class Summary:
         return self._scalers
 
     def screened_scaler_names(self) -> set[str]:
-        """`scaler_names`, and the names imported from a module other than torch's that are used as a scaler is
-        (`from state import scaler`; `scaler.scale(...)`): that module may build one, which the facts layer asks
-        the project index (`ModuleView.module_binding`). The screen's set: the index's own facts keep to
+        """`scaler_names`, and the names imported from a module other than torch's, or read and never bound
+        (`free_names`), that are used as a scaler is (`from state import scaler`; `scaler.scale(...)`): that
+        module, or the modules importing this one, may build one, which the facts layer asks the project index
+        (`ModuleView.module_binding`). The screen's set: the index's own facts keep to
         `scaler_names`, where an imported scheduler's `step()` must stay a plain step."""
         imported = {alias.asname or alias.name for node in self.import_nodes if type(node) is ast.ImportFrom
                     and (node.module or "").split(".")[0] != "torch" for alias in node.names}
+        imported |= self.free_names()  # a name the modules importing this one bind (`scaler` set by `main.py`)
         return self.scaler_names() | {receiver for method in (vocab.SCALE, vocab.UNSCALE, vocab.STEP, vocab.UPDATE)
                                       for _, _, receiver, _, _ in self.call_sites_by_name.get(method, ())
                                       if receiver in imported}
+
+    def free_names(self) -> set[str]:
+        """The names the module calls (`loss_scaler(...)`) or calls a method of (`scaler.scale(...)`) and never
+        binds: no assignment, loop or `with` target, parameter, def, class, import or `global` write of the name
+        anywhere in it, and not a builtin. Python reads such a name from the module's globals, which a star import
+        or another module sets (`import m; m.scaler = scaler`): the project index asks the star-imported modules,
+        then the modules importing this one (`ModuleView.module_binding`, `ModuleView.resolve`). Empty when the
+        module binds names at run time (`globals()`, `exec`)."""
+        if self._free is None:
+            self._free = set()
+            if not (self.identifiers & _DYNAMIC_BINDERS):
+                candidates = {receiver.split(".", 1)[0] if receiver else name
+                              for name, sites in self.call_sites_by_name.items()
+                              for _, _, receiver, _, _ in sites if receiver is None or receiver}
+                taken = self.bound | self.module_bound | self.import_bound.keys() | set(self.function_names)
+                self._free = {name for name in candidates - taken
+                              if name not in _BUILTINS and not name.startswith("__")}
+        return self._free
 
     def _optimizer_names(self) -> set[str]:
         """Dotted names the facts layer can take for an optimizer (`ModuleFacts.is_optimizer`, which knows one by
