@@ -21,7 +21,10 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
 
 Beside the facts, each function records the entries of what it returns that are surely not low precision
 (`items`: a dict's entries by key, a tuple's elements by position; `returned_items`), with the entries of other
-functions' results they are taken from, for the project index to follow (`ModuleView.plain_item`).
+functions' results they are taken from, for the project index to follow (`ModuleView.plain_item`). These, the
+parameters it casts at entry (`casts`) and those whose dtype its returns keep (`keeps`) are asked by the fp32-island
+rule of the few functions its regions reach: each is computed when first read, from the file's tree while it is
+alive, else from its text parsed again (a record sent to another process carries its text).
 
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
 can be enabled, under no_grad. Calls to what the file imports from outside the project are kept too (the index
@@ -166,7 +169,7 @@ class FunctionSummary:
 
 class _Deferred:
     """The text a file's record was built from, for the facts computed when first asked (`FunctionSummary.casts`,
-    `.items`): the tree it was built from while that is alive, else the text parsed again (in another process:
+    `.keeps`, `.items`): the tree it was built from while that is alive, else the text parsed again (in another process:
     the record travels with its text, not its tree)."""
 
     __slots__ = ("text", "_tree", "_functions")
