@@ -46,7 +46,7 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
     INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
-from amplint.index.summary import FUNCTIONS, Summary, dotted
+from amplint.index.summary import FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
 # The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
@@ -679,11 +679,13 @@ def _dtype_sources(function: ast.AST, params: tuple[str, ...]) -> tuple[str, ...
 def _lowers_nothing(function: ast.AST) -> bool:
     from amplint.vocabulary import DTYPE_KEEPING_CALLS
 
-    for node in ast.walk(function):
+    pending = [function]  # every node below the function (its decorators and defaults too), in any order
+    while pending:
+        node = pending.pop()
         kind = type(node)
         if kind is ast.BinOp and type(node.op) is ast.MatMult:
             return False
-        if kind in (ast.Lambda, *FUNCTIONS) and node is not function:
+        if kind in _NESTED and node is not function:
             return False  # a nested function or lambda: not followed
         if kind is ast.Call:
             func = node.func
@@ -698,7 +700,11 @@ def _lowers_nothing(function: ast.AST) -> bool:
                     return False
             else:
                 return False
+        pending.extend(_child_nodes(node))
     return True
+
+
+_NESTED = (ast.Lambda, *FUNCTIONS)
 
 
 def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:
