@@ -44,8 +44,6 @@ def _stepping_caller_possible(view) -> bool:
     caller is found by the name it calls and its call resolved (as `ModuleView.callers`); this file's record is
     read only when a call resolves into it. What is read is what `callers` would read, so a cached answer is
     kept by the same facts."""
-    from amplint.index.project import Target
-
     names = view.function_names()
     if names is None:
         return True  # not known: the record decides
@@ -55,11 +53,13 @@ def _stepping_caller_possible(view) -> bool:
     else:
         view.asked_calls.update(names)
         sites = [site for name in sorted(names) for site in view.project.calls_named(name)]
+    records: dict = {}
     for path, caller, call in sites:
         if path == view.path:
             continue  # a caller in this module: not asked
-        view.record(path)
-        summary = view.function(Target(path, caller)) if caller is not None else None
+        if path not in records:
+            records[path] = view.record(path)
+        summary = records[path].functions.get(caller) if caller is not None and records[path] is not None else None
         if summary is not None and summary.does & STEPPED:
             target = view.resolve(caller, call.callee, path)
             if target is not None and target.module == view.path:
