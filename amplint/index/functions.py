@@ -21,7 +21,10 @@ facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled ba
 
 Beside the facts, each function records the entries of what it returns that are surely not low precision
 (`items`: a dict's entries by key, a tuple's elements by position; `returned_items`), with the entries of other
-functions' results they are taken from, for the project index to follow (`ModuleView.plain_item`).
+functions' results they are taken from, for the project index to follow (`ModuleView.plain_item`). These, the
+parameters it casts at entry (`casts`) and those whose dtype its returns keep (`keeps`) are asked by the fp32-island
+rule of the few functions its regions reach: each is computed when first read, from the file's tree while it is
+alive, else from its text parsed again (a record sent to another process carries its text).
 
 Each call that may reach code of the project is kept with where it runs: in a loop, in an autocast region that
 can be enabled, under no_grad. Calls to what the file imports from outside the project are kept too (the index
@@ -35,13 +38,15 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import warnings
+import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
     INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
-from amplint.index.summary import FUNCTIONS, Summary, dotted
+from amplint.index.summary import FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
 # The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
@@ -73,21 +78,81 @@ class CallRecord:
         return cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]))
 
 
-@dataclass
 class FunctionSummary:
-    qualname: str  # "train" or "Trainer.train_step" (as the facts layer's FunctionInfo.qualname)
-    line: int
-    params: tuple[str, ...] = ()
-    does: set[str] = field(default_factory=set)
-    lines: dict[str, int] = field(default_factory=dict)  # fact -> line of its first occurrence
-    calls: list[CallRecord] = field(default_factory=list)
-    casts: tuple[str, ...] = ()  # parameters the body casts to float32 before anything else (`casts_at_entry`)
-    # With `lowers_nothing`: the parameters whose dtype what it returns carries (not those only used as indices,
-    # sizes or written into another tensor: `get_segments(x, start_idxs, n)` carries `x`'s).
-    keeps: tuple[str, ...] = ()
-    # The entries of what it returns that are surely not low precision (`returned_items`): "k:<key>" of a dict,
-    # "p:<n>" of a tuple -> the (callee as written, entry) of other functions' results each is taken from.
-    items: dict[str, tuple[tuple[str, str], ...]] = field(default_factory=dict)
+    """What one function does (`does`, `lines`, `calls`) and, for the fp32-island rule, what it does with its
+    parameters and returns (`casts`, `keeps`, `items`). These three are computed when first read, from the tree
+    of the file (`_Deferred`): most functions of a project are never asked about them."""
+
+    __slots__ = ("qualname", "line", "params", "does", "lines", "calls", "_casts", "_keeps", "_items", "_deferred")
+
+    def __init__(self, qualname: str, line: int, params: tuple[str, ...] = (), does: set[str] | None = None,
+                 lines: dict[str, int] | None = None, calls: list[CallRecord] | None = None,
+                 casts: tuple[str, ...] = (), keeps: tuple[str, ...] = (),
+                 items: dict[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+        self.qualname = qualname  # "train" or "Trainer.train_step" (as the facts layer's FunctionInfo.qualname)
+        self.line = line
+        self.params = params
+        self.does: set[str] = set() if does is None else does
+        self.lines: dict[str, int] = {} if lines is None else lines  # fact -> line of its first occurrence
+        self.calls: list[CallRecord] = [] if calls is None else calls
+        self._casts = casts
+        self._keeps = keeps
+        self._items = {} if items is None else items
+        self._deferred: tuple[_Deferred, int] | None = None  # (the file's text, the def's column): not yet computed
+
+    @property
+    def casts(self) -> tuple[str, ...]:
+        """The parameters the body casts to float32 before anything else (`casts_at_entry`)."""
+        if self._deferred is not None:
+            self._settle()
+        return self._casts
+
+    @property
+    def keeps(self) -> tuple[str, ...]:
+        """With `lowers_nothing`: the parameters whose dtype what it returns carries (not those only used as
+        indices, sizes or written into another tensor: `get_segments(x, start_idxs, n)` carries `x`'s)."""
+        if self._deferred is not None:
+            self._settle()
+        return self._keeps
+
+    @property
+    def items(self) -> dict[str, tuple[tuple[str, str], ...]]:
+        """The entries of what it returns that are surely not low precision (`returned_items`): "k:<key>" of a
+        dict, "p:<n>" of a tuple -> the (callee as written, entry) of other functions' results each is taken
+        from."""
+        if self._deferred is not None:
+            self._settle()
+        return self._items
+
+    def _settle(self) -> None:
+        source, column = self._deferred
+        self._deferred = None
+        node = source.function(self.line, column)
+        if node is None:
+            return
+        try:
+            self._casts, self._items = _parameter_facts(node, self.params)
+            if Effect.LOWERS_NOTHING in self.does:
+                self._keeps = _dtype_sources(node, self.params)
+        except RecursionError:  # an expression nested too deep to follow: nothing known
+            self._casts, self._keeps, self._items = (), (), {}
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not FunctionSummary:
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # mutable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"FunctionSummary({self.qualname!r}, {self.line}, {self.params!r}, does={sorted(self.does)!r})"
 
     def to_json(self) -> dict:
         return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
@@ -100,6 +165,40 @@ class FunctionSummary:
                    [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
                    tuple(data.get("k", ())), {slot: tuple((ref[0], ref[1]) for ref in refs)
                                               for slot, refs in data.get("it", {}).items()})
+
+
+class _Deferred:
+    """The text a file's record was built from, for the facts computed when first asked (`FunctionSummary.casts`,
+    `.keeps`, `.items`): the tree it was built from while that is alive, else the text parsed again (in another process:
+    the record travels with its text, not its tree)."""
+
+    __slots__ = ("text", "_tree", "_functions")
+
+    def __init__(self, text: str, tree: ast.AST | None = None) -> None:
+        self.text = text
+        self._tree = weakref.ref(tree) if tree is not None else None
+        self._functions: dict[tuple[int, int], ast.AST] | None = None  # (line, column) of a def -> the def
+
+    def function(self, line: int, column: int) -> ast.AST | None:
+        if self._functions is None:
+            tree = self._tree() if self._tree is not None else None
+            self._tree = None
+            if tree is None:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        tree = ast.parse(self.text)
+                except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
+                    tree = None
+            self._functions = {} if tree is None else {
+                (node.lineno, node.col_offset): node for node in ast.walk(tree) if type(node) in FUNCTIONS}
+        return self._functions.get((line, column))
+
+    def __getstate__(self):
+        return (self.text,)  # never its tree
+
+    def __setstate__(self, state: tuple) -> None:
+        self.text, self._tree, self._functions = state[0], None, None
 
 
 @dataclass
@@ -157,6 +256,7 @@ class _Builder:
         self.nodes: dict[int, ast.AST] = {}  # id of a def -> the def
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
+        self.deferred = _Deferred(summary.text, summary.tree)
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
@@ -183,8 +283,8 @@ class _Builder:
                     qualname = f"{owner}.{node.name}" if owner else node.name
                     arguments = node.args
                     params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-                    summary = FunctionSummary(qualname, node.lineno, params, casts=casts_at_entry(node, params),
-                                              items=_items_or_none(node, params))
+                    summary = FunctionSummary(qualname, node.lineno, params)
+                    summary._deferred = (self.deferred, node.col_offset)  # `casts`, `items`: when first read
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
@@ -402,11 +502,13 @@ class _Builder:
         """`lowers_nothing`: the function runs no op autocast casts to a low dtype (no matmul, linear, conv, no
         module or function of the user's; only tensor methods and torch functions that keep a dtype, indexing,
         builtins): under any autocast, what it returns has its inputs' dtype (`get_segments(x, starts, n)`)."""
+        from amplint.vocabulary import AUTOCAST_DTYPE_QUERIES
+
+        queried = not AUTOCAST_DTYPE_QUERIES.isdisjoint(self.summary.identifiers)  # else no function casts so
         for function_id, owner in self.by_id.items():
             if _lowers_nothing(self.nodes[function_id]):
-                self._note(owner, Effect.LOWERS_NOTHING, owner.line)
-                owner.keeps = _dtype_sources(self.nodes[function_id], owner.params)
-            if _returns_autocast_dtype(self.nodes[function_id], owner.params):
+                self._note(owner, Effect.LOWERS_NOTHING, owner.line)  # its `keeps`: when first read
+            if queried and _returns_autocast_dtype(self.nodes[function_id], owner.params):
                 self._note(owner, Effect.RETURNS_AUTOCAST_DTYPE, owner.line)
 
     def _returns_float32(self, function: ast.AST, off: bool) -> bool:
@@ -584,11 +686,13 @@ def _dtype_sources(function: ast.AST, params: tuple[str, ...]) -> tuple[str, ...
 def _lowers_nothing(function: ast.AST) -> bool:
     from amplint.vocabulary import DTYPE_KEEPING_CALLS
 
-    for node in ast.walk(function):
+    pending = [function]  # every node below the function (its decorators and defaults too), in any order
+    while pending:
+        node = pending.pop()
         kind = type(node)
         if kind is ast.BinOp and type(node.op) is ast.MatMult:
             return False
-        if kind in (ast.Lambda, *FUNCTIONS) and node is not function:
+        if kind in _NESTED and node is not function:
             return False  # a nested function or lambda: not followed
         if kind is ast.Call:
             func = node.func
@@ -603,7 +707,11 @@ def _lowers_nothing(function: ast.AST) -> bool:
                     return False
             else:
                 return False
+        pending.extend(_child_nodes(node))
     return True
+
+
+_NESTED = (ast.Lambda, *FUNCTIONS)
 
 
 def casts_at_entry(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) -> tuple[str, ...]:
@@ -899,6 +1007,12 @@ def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
         else:
             found[slot] = tuple(references)
     return found
+
+
+def _parameter_facts(function: ast.FunctionDef | ast.AsyncFunctionDef, params: tuple[str, ...]) \
+        -> tuple[tuple[str, ...], dict[str, tuple[tuple[str, str], ...]]]:
+    """(`casts_at_entry`, `returned_items`) of a function."""
+    return casts_at_entry(function, params), _items_or_none(function, params)
 
 
 def _items_or_none(function: ast.FunctionDef | ast.AsyncFunctionDef,

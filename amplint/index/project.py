@@ -319,6 +319,7 @@ class ModuleView:
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self._own = None  # `provide`: builds this file's record from the screen's tree
+        self._names = None  # `provide`: the names its functions can have, from its text
 
     @property
     def name(self) -> str:
@@ -330,11 +331,21 @@ class ModuleView:
         self.read_modules.add(path)
         return self.project.record(path)
 
-    def provide(self, build) -> None:
+    def provide(self, build, names=None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
-        needs it and the index has none."""
+        needs it and the index has none; `names()`: the names its functions can have, read from its text
+        (`function_names`)."""
         self.project.know(self.path)
         self._own = build
+        self._names = names
+
+    def function_names(self) -> set[str] | None:
+        """The last names of the view's own file's functions (`Class.run`: "run"), or a superset of them when its
+        record is not built yet (the names after `def` in its text); None when neither is known."""
+        record = self.project.files.get(self.path)
+        if record is not None:
+            return {qualname.rsplit(".", 1)[-1] for qualname in record.functions}
+        return self._names() if self._names is not None else None
 
     def record(self, path: str) -> FileIndex | None:
         """The index record of a file of the project (read when first needed; recorded as read by this view)."""

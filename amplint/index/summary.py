@@ -811,10 +811,14 @@ class Summary:
     def imports_module(self, name: str) -> bool:
         return self.ask(self.has_token(name) and self.has_token("import"), lambda: name in self.imported_modules)
 
-    def defines_function(self, pattern: re.Pattern[str]) -> bool:
+    def written_def_names(self) -> set[str]:
+        """The names after `def` in the text (in comments and strings too): a superset of its functions' names."""
         if self._text_def_names is None:
             self._text_def_names = set(_DEF_NAME.findall(self.text)) if "def" in self.text else set()
-        written = any(pattern.search(name) for name in self._text_def_names)
+        return self._text_def_names
+
+    def defines_function(self, pattern: re.Pattern[str]) -> bool:
+        written = any(pattern.search(name) for name in self.written_def_names())
         return self.ask(written, lambda: any(pattern.search(name) for name in self.function_names))
 
     def accelerator_named(self) -> bool:

@@ -25,6 +25,8 @@ def caller_steps_a_half_factory(view) -> bool:
     another module step or unscale through a GradScaler (the project index's `half_model`, `scaler_step`)?"""
     from amplint.index.project import functions_doing
 
+    if not _stepping_caller_possible(view):
+        return False
     for target in functions_doing(view, Effect.HALF_MODEL):
         for site in view.callers(target):
             summary = view.function(site.caller)
@@ -34,6 +36,35 @@ def caller_steps_a_half_factory(view) -> bool:
 
 
 STEPPED = frozenset({Effect.SCALER_STEP, Effect.UNSCALE})
+
+
+def _stepping_caller_possible(view) -> bool:
+    """Does a function of another module that steps or unscales through a GradScaler call a function of this
+    file? Asked by the names the file's functions can have, before its record is built (that parses it): a
+    caller is found by the name it calls and its call resolved (as `ModuleView.callers`); this file's record is
+    read only when a call resolves into it. What is read is what `callers` would read, so a cached answer is
+    kept by the same facts."""
+    names = view.function_names()
+    if names is None:
+        return True  # not known: the record decides
+    if "__call__" in names:  # an object's call: every call site may reach it
+        view.asked_calls.add("*")
+        sites = view.project.calls_named(None)
+    else:
+        view.asked_calls.update(names)
+        sites = [site for name in sorted(names) for site in view.project.calls_named(name)]
+    records: dict = {}
+    for path, caller, call in sites:
+        if path == view.path:
+            continue  # a caller in this module: not asked
+        if path not in records:
+            records[path] = view.record(path)
+        summary = records[path].functions.get(caller) if caller is not None and records[path] is not None else None
+        if summary is not None and summary.does & STEPPED:
+            target = view.resolve(caller, call.callee, path)
+            if target is not None and target.module == view.path:
+                return True
+    return False
 
 
 class HalfModelWithScaler(Rule):

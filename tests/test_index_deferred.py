@@ -1,0 +1,148 @@
+"""The index's facts computed when first read (`FunctionSummary.casts`, `.keeps`, `.items`), and the screen's
+questions that look at the project before building a file's record: the same answers as computed up front, in
+the process that built the record and in another one, and a cached result that follows the project."""
+
+from __future__ import annotations
+
+import ast
+import json
+import pickle
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from amplint.cli import main
+from amplint.index.functions import FileIndex, _dtype_sources, casts_at_entry, index_text, returned_items
+from amplint.index.summary import Summary
+from amplint.vocabulary import Effect
+
+REPO = Path(__file__).resolve().parents[1]
+FACTORY = REPO / "fixtures" / "AMP012-half-model-with-scaler" / "projects" / "factory_elsewhere"
+
+SOURCE = '''\
+import torch
+
+
+def loss_of(logits, target, scale=1.0):
+    logits = logits.float()
+    return torch.nn.functional.cross_entropy(logits, target) * scale
+
+
+def segments(x, starts, n):
+    out = x.new_zeros(n, x.size(1))
+    for i in range(n):
+        out[i] = x[starts[i]]
+    return out
+
+
+class Aligner(torch.nn.Module):
+    def forward(self, x):
+        durations = self.align(x).argmax(-1).int()
+        return {"durations": durations, "mask": x > 0, "logits": self.head(x)}
+
+    async def fetch(self, x):
+        a, b = self.split(x)
+        return a.long(), b
+
+    def outer(self, x):
+        def inner(y):
+            return y.float()
+        return inner(x)
+'''
+
+
+def _direct(text: str) -> dict[str, tuple]:
+    """Each function's (casts, keeps, items), computed on the parsed tree here."""
+    tree = ast.parse(text)
+    found = {}
+    for owner in [tree, *[n for n in tree.body if type(n) is ast.ClassDef]]:
+        prefix = f"{owner.name}." if type(owner) is ast.ClassDef else ""
+        for node in owner.body:
+            if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef):
+                arguments = node.args
+                params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
+                found[prefix + node.name] = (casts_at_entry(node, params), _dtype_sources(node, params),
+                                             returned_items(node, params))
+    return found
+
+
+def _facts(record: FileIndex) -> dict[str, tuple]:
+    return {name: (summary.casts, summary.keeps if Effect.LOWERS_NOTHING in summary.does else _NOT_KEPT,
+                   summary.items) for name, summary in record.functions.items() if name in _direct(SOURCE)}
+
+
+_NOT_KEPT = "not asked"
+
+
+def _expected() -> dict[str, tuple]:
+    record = index_text(SOURCE)
+    return {name: (casts, keeps if Effect.LOWERS_NOTHING in record.functions[name].does else _NOT_KEPT, items)
+            for name, (casts, keeps, items) in _direct(SOURCE).items()}
+
+
+def test_deferred_facts_are_those_computed_on_the_tree():
+    expected = _expected()
+    assert expected["loss_of"][0] == ("logits",)
+    assert expected["segments"][1] == ("x",)
+    assert expected["Aligner.forward"][2] == {"k:durations": (), "k:mask": ()}
+    assert expected["Aligner.fetch"][2] == {"p:0": (), "p:1": (("self.split", "p:1"),)}
+    summary = Summary(SOURCE)  # the tree the record is built from stays alive: it is read, not parsed again
+    alive = index_text(SOURCE, summary)
+    assert _facts(alive) == expected
+    assert _facts(index_text(SOURCE)) == expected  # the tree gone: the text parsed again
+
+
+def test_deferred_facts_travel_with_the_record_to_another_process():
+    expected = _expected()
+    record = index_text(SOURCE)
+    moved = pickle.loads(pickle.dumps(record))  # as phase 1's workers send it, nothing read yet
+    assert _facts(moved) == expected
+    assert moved.to_json() == index_text(SOURCE).to_json()
+    kept = FileIndex.from_json(json.loads(json.dumps(index_text(SOURCE).to_json())))  # as the cache keeps it
+    assert _facts(kept) == expected
+
+
+def test_a_record_of_an_empty_or_unparsable_text_reads_as_nothing():
+    empty = pickle.loads(pickle.dumps(index_text("")))
+    assert empty.functions == {}
+    record = index_text("def f(x):\n    return x.float()\n")
+    record.functions["f"]._deferred[0].text = "def f(x:\n"  # the text no longer parses: nothing is known
+    assert record.functions["f"].casts == () and record.functions["f"].items == {}
+
+
+def _amp012(folder: Path) -> list[tuple[str, int]]:
+    result = CliRunner().invoke(main, ["check", str(folder), "--select", "AMP012", "--output-format", "json",
+                                       "--cache-dir", str(folder.parent / "cache")], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return sorted((Path(d["filename"]).name, d["location"]["row"]) for d in json.loads(result.output))
+
+
+def test_half_factory_follows_its_callers_through_the_cache(tmp_path):
+    """The factory's module is screened out while no caller elsewhere steps through a GradScaler (its record never
+    built), and its cached result gives way once one does, and again once it no longer does."""
+    folder = tmp_path / "project"
+    shutil.copytree(FACTORY, folder)
+    run = folder / "run.py"
+    text = run.read_text()
+    plain = text.replace("grad_scaler.step(opt)", "opt.step()")
+    assert plain != text
+    run.write_text(plain)
+    assert _amp012(folder) == []
+    run.write_text(text)
+    assert _amp012(folder) == [("setup_model.py", 5)]
+    run.write_text(plain)
+    assert _amp012(folder) == []
+
+
+def test_half_factory_follows_a_new_caller_through_the_cache(tmp_path):
+    """A caller stepping through a GradScaler that appears in a new module gives way to the cached result of the
+    factory's module, screened out before."""
+    folder = tmp_path / "project"
+    shutil.copytree(FACTORY, folder)
+    run = folder / "run.py"
+    text = run.read_text()
+    run.write_text(text.replace("grad_scaler.step(opt)", "opt.step()"))
+    assert _amp012(folder) == []
+    (folder / "run_scaled.py").write_text(text)
+    assert _amp012(folder) == [("setup_model.py", 5)]
