@@ -452,8 +452,10 @@ class Cache:
             pass  # a full disk or a read-only cache costs speed, never results
 
     # the project index's records (phase 1), by content ----------------------------------------------------
-    def index_record(self, raw: bytes, build: Callable[[], object]):
-        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`."""
+    def index_record(self, raw: bytes, build: Callable[[], object], text: str | None = None):
+        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`.
+        With the file's `text`, a record is stored without the facts its functions compute when first read
+        (`FileIndex.to_json(deferred=True)`), and read back with them deferred again."""
         from amplint.index.functions import FileIndex
 
         key = self.key(raw, (), "index")  # its own key: no rule codes, another mode
@@ -463,11 +465,12 @@ class Cache:
         if body is not None:
             try:
                 data = json.loads(body)
-                return None if data is None else FileIndex.from_json(data)
+                return None if data is None else FileIndex.from_json(data, text)
             except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
                 pass  # a damaged record is built again
         record = build()
-        body = json.dumps(record.to_json() if record is not None else None, separators=(",", ":")).encode()
+        stored_form = record.to_json(deferred=text is not None) if record is not None else None
+        body = json.dumps(stored_form, separators=(",", ":")).encode()
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             _write_atomically(Path(path), _framed(key, body))

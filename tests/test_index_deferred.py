@@ -103,6 +103,32 @@ def test_deferred_facts_travel_with_the_record_to_another_process():
     assert _facts(kept) == expected
 
 
+def test_the_cache_keeps_a_record_with_its_facts_deferred(tmp_path):
+    """A record written to the cache before its facts were read is stored without them and read back with them
+    deferred to the file's text; the same facts, and the same record, as computed up front."""
+    from amplint.cache import Cache
+
+    expected = _expected()
+    cache = Cache(str(tmp_path / "cache"))
+    raw = SOURCE.encode()
+    built = cache.index_record(raw, lambda: index_text(SOURCE), SOURCE)
+    assert _facts(built) == expected
+    stored = FileIndex.from_json
+    again = cache.index_record(raw, lambda: (_ for _ in ()).throw(AssertionError("built again")), SOURCE)  # read
+    assert all(summary._deferred is not None for summary in again.functions.values())
+    assert _facts(again) == expected
+    assert again.to_json() == index_text(SOURCE).to_json()
+    written = index_text(SOURCE).to_json(deferred=True)
+    assert all("x" not in entry and "z" in entry for entry in written["f"].values())
+    assert stored(json.loads(json.dumps(written)), SOURCE).to_json() == index_text(SOURCE).to_json()
+    try:
+        stored(written)  # deferred facts without the text: not a record with no facts
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("a deferred record was read without its text")
+
+
 def test_a_record_of_an_empty_or_unparsable_text_reads_as_nothing():
     empty = pickle.loads(pickle.dumps(index_text("")))
     assert empty.functions == {}

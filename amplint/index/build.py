@@ -103,7 +103,7 @@ def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | 
         return None
     if cache is None or not holds_vocabulary(source.text):
         return source.text, index_file(source.text)
-    return source.text, cache.index_record(source.raw, lambda: index_text(source.text))
+    return source.text, cache.index_record(source.raw, lambda: index_text(source.text), source.text)
 
 
 @dataclass(frozen=True)
@@ -165,7 +165,7 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
         if not found.matches(text, calls):
             results.append(False)
         elif cache is not None and source.raw is not None:
-            results.append((cache.index_record(source.raw, lambda: index_text(text)),))
+            results.append((cache.index_record(source.raw, lambda: index_text(text), text),))
         else:
             results.append((index_text(text),))
     return results

@@ -154,17 +154,30 @@ class FunctionSummary:
     def __repr__(self) -> str:
         return f"FunctionSummary({self.qualname!r}, {self.line}, {self.params!r}, does={sorted(self.does)!r})"
 
-    def to_json(self) -> dict:
-        return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json() for call in self.calls], "x": list(self.casts),
-                "k": list(self.keeps), "it": {slot: [list(ref) for ref in refs] for slot, refs in self.items.items()}}
+    def to_json(self, deferred: bool = False) -> dict:
+        """Everything, the facts computed when first read included; with `deferred`, a fact not yet computed is
+        left out and the def's column written instead ("z"), for `from_json` with the file's text."""
+        data = {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
+                "dl": self.lines, "c": [call.to_json() for call in self.calls]}
+        if deferred and self._deferred is not None:
+            data["z"] = self._deferred[1]
+            return data
+        data.update({"x": list(self.casts), "k": list(self.keeps),
+                     "it": {slot: [list(ref) for ref in refs] for slot, refs in self.items.items()}})
+        return data
 
     @classmethod
-    def from_json(cls, data: dict) -> FunctionSummary:
-        return cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
-                   [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
-                   tuple(data.get("k", ())), {slot: tuple((ref[0], ref[1]) for ref in refs)
-                                              for slot, refs in data.get("it", {}).items()})
+    def from_json(cls, data: dict, source: _Deferred | None = None) -> FunctionSummary:
+        """`source`: the file's text, for a record written with its facts deferred (a KeyError without it)."""
+        summary = cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
+                      [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
+                      tuple(data.get("k", ())), {slot: tuple((ref[0], ref[1]) for ref in refs)
+                                                 for slot, refs in data.get("it", {}).items()})
+        if "z" in data:
+            if source is None:
+                raise KeyError("deferred facts without the file's text")
+            summary._deferred = (source, data["z"])
+        return summary
 
 
 class _Deferred:
@@ -218,15 +231,19 @@ class FileIndex:
     free: list[str] = field(default_factory=list)
     globals: list[str] = field(default_factory=list)
 
-    def to_json(self) -> dict:
-        return {"f": {name: summary.to_json() for name, summary in self.functions.items()},
+    def to_json(self, deferred: bool = False) -> dict:
+        """`deferred`: the functions' facts not yet computed are left out (`FunctionSummary.to_json`); the cache
+        stores records so, and reads them back with the file's text (`from_json`)."""
+        return {"f": {name: summary.to_json(deferred) for name, summary in self.functions.items()},
                 "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
                 "m": [call.to_json() for call in self.module_calls], "fr": self.free, "g": self.globals}
 
     @classmethod
-    def from_json(cls, data: dict) -> FileIndex:
-        return cls({name: FunctionSummary.from_json(value) for name, value in data["f"].items()},
+    def from_json(cls, data: dict, text: str | None = None) -> FileIndex:
+        """`text`: the file's, for a record written with its facts deferred."""
+        source = _Deferred(text) if text is not None else None
+        return cls({name: FunctionSummary.from_json(value, source) for name, value in data["f"].items()},
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
                    [CallRecord.from_json(call) for call in data["m"]], list(data.get("fr", ())),

@@ -773,7 +773,7 @@ def _read_record(path: str, max_size: int, cache=None) -> FileIndex:
     if cache is None:
         record = index_text(source.text)
     else:  # the same record as phase 1 keeps for these bytes
-        record = cache.index_record(source.raw, lambda: index_text(source.text))
+        record = cache.index_record(source.raw, lambda: index_text(source.text), source.text)
     return record if record is not None else FileIndex()
 
 
