@@ -13,7 +13,8 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.diagnostics import Applicability
 from amplint.facts import ModuleFacts
-from amplint.facts.locate import locate
+from amplint.facts.locate import Point, locate, locate_all
+from amplint.facts.walk import trivia_types
 from amplint.rules import ALL_RULES
 from amplint.rules.base import replace_nodes
 from amplint.rules.rewrite import Rewritten
@@ -30,6 +31,14 @@ LAYOUTS = {
     "one-liners": "if x: y = 1; z = 2\nwhile y: pass\nclass C: pass\n",
     "comments": "# head\n\n@deco(1)  # d\ndef f(a,  # a\n      b):\n    # inside\n    return (a  # x\n            + b)\n# tail\n",
 }
+# Statements whose text occurs more than once (the statement around them is found instead, or the whole pass).
+REPEATS = [
+    "for x in a:\n    step(x)\n    step(x)\nfor x in a:\n    step(x)\n    step(x)\n",
+    "def f():\n    if x:\n        g()\n    if x:\n        g()\n\ndef f():\n    if x:\n        g()\n    if x:\n        g()\n",
+    "class A:\n    def f(self):\n        return 1\nclass B:\n    def f(self):\n        return 1\n",
+    "g()\ng()",
+    "match x:\n    case 1:\n        g()\n    case 2:\n        g()\n",
+]
 
 
 def source_ids():
@@ -79,6 +88,33 @@ def test_a_pass_stopped_early_finds_what_the_whole_pass_finds(text):
                 assert (got.outer_start, got.outer_end, got.ancestors, got.indent) == (
                     want.outer_start, want.outer_end, want.ancestors, want.indent)
                 assert early.offset(got.outer_end) == whole.offset(want.outer_end)
+
+
+@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES[1::2]), *LAYOUTS.values(), *REPEATS],
+                         ids=[*source_ids()[1::2], *LAYOUTS, *(f"repeats-{n}" for n in range(len(REPEATS)))])
+def test_statements_located_alone_give_position_providers_ranges(text):
+    """With the source given and no ancestors asked for, only the statements around the wanted nodes are
+    generated (found in the source by their text); `locate_all` then does the same node by node."""
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    skipped = trivia_types()
+    nodes = [node for node in expected if type(node) not in skipped]
+
+    def check(locations, node):
+        start, end = locations.span(node)
+        want = expected[node]
+        assert (start.line, start.column, end.line, end.column) == (
+            want.start.line, want.start.column, want.end.line, want.end.column), type(node).__name__
+
+    together = locate(module, nodes, source=text)
+    for node in nodes:
+        check(together, node)
+    for node in nodes[::5]:
+        check(locate(module, [node], source=text), node)
+    locate(module, nodes[:1], source=text)  # the module's source is known from here on
+    everything = locate_all(module)
+    for node in nodes[::-1]:
+        check(everything, node)
 
 
 def test_facts_positions_asked_one_by_one_or_together_agree():
@@ -155,3 +191,14 @@ def test_splicing_on_every_layout(layout):
         if replacements:
             rewritten = replace_nodes(module, replacements)
             assert rewritten.code == rewritten.full_code()
+
+
+def test_a_node_is_located_by_its_statement_alone():
+    """The pass generates the statement around the node, not the text before it (one token stands for that)."""
+    text = "import torch\n\n\ndef f(x):\n    y = g(x)\n    return y\n\n\ndef h():\n    with torch.autocast('cpu'):\n        k(1)\n"
+    module = cst.parse_module(text)
+    call = module.body[2].body.body[0].body.body[0].body[0].value
+    locations = locate(module, [call], source=text)
+    assert locations.tokens[0] == text[:text.index("        k(1)")]
+    assert locations.span(call) == (Point(11, 8), Point(11, 12))
+    assert "".join(locations.tokens) == text

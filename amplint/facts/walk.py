@@ -108,6 +108,23 @@ def walk(node: cst.CSTNode, visitor) -> None:
             extend(todo)
 
 
+def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's children in the order libcst visits them (`node.children`, read from the fields directly)."""
+    kind = type(node)
+    if kind in _conditional_types():
+        return list(node.children)
+    found: list = []
+    add, node_type = found.append, cst.CSTNode
+    for field in _FIELD_ORDER.get(kind) or _field_order(node):
+        _children(getattr(node, field), add, node_type)
+    return found
+
+
+def trivia_types() -> frozenset[type]:
+    """Types holding only whitespace, comments and fixed tokens (see `_trivia_types`)."""
+    return _trivia_types()
+
+
 def _children(value, add, node_type) -> None:
     """The nodes of one field's value, in order."""
     if isinstance(value, node_type):
