@@ -17,7 +17,7 @@ from amplint.facts.locate import Point, locate, locate_all
 from amplint.facts.walk import trivia_types
 from amplint.rules import ALL_RULES
 from amplint.rules.base import replace_nodes
-from amplint.rules.rewrite import Rewritten
+from amplint.rules.rewrite import Rewritten, rewritten_spans
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))
@@ -160,6 +160,24 @@ def test_a_fix_spliced_into_the_text_equals_the_whole_module_regenerated(path):
     for code, rewritten in fix_rewrites(path):
         assert isinstance(rewritten, Rewritten), code
         assert rewritten.code == rewritten.full_code(), code
+
+
+@pytest.mark.parametrize("path", SOURCES[::2], ids=source_ids()[::2])
+def test_a_fix_located_from_its_statements_splices_what_the_whole_pass_splices(path):
+    """The engine locates a fix's replaced nodes with the source given: only the statements around them are
+    generated; the spans a fix changes are those found with a whole pass."""
+    text = path.read_text()
+    for code, rewritten in fix_rewrites(path):
+        module, replacements = rewritten.module, rewritten.replacements
+        local = locate(module, list(replacements), with_ancestors=True, source=text)
+        whole = locate(module, list(replacements), with_ancestors=True)
+        for node in replacements:
+            if node in whole:
+                got, want = local.get(node), whole.get(node)
+                assert (got.ancestors, got.indent) == (want.ancestors, want.indent), code
+                assert (local.offset(got.outer_start), local.offset(got.outer_end)) == (
+                    whole.offset(want.outer_start), whole.offset(want.outer_end)), code
+        assert rewritten_spans(module, replacements, local) == rewritten_spans(module, replacements, whole), code
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

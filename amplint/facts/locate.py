@@ -211,15 +211,14 @@ def locate(module: cst.Module, nodes: Iterable[cst.CSTNode], with_ancestors: boo
            source: str | None = None) -> Locations:
     """Run the code generator once over `module`, noting where each of `nodes` is (nodes not in the module
     are simply not found). `source`: the text the module was parsed from (its code); given, the pass stops
-    after the module-body statement where the last wanted node ends, unless that statement is the last; and
-    without ancestors, only the statements around the wanted nodes are generated (`_local`)."""
+    after the module-body statement where the last wanted node ends, unless that statement is the last; or
+    only the statements around the wanted nodes are generated (`_local`)."""
     nodes = list(nodes)
     if source is not None:
         _remember_source(module, source)
-        if not with_ancestors:
-            local = _local(module, source, nodes)
-            if local is not None:
-                return local
+        local = _local(module, source, nodes, with_ancestors)
+        if local is not None:
+            return local
     state = _LocatingState(module, {id(node) for node in nodes}, with_ancestors, stop_early=source is not None)
     try:
         module._codegen(state)
@@ -258,9 +257,13 @@ class _Found:
         self.dropped = ""
 
 
-def _local(module: cst.Module, source: str, nodes: list[cst.CSTNode]) -> Locations | None:
-    """`locate` without ancestors, generating only statements around the nodes; None when some node cannot be
-    located that way (the caller makes the whole pass)."""
+def _local(module: cst.Module, source: str, nodes: list[cst.CSTNode], with_ancestors: bool) -> Locations | None:
+    """`locate`, generating only statements around the nodes; None when some node cannot be located that way
+    (the caller makes the whole pass).
+
+    With ancestors (a fix's replaced nodes), the statement generated is the one of a block around the node, not
+    the node itself when it is one: a fix regenerates that statement, or the node alone (amplint/rules/rewrite.py);
+    the nodes around the generated statement are the node's ancestors but are not located themselves."""
     if not nodes:
         return None
     paths = _paths(module, {id(node): node for node in nodes})
@@ -269,14 +272,16 @@ def _local(module: cst.Module, source: str, nodes: list[cst.CSTNode]) -> Locatio
     roots: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}  # id -> (statement, nodes around it)
     for node in nodes:
         chain = (*paths[id(node)], node)
-        roots.setdefault(id(chain[_innermost_statement(chain)]), (chain[_innermost_statement(chain)], chain))
+        depth = _innermost_statement(chain[:-1]) if with_ancestors else 0
+        depth = depth or _innermost_statement(chain)
+        roots.setdefault(id(chain[depth]), (chain[depth], chain))
     # A statement inside another chosen one is generated with it.
     chosen = [(root, chain) for root, chain in roots.values()
               if not any(id(outer) in roots for outer in chain[:_depth(chain, root)])]
     wanted = {id(node) for node in nodes}
     pieces = []
     for root, chain in chosen:
-        piece = _generate(module, source, chain, _depth(chain, root), wanted)
+        piece = _generate(module, source, chain, _depth(chain, root), wanted, with_ancestors)
         if piece is None:
             return None
         pieces.append(piece)
@@ -303,7 +308,7 @@ def _block_statement(chain: tuple[cst.CSTNode, ...], depth: int) -> bool:
 
 
 def _generate(module: cst.Module, source: str, chain: tuple[cst.CSTNode, ...], depth: int,
-              wanted: set[int] | _EveryNode) -> tuple[int, _LocatingState] | None:
+              wanted: set[int] | _EveryNode, with_ancestors: bool = False) -> tuple[int, _LocatingState] | None:
     """(where its text starts in the source, the state) of the innermost statement at or above `depth` on the
     chain whose text occurs exactly once in the source; None when none does."""
     if len(chain) < 2 or chain[1] is module.body[-1] and not source.endswith("\n"):
@@ -313,9 +318,13 @@ def _generate(module: cst.Module, source: str, chain: tuple[cst.CSTNode, ...], d
             indent = _indentation(module, chain[:depth])
             if indent is not None:
                 state = _LocatingState(module, wanted if isinstance(wanted, _EveryNode) else set(wanted),
-                                       with_ancestors=False, stop_early=False)
+                                       with_ancestors=with_ancestors, stop_early=False)
                 state.indent_tokens = list(indent)
+                if with_ancestors:  # open around the statement: the wanted nodes' ancestors start with them
+                    state.open_nodes = [(around, 0, 0) for around in chain[:depth]]
                 chain[depth]._codegen(state)
+                for around in chain[:depth]:  # not located here (their text is not all generated)
+                    state.found.pop(id(around), None)
                 text = "".join(state.tokens)
                 start = source.find(text)
                 if text and start >= 0 and source.find(text, start + 1) < 0:
