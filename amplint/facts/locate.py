@@ -270,21 +270,27 @@ def _local(module: cst.Module, source: str, nodes: list[cst.CSTNode], with_ances
     if paths is None:
         return None
     roots: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}  # id -> (statement, nodes around it)
+    members: dict[int, list[int]] = {}  # id of a statement -> the wanted nodes it is chosen for
     for node in nodes:
         chain = (*paths[id(node)], node)
         depth = _innermost_statement(chain[:-1]) if with_ancestors else 0
         depth = depth or _innermost_statement(chain)
         roots.setdefault(id(chain[depth]), (chain[depth], chain))
+        members.setdefault(id(chain[depth]), []).append(id(node))
     # A statement inside another chosen one is generated with it.
     chosen = [(root, chain) for root, chain in roots.values()
               if not any(id(outer) in roots for outer in chain[:_depth(chain, root)])]
     wanted = {id(node) for node in nodes}
     pieces = []
+    found: set[int] = set()
     for root, chain in chosen:
+        if all(key in found for key in members[id(root)]):
+            continue  # located with a statement around it (the text of this one occurs more than once)
         piece = _generate(module, source, chain, _depth(chain, root), wanted, with_ancestors)
         if piece is None:
             return None
         pieces.append(piece)
+        found.update(piece[1].found)
     return _assemble(source, pieces)
 
 
@@ -346,11 +352,15 @@ def _indentation(module: cst.Module, around: tuple[cst.CSTNode, ...]) -> list[st
 
 def _assemble(source: str, pieces: list[tuple[int, _LocatingState]]) -> Locations | None:
     """One `Locations` from statements generated apart: the text between them is a token each."""
-    pieces.sort(key=lambda piece: piece[0])
+    # A statement generated inside another one generated later (where that one's text occurs once) is left out:
+    # the other located everything wanted in it.
+    pieces.sort(key=lambda piece: (piece[0], -sum(map(len, piece[1].tokens))))
     tokens: list[str] = []
     found: dict[int, Located] = {}
     written = 0
     for start, state in pieces:
+        if start < written and start + sum(map(len, state.tokens)) <= written:
+            continue
         if start < written:
             return None  # overlapping texts: cannot be (a statement's text is unique), but never guess
         if start > written:
