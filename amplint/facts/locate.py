@@ -385,10 +385,10 @@ def _line_starts(text: str) -> list[int]:
     return _LINE_STARTS[1]
 
 
-def _paths(module: cst.Module, wanted: dict[int, cst.CSTNode] | None) -> dict[int, tuple[cst.CSTNode, ...]] | None:
+def _paths(module: cst.Module, wanted: dict[int, cst.CSTNode] | None) -> dict | None:
     """The nodes around each wanted node (module first), by a search through the tree that stops once every one
-    is found; every node's when `wanted` is None. None when a wanted node is not found (not in the module, or
-    whitespace or punctuation, which the search skips)."""
+    is found; None when a wanted node is not found (not in the module, or whitespace or punctuation, which the
+    search skips). With `wanted` None: the parent of every node (None for the module)."""
     from amplint.facts.walk import children_of, trivia_types
 
     skipped = trivia_types()
@@ -401,7 +401,7 @@ def _paths(module: cst.Module, wanted: dict[int, cst.CSTNode] | None) -> dict[in
         node, depth = pop()
         del path[depth:]
         if wanted is None:
-            paths[id(node)] = tuple(path)
+            paths[id(node)] = path[-1] if path else None  # the parent only: whole paths would be quadratic in depth
         elif id(node) in wanted and id(node) not in paths:
             paths[id(node)] = tuple(path)
             left -= 1
@@ -422,7 +422,7 @@ class _LocalEverything(Locations):
     def __init__(self, module: cst.Module, source: str) -> None:  # noqa: super().__init__ is not wanted here
         self.module = module
         self.source = source
-        self._paths: dict[int, tuple[cst.CSTNode, ...]] | None = None
+        self._paths: dict | None = None  # id of each node -> its parent
         self._where: dict[int, Locations] = {}  # id of a located node -> the located statement around it
         self._whole: Locations | None = None
 
@@ -444,10 +444,12 @@ class _LocalEverything(Locations):
         if self._whole is None:
             if self._paths is None:
                 self._paths = _paths(self.module, None)
-            path = self._paths.get(id(node))
             piece = None
-            if path is not None:
-                chain = (*path, node)
+            if id(node) in self._paths:
+                chain = [node]
+                while (parent := self._paths[id(chain[-1])]) is not None:
+                    chain.append(parent)
+                chain = tuple(reversed(chain))
                 piece = _generate(self.module, self.source, chain, _innermost_statement(chain), _EveryNode())
             if piece is not None:
                 located = _assemble(self.source, [piece])
