@@ -389,30 +389,37 @@ def _paths(module: cst.Module, wanted: dict[int, cst.CSTNode] | None) -> dict | 
     """The nodes around each wanted node (module first), by a search through the tree that stops once every one
     is found; None when a wanted node is not found (not in the module, or whitespace or punctuation, which the
     search skips). With `wanted` None: the parent of every node (None for the module)."""
-    from amplint.facts.walk import children_of, trivia_types
+    from amplint.facts.walk import significant_children
 
-    skipped = trivia_types()
-    paths: dict[int, tuple[cst.CSTNode, ...]] = {}
-    left = len(wanted) if wanted is not None else -1
-    path: list[cst.CSTNode] = []
-    stack: list = [(module, 0)]
-    pop, push = stack.pop, stack.append
+    parents: dict[int, cst.CSTNode | None] = {id(module): None}
+    pending = set(wanted) if wanted is not None else None
+    stack: list = [module]
+    pop, extend = stack.pop, stack.extend
     while stack:
-        node, depth = pop()
-        del path[depth:]
-        if wanted is None:
-            paths[id(node)] = path[-1] if path else None  # the parent only: whole paths would be quadratic in depth
-        elif id(node) in wanted and id(node) not in paths:
-            paths[id(node)] = tuple(path)
-            left -= 1
-            if not left:
-                return paths
-        path.append(node)
-        depth += 1
-        for child in reversed(children_of(node)):
-            if type(child) not in skipped:
-                push((child, depth))
-    return paths if wanted is None else None
+        node = pop()
+        if pending is not None and id(node) in pending:
+            pending.discard(id(node))
+            if not pending:
+                break
+        children = significant_children(node)
+        for child in children:
+            parents[id(child)] = node
+        children.reverse()
+        extend(children)
+    if wanted is None:
+        return parents
+    if pending:
+        return None
+    paths = {}
+    for key, node in wanted.items():
+        chain = []
+        parent = parents[key]
+        while parent is not None:
+            chain.append(parent)
+            parent = parents[id(parent)]
+        chain.reverse()
+        paths[key] = tuple(chain)
+    return paths
 
 
 class _LocalEverything(Locations):

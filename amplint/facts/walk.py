@@ -193,6 +193,29 @@ def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
     return found
 
 
+def significant_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`children_of` less the trivia (whitespace, comments, punctuation; see `_trivia_types`)."""
+    kind = type(node)
+    trivia = _trivia_types()
+    if kind in _conditional_types():
+        return [child for child in node.children if type(child) not in trivia]
+    found: list = []
+    add, is_node, not_node = found.append, _NODE_TYPES, _NOT_NODE_TYPES
+    for field in _FIELD_ORDER.get(kind) or _field_order(node):
+        value = getattr(node, field)
+        value_type = type(value)
+        if value_type in is_node or (value_type not in not_node and _is_node(value_type)):
+            if value_type not in trivia:
+                add(value)
+        elif value_type is tuple or value_type is list:
+            for child in value:
+                child_type = type(child)
+                if (child_type in is_node or (child_type not in not_node and _is_node(child_type))) \
+                        and child_type not in trivia:
+                    add(child)
+    return found
+
+
 def trivia_types() -> frozenset[type]:
     """Types holding only whitespace, comments and fixed tokens (see `_trivia_types`)."""
     return _trivia_types()
