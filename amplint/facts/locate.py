@@ -1,4 +1,4 @@
-"""Where given nodes are in a module's text, found with one plain code generation pass.
+"""Where given nodes are in a module's text, found with code generation of the statements around them.
 
 libcst's PositionProvider computes a range for every node of the module and splits every token it writes on
 newlines: on a 460 KB file that is seconds, while a module's plain code generation is a tenth of it. A lint
@@ -6,8 +6,9 @@ run needs the position of a few nodes (the reported ones) and, for each fix, the
 the replaced nodes. `locate` asks the code generator to note, for the wanted nodes only, which tokens they wrote
 (and which nodes were open around them); offsets and rows/columns come from the generated text afterwards.
 
-Given the source text, the pass stops once every wanted node is written and a statement of the module body
-follows (the rest cannot move them).
+Given the source text, only the statement of a block around each wanted node is generated, and found in the
+source by its text (`_local`); else, or where that cannot be done, one pass over the module, which stops once
+every wanted node is written and a statement of the module body follows (the rest cannot move them).
 
 The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
 without their leading lines, blocks from their first to their last statement), else everything it wrote.
