@@ -13,10 +13,11 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from amplint.diagnostics import Applicability
 from amplint.facts import ModuleFacts
-from amplint.facts.locate import locate
+from amplint.facts.locate import Point, locate, locate_all
+from amplint.facts.walk import trivia_types
 from amplint.rules import ALL_RULES
 from amplint.rules.base import replace_nodes
-from amplint.rules.rewrite import Rewritten
+from amplint.rules.rewrite import Rewritten, rewritten_spans
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))
@@ -30,6 +31,14 @@ LAYOUTS = {
     "one-liners": "if x: y = 1; z = 2\nwhile y: pass\nclass C: pass\n",
     "comments": "# head\n\n@deco(1)  # d\ndef f(a,  # a\n      b):\n    # inside\n    return (a  # x\n            + b)\n# tail\n",
 }
+# Statements whose text occurs more than once (the statement around them is found instead, or the whole pass).
+REPEATS = [
+    "for x in a:\n    step(x)\n    step(x)\nfor x in a:\n    step(x)\n    step(x)\n",
+    "def f():\n    if x:\n        g()\n    if x:\n        g()\n\ndef f():\n    if x:\n        g()\n    if x:\n        g()\n",
+    "class A:\n    def f(self):\n        return 1\nclass B:\n    def f(self):\n        return 1\n",
+    "g()\ng()",
+    "match x:\n    case 1:\n        g()\n    case 2:\n        g()\n",
+]
 
 
 def source_ids():
@@ -81,6 +90,33 @@ def test_a_pass_stopped_early_finds_what_the_whole_pass_finds(text):
                 assert early.offset(got.outer_end) == whole.offset(want.outer_end)
 
 
+@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES[1::2]), *LAYOUTS.values(), *REPEATS],
+                         ids=[*source_ids()[1::2], *LAYOUTS, *(f"repeats-{n}" for n in range(len(REPEATS)))])
+def test_statements_located_alone_give_position_providers_ranges(text):
+    """With the source given and no ancestors asked for, only the statements around the wanted nodes are
+    generated (found in the source by their text); `locate_all` then does the same node by node."""
+    module = cst.parse_module(text)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    skipped = trivia_types()
+    nodes = [node for node in expected if type(node) not in skipped]
+
+    def check(locations, node):
+        start, end = locations.span(node)
+        want = expected[node]
+        assert (start.line, start.column, end.line, end.column) == (
+            want.start.line, want.start.column, want.end.line, want.end.column), type(node).__name__
+
+    together = locate(module, nodes, source=text)
+    for node in nodes:
+        check(together, node)
+    for node in nodes[::5]:
+        check(locate(module, [node], source=text), node)
+    locate(module, nodes[:1], source=text)  # the module's source is known from here on
+    everything = locate_all(module)
+    for node in nodes[::-1]:
+        check(everything, node)
+
+
 def test_facts_positions_asked_one_by_one_or_together_agree():
     text = (FIXTURES / "AMP001-backward-in-autocast" / "flagged").glob("*.py").__next__().read_text()
     module = cst.parse_module(text)
@@ -126,6 +162,24 @@ def test_a_fix_spliced_into_the_text_equals_the_whole_module_regenerated(path):
         assert rewritten.code == rewritten.full_code(), code
 
 
+@pytest.mark.parametrize("path", SOURCES[::2], ids=source_ids()[::2])
+def test_a_fix_located_from_its_statements_splices_what_the_whole_pass_splices(path):
+    """The engine locates a fix's replaced nodes with the source given: only the statements around them are
+    generated; the spans a fix changes are those found with a whole pass."""
+    text = path.read_text()
+    for code, rewritten in fix_rewrites(path):
+        module, replacements = rewritten.module, rewritten.replacements
+        local = locate(module, list(replacements), with_ancestors=True, source=text)
+        whole = locate(module, list(replacements), with_ancestors=True)
+        for node in replacements:
+            if node in whole:
+                got, want = local.get(node), whole.get(node)
+                assert (got.ancestors, got.indent) == (want.ancestors, want.indent), code
+                assert (local.offset(got.outer_start), local.offset(got.outer_end)) == (
+                    whole.offset(want.outer_start), whole.offset(want.outer_end)), code
+        assert rewritten_spans(module, replacements, local) == rewritten_spans(module, replacements, whole), code
+
+
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_splicing_on_every_layout(layout):
     """Replace each statement in turn: a line by itself with a comment line added, a small statement (`y = 1`
@@ -155,3 +209,14 @@ def test_splicing_on_every_layout(layout):
         if replacements:
             rewritten = replace_nodes(module, replacements)
             assert rewritten.code == rewritten.full_code()
+
+
+def test_a_node_is_located_by_its_statement_alone():
+    """The pass generates the statement around the node, not the text before it (one token stands for that)."""
+    text = "import torch\n\n\ndef f(x):\n    y = g(x)\n    return y\n\n\ndef h():\n    with torch.autocast('cpu'):\n        k(1)\n"
+    module = cst.parse_module(text)
+    call = module.body[2].body.body[0].body.body[0].body[0].value
+    locations = locate(module, [call], source=text)
+    assert locations.tokens[0] == text[:text.index("        k(1)")]
+    assert locations.span(call) == (Point(11, 8), Point(11, 12))
+    assert "".join(locations.tokens) == text

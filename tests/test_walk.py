@@ -150,3 +150,35 @@ def test_the_real_visitors_skip_trivia():
 
     assert _ignores_trivia(visitor_class(Collector)) and _ignores_trivia(visitor_class(UncastUses))
     assert not _ignores_trivia(visitor_class(Recorder)) and not _ignores_trivia(visitor_class(FieldHooks))
+
+
+def test_the_collector_opens_every_statement_type():
+    from amplint.facts.collect import STATEMENT_TYPES
+    from amplint.lazy import statement_types
+
+    concrete = {kind.__name__ for kind in statement_types() if not kind.__name__.startswith("Base")}
+    assert set(STATEMENT_TYPES) == concrete
+
+
+@pytest.mark.parametrize("text", [p.read_text() for p in SOURCES[::4]] + EXTRA,
+                         ids=[str(p.relative_to(FIXTURES)) for p in SOURCES[::4]] + [f"extra-{i}" for i in range(len(EXTRA))])
+def test_the_collector_records_what_libcsts_visit_records(text):
+    """The facts walk (node hooks called directly, trivia skipped) against libcst's own visit of the collector."""
+    from amplint.facts.collect import Collector
+
+    module = cst.parse_module(text)
+    by_libcst, by_walk = visitor_class(Collector)(), visitor_class(Collector)()
+    module.visit(by_libcst)
+    walk(module, by_walk)
+
+    def calls(collector):
+        return [(id(c.node), id(c.frame.node), c.frame.kind, c.frame.in_else, id(c.statement), tuple(map(id, c.statements)),
+                 c.index) for c in collector.calls]
+
+    def assignments(collector):
+        return [(a.targets, id(a.value), id(a.frame.node), id(a.statement), a.index) for a in collector.assignments]
+
+    assert calls(by_walk) == calls(by_libcst)
+    assert assignments(by_walk) == assignments(by_libcst)
+    assert [(id(f.node), f.qualname) for f in by_walk.functions] == [(id(f.node), f.qualname) for f in by_libcst.functions]
+    assert not by_walk.statements and not by_libcst.statements

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from amplint.lazy import libcst as cst
-from amplint.lazy import statement_types
 
 from amplint.facts.model import Assignment, Call, Frame, FrameKind, FunctionInfo
 from amplint.facts.names import ImportMap, dotted_name
@@ -35,7 +34,6 @@ class Collector:
         self.with_frames: dict[cst.With, Frame] = {}
         self.function_frames: dict[cst.FunctionDef, Frame] = {}
         self.index = 0
-        self.statement_types = statement_types()
 
     # frames -----------------------------------------------------------------------------------------
     def _push(self, kind: FrameKind, node: cst.CSTNode, **extra) -> Frame:
@@ -49,17 +47,15 @@ class Collector:
     def visit_Module(self, node: cst.Module) -> None:
         self.module_frame = self._push(FrameKind.MODULE, node)
 
-    walks_trivia = False  # on_visit/on_leave below only note statements: walk may skip whitespace and tokens
+    walks_trivia = False  # no hook for whitespace and tokens: walk may skip them
 
-    def on_visit(self, node: cst.CSTNode) -> bool:
-        if type(node) in self.statement_types:
-            self.statements.append(node)
-        return super().on_visit(node)
+    # The statements open around a node: each statement type's visit_/leave_ hook (set below, for the names in
+    # STATEMENT_TYPES) pushes and pops it.
+    def _enter_statement(self, node: cst.CSTNode) -> None:
+        self.statements.append(node)
 
-    def on_leave(self, original_node: cst.CSTNode) -> None:
-        super().on_leave(original_node)
-        if type(original_node) in self.statement_types:
-            self.statements.pop()
+    def _leave_statement(self, node: cst.CSTNode) -> None:
+        self.statements.pop()
 
     def visit_With_body(self, node: cst.With) -> None:
         self.with_frames[node] = self._push(FrameKind.WITH, node)
@@ -162,3 +158,13 @@ class Collector:
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         self._assign(target_names(node.target), node.value)
+
+
+# libcst's statement types (amplint.lazy.statement_types, less the abstract ones; tests/test_walk.py compares them):
+# each opens a statement for the calls and assignments in it.
+STATEMENT_TYPES = ("SimpleStatementLine", "If", "For", "While", "With", "Try", "TryStar", "FunctionDef", "ClassDef",
+                   "Match")
+for _name in STATEMENT_TYPES:
+    assert not hasattr(Collector, f"visit_{_name}") and not hasattr(Collector, f"leave_{_name}")
+    setattr(Collector, f"visit_{_name}", Collector._enter_statement)
+    setattr(Collector, f"leave_{_name}", Collector._leave_statement)

@@ -1,4 +1,4 @@
-"""Where given nodes are in a module's text, found with one plain code generation pass.
+"""Where given nodes are in a module's text, found with code generation of the statements around them.
 
 libcst's PositionProvider computes a range for every node of the module and splits every token it writes on
 newlines: on a 460 KB file that is seconds, while a module's plain code generation is a tenth of it. A lint
@@ -6,8 +6,9 @@ run needs the position of a few nodes (the reported ones) and, for each fix, the
 the replaced nodes. `locate` asks the code generator to note, for the wanted nodes only, which tokens they wrote
 (and which nodes were open around them); offsets and rows/columns come from the generated text afterwards.
 
-Given the source text, the pass stops once every wanted node is written and a statement of the module body
-follows (the rest cannot move them).
+Given the source text, only the statement of a block around each wanted node is generated, and found in the
+source by its text (`_local`); else, or where that cannot be done, one pass over the module, which stops once
+every wanted node is written and a statement of the module body follows (the rest cannot move them).
 
 The ranges are PositionProvider's: a node's syntactic range when its code generation records one (statements
 without their leading lines, blocks from their first to their last statement), else everything it wrote.
@@ -183,13 +184,25 @@ class Locations:
 
     def span(self, node: cst.CSTNode) -> tuple[Point, Point]:
         """(start, end) of the node's syntactic range."""
-        located = self.found[id(node)]
+        return self.span_by_id(id(node))
+
+    def span_by_id(self, key: int) -> tuple[Point, Point]:
+        located = self.found[key]
         return self.point(self.offset(located.start)), self.point(self.offset(located.end))
 
 
 def locate_all(module: cst.Module) -> Locations:
-    """One pass that locates every node of the module: for a file whose rules ask for many positions one by one,
-    where a pass per question would make the work quadratic in the number of findings."""
+    """Positions of every node of the module, for a file whose rules ask for many positions one by one (a pass
+    per question would make the work quadratic in the number of findings). When the module's source is known (a
+    `locate` with the source ran on it last), each node is found in the statement around it (see `_local`);
+    else one code generation pass locates every node."""
+    source = _source_of(module)
+    if source is not None:
+        return _LocalEverything(module, source)
+    return _locate_all(module)
+
+
+def _locate_all(module: cst.Module) -> Locations:
     state = _LocatingState(module, _EveryNode(), with_ancestors=False, stop_early=False)
     module._codegen(state)
     return Locations(state, None)
@@ -199,10 +212,257 @@ def locate(module: cst.Module, nodes: Iterable[cst.CSTNode], with_ancestors: boo
            source: str | None = None) -> Locations:
     """Run the code generator once over `module`, noting where each of `nodes` is (nodes not in the module
     are simply not found). `source`: the text the module was parsed from (its code); given, the pass stops
-    after the module-body statement where the last wanted node ends, unless that statement is the last."""
+    after the module-body statement where the last wanted node ends, unless that statement is the last; or
+    only the statements around the wanted nodes are generated (`_local`)."""
+    nodes = list(nodes)
+    if source is not None:
+        _remember_source(module, source)
+        local = _local(module, source, nodes, with_ancestors)
+        if local is not None:
+            return local
     state = _LocatingState(module, {id(node) for node in nodes}, with_ancestors, stop_early=source is not None)
     try:
         module._codegen(state)
     except _AllFound:
         pass
     return Locations(state, source)
+
+
+# Positions from the statements around the wanted nodes --------------------------------------------------------
+#
+# A statement of a block (or of the module body) writes whole lines, and the same text wherever it is, given the
+# indentation of the blocks around it. So a wanted node is located by generating only such a statement around it,
+# and finding that statement's text in the source: when the text occurs there exactly once, that occurrence is
+# the statement (the module's code is its source). The ranges are the code generator's own, in that statement's
+# tokens; offsets count the text before it. Where the text occurs more than once, the next statement out is tried,
+# then the whole pass. The module's last statement in a text that does not end in a line break is not looked for
+# (libcst gives it a line break the text does not have, and drops it from the module's code).
+
+_REMEMBERED: list = [None, None]  # [module, its source]: the last module located with its source given
+
+
+def _remember_source(module: cst.Module, source: str) -> None:
+    _REMEMBERED[0], _REMEMBERED[1] = module, source
+
+
+def _source_of(module: cst.Module) -> str | None:
+    return _REMEMBERED[1] if _REMEMBERED[0] is module else None
+
+
+class _Found:
+    """The state's result, shaped for `Locations`: the text before the located statements and their tokens."""
+
+    def __init__(self, tokens: list[str], found: dict[int, Located]) -> None:
+        self.tokens = tokens
+        self.found = found
+        self.dropped = ""
+
+
+def _local(module: cst.Module, source: str, nodes: list[cst.CSTNode], with_ancestors: bool) -> Locations | None:
+    """`locate`, generating only statements around the nodes; None when some node cannot be located that way
+    (the caller makes the whole pass).
+
+    With ancestors (a fix's replaced nodes), the statement generated is the one of a block around the node, not
+    the node itself when it is one: a fix regenerates that statement, or the node alone (amplint/rules/rewrite.py);
+    the nodes around the generated statement are the node's ancestors but are not located themselves."""
+    if not nodes:
+        return None
+    paths = _paths(module, {id(node): node for node in nodes})
+    if paths is None:
+        return None
+    roots: dict[int, tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = {}  # id -> (statement, nodes around it)
+    members: dict[int, list[int]] = {}  # id of a statement -> the wanted nodes it is chosen for
+    for node in nodes:
+        chain = (*paths[id(node)], node)
+        depth = _innermost_statement(chain[:-1]) if with_ancestors else 0
+        depth = depth or _innermost_statement(chain)
+        roots.setdefault(id(chain[depth]), (chain[depth], chain))
+        members.setdefault(id(chain[depth]), []).append(id(node))
+    # A statement inside another chosen one is generated with it.
+    chosen = [(root, chain) for root, chain in roots.values()
+              if not any(id(outer) in roots for outer in chain[:_depth(chain, root)])]
+    wanted = {id(node) for node in nodes}
+    pieces = []
+    found: set[int] = set()
+    for root, chain in chosen:
+        if all(key in found for key in members[id(root)]):
+            continue  # located with a statement around it (the text of this one occurs more than once)
+        piece = _generate(module, source, chain, _depth(chain, root), wanted, with_ancestors)
+        if piece is None:
+            return None
+        pieces.append(piece)
+        found.update(piece[1].found)
+    return _assemble(source, pieces)
+
+
+def _depth(chain: tuple[cst.CSTNode, ...], node: cst.CSTNode) -> int:
+    for depth, item in enumerate(chain):
+        if item is node:
+            return depth
+    raise ValueError("not on the chain")
+
+
+def _innermost_statement(chain: tuple[cst.CSTNode, ...]) -> int:
+    """The depth of the innermost statement of a block or of the module body on the chain (module first)."""
+    for depth in range(len(chain) - 1, 0, -1):
+        if _block_statement(chain, depth):
+            return depth
+    return 0
+
+
+def _block_statement(chain: tuple[cst.CSTNode, ...], depth: int) -> bool:
+    return isinstance(chain[depth], cst.BaseStatement) and type(chain[depth - 1]) in (cst.IndentedBlock, cst.Module)
+
+
+def _generate(module: cst.Module, source: str, chain: tuple[cst.CSTNode, ...], depth: int,
+              wanted: set[int] | _EveryNode, with_ancestors: bool = False) -> tuple[int, _LocatingState] | None:
+    """(where its text starts in the source, the state) of the innermost statement at or above `depth` on the
+    chain whose text occurs exactly once in the source; None when none does."""
+    if len(chain) < 2 or chain[1] is module.body[-1] and not source.endswith("\n"):
+        return None  # the module's last statement, in a text whose last line break libcst adds and drops
+    while depth > 0:
+        if _block_statement(chain, depth):
+            indent = _indentation(module, chain[:depth])
+            if indent is not None:
+                state = _LocatingState(module, wanted if isinstance(wanted, _EveryNode) else set(wanted),
+                                       with_ancestors=with_ancestors, stop_early=False)
+                state.indent_tokens = list(indent)
+                if with_ancestors:  # open around the statement: the wanted nodes' ancestors start with them
+                    state.open_nodes = [(around, 0, 0) for around in chain[:depth]]
+                chain[depth]._codegen(state)
+                for around in chain[:depth]:  # not located here (their text is not all generated)
+                    state.found.pop(id(around), None)
+                text = "".join(state.tokens)
+                start = source.find(text)
+                if text and start >= 0 and source.find(text, start + 1) < 0:
+                    return start, state
+        depth -= 1
+    return None
+
+
+def _indentation(module: cst.Module, around: tuple[cst.CSTNode, ...]) -> list[str] | None:
+    """The indentation the blocks on the way open (None past a `match`, whose cases are indented by the match)."""
+    indent = []
+    for node in around:
+        if type(node) is cst.IndentedBlock:
+            indent.append(module.default_indent if node.indent is None else node.indent)
+        elif type(node).__name__ == "Match":
+            return None
+    return indent
+
+
+def _assemble(source: str, pieces: list[tuple[int, _LocatingState]]) -> Locations | None:
+    """One `Locations` from statements generated apart: the text between them is a token each."""
+    # A statement generated inside another one generated later (where that one's text occurs once) is left out:
+    # the other located everything wanted in it.
+    pieces.sort(key=lambda piece: (piece[0], -sum(map(len, piece[1].tokens))))
+    tokens: list[str] = []
+    found: dict[int, Located] = {}
+    written = 0
+    for start, state in pieces:
+        if start < written and start + sum(map(len, state.tokens)) <= written:
+            continue
+        if start < written:
+            return None  # overlapping texts: cannot be (a statement's text is unique), but never guess
+        if start > written:
+            tokens.append(source[written:start])
+        shift = len(tokens)
+        for key, located in state.found.items():
+            found[key] = Located(located.start + shift, located.end + shift, located.outer_start + shift,
+                                 located.outer_end + shift, located.ancestors, located.indent)
+        tokens.extend(state.tokens)
+        written = start + sum(map(len, state.tokens))
+    locations = Locations(_Found(tokens, found), source)
+    locations._line_starts = _line_starts(source)
+    return locations
+
+
+_LINE_STARTS: list = [None, None]  # [text, its line starts]
+
+
+def _line_starts(text: str) -> list[int]:
+    if _LINE_STARTS[0] is not text:
+        _LINE_STARTS[0], _LINE_STARTS[1] = text, [0] + [match.end() for match in _NEWLINE.finditer(text)]
+    return _LINE_STARTS[1]
+
+
+def _paths(module: cst.Module, wanted: dict[int, cst.CSTNode] | None) -> dict | None:
+    """The nodes around each wanted node (module first), by a search through the tree that stops once every one
+    is found; None when a wanted node is not found (not in the module, or whitespace or punctuation, which the
+    search skips). With `wanted` None: the parent of every node (None for the module)."""
+    from amplint.facts.walk import significant_children
+
+    parents: dict[int, cst.CSTNode | None] = {id(module): None}
+    pending = set(wanted) if wanted is not None else None
+    stack: list = [module]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        if pending is not None and id(node) in pending:
+            pending.discard(id(node))
+            if not pending:
+                break
+        children = significant_children(node)
+        for child in children:
+            parents[id(child)] = node
+        children.reverse()
+        extend(children)
+    if wanted is None:
+        return parents
+    if pending:
+        return None
+    paths = {}
+    for key, node in wanted.items():
+        chain = []
+        parent = parents[key]
+        while parent is not None:
+            chain.append(parent)
+            parent = parents[id(parent)]
+        chain.reverse()
+        paths[key] = tuple(chain)
+    return paths
+
+
+class _LocalEverything(Locations):
+    """`locate_all`'s answer when the source is known: each node asked for is located in the statement around it
+    (the nodes around every node are found once); a node that cannot be located that way, by one whole pass."""
+
+    def __init__(self, module: cst.Module, source: str) -> None:  # noqa: super().__init__ is not wanted here
+        self.module = module
+        self.source = source
+        self._paths: dict | None = None  # id of each node -> its parent
+        self._where: dict[int, Locations] = {}  # id of a located node -> the located statement around it
+        self._whole: Locations | None = None
+
+    def __contains__(self, node: cst.CSTNode) -> bool:
+        return self._span(node) is not None
+
+    def get(self, node: cst.CSTNode) -> Located:
+        raise NotImplementedError("positions only")
+
+    def span(self, node: cst.CSTNode) -> tuple[Point, Point]:
+        found = self._span(node)
+        if found is None:
+            raise KeyError(node)
+        return found
+
+    def _span(self, node: cst.CSTNode) -> tuple[Point, Point] | None:
+        if id(node) in self._where:
+            return self._where[id(node)].span_by_id(id(node))
+        if self._whole is None:
+            if self._paths is None:
+                self._paths = _paths(self.module, None)
+            piece = None
+            if id(node) in self._paths:
+                chain = [node]
+                while (parent := self._paths[id(chain[-1])]) is not None:
+                    chain.append(parent)
+                chain = tuple(reversed(chain))
+                piece = _generate(self.module, self.source, chain, _innermost_statement(chain), _EveryNode())
+            if piece is not None:
+                located = _assemble(self.source, [piece])
+                for key in located.found:  # everything in that statement
+                    self._where[key] = located
+                return located.span_by_id(id(node)) if id(node) in located.found else None
+            self._whole = _locate_all(self.module)
+        return self._whole.span(node) if node in self._whole else None

@@ -55,20 +55,103 @@ def _field_order(node: cst.CSTNode) -> tuple[str, ...]:
 
 def walk(node: cst.CSTNode, visitor) -> None:
     """Call `visitor`'s hooks over the tree under `node` as `node.visit(visitor)` would (a CSTVisitor)."""
-    node_type = cst.CSTNode
-    on_visit, on_leave = visitor.on_visit, visitor.on_leave
-    on_visit_attribute, on_leave_attribute = visitor.on_visit_attribute, visitor.on_leave_attribute
     # A visitor made by amplint.lazy.visitor_class (attribute hooks not overridden) names its field hooks: the
     # fields without one need no call at all.
     field_hooks = field_hooks_of(visitor)
+    if field_hooks is None:
+        _walk_every_hook(node, visitor)
+        return
     conditional = _conditional_types()
+    is_node = _NODE_TYPES
     # Whitespace, comments and punctuation: a dispatching visitor with no hook for them would only be called
     # to do nothing there, on about half the nodes of a tree.
-    skipped = _trivia_types() if field_hooks is not None and _ignores_trivia(type(visitor)) else frozenset()
+    skipped = _trivia_types() if _ignores_trivia(type(visitor)) else frozenset()
+    # With the dispatching on_visit/on_leave, the node hooks are looked up once per node type and called directly
+    # (none at all for a type without one); a visitor's own on_visit/on_leave is called at every node.
+    base = dispatching_visitor()
+    own_visit = type(visitor).on_visit is not base.on_visit
+    own_leave = type(visitor).on_leave is not base.on_leave
+    on_visit, on_leave = visitor.on_visit, visitor.on_leave
+    plans: dict[type, tuple] = {}
 
     # Iterative, so that no depth of nesting reaches Python's recursion limit (a 2,000-term `a + a + ...` is
     # 2,000 levels deep): `stack` holds what is left to do, last first: nodes to visit, and the hook calls due
     # after their children, as (hook, argument) or (hook, argument, argument).
+    stack: list = [node]
+    pop, push, extend = stack.pop, stack.append, stack.extend
+    while stack:
+        item = pop()
+        kind = type(item)
+        if kind is tuple:
+            if len(item) == 2:
+                item[0](item[1])
+            else:
+                item[0](item[1], item[2])
+            continue
+        if kind in skipped:
+            continue
+        if kind in conditional:
+            item.visit(visitor)
+            continue
+        plan = plans.get(kind)
+        if plan is None:
+            plan = plans[kind] = _plan(type(visitor), kind, item, field_hooks)
+        visit, leave, fields = plan
+        if own_leave:
+            push((on_leave, item))
+        elif leave is not None:
+            push((leave, visitor, item))
+        if own_visit:
+            if not on_visit(item):
+                continue
+        elif visit is not None and visit(visitor, item) is False:
+            continue
+        todo: list = []  # in the order of the calls; reversed onto the stack
+        add = todo.append
+        for field, before, after in fields:
+            if before is not None:
+                add((before, visitor, item))
+            value = getattr(item, field)
+            value_type = type(value)
+            if value_type in is_node or (value_type not in _NOT_NODE_TYPES and _is_node(value_type)):
+                add(value)
+            elif value_type is tuple or value_type is list:
+                for child in value:
+                    child_type = type(child)
+                    if child_type in is_node or (child_type not in _NOT_NODE_TYPES and _is_node(child_type)):
+                        add(child)
+            if after is not None:
+                add((after, visitor, item))
+        if todo:
+            todo.reverse()
+            extend(todo)
+
+
+_NODE_TYPES: set[type] = set()  # the node types met so far (a set lookup instead of an abstract isinstance)
+_NOT_NODE_TYPES: set[type] = {type(None), str, tuple, list}
+
+
+def _is_node(kind: type) -> bool:
+    if issubclass(kind, cst.CSTNode):
+        _NODE_TYPES.add(kind)
+        return True
+    _NOT_NODE_TYPES.add(kind)
+    return False
+
+
+def _plan(visitor_type: type, kind: type, node: cst.CSTNode, field_hooks) -> tuple:
+    """(visit_<Node> or None, leave_<Node> or None, (field, its visit hook or None, its leave hook or None) for
+    each field in libcst's order): what walking a node of this type calls on a dispatching visitor."""
+    return (hook(visitor_type, f"visit_{kind.__name__}"), hook(visitor_type, f"leave_{kind.__name__}"),
+            field_hooks(kind, _FIELD_ORDER.get(kind) or _field_order(node)))
+
+
+def _walk_every_hook(node: cst.CSTNode, visitor) -> None:
+    """`walk` for a visitor whose attribute hooks are its own: every on_visit_attribute/on_leave_attribute."""
+    node_type = cst.CSTNode
+    on_visit, on_leave = visitor.on_visit, visitor.on_leave
+    on_visit_attribute, on_leave_attribute = visitor.on_visit_attribute, visitor.on_leave_attribute
+    conditional = _conditional_types()
     stack: list = [node]
     pop, push, extend = stack.pop, stack.append, stack.extend
     while stack:
@@ -80,8 +163,6 @@ def walk(node: cst.CSTNode, visitor) -> None:
                 item[0](item[1], item[2])
             continue
         kind = type(item)
-        if kind in skipped:
-            continue
         if kind in conditional:
             item.visit(visitor)
             continue
@@ -89,23 +170,55 @@ def walk(node: cst.CSTNode, visitor) -> None:
         if not on_visit(item):
             continue
         order = _FIELD_ORDER.get(kind) or _field_order(item)
-        todo: list = []  # in the order of the calls; reversed onto the stack
+        todo: list = []
         add = todo.append
-        if field_hooks is not None:
-            for field, before, after in field_hooks(kind, order):
-                if before is not None:
-                    add((before, visitor, item))
-                _children(getattr(item, field), add, node_type)
-                if after is not None:
-                    add((after, visitor, item))
-        else:
-            for field in order:
-                add((on_visit_attribute, item, field))
-                _children(getattr(item, field), add, node_type)
-                add((on_leave_attribute, item, field))
+        for field in order:
+            add((on_visit_attribute, item, field))
+            _children(getattr(item, field), add, node_type)
+            add((on_leave_attribute, item, field))
         if todo:
             todo.reverse()
             extend(todo)
+
+
+def children_of(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """The node's children in the order libcst visits them (`node.children`, read from the fields directly)."""
+    kind = type(node)
+    if kind in _conditional_types():
+        return list(node.children)
+    found: list = []
+    add, node_type = found.append, cst.CSTNode
+    for field in _FIELD_ORDER.get(kind) or _field_order(node):
+        _children(getattr(node, field), add, node_type)
+    return found
+
+
+def significant_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`children_of` less the trivia (whitespace, comments, punctuation; see `_trivia_types`)."""
+    kind = type(node)
+    trivia = _trivia_types()
+    if kind in _conditional_types():
+        return [child for child in node.children if type(child) not in trivia]
+    found: list = []
+    add, is_node, not_node = found.append, _NODE_TYPES, _NOT_NODE_TYPES
+    for field in _FIELD_ORDER.get(kind) or _field_order(node):
+        value = getattr(node, field)
+        value_type = type(value)
+        if value_type in is_node or (value_type not in not_node and _is_node(value_type)):
+            if value_type not in trivia:
+                add(value)
+        elif value_type is tuple or value_type is list:
+            for child in value:
+                child_type = type(child)
+                if (child_type in is_node or (child_type not in not_node and _is_node(child_type))) \
+                        and child_type not in trivia:
+                    add(child)
+    return found
+
+
+def trivia_types() -> frozenset[type]:
+    """Types holding only whitespace, comments and fixed tokens (see `_trivia_types`)."""
+    return _trivia_types()
 
 
 def _children(value, add, node_type) -> None:

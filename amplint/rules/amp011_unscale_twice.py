@@ -115,6 +115,7 @@ class UnscaleTwice(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
+        stores = _Stores(facts.module)  # what the module binds, collected on the first question
         for unscale in facts.events:
             if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
                 continue
@@ -137,7 +138,7 @@ class UnscaleTwice(Rule):
                 yield Finding(unscale.node, message, fix, help=None if fix else (
                     "Unscale before the step" if after_step else "Remove the second call"))
                 continue
-            loop = self._repeating_loop(facts, events, unscale)
+            loop = self._repeating_loop(facts, events, unscale, stores)
             if loop is None:
                 continue
             message = (f"`{snippet(facts, unscale.node, MESSAGE_SNIPPET)}` repeats in the loop at line "
@@ -167,7 +168,7 @@ class UnscaleTwice(Rule):
         return None
 
     @staticmethod
-    def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event) -> Frame | None:
+    def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event, stores: _Stores) -> Frame | None:
         """The innermost loop (not over optimizers) that runs this unscale_ every iteration while not every
         iteration reaches an update of the scaler.
 
@@ -189,7 +190,7 @@ class UnscaleTwice(Rule):
                 break
         if loop is None:
             return None
-        if ifs and not all(_same_every_iteration(facts, frame, loop) for frame in ifs):
+        if ifs and not all(_same_every_iteration(facts, frame, loop, stores) for frame in ifs):
             return None
         updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
                    and e.frame.is_within(loop) and not _continue_between(loop, unscale, e)]
@@ -392,7 +393,7 @@ def _atom(test: cst.BaseExpression, positive: bool) -> tuple[str, bool]:
     return "".join(text.split()), positive
 
 
-def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame) -> bool:
+def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame, stores: _Stores) -> bool:
     """Is the test of the `if` the same in every iteration of `loop`? Only when it calls nothing, subscripts only
     with literals, and reads no name the loop binds (its target, an assignment, a `with ... as`, a `:=`) and no
     attribute chain (`self.clip`) that any code of the module other than an `__init__` assigns: such a test
@@ -401,15 +402,15 @@ def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame) -> boo
     read, opaque = _test_reads(test)
     if opaque:
         return False
-    stored = _stores(loop.node)
+    stored = stores.within(loop.node)
     if isinstance(loop.node, cst.For):
-        stored |= set(target_names(loop.node.target))
+        stored = stored | set(target_names(loop.node.target))
     for name in read:
         parts = name.split(".")
         prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
         if prefixes & stored:
             return False
-        if len(parts) > 1 and prefixes & _attributes_assigned_outside_init(facts):
+        if len(parts) > 1 and prefixes & stores.attributes_outside_init():
             return False
     return True
 
@@ -465,48 +466,83 @@ def _test_reads(test: cst.BaseExpression) -> tuple[set[str], bool]:
     return read, bool(opaque)
 
 
-def _stores(node: cst.CSTNode) -> set[str]:
-    """The names and attribute chains code in `node` binds: assignments (augmented and annotated too), `for`
-    targets, `with ... as` names, `:=` targets and `del`."""
-    stored: set[str] = set()
-
-    class Stores(cst.CSTVisitor):
-        def visit_AssignTarget(self, target: cst.AssignTarget) -> None:
-            stored.update(target_names(target.target))
-
-        def visit_AugAssign(self, assign: cst.AugAssign) -> None:
-            stored.update(target_names(assign.target))
-
-        def visit_AnnAssign(self, assign: cst.AnnAssign) -> None:
-            stored.update(target_names(assign.target))
-
-        def visit_For(self, loop: cst.For) -> None:
-            stored.update(target_names(loop.target))
-
-        def visit_AsName(self, name: cst.AsName) -> None:
-            stored.update(target_names(name.name))
-
-        def visit_NamedExpr(self, expr: cst.NamedExpr) -> None:
-            stored.update(target_names(expr.target))
-
-        def visit_Del(self, statement: cst.Del) -> None:
-            stored.update(target_names(statement.target))
-
-    node.visit(Stores())
-    return stored
+_STORE_TYPES = ("AssignTarget", "AugAssign", "AnnAssign", "For", "AsName", "NamedExpr", "Del")
 
 
-def _attributes_assigned_outside_init(facts: ModuleFacts) -> set[str]:
-    """Attribute chains (`self.clip`) assigned anywhere in the module outside an `__init__`."""
-    stored: set[str] = set()
-    for statement in facts.module.body:
-        if isinstance(statement, cst.ClassDef):
-            for member in statement.body.body:
-                if not (isinstance(member, cst.FunctionDef) and member.name.value == "__init__"):
-                    stored |= _stores(member)
-        else:
-            stored |= _stores(statement)
-    return {name for name in stored if "." in name}
+class _Stores:
+    """The names and attribute chains the module's code binds (assignments, augmented and annotated too, `for`
+    targets, `with ... as` names, `:=` targets and `del`), from one pass over the module made on the first
+    question: in the order of the pass, with the span of that order each loop covers, so that a loop's stores are
+    a slice of one list, not a walk of the loop per question."""
+
+    def __init__(self, module: cst.Module) -> None:
+        self.module = module
+        self._names: list[tuple[str, ...]] | None = None  # the stores' names, in the order of the pass
+        self._spans: dict[int, tuple[int, int]] = {}  # id of a loop -> (its first store, past its last)
+        self._within: dict[int, frozenset[str]] = {}
+        self._outside: list[bool] = []
+        self._outside_init: set[str] | None = None
+
+    def _collect(self) -> None:
+        from amplint.facts.walk import children_of, trivia_types
+
+        store_types = {getattr(cst, name) for name in _STORE_TYPES}
+        loop_types = (cst.For, cst.While)
+        skipped = trivia_types()
+        names: list[tuple[str, ...]] = []
+        outside: list[bool] = []  # for each store: is it outside an `__init__` (see `attributes_outside_init`)
+        spans = self._spans
+        # (node, whether its stores are outside an `__init__`), or (id of a loop, None) where the loop ends. Counted
+        # outside: a module-level statement, a member of a module-level class but its `__init__`; not: a class's own
+        # decorators, bases and keywords.
+        stack: list = []
+        for statement in reversed(self.module.body):
+            if isinstance(statement, cst.ClassDef):
+                body = statement.body
+                stack.extend((member, not (isinstance(member, cst.FunctionDef) and member.name.value == "__init__"))
+                             for member in reversed(body.body))
+                stack.extend((child, False) for child in reversed(children_of(statement)) if child is not body)
+            else:
+                stack.append((statement, True))
+        pop, push = stack.pop, stack.append
+        while stack:
+            item, counts = pop()
+            if counts is None:  # the end of a loop
+                spans[item] = (spans[item][0], len(names))
+                continue
+            kind = type(item)
+            if kind in skipped:
+                continue
+            if kind in loop_types:
+                spans[id(item)] = (len(names), -1)
+                push((id(item), None))
+            if kind in store_types:
+                names.append(tuple(target_names(item.name if kind is cst.AsName else item.target)))
+                outside.append(counts)
+            for child in reversed(children_of(item)):
+                push((child, counts))
+        self._names = names
+        self._outside = outside
+
+    def within(self, node: cst.CSTNode) -> frozenset[str]:
+        """What the code of a loop binds, its own target included."""
+        if id(node) in self._within:
+            return self._within[id(node)]
+        if self._names is None:
+            self._collect()
+        span = self._spans.get(id(node))
+        found = frozenset(name for names in self._names[span[0]:span[1]] for name in names) if span else frozenset()
+        self._within[id(node)] = found
+        return found
+
+    def attributes_outside_init(self) -> set[str]:
+        """Attribute chains (`self.clip`) assigned anywhere in the module outside an `__init__`."""
+        if self._outside_init is None:
+            if self._names is None:
+                self._collect()
+            self._outside_init = {name for names, counts in zip(self._names, self._outside) if counts
+                                  for name in names if "." in name}
+        return self._outside_init
 
 
 def _frames_between(frame: Frame | None, stop: Frame) -> list[Frame]:
