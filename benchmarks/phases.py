@@ -26,7 +26,7 @@ import time
 PHASES: list[tuple[str, list[str]]] = [
     ("imports", ["<every import>"]),
     ("read", ["amplint.source:read_bytes", "amplint.source:decode_source"]),
-    ("screen", ["amplint.prefilter:Prefilter.select"]),
+    ("screen", ["amplint.selection:has_words", "amplint.selection:screen", "amplint.prefilter:Prefilter.select"]),
     ("index", ["amplint.parallel:index_project", "amplint.index.build:index_file",
                "amplint.index.functions:index_text"]),
     ("parse", ["amplint.parsing:parse_module"]),
