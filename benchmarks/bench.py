@@ -4,7 +4,7 @@
 
 TREE defaults to the installed torch package's source folder (found with importlib.util.find_spec, which does not
 import torch). For several rounds, in turn: amplint cold (--no-cache), amplint with a warm cache, ruff
-(`--select E9,F63 --no-cache`). TorchFix (`torchfix`, from PyPI), when found, is far slower: it runs once, on a
+(`--isolated --select E9,F63 --no-cache`). TorchFix (`torchfix`, from PyPI), when found, is far slower: it runs once, on a
 sample of the files (every Nth, about --torchfix-share of the bytes) under a time limit, next to amplint on the
 same sample, and its time on the whole tree is extrapolated from its time per byte (the output says so).
 Peak memory is the largest resident set of any process of a run (getrusage of the children, in a wrapper
@@ -234,7 +234,10 @@ def main() -> None:
 
         runs: dict[str, list[dict]] = {"ruff": [], "amplint cold": [], "amplint warm": []}
         commands = {
-            "ruff": [ruff, "check", "--select", "E9,F63", "--no-cache", "--exit-zero", "--quiet", str(tree)],
+            # --isolated: a repository's own ruff settings (a required version, excludes) must not stop or shrink
+            # ruff's run; amplint reads no other tool's settings either
+            "ruff": [ruff, "check", "--isolated", "--select", "E9,F63", "--no-cache", "--exit-zero", "--quiet",
+                     str(tree)],
             "amplint cold": amplint_command([str(tree)], ["--no-cache", *extra]),
             "amplint warm": amplint_command([str(tree)], ["--cache-dir", str(cache), *extra]),
         }
