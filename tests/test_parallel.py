@@ -259,8 +259,11 @@ def test_workers_die_with_the_run(tmp_path, name, exit_codes):
     tree.mkdir()
     _tree(tree, 12)
     environment = {**os.environ, "PYTHONPATH": str(REPO)}
+    # A run started in the background by a shell without job control inherits SIGINT ignored (and Python then
+    # installs no handler): the run is given Ctrl-C's default, as a terminal gives it.
     run = subprocess.Popen([sys.executable, "-c", _SLOW_RUN, str(marks), str(tree)], env=environment,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     workers: list[int] = []
     try:
         _wait_for(lambda: any(marks.iterdir()), "no worker started")
