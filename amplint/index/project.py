@@ -32,7 +32,7 @@ import functools
 import os
 import re
 from dataclasses import dataclass
-from typing import Iterable, Iterator
+from typing import Iterator
 
 from amplint.vocabulary import Effect
 from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
@@ -320,7 +320,6 @@ class ModuleView:
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self._own = None  # `provide`: builds this file's record from the screen's tree
         self._names = None  # `provide`: the names its functions can have, from its text
-        self._text = None  # `provide`: its text
 
     @property
     def name(self) -> str:
@@ -332,22 +331,13 @@ class ModuleView:
         self.read_modules.add(path)
         return self.project.record(path)
 
-    def provide(self, build, names=None, text: str | None = None) -> None:
+    def provide(self, build, names=None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
         needs it and the index has none; `names()`: the names its functions can have, read from its text
-        (`function_names`); `text`: the file's text (`mentions`)."""
+        (`function_names`)."""
         self.project.know(self.path)
         self._own = build
         self._names = names
-        self._text = text
-
-    def mentions(self, names: Iterable[str]) -> bool | None:
-        """Does the view's own file's text hold one of `names` as a whole word (in code, a comment or a string:
-        a superset of what its code names)? None when its text was not provided."""
-        if self._text is None:
-            return None
-        names = sorted(set(names))
-        return bool(names) and re.search(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b", self._text) is not None
 
     def function_names(self) -> set[str] | None:
         """The last names of the view's own file's functions (`Class.run`: "run"), or a superset of them when its

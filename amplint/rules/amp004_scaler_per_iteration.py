@@ -31,50 +31,25 @@ def builder_called_per_iteration(view) -> bool:
                for target in functions_doing(view, Effect.BUILDS_SCALER))
 
 
-_SCALER_WRAPPERS: dict = {}
-
-
-def scaler_wrappers(view) -> frozenset[str]:
-    """The names the project gives a class whose `__init__` builds a GradScaler (in the files indexed so far): the
-    class's own, and every name a module importing it binds it to (`from .scalers import Wrapper as AmpWrapper` in
-    a package's `__init__`), followed through the modules that import those. Computed once per state of the
-    records, without building this file's record."""
-    project = view.project
-    files = project.files
-    if _SCALER_WRAPPERS.get("files") is not files or _SCALER_WRAPPERS.get("count") != len(files):
-        names: set[str] = set()
-        frontier = []
-        for path, record in list(files.items()):
-            for qualname, summary in record.functions.items():
-                if qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does:
-                    names.add(qualname.rsplit(".", 2)[-2])
-                    frontier.append(path)
-        seen = set(frontier)
-        while frontier:
-            for importer in project.importers(frontier.pop()):
-                record = project.record(importer)
-                aliases = {local for local, (_, imported, _) in (record.imports.items() if record else ())
-                           if imported in names}
-                names |= aliases
-                if aliases and importer not in seen:  # it re-exports a wrapper: its importers may rename it
-                    seen.add(importer)
-                    frontier.append(importer)
-        _SCALER_WRAPPERS.update(files=files, count=len(files), value=frozenset(names))
-    return _SCALER_WRAPPERS["value"]
+_SCALER_WRAPPER_KNOWN: dict = {}
 
 
 def scaler_wrapper_known(view) -> bool:
     """The cheap question before `wrapper_built_in_loop`: does a file of the project already indexed define a class
-    whose `__init__` builds a GradScaler? (A file of its own that defines one builds a GradScaler itself.)"""
-    return bool(scaler_wrappers(view))
+    whose `__init__` builds a GradScaler? (A file of its own that defines one builds a GradScaler itself.) Asked
+    without building this file's record, which most files never need."""
+    files = view.project.files
+    known = _SCALER_WRAPPER_KNOWN.get("files")
+    if known is not files or _SCALER_WRAPPER_KNOWN.get("count") != len(files):  # once per state of the records
+        value = any(qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does
+                    for record in list(files.values()) for qualname, summary in record.functions.items())
+        _SCALER_WRAPPER_KNOWN.update(files=files, count=len(files), value=value)
+    return _SCALER_WRAPPER_KNOWN["value"]
 
 
 def wrapper_built_in_loop(view) -> bool:
     """The screen's question across modules: does this file build, in a loop, a user class whose `__init__`
-    builds a GradScaler (`_wrappers_per_iteration`)? A file whose text names none of those classes (under any
-    name they are imported as) cannot construct one by name: its record is not built to find out."""
-    if view.mentions(scaler_wrappers(view)) is False:
-        return False
+    builds a GradScaler (`_wrappers_per_iteration`)?"""
     return _builds_wrapper_in_loop(view)
 
 
