@@ -423,6 +423,19 @@ def watch(output_format, ignore, quiet, script, args) -> None:
     sys.exit(EXIT_ERROR if failed else EXIT_FINDINGS if findings else EXIT_CLEAN)
 
 
+def _end_interrupted() -> None:
+    """Exit 130 at once: an interrupted run has killed its workers, and a normal interpreter exit would join the
+    process pool's threads, which may write to a pipe those workers closed (a traceback on the way out)."""
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(130)
+
+
 def entry() -> None:
     """Console entry point: an unexpected error becomes a message and exit code 2, never a traceback."""
     try:
@@ -430,7 +443,7 @@ def entry() -> None:
         status = main(standalone_mode=False)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("amplint: interrupted", err=True)
-        sys.exit(130)
+        _end_interrupted()
     except click.ClickException as error:  # usage and bad-parameter errors: click's message, exit 2
         error.show()
         sys.exit(error.exit_code)
