@@ -126,7 +126,7 @@ class Prefilter:
             if view is None:  # a text alone: a project of this module only, as the engine's (ModuleFacts.project)
                 view = ProjectIndex().view(STANDALONE)
             # its own record when asked: from the tree parsed here
-            view.provide(lambda: index_text(text, summary), summary.written_def_names)
+            view.provide(lambda: index_text(text, summary), summary)
             more = [rule for rule in self.across if rule not in candidates
                     and (not _declares_words(rule) or any(word in text for word in rule.words))
                     and _asked_safely(rule, summary, view)]

@@ -254,3 +254,42 @@ def test_a_new_importer_binding_the_name_relints_the_module(tmp_path):
     assert run() == {("engine.py", "AMP001"), ("engine.py", "AMP002")}
     (tree / "main.py").write_text("from engine import train_one_epoch\n")
     assert run() == set()
+
+
+# A class whose `__init__` builds a GradScaler, built in a loop: found under every name the project imports it as --
+TRAIN_WITH = ("import torch\nfrom {module} import {name}\n\n\ndef train(model, optimizer, loader):\n"
+              "    for x in loader:\n        amp = {name}()\n        with torch.autocast('cuda'):\n"
+              "            loss = model(x).mean()\n        amp(loss, optimizer)\n")
+
+
+def test_a_wrapper_renamed_twice_on_its_way_is_still_known(tmp_path):
+    from amplint.index.build import build_index
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "scaling.py").write_text(SCALING)
+    (tmp_path / "pkg" / "__init__.py").write_text("from .scaling import NativeScaler as AmpScaler\n")
+    (tmp_path / "compat.py").write_text("from pkg import (\n    AmpScaler as LossScaler,\n)\n")
+    (tmp_path / "train.py").write_text(TRAIN_WITH.format(module="compat", name="LossScaler"))
+    assert codes(tmp_path) == {"AMP004"}
+    paths = sorted(str(path) for path in tmp_path.rglob("*.py"))
+    project = build_index(paths, lambda path: Path(path).read_text())
+    assert project.scaler_wrapper_names() == {"NativeScaler", "AmpScaler", "LossScaler"}
+    (tmp_path / "compat.py").write_text("from pkg import AmpScaler\nLossScaler = None\n")  # not the wrapper
+    assert codes(tmp_path) == set()
+
+
+def test_a_class_that_starts_building_a_scaler_relints_the_files_building_it(tmp_path):
+    """A file's cached result read which names the project's scaler-wrapper classes have: one more relints it."""
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    (tree / "scaling.py").write_text(SCALING.replace("torch.amp.GradScaler('cuda')", "None"))
+    (tree / "train.py").write_text(TRAIN_WITH.format(module="scaling", name="NativeScaler"))
+
+    def run() -> set[tuple[str, str]]:
+        result = CliRunner().invoke(main, ["check", str(tree), "--cache-dir", str(cache), "--exit-zero",
+                                           "--output-format", "json"], catch_exceptions=False)
+        return {(Path(d["filename"]).name, d["code"]) for d in json.loads(result.output)}
+
+    assert run() == set()
+    (tree / "scaling.py").write_text(SCALING)
+    assert run() == {("train.py", "AMP004")}

@@ -41,6 +41,7 @@ MAX_DEPTH = 3  # calls followed from a function, and callers followed up from on
 # An import statement as a file's text holds it (what follows it on its line, or up to `)`, is read too).
 _IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import\b|import[ \t])", re.MULTILINE)
 _WORD = re.compile(r"\w+")
+_ALIAS = re.compile(r"(\w+)\s+as\s+(\w+)")  # `x as y` in an import statement
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,9 @@ class ProjectIndex:
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
         self._import_words: dict[str, set[str]] | None = None
+        self._import_aliases: dict[str, set[str]] = {}  # a name an import statement imports -> names it binds it as
         self._importers: dict[str, list[str]] = {}
+        self._wrapper_names: frozenset[str] | None = None  # `scaler_wrapper_names`
 
     def know(self, path: str, name: str | None = None) -> None:
         """A file of the project whose record is read when an answer needs it."""
@@ -163,7 +166,36 @@ class ProjectIndex:
 
     def _forget_importers(self) -> None:
         self._import_words = None
+        self._import_aliases = {}
         self._importers = {}
+        self._wrapper_names = None
+
+    def scaler_wrapper_names(self) -> frozenset[str]:
+        """Every name a file can write a scaler-wrapper class as (a class whose `__init__` builds a GradScaler:
+        `NativeScaler`): the class's own name, and each name an import statement of the project binds one of
+        those to (`from .amp import NativeScaler as Scaler`, re-exported on), followed on. `class_at` finds a
+        class only through such names, so a file whose text holds none of them builds no wrapper. The classes
+        come from the files indexed up front: a file that builds a GradScaler names one (`INDEX_WORDS`)."""
+        if self._wrapper_names is None:
+            found = {qualname.rsplit(".", 2)[-2] for path in self.indexed
+                     for qualname, summary in self.files[path].functions.items()
+                     if qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does}
+            if found:
+                if self._import_words is None:
+                    self._import_words = self._words_of_imports()
+                todo = list(found)
+                while todo:
+                    for alias in self._import_aliases.get(todo.pop(), ()):
+                        if alias not in found:
+                            found.add(alias)
+                            todo.append(alias)
+            self._wrapper_names = frozenset(found)
+        return self._wrapper_names
+
+    def scaler_wrappers_digest(self) -> str:
+        import hashlib
+
+        return hashlib.blake2b("\n".join(sorted(self.scaler_wrapper_names())).encode(), digest_size=12).hexdigest()
 
     def importers(self, path: str) -> list[str]:
         """The files of the project that import the module at `path` (`import m`, `from m import x`, `from pkg
@@ -192,16 +224,22 @@ class ProjectIndex:
 
     def _words_of_imports(self) -> dict[str, set[str]]:
         """Each word of an import statement (a part of a module's name, an imported name) -> the files holding one:
-        from the records read so far, else from the file's text (not parsed)."""
+        from the records read so far, else from the file's text (not parsed). The names imported under another
+        name (`x as y`) are noted on the way (`_import_aliases`)."""
         from amplint.source import SourceError, read_source
 
         words: dict[str, set[str]] = {}
+        aliases = self._import_aliases = {}
         for path in sorted(self.names):
             record = self.files.get(path)
             if record is not None:
                 found = {word for module, attribute, _ in record.imports.values()
                          for word in (*module.split("."), attribute or "") if word}
                 found.update(word for module, _ in record.star_imports for word in module.split(".") if word)
+                for local, (module, attribute, _) in record.imports.items():
+                    imported = attribute if attribute is not None else module.rsplit(".", 1)[-1]
+                    if imported != local:
+                        aliases.setdefault(imported, set()).add(local)
             else:
                 try:
                     text = read_source(path, self.max_size).text
@@ -214,6 +252,8 @@ class ProjectIndex:
                     if text[start:end if end != -1 else None].lstrip(" \t").startswith("("):
                         end = text.find(")", start)
                     found.update(_WORD.findall(text, match.start(), end if end != -1 else len(text)))
+                    for imported, local in _ALIAS.findall(text, match.start(), end if end != -1 else len(text)):
+                        aliases.setdefault(imported, set()).add(local)
             for word in found:
                 words.setdefault(word, set()).add(path)
         return words
@@ -253,6 +293,9 @@ class ProjectIndex:
                     return False
             elif key.startswith("importers:"):
                 if self.importers_digest(key[10:]) != value:
+                    return False
+            elif key == "scaler-wrappers":
+                if self.scaler_wrappers_digest() != value:
                     return False
             elif key not in self.names or self.digest(key) != value:
                 return False
@@ -318,8 +361,9 @@ class ModuleView:
         self.missing: set[str] = set()  # module names an answer looked for and did not find in the project
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
+        self.asked_wrappers = False  # an answer read the project's scaler-wrapper classes
         self._own = None  # `provide`: builds this file's record from the screen's tree
-        self._names = None  # `provide`: the names its functions can have, from its text
+        self.summary = None  # `provide`: the screen's summary of the file
 
     @property
     def name(self) -> str:
@@ -331,13 +375,29 @@ class ModuleView:
         self.read_modules.add(path)
         return self.project.record(path)
 
-    def provide(self, build, names=None) -> None:
+    def provide(self, build, summary=None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
-        needs it and the index has none; `names()`: the names its functions can have, read from its text
-        (`function_names`)."""
+        needs it and the index has none; `summary`: the screen's `Summary` of the file, for questions its text or
+        tree answers without the record (`function_names`, `calls_in_loop`)."""
         self.project.know(self.path)
         self._own = build
-        self._names = names
+        self.summary = summary
+
+    def scaler_wrapper_names(self) -> frozenset[str]:
+        """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file)."""
+        self.asked_wrappers = True
+        return self.project.scaler_wrapper_names()
+
+    def calls_in_loop(self, names) -> bool:
+        """Does the view's own file call one of these names (or an import alias of one) in a loop's body, as its
+        record would say (`CallRecord.in_loop`)? From the screen's summary, without the record; True when the
+        record is built already or no summary is at hand."""
+        if self.summary is None or self.path in self.project.files:
+            return True  # its record answers (cheaply), or nothing here can
+        if not self.summary.calls_in_loop(*names):  # the text's tokens first
+            return False
+        self.summary.parse_tree()
+        return any(self.summary.sites(names, looped=True))
 
     def function_names(self) -> set[str] | None:
         """The last names of the view's own file's functions (`Class.run`: "run"), or a superset of them when its
@@ -345,7 +405,7 @@ class ModuleView:
         record = self.project.files.get(self.path)
         if record is not None:
             return {qualname.rsplit(".", 1)[-1] for qualname in record.functions}
-        return self._names() if self._names is not None else None
+        return self.summary.written_def_names() if self.summary is not None else None
 
     def record(self, path: str) -> FileIndex | None:
         """The index record of a file of the project (read when first needed; recorded as read by this view)."""
@@ -365,11 +425,14 @@ class ModuleView:
         """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
         of its index; "?name" -> "" for a module looked for and absent; "calls:name" -> the digest of every call
         site named so (a new caller anywhere changes it); "importers:path" -> the digest of the files importing
-        that module (`ProjectIndex.importers`). A cached result is valid while `valid` holds for it."""
+        that module (`ProjectIndex.importers`); "scaler-wrappers" -> the digest of the names scaler-wrapper classes can be
+        written as (`scaler_wrapper_names`). A cached result is valid while `valid` holds for it."""
         found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.names}
         found.update({f"?{name}": "" for name in sorted(self.missing)})
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
         found.update({f"importers:{path}": self.project.importers_digest(path) for path in sorted(self.asked_importers)})
+        if self.asked_wrappers:
+            found["scaler-wrappers"] = self.project.scaler_wrappers_digest()
         return found
 
     def outside(self, qualified: str) -> bool:

@@ -31,26 +31,19 @@ def builder_called_per_iteration(view) -> bool:
                for target in functions_doing(view, Effect.BUILDS_SCALER))
 
 
-_SCALER_WRAPPER_KNOWN: dict = {}
-
-
 def scaler_wrapper_known(view) -> bool:
-    """The cheap question before `wrapper_built_in_loop`: does a file of the project already indexed define a class
-    whose `__init__` builds a GradScaler? (A file of its own that defines one builds a GradScaler itself.) Asked
-    without building this file's record, which most files never need."""
-    files = view.project.files
-    known = _SCALER_WRAPPER_KNOWN.get("files")
-    if known is not files or _SCALER_WRAPPER_KNOWN.get("count") != len(files):  # once per state of the records
-        value = any(qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does
-                    for record in list(files.values()) for qualname, summary in record.functions.items())
-        _SCALER_WRAPPER_KNOWN.update(files=files, count=len(files), value=value)
-    return _SCALER_WRAPPER_KNOWN["value"]
+    """The cheap question before `wrapper_built_in_loop`: does the project define a class whose `__init__` builds
+    a GradScaler? (A file of its own that defines one builds a GradScaler itself.) Asked without building this
+    file's record, which most files never need."""
+    return bool(view.scaler_wrapper_names())
 
 
 def wrapper_built_in_loop(view) -> bool:
     """The screen's question across modules: does this file build, in a loop, a user class whose `__init__`
-    builds a GradScaler (`_wrappers_per_iteration`)?"""
-    return _builds_wrapper_in_loop(view)
+    builds a GradScaler (`_wrappers_per_iteration`)? A file that calls no such class (under any name the project
+    imports it as) in a loop does not, and its record is not built to say so."""
+    names = view.scaler_wrapper_names()
+    return view.calls_in_loop(names) and _builds_wrapper_in_loop(view, names)
 
 
 class ScalerPerIteration(Rule):
@@ -383,15 +376,15 @@ class ScalerPerIteration(Rule):
                        Applicability.SAFE if safe else Applicability.UNSAFE)
 
 
-def _builds_wrapper_in_loop(view) -> bool:
+def _builds_wrapper_in_loop(view, names) -> bool:
     """The screen's question for `_wrappers_per_iteration`: does a loop of the view's file construct a class
-    whose `__init__` builds a GradScaler?"""
+    whose `__init__` builds a GradScaler (written as one of `names`, `ProjectIndex.scaler_wrapper_names`)?"""
     record = view.record(view.path)
     if record is None:
         return False
     calls = [call for summary in record.functions.values() for call in summary.calls] + list(record.module_calls)
     for call in calls:
-        if not call.in_loop:
+        if not call.in_loop or call.callee.rsplit(".", 1)[-1] not in names:
             continue
         located = view.class_at(view.path, call.callee)
         init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
