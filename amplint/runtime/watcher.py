@@ -30,6 +30,7 @@ from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 import amplint
+from amplint import vocabulary as vocab
 from amplint.runtime import AmpRuntimeError, AmpRuntimeWarning, Finding
 
 __all__ = ["Report", "watch"]
@@ -360,11 +361,11 @@ def _install() -> None:
     handle = register_optimizer_step_pre_hook(_optimizer_pre_hook)
     _state.restore.append(handle.remove)
     scaler = torch.amp.GradScaler
-    for name, wrap in (("__init__", _scaler_init), ("scale", _scaler_scale), ("unscale_", _scaler_unscale),
-                       ("step", _scaler_step), ("update", _scaler_update)):
+    for name, wrap in (("__init__", _scaler_init), (vocab.SCALE, _scaler_scale), (vocab.UNSCALE, _scaler_unscale),
+                       (vocab.STEP, _scaler_step), (vocab.UPDATE, _scaler_update)):
         _patch(scaler, name, wrap(scaler.__dict__[name]))
     for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-        for name in ("clip_grad_norm_", "clip_grad_value_"):
+        for name in (vocab.CLIP_GRAD_NORM_, vocab.CLIP_GRAD_VALUE_):
             if hasattr(module, name):
                 _patch(module, name, _wrap_clip(getattr(module, name)))
     autocast = torch.amp.autocast_mode.autocast
