@@ -181,6 +181,7 @@ class FrameReader:
         self.log = log if log is not None else sys.stderr
         self.buffer = bytearray()  # read from the stream, not yet taken
         self.frames = bytearray()  # well-formed frames, not yet read by pygls
+        self.pending: tuple[bytes, str | None] | None = None  # `peek`: the next message's body, not yet framed
 
     @property
     def closed(self) -> bool:
@@ -267,10 +268,23 @@ class FrameReader:
                     del self.buffer[:index]
                     return value
 
+    def peek(self):
+        """The next message, parsed (None when it is not a JSON object with a well-formed header, or the stream
+        ends), still to be read as usual: it is framed and checked when pygls reads it."""
+        if self.pending is None and not self.frames:
+            self.pending = self._next_body()
+        if self.pending is None or self.pending[1] is not None:
+            return None
+        try:
+            message = json.loads(self.pending[0])
+        except ValueError:
+            return None
+        return message if isinstance(message, dict) else None
+
     # frames
     def _produce(self) -> None:
         while not self.frames:
-            read = self._next_body()
+            read, self.pending = self.pending or self._next_body(), None
             if read is None:
                 return  # end of the stream
             for body in self._messages(*read):
@@ -853,6 +867,8 @@ class _AnsweredQuietly:
 
 def serve() -> int:
     """Run the server over stdio until the client exits it; 2 when pygls is missing."""
+    reader = FrameReader(sys.stdin.buffer)
+    early = answer_initialize(reader, sys.stdout.buffer) if _pygls_major() == EARLY_PYGLS else None
     try:
         server = create_server()
     except PyglsMissing as error:
@@ -863,6 +879,9 @@ def serve() -> int:
 
     from pygls.exceptions import JsonRpcInvalidRequest
 
+    reader.check = _request_check(server)
+    if early is not None:
+        _answered_already(server, *early)
     _refuse_after_shutdown(server, JsonRpcInvalidRequest)
     quiet = _AnsweredQuietly(JsonRpcInvalidRequest)
     for handler in logging.getLogger().handlers:
@@ -870,7 +889,108 @@ def serve() -> int:
     for name in ("pygls.protocol.json_rpc", "pygls.protocol", "pygls"):
         logging.getLogger(name).addFilter(quiet)
     try:
-        server.start_io(FrameReader(sys.stdin.buffer, _request_check(server)), sys.stdout.buffer)
+        server.start_io(reader, sys.stdout.buffer)
     finally:
         server.amplint_linter.close()
     return 0
+
+
+# --- `initialize`, answered before pygls is loaded ---------------------------------------------------------------
+# Loading pygls takes most of a second (its protocol types, `lsprotocol.types`, alone 0.3-0.4 s), and a client
+# waits for the answer to `initialize` before it sends anything else. The answer depends only on the features
+# this server registers and on the client's position encodings, so it is written here as pygls 2 writes it, the
+# moment the request arrives; pygls then reads the same request, sets itself up from it, and its own answer is
+# compared with the one sent and not sent again (`_answered_already`). tests/test_server.py checks that both
+# answers agree for the client capabilities that shape them. Any other pygls, or a request whose shape is not
+# plain (`initialize_result` returns None), is answered by pygls itself.
+EARLY_PYGLS = 2  # the major version of pygls whose answer `initialize_result` writes
+ENCODINGS = ("utf-8", "utf-16", "utf-32")  # the position encodings pygls can serve
+
+
+def _pygls_major() -> int | None:
+    from importlib import metadata
+
+    try:
+        version = metadata.version("pygls")
+    except (metadata.PackageNotFoundError, ValueError):
+        return None
+    major = version.split(".", 1)[0]
+    return int(major) if major.isdigit() else None
+
+
+def initialize_result(params) -> dict | None:
+    """What pygls 2 answers to `initialize` with these params for this server's features; None when the params
+    are not of the plain shape this function knows (pygls answers those)."""
+    if not isinstance(params, dict) or not isinstance(params.get("capabilities"), dict):
+        return None
+    capabilities = params["capabilities"]
+    general = capabilities.get("general", {})
+    document = capabilities.get("textDocument", {})
+    if not isinstance(general, dict) or not isinstance(document, dict):
+        return None
+    encodings = general.get("positionEncodings")
+    if encodings is not None and not (isinstance(encodings, list) and all(isinstance(e, str) for e in encodings)):
+        return None
+    synchronization = document.get("synchronization", {})
+    if not isinstance(synchronization, dict):
+        return None
+    sync: dict = {"openClose": True, "change": 2}  # incremental
+    for key in ("willSave", "willSaveWaitUntil"):  # stated by the client: pygls says this server does not
+        value = synchronization.get(key)
+        if value is not None and not isinstance(value, bool):
+            return None
+        if value is not None:
+            sync[key] = False
+    sync["save"] = True
+    encoding = next((each for each in encodings or () if each in ENCODINGS), "utf-16")
+    return {"capabilities": {
+        "positionEncoding": encoding,
+        "textDocumentSync": sync,
+        "codeActionProvider": {"codeActionKinds": ["quickfix", FIX_ALL_KIND], "resolveProvider": False},
+        "executeCommandProvider": {"commands": []},
+        "workspace": {"workspaceFolders": {"supported": True, "changeNotifications": True}, "fileOperations": {}},
+    }, "serverInfo": {"name": NAME, "version": __version__}}
+
+
+def answer_initialize(reader: FrameReader, out) -> tuple[object, dict] | None:
+    """Wait for the client's first message; when it is an `initialize` request of a plain shape, write its answer
+    to `out` now and return (its id, the answer's result). The request stays in `reader` for pygls to read."""
+    message = reader.peek()
+    if message is None or message.get("method") != "initialize" or message.get("jsonrpc") != "2.0":
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
+        return None
+    result = initialize_result(message.get("params"))
+    if result is None:
+        return None
+    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}).encode("utf-8")
+    try:
+        out.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        out.flush()
+    except (OSError, ValueError):
+        return None
+    return request_id, result
+
+
+def _answered_already(server, request_id, sent: dict) -> None:
+    """pygls's own answer to the `initialize` answered early is not sent again; it is compared with the one sent,
+    and a difference said on stderr (the client was told something pygls does not do)."""
+    protocol = getattr(server, "protocol", None)
+    send = getattr(protocol, "_send_response", None)
+    if send is None:
+        return
+    pending = [request_id]
+
+    def send_response(msg_id, result=None, error=None):
+        if pending and msg_id == pending[0]:
+            pending.clear()
+            converter = getattr(protocol, "_converter", None)
+            own = converter.unstructure(result) if converter is not None and result is not None else result
+            if error is not None or own != sent:
+                print(f"amplint server: the answer sent to `initialize` differs from pygls's ({error or own})",
+                      file=sys.stderr, flush=True)
+            return None
+        return send(msg_id, result=result, error=error)
+
+    protocol._send_response = send_response

@@ -192,6 +192,8 @@ def _session(workspace: Path, body, command: list[str] | None = None) -> None:
             log.flush()
             print((workspace / "server.log").read_text(errors="replace"), file=sys.stderr)
             raise
+    # the answer written to `initialize` before pygls loaded is the one pygls gives (`server._answered_already`)
+    assert "differs from pygls" not in (workspace / "server.log").read_text(errors="replace")
 
 
 def test_lsp_session_over_stdio(workspace):
@@ -362,6 +364,64 @@ def test_initialize_is_answered_first_and_a_long_module_is_linted_by_a_warm_work
         record_property(name, round(seconds, 3))
     print("amplint server, from the process's start: initialize answered in {initialize_s:.2f} s; a 1,000-line "
           "module's first diagnostics {first_diagnostics_s:.2f} s after didOpen".format(**times))
+
+
+EARLY = pytest.mark.skipif(server._pygls_major() != server.EARLY_PYGLS,
+                           reason="`initialize` is answered early for pygls 2 only")
+
+
+@EARLY
+@pytest.mark.parametrize("capabilities", [
+    {},
+    {"general": {"positionEncodings": ["utf-8", "utf-16"]}},
+    {"general": {"positionEncodings": ["utf-7", "utf-32"]}},
+    {"general": {"positionEncodings": []}},
+    {"textDocument": {"synchronization": {"willSave": True, "willSaveWaitUntil": False, "didSave": True}}},
+    {"workspace": {"workspaceFolders": True, "configuration": True}, "window": {"workDoneProgress": True},
+     "textDocument": {"codeAction": {"codeActionLiteralSupport": {"codeActionKind": {"valueSet": ["quickfix"]}}}}},
+], ids=["none", "utf-8", "utf-32", "no-encodings", "will-save", "editor"])
+def test_the_answer_to_initialize_written_before_pygls_loads_is_pyglss(capabilities):
+    """`amplint server` answers `initialize` before loading pygls (0.3-0.4 s of protocol types): the answer it
+    writes is the one pygls gives for the same client capabilities."""
+    params = {"processId": None, "rootUri": None, "capabilities": capabilities}
+    built = server.create_server()
+    protocol, sent = built.protocol, []
+    protocol._send_response = lambda msg_id, result=None, error=None: sent.append((msg_id, result, error))
+    protocol.handle_message(protocol.structure_message({"jsonrpc": "2.0", "id": 7, "method": "initialize",
+                                                        "params": params}))
+    assert [(msg_id, error) for msg_id, _, error in sent] == [(7, None)]
+    assert protocol._converter.unstructure(sent[0][1]) == server.initialize_result(params)
+
+
+@pytest.mark.parametrize("params", [
+    None, {}, {"capabilities": []}, {"capabilities": {"general": {"positionEncodings": "utf-8"}}},
+    {"capabilities": {"textDocument": {"synchronization": {"willSave": "yes"}}}},
+], ids=["none", "no-capabilities", "capabilities-list", "encodings-string", "will-save-string"])
+def test_an_initialize_of_another_shape_is_left_to_pygls(params):
+    frame = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params}).encode()
+    reader, out = FrameReader(io.BytesIO(b"Content-Length: %d\r\n\r\n" % len(frame) + frame)), io.BytesIO()
+    assert server.answer_initialize(reader, out) is None and out.getvalue() == b""
+    rest = reader.readline() + reader.read()  # the request itself, still to be read by pygls
+    assert json.loads(rest.split(b"\r\n\r\n", 1)[1]) == json.loads(frame)
+
+
+@EARLY
+def test_initialize_is_answered_before_pygls_is_loaded():
+    """The answer is written with neither pygls nor its protocol types loaded; the request stays to be read."""
+    probe = ("import io, json, sys\nfrom amplint import server\n"
+             "body = json.dumps({'jsonrpc': '2.0', 'id': 3, 'method': 'initialize', 'params': {'capabilities': {}}})"
+             ".encode()\nframe = b'Content-Length: %d\\r\\n\\r\\n' % len(body) + body\n"
+             "reader, out = server.FrameReader(io.BytesIO(frame + frame)), io.BytesIO()\n"
+             "answered = server.answer_initialize(reader, out)\n"
+             "print(json.dumps([answered[0], sorted(m for m in sys.modules if m.startswith(('pygls', 'lsprotocol'))),"
+             " out.getvalue().decode(), (reader.readline() + reader.read(10 ** 6)).decode()]))")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT,
+                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert run.returncode == 0, run.stderr
+    request_id, loaded, answer, rest = json.loads(run.stdout)
+    assert request_id == 3 and loaded == []
+    assert json.loads(answer.split("\r\n\r\n", 1)[1])["result"]["serverInfo"]["name"] == "amplint"
+    assert json.loads(rest.split("\r\n\r\n", 1)[1])["id"] == 3  # the request itself, for pygls
 
 
 def test_the_server_starts_without_the_linter():
