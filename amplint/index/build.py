@@ -108,25 +108,41 @@ def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | 
 
 @dataclass(frozen=True)
 class Round:
-    """What one round of `expand` looks for in a file outside the index: plain patterns, so that a worker process
-    can look (`scan_files`). A file matches when an import statement names one of the round's modules or functions
-    (`importing`), its text names one of the functions (`named`, asked when they are few: cheaper than finding its
-    calls), and it calls one of them by name (`name(`) with an import statement through which that function can
-    be reached (`reaching`: name -> patterns, `_module_words`)."""
+    """What one round of `expand` looks for in a file outside the index: plain words and patterns, so that a worker
+    process can look (`scan_files`). A file matches when an import statement names one of the round's modules or
+    functions (`importing`: words one of which the line of an import statement holds), its text names one of the
+    functions (`named`, asked when they are few: cheaper than finding its calls), and it calls one of them by name
+    (`name(`) with an import statement through which that function can be reached (`reaching`: name -> the words,
+    one set per function of that name, `_module_words`)."""
 
-    importing: str
+    importing: frozenset[str]
     named: str | None
-    reaching: tuple[tuple[str, tuple[str, ...]], ...]
+    reaching: tuple[tuple[str, tuple[frozenset[str], ...]], ...]
 
-    def matches(self, text: str, called: Callable[[], set[str]]) -> bool:
-        """`called()`: the names the text calls (`_CALLED`), found when first needed."""
-        if _compiled(self.importing).search(text) is None or \
+    def matches(self, text: str, called: Callable[[], set[str]], imported: Callable[[], set[str]]) -> bool:
+        """`called()`: the names the text calls (`_CALLED`); `imported()`: the words of its import statements'
+        lines (`import_words`); each found when first needed."""
+        words = imported()
+        if self.importing.isdisjoint(words) or \
                 (self.named is not None and _compiled(self.named).search(text) is None):
             return False
         names = called()
-        return any(_compiled(words).search(text) for name, patterns in self.reaching
+        return any(not reach.isdisjoint(words) for name, reaches in self.reaching
                    if name in names or _compiled(rf"\b{re.escape(name)}[ \t]+as[ \t]").search(text)
-                   for words in patterns)  # `from m import name as g`: its calls are `g(`
+                   for reach in reaches)  # `from m import name as g`: its calls are `g(`
+
+
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t]([^\n]*)", re.MULTILINE)
+_WORD = re.compile(r"\w+")
+
+
+def import_words(text: str) -> set[str]:
+    """The words (`\\w+`) on the lines of the text's import statements, after `from`/`import`: a module or a name
+    is named by an import statement when its words hold it."""
+    found: set[str] = set()
+    for match in _IMPORT_LINE.finditer(text):
+        found.update(_WORD.findall(text, match.start(1), match.end(1)))
+    return found
 
 
 @functools.lru_cache(maxsize=256)
@@ -141,12 +157,13 @@ Scan = Callable[[list[str], Round], list[Found]]
 
 
 def scan_files(paths: list[str], found: Round, read: Callable[[str], object], cache=None,
-               texts: dict | None = None, called: dict | None = None) -> list[Found]:
+               texts: dict | None = None, called: dict | None = None, imported: dict | None = None) -> list[Found]:
     """Each file's `Found` for one round. `read(path)`: its `SourceText`, or None; `texts`, `called`: what earlier
     rounds read (kept by the caller), so that a file is read and its calls found once. A file that matches is
     summarised (`index_text`; its record kept in `cache` by content, as phase 1's)."""
     texts = {} if texts is None else texts
     called = {} if called is None else called
+    imported = {} if imported is None else imported
     results: list[Found] = []
     for path in paths:
         if path not in texts:
@@ -162,7 +179,12 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
                 called[path] = set(_CALLED.findall(text))
             return called[path]
 
-        if not found.matches(text, calls):
+        def words(path=path, text=text) -> set[str]:
+            if path not in imported:
+                imported[path] = import_words(text)
+            return imported[path]
+
+        if not found.matches(text, calls, words):
             results.append(False)
         elif cache is not None and source.raw is not None:
             results.append((cache.index_record(source.raw, lambda: index_text(text), text),))
@@ -175,7 +197,8 @@ def local_scan(read: Callable[[str], object], cache=None) -> Scan:
     """`scan_files` in this process, each file read once for all rounds."""
     texts: dict = {}
     called: dict = {}
-    return lambda paths, found: scan_files(paths, found, read, cache, texts, called)
+    imported: dict = {}
+    return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported)
 
 
 def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
@@ -204,9 +227,8 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
         if not by_name:
             continue
-        importing = r"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:" + "|".join(sorted(
-            {re.escape(project.names.get(target.module, "").rsplit(".", 1)[-1] or "__main__") for target in pending}
-            | {re.escape(name) for name in by_name})) + r")\b"
+        importing = frozenset({project.names.get(target.module, "").rsplit(".", 1)[-1] or "__main__"
+                               for target in pending} | set(by_name))
         named = "|".join(re.escape(name) for name in sorted(by_name, key=len, reverse=True))
         found = Round(importing, named if len(by_name) <= 16 else None,
                       tuple((name, tuple(patterns)) for name, patterns in sorted(by_name.items())))
@@ -259,12 +281,11 @@ def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
     return found
 
 
-def _module_words(module: str, name: str) -> str:
-    """A regex finding an import statement through which another file can reach the function `name` of `module`:
-    one naming the module (its last part: `import engine`, `from proj.training import loop`) or the function
-    itself (`from proj.training import train_epoch`, a package's re-export)."""
-    last = module.rsplit(".", 1)[-1] or "__main__"
-    return rf"^[ \t]*(?:from|import)[ \t][^\n]*\b(?:{re.escape(last)}|{re.escape(name)})\b"
+def _module_words(module: str, name: str) -> frozenset[str]:
+    """The words one of which an import statement through which another file can reach the function `name` of
+    `module` holds: the module's (its last part: `import engine`, `from proj.training import loop`) or the
+    function's own (`from proj.training import train_epoch`, a package's re-export)."""
+    return frozenset({module.rsplit(".", 1)[-1] or "__main__", name})
 
 
 def sibling_files(paths: Iterable[str]) -> list[str]:

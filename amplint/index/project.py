@@ -92,6 +92,7 @@ class ProjectIndex:
         self.max_size = max_size  # files larger than this are not read on demand
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
+        self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
         self._import_words: dict[str, set[str]] | None = None
         self._import_aliases: dict[str, set[str]] = {}  # a name an import statement imports -> names it binds it as
@@ -115,6 +116,7 @@ class ProjectIndex:
         self.remove(path)
         self.know(path, name)
         self._calls = None
+        self._calls_by = {}
         self._forget_importers()
         self.files[path] = index
         self.indexed.add(path)
@@ -123,6 +125,7 @@ class ProjectIndex:
         path = os.path.abspath(path)
         if path in self.names:
             self._calls = None
+            self._calls_by = {}
             self._forget_importers()
             self.files.pop(path, None)
             self.indexed.discard(path)
@@ -162,6 +165,22 @@ class ProjectIndex:
         found = self._calls.get(last, [])
         for alias in sorted(self._aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
             found = found + self._calls.get(alias, [])
+        return found
+
+    def calls_named_in(self, last: str | None, effects: frozenset[str]) -> tuple[frozenset[str], list]:
+        """The files holding a call `calls_named(last)` finds, and those of its call sites whose calling function
+        does one of `effects` (a stepping caller is rare, a call named `forward` or `__init__` is not): asked
+        once per name and state of the index."""
+        key = (last, effects)
+        found = self._calls_by.get(key)
+        if found is None:
+            sites = self.calls_named(last)
+            chosen = []
+            for path, caller, call in sites:
+                summary = self.files[path].functions.get(caller) if caller is not None else None
+                if summary is not None and summary.does & effects:
+                    chosen.append((path, caller, call))
+            found = self._calls_by[key] = (frozenset(path for path, _, _ in sites), chosen)
         return found
 
     def _forget_importers(self) -> None:

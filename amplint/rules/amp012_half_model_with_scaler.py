@@ -49,21 +49,18 @@ def _stepping_caller_possible(view) -> bool:
         return True  # not known: the record decides
     if "__call__" in names:  # an object's call: every call site may reach it
         view.asked_calls.add("*")
-        sites = view.project.calls_named(None)
+        asked = [None]
     else:
         view.asked_calls.update(names)
-        sites = [site for name in sorted(names) for site in view.project.calls_named(name)]
-    records: dict = {}
-    for path, caller, call in sites:
-        if path == view.path:
-            continue  # a caller in this module: not asked
-        if path not in records:
-            records[path] = view.record(path)
-        summary = records[path].functions.get(caller) if caller is not None and records[path] is not None else None
-        if summary is not None and summary.does & STEPPED:
-            target = view.resolve(caller, call.callee, path)
-            if target is not None and target.module == view.path:
-                return True
+        asked = sorted(names)
+    for name in asked:
+        paths, stepping = view.project.calls_named_in(name, STEPPED)
+        view.read_modules.update(paths - {view.path})  # as reading each caller's record: its steps may change
+        for path, caller, call in stepping:
+            if path != view.path:  # a caller in this module: not asked
+                target = view.resolve(caller, call.callee, path)
+                if target is not None and target.module == view.path:
+                    return True
     return False
 
 
