@@ -293,3 +293,31 @@ def test_a_class_that_starts_building_a_scaler_relints_the_files_building_it(tmp
     assert run() == set()
     (tree / "scaling.py").write_text(SCALING)
     assert run() == {("train.py", "AMP004")}
+
+
+TRAIN_FINISHING = ("import torch\nfrom steps import finish\n\n\ndef train(model, optimizer, loader):\n"
+                   "    scaler = torch.amp.GradScaler('cuda')\n    for x in loader:\n"
+                   "        with torch.autocast('cuda'):\n            loss = model(x).mean()\n"
+                   "        scaler.scale(loss).backward()\n        finish([model])\n"
+                   "        scaler.step(optimizer)\n        scaler.update()\n")
+
+
+def test_files_asking_the_same_question_of_the_index_each_depend_on_what_answering_it_read(tmp_path):
+    """Two files whose calls reach the same function two modules away: the answer is kept by the index for both,
+    and each file's cached result still depends on the modules read to answer it."""
+    tree, cache = tmp_path / "tree", tmp_path / "cache"
+    tree.mkdir()
+    clip = "import torch\n\n\ndef clip_all(modules, max_norm):\n    for module in modules:\n        {body}\n"
+    (tree / "hooks.py").write_text(clip.format(body="module.zero_grad()"))
+    (tree / "steps.py").write_text("from hooks import clip_all\n\n\ndef finish(modules):\n    clip_all(modules, 1.0)\n")
+    (tree / "a_train.py").write_text(TRAIN_FINISHING)
+    (tree / "b_train.py").write_text(TRAIN_FINISHING)
+
+    def run() -> set[tuple[str, str]]:
+        result = CliRunner().invoke(main, ["check", str(tree), "--cache-dir", str(cache), "--exit-zero",
+                                           "--output-format", "json"], catch_exceptions=False)
+        return {(Path(d["filename"]).name, d["code"]) for d in json.loads(result.output)}
+
+    assert run() == set()  # the answer read hooks.py for both files, though only the first one asked it
+    (tree / "hooks.py").write_text(clip.format(body="torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)"))
+    assert run() == {("a_train.py", "AMP003"), ("b_train.py", "AMP003")}

@@ -119,21 +119,24 @@ class Round:
     named: str | None
     reaching: tuple[tuple[str, tuple[frozenset[str], ...]], ...]
 
-    def matches(self, text: str, called: Callable[[], set[str]], imported: Callable[[], set[str]]) -> bool:
+    def matches(self, text: str, called: Callable[[], set[str]], imported: Callable[[], set[str]],
+                renamed: Callable[[], set[str]]) -> bool:
         """`called()`: the names the text calls (`_CALLED`); `imported()`: the words of its import statements'
-        lines (`import_words`); each found when first needed."""
+        lines (`import_words`); `renamed()`: the names written before ` as ` (`_RENAMED`); each found when
+        first needed."""
         words = imported()
         if self.importing.isdisjoint(words) or \
                 (self.named is not None and _compiled(self.named).search(text) is None):
             return False
         names = called()
         return any(not reach.isdisjoint(words) for name, reaches in self.reaching
-                   if name in names or _compiled(rf"\b{re.escape(name)}[ \t]+as[ \t]").search(text)
+                   if name in names or name in renamed()
                    for reach in reaches)  # `from m import name as g`: its calls are `g(`
 
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t]([^\n]*)", re.MULTILINE)
 _WORD = re.compile(r"\w+")
+_RENAMED = re.compile(r"(\w+)[ \t]+as[ \t]")  # `name as g` (in an import statement, or anywhere: more, fine)
 
 
 def import_words(text: str) -> set[str]:
@@ -157,13 +160,15 @@ Scan = Callable[[list[str], Round], list[Found]]
 
 
 def scan_files(paths: list[str], found: Round, read: Callable[[str], object], cache=None,
-               texts: dict | None = None, called: dict | None = None, imported: dict | None = None) -> list[Found]:
+               texts: dict | None = None, called: dict | None = None, imported: dict | None = None,
+               renamed: dict | None = None) -> list[Found]:
     """Each file's `Found` for one round. `read(path)`: its `SourceText`, or None; `texts`, `called`: what earlier
     rounds read (kept by the caller), so that a file is read and its calls found once. A file that matches is
     summarised (`index_text`; its record kept in `cache` by content, as phase 1's)."""
     texts = {} if texts is None else texts
     called = {} if called is None else called
     imported = {} if imported is None else imported
+    renamed = {} if renamed is None else renamed
     results: list[Found] = []
     for path in paths:
         if path not in texts:
@@ -184,7 +189,12 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
                 imported[path] = import_words(text)
             return imported[path]
 
-        if not found.matches(text, calls, words):
+        def aliased(path=path, text=text) -> set[str]:
+            if path not in renamed:
+                renamed[path] = set(_RENAMED.findall(text))
+            return renamed[path]
+
+        if not found.matches(text, calls, words, aliased):
             results.append(False)
         elif cache is not None and source.raw is not None:
             results.append((cache.index_record(source.raw, lambda: index_text(text), text),))
@@ -198,7 +208,8 @@ def local_scan(read: Callable[[str], object], cache=None) -> Scan:
     texts: dict = {}
     called: dict = {}
     imported: dict = {}
-    return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported)
+    renamed: dict = {}
+    return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported, renamed)
 
 
 def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:

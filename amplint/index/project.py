@@ -98,6 +98,7 @@ class ProjectIndex:
         self._import_aliases: dict[str, set[str]] = {}  # a name an import statement imports -> names it binds it as
         self._importers: dict[str, list[str]] = {}
         self._wrapper_names: frozenset[str] | None = None  # `scaler_wrapper_names`
+        self._reaches: dict = {}  # `ModuleView.reaches`: (question) -> (answer, what answering it read)
 
     def know(self, path: str, name: str | None = None) -> None:
         """A file of the project whose record is read when an answer needs it."""
@@ -184,6 +185,7 @@ class ProjectIndex:
         return found
 
     def _forget_importers(self) -> None:
+        self._reaches = {}  # `ModuleView.reaches`: answers kept while the files known stay the same
         self._import_words = None
         self._import_aliases = {}
         self._importers = {}
@@ -381,6 +383,7 @@ class ModuleView:
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self.asked_wrappers = False  # an answer read the project's scaler-wrapper classes
+        self.read_own = False  # an answer read this file's own record
         self._own = None  # `provide`: builds this file's record from the screen's tree
         self.summary = None  # `provide`: the screen's summary of the file
 
@@ -390,6 +393,7 @@ class ModuleView:
 
     def _file(self, path: str) -> FileIndex | None:
         if path == self.path:
+            self.read_own = True
             return self._own_record()
         self.read_modules.add(path)
         return self.project.record(path)
@@ -680,7 +684,31 @@ class ModuleView:
         """Does the function, or a function it calls (`depth` calls deep), do one of `facts`? The chain of
         functions from `target` to the one that does, and the fact; None when none does (or the index cannot
         tell). Breadth first: the shortest chain. A function with one of the facts `stop` is not looked into
-        (`autocast_off`: what it does runs outside any caller's region)."""
+        (`autocast_off`: what it does runs outside any caller's region). The answer does not depend on the file
+        asking, so it is kept by the project for every file that asks the same (what answering read is recorded
+        as read by each of them)."""
+        key = (target, facts, depth, stop)
+        kept = self.project._reaches.get(key)
+        if kept is None:
+            asking = ModuleView(self.project, self.path)
+            asking._own = self._own
+            answer = asking._reaches(target, facts, depth, stop)
+            read = asking.read_modules | ({self.path} if asking.read_own else set())
+            kept = self.project._reaches[key] = (answer, frozenset(read), frozenset(asking.missing),
+                                                 frozenset(asking.asked_calls), frozenset(asking.asked_importers),
+                                                 asking.asked_wrappers)
+        answer, read, missing, calls, importers, wrappers = kept
+        if self.path in read:
+            self.read_own = True
+        self.read_modules.update(read - {self.path})
+        self.missing.update(missing)
+        self.asked_calls.update(calls)
+        self.asked_importers.update(importers)
+        self.asked_wrappers = self.asked_wrappers or wrappers
+        return (list(answer[0]), answer[1]) if answer is not None else None
+
+    def _reaches(self, target: Target, facts: tuple[str, ...], depth: int, stop: tuple[str, ...]
+                 ) -> tuple[list[Target], str] | None:
         frontier: list[tuple[Target, list[Target]]] = [(target, [target])]
         seen = {target}
         for level in range(depth + 1):
