@@ -8,7 +8,7 @@ from typing import Iterator
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call, Region
 from amplint.index.project import Target, calls_leaving
-from amplint.vocabulary import Effect
+from amplint.vocabulary import STEP, Effect
 
 
 # A function whose facts a caller's region does not reach: its body runs with autocast off.
@@ -78,3 +78,21 @@ def reaches_from_module(view, wanted: tuple[str, ...]) -> bool:
         if view.reaches(target, wanted):
             return True
     return False
+
+
+STEPS = frozenset({Effect.STEP, Effect.SCALER_STEP})  # a function calling a `.step()` method notes one of them
+
+
+def calls_beside_a_step(view) -> Iterator[tuple[str | None, object]]:
+    """(calling function or None at module level, call record) of every call of the view's file made in a
+    function that calls a `.step()` method, or at module level beside one."""
+    record = view.record(view.path)
+    if record is None:
+        return
+    for qualname, summary in record.functions.items():
+        if summary.does & STEPS:
+            for call in summary.calls:
+                yield qualname, call
+    if any(call.callee.rsplit(".", 1)[-1] == STEP for call in record.module_calls):
+        for call in record.module_calls:
+            yield None, call

@@ -15,9 +15,39 @@ from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.across import reaches_from_module
+from amplint.rules.across import calls_beside_a_step
 from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+
+
+STEPPING = (Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.UNSCALE, Effect.OPTIMIZER_STEP)
+
+
+def _scaled_backward_alone(view, target):
+    """What the function `target` runs, through the project index: (the function running a scaled backward, its
+    line) when it reaches one; False when it also steps, updates or unscales through a scaler or steps an
+    optimizer, or runs a plain backward beside the scaled one (which one ran is not known): then a step after the
+    call says nothing; None when it reaches no scaled backward."""
+    reached = view.reaches(target, (Effect.SCALED_BACKWARD,))
+    if reached is None:
+        return None
+    if view.reaches(target, STEPPING) is not None:
+        return False
+    doer = view.function(reached[0][-1])
+    if doer is None or doer.lines.get(Effect.BACKWARD, 0) != doer.lines.get(Effect.SCALED_BACKWARD, 0):
+        return False
+    return reached[0][-1], doer.lines[Effect.SCALED_BACKWARD]
+
+
+def scaled_backward_beside_a_step(view) -> bool:
+    """The screen's question across modules: does a function of this file that calls `.step()` (or module-level
+    code beside one) call a function that runs a scaled backward, alone (`_scaled_backward_alone`), through the
+    project index?"""
+    for qualname, call in calls_beside_a_step(view):
+        target = view.resolve(qualname, call.callee)
+        if target is not None and _scaled_backward_alone(view, target):
+            return True
+    return False
 
 
 class StepBypassesScaler(Rule):
@@ -100,7 +130,8 @@ class StepBypassesScaler(Rule):
     requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.STEP)
                 & Ask(Summary.calls_method, vocab.SCALE))
     # a plain step here after a call reaching a scaled backward in another module
-    requires_across = Ask(Summary.calls_method, vocab.STEP) & AskProject(reaches_from_module, (Effect.SCALED_BACKWARD,))
+    # a call reaching a scaled backward in another module, in a function that calls `.step()`
+    requires_across = Ask(Summary.calls_method, vocab.STEP) & AskProject(scaled_backward_beside_a_step)
     min_torch = "1.6"
     fix = "sometimes"
 
@@ -184,15 +215,12 @@ def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) ->
         if not may_follow(facts, call.frame, step.frame) or not loops_within(call.frame, step.frame):
             continue
         target = view.resolve(info.qualname if info else None, call.dotted)
-        reached = view.reaches(target, (Effect.SCALED_BACKWARD,)) if target is not None else None
+        reached = _scaled_backward_alone(view, target) if target is not None else None
         if reached is None:
             continue
-        if view.reaches(target, ("scaler_step", "scaler_update", "unscale", "optimizer_step")) is not None:
+        if reached is False:
             return None
-        doer = view.function(reached[0][-1])
-        if doer is None or doer.lines.get(Effect.BACKWARD, 0) != doer.lines.get(Effect.SCALED_BACKWARD, 0):
-            return None  # a plain backward there too: which one ran is not known
-        found = (call, reached[0][-1], doer.lines[Effect.SCALED_BACKWARD])
+        found = (call, *reached)
     if found is None:
         return None
     call, doing, line = found
