@@ -321,3 +321,18 @@ def test_files_asking_the_same_question_of_the_index_each_depend_on_what_answeri
     assert run() == set()  # the answer read hooks.py for both files, though only the first one asked it
     (tree / "hooks.py").write_text(clip.format(body="torch.nn.utils.clip_grad_norm_(module.parameters(), max_norm)"))
     assert run() == {("a_train.py", "AMP003"), ("b_train.py", "AMP003")}
+
+
+def test_a_text_alone_building_its_own_wrapper_in_a_loop_is_screened_in():
+    """A text the index did not take up front (stdin, an editor's buffer): its own scaler-wrapper classes count."""
+    from amplint.index.functions import index_text
+    from amplint.index.project import STANDALONE, ProjectIndex
+    from amplint.index.summary import Summary
+    from amplint.rules.amp004_scaler_per_iteration import wrapper_built_in_loop
+
+    text = SCALING + "\n\n" + TRAIN_WITH.split("\n", 2)[2].format(name="NativeScaler")
+    summary = Summary(text)
+    summary.exact = True
+    view = ProjectIndex().view(STANDALONE)
+    view.provide(lambda: index_text(text, summary), summary)
+    assert view.scaler_wrapper_names() == {"NativeScaler"} and wrapper_built_in_loop(view)

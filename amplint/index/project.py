@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from amplint.vocabulary import Effect
+from amplint.vocabulary import GRAD_SCALER, Effect
 from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
 
 MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
@@ -198,9 +198,7 @@ class ProjectIndex:
         class only through such names, so a file whose text holds none of them builds no wrapper. The classes
         come from the files indexed up front: a file that builds a GradScaler names one (`INDEX_WORDS`)."""
         if self._wrapper_names is None:
-            found = {qualname.rsplit(".", 2)[-2] for path in self.indexed
-                     for qualname, summary in self.files[path].functions.items()
-                     if qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does}
+            found = {name for path in self.indexed for name in _scaler_wrappers(self.files[path])}
             if found:
                 if self._import_words is None:
                     self._import_words = self._words_of_imports()
@@ -407,9 +405,15 @@ class ModuleView:
         self.summary = summary
 
     def scaler_wrapper_names(self) -> frozenset[str]:
-        """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file)."""
+        """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file),
+        and the view's own file's, when the index did not take it up front (a text alone, an editor's buffer)."""
         self.asked_wrappers = True
-        return self.project.scaler_wrapper_names()
+        names = self.project.scaler_wrapper_names()
+        if self.path not in self.project.indexed and self.summary is not None \
+                and GRAD_SCALER in self.summary.text:  # a class building one names it
+            record = self._own_record()
+            names = names | _scaler_wrappers(record) if record is not None else names
+        return names
 
     def calls_in_loop(self, names) -> bool:
         """Does the view's own file call one of these names (or an import alias of one) in a loop's body, as its
@@ -854,6 +858,12 @@ def functions_doing(view: ModuleView, fact: str) -> list[Target]:
     if index is None:
         return []
     return [Target(view.path, qualname) for qualname, summary in index.functions.items() if fact in summary.does]
+
+
+def _scaler_wrappers(record: FileIndex) -> set[str]:
+    """The classes of the record whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper)."""
+    return {qualname.rsplit(".", 2)[-2] for qualname, summary in record.functions.items()
+            if qualname.endswith(".__init__") and Effect.BUILDS_SCALER in summary.does}
 
 
 def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, CallRecord, Target]]:
