@@ -336,3 +336,24 @@ def test_a_text_alone_building_its_own_wrapper_in_a_loop_is_screened_in():
     view = ProjectIndex().view(STANDALONE)
     view.provide(lambda: index_text(text, summary), summary)
     assert view.scaler_wrapper_names() == {"NativeScaler"} and wrapper_built_in_loop(view)
+
+
+def test_the_names_of_scaler_wrappers_do_not_depend_on_which_records_a_process_built(tmp_path):
+    """A file's cached result records the digest of those names: a process that built more records (a worker)
+    must compute the same names as the one that stored it, or every warm run relints."""
+    from amplint.index.build import build_index
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "scaling.py").write_text(SCALING)
+    (tmp_path / "pkg" / "__init__.py").write_text("from .scaling import NativeScaler as AmpScaler\n")
+    (tmp_path / "compat.py").write_text("from pkg import \\\n    AmpScaler as LossScaler\n")
+    (tmp_path / "train.py").write_text(TRAIN_WITH.format(module="compat", name="LossScaler"))
+    paths = sorted(str(path) for path in tmp_path.rglob("*.py"))
+    answers = []
+    for build_all in (False, True):
+        project = build_index(paths, lambda path: Path(path).read_text())
+        if build_all:
+            for path in paths:
+                project.record(path)
+        answers.append((project.scaler_wrapper_names(), project.scaler_wrappers_digest()))
+    assert answers[0] == answers[1]

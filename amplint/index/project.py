@@ -95,7 +95,6 @@ class ProjectIndex:
         self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
         self._import_words: dict[str, set[str]] | None = None
-        self._import_aliases: dict[str, set[str]] = {}  # a name an import statement imports -> names it binds it as
         self._importers: dict[str, list[str]] = {}
         self._wrapper_names: frozenset[str] | None = None  # `scaler_wrapper_names`
         self._reaches: dict = {}  # `ModuleView.reaches`: (question) -> (answer, what answering it read)
@@ -187,7 +186,6 @@ class ProjectIndex:
     def _forget_importers(self) -> None:
         self._reaches = {}  # `ModuleView.reaches`: answers kept while the files known stay the same
         self._import_words = None
-        self._import_aliases = {}
         self._importers = {}
         self._wrapper_names = None
 
@@ -200,11 +198,10 @@ class ProjectIndex:
         if self._wrapper_names is None:
             found = {name for path in self.indexed for name in _scaler_wrappers(self.files[path])}
             if found:
-                if self._import_words is None:
-                    self._import_words = self._words_of_imports()
+                aliases = self._aliases_of_imports()
                 todo = list(found)
                 while todo:
-                    for alias in self._import_aliases.get(todo.pop(), ()):
+                    for alias in aliases.get(todo.pop(), ()):
                         if alias not in found:
                             found.add(alias)
                             todo.append(alias)
@@ -243,39 +240,45 @@ class ProjectIndex:
 
     def _words_of_imports(self) -> dict[str, set[str]]:
         """Each word of an import statement (a part of a module's name, an imported name) -> the files holding one:
-        from the records read so far, else from the file's text (not parsed). The names imported under another
-        name (`x as y`) are noted on the way (`_import_aliases`)."""
+        from the records read so far, else from the file's text (not parsed)."""
         from amplint.source import SourceError, read_source
 
         words: dict[str, set[str]] = {}
-        aliases = self._import_aliases = {}
         for path in sorted(self.names):
             record = self.files.get(path)
             if record is not None:
                 found = {word for module, attribute, _ in record.imports.values()
                          for word in (*module.split("."), attribute or "") if word}
                 found.update(word for module, _ in record.star_imports for word in module.split(".") if word)
-                for local, (module, attribute, _) in record.imports.items():
-                    imported = attribute if attribute is not None else module.rsplit(".", 1)[-1]
-                    if imported != local:
-                        aliases.setdefault(imported, set()).add(local)
             else:
                 try:
                     text = read_source(path, self.max_size).text
                 except (SourceError, OSError):
                     continue
                 found = set()
-                for match in _IMPORT_STATEMENT.finditer(text):
-                    start = match.end()
-                    end = text.find("\n", start)
-                    if text[start:end if end != -1 else None].lstrip(" \t").startswith("("):
-                        end = text.find(")", start)
-                    found.update(_WORD.findall(text, match.start(), end if end != -1 else len(text)))
-                    for imported, local in _ALIAS.findall(text, match.start(), end if end != -1 else len(text)):
-                        aliases.setdefault(imported, set()).add(local)
+                for start, end in _import_statements(text):
+                    found.update(_WORD.findall(text, start, end))
             for word in found:
                 words.setdefault(word, set()).add(path)
         return words
+
+    def _aliases_of_imports(self) -> dict[str, set[str]]:
+        """A name an import statement imports -> the names it binds it as (`x as y`), over the text of every file
+        of the project (never its record: the answer is the same in every process, whichever records it built)."""
+        from amplint.source import SourceError, read_source
+
+        aliases: dict[str, set[str]] = {}
+        for path in sorted(self.names):
+            try:
+                text = read_source(path, self.max_size).text
+            except (SourceError, OSError):
+                continue
+            if " as" not in text:
+                continue
+            for start, end in _import_statements(text):
+                for imported, local in _ALIAS.findall(text, start, end):
+                    aliases.setdefault(imported, set()).add(local)
+        return aliases
 
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
@@ -858,6 +861,16 @@ def functions_doing(view: ModuleView, fact: str) -> list[Target]:
     if index is None:
         return []
     return [Target(view.path, qualname) for qualname, summary in index.functions.items() if fact in summary.does]
+
+
+def _import_statements(text: str) -> Iterator[tuple[int, int]]:
+    """(start, end) of each import statement as the text holds it: its line, or up to `)` when it opens one."""
+    for match in _IMPORT_STATEMENT.finditer(text):
+        start = match.end()
+        end = text.find("\n", start)
+        if text[start:end if end != -1 else None].lstrip(" \t").startswith("("):
+            end = text.find(")", start)
+        yield match.start(), end if end != -1 else len(text)
 
 
 def _scaler_wrappers(record: FileIndex) -> set[str]:
