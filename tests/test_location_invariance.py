@@ -357,3 +357,25 @@ def test_the_names_of_scaler_wrappers_do_not_depend_on_which_records_a_process_b
                 project.record(path)
         answers.append((project.scaler_wrapper_names(), project.scaler_wrappers_digest()))
     assert answers[0] == answers[1]
+
+
+def test_a_kept_answer_of_reaches_records_what_it_read_for_the_second_file_too(tmp_path):
+    """`ModuleView.reaches` keeps its answer for every file asking the same: the second file, which reads nothing
+    itself, still records the modules the answer read (its cached result depends on them)."""
+    from amplint.index.build import build_index
+    from amplint.index.project import Target
+    from amplint.vocabulary import Effect
+
+    (tmp_path / "hooks.py").write_text("import torch\n\n\ndef clip_all(modules):\n    for module in modules:\n"
+                                       "        torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)\n")
+    (tmp_path / "steps.py").write_text("from hooks import clip_all\n\n\ndef finish(modules):\n    clip_all(modules)\n")
+    for name in ("a_train.py", "b_train.py"):
+        (tmp_path / name).write_text("from steps import finish\n")
+    paths = sorted(str(path) for path in tmp_path.glob("*.py"))
+    project = build_index(paths, lambda path: Path(path).read_text())
+    target = Target(str(tmp_path / "steps.py"), "finish")
+    first, second = project.view(str(tmp_path / "a_train.py")), project.view(str(tmp_path / "b_train.py"))
+    answer = first.reaches(target, (Effect.CLIP,))
+    assert answer is not None and second.reaches(target, (Effect.CLIP,)) == answer
+    assert len(project._reaches) == 1  # answered once
+    assert str(tmp_path / "hooks.py") in second.read_modules and second.read_modules == first.read_modules

@@ -105,7 +105,7 @@ class ProjectIndex:
         if path in self.names:
             return
         name = name or module_name(path)
-        self._forget_importers()
+        self._forget_answers()
         self.names[path] = name
         self.by_name.setdefault(name, []).append(path)
         if os.path.basename(path).startswith("__init__."):
@@ -117,7 +117,7 @@ class ProjectIndex:
         self.know(path, name)
         self._calls = None
         self._calls_by = {}
-        self._forget_importers()
+        self._forget_answers()
         self.files[path] = index
         self.indexed.add(path)
 
@@ -126,7 +126,7 @@ class ProjectIndex:
         if path in self.names:
             self._calls = None
             self._calls_by = {}
-            self._forget_importers()
+            self._forget_answers()
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -183,7 +183,8 @@ class ProjectIndex:
             found = self._calls_by[key] = (frozenset(path for path, _, _ in sites), chosen)
         return found
 
-    def _forget_importers(self) -> None:
+    def _forget_answers(self) -> None:
+        """What is derived from the files known (imports, importers, wrapper names, `reaches`), asked again."""
         self._reaches = {}  # `ModuleView.reaches`: answers kept while the files known stay the same
         self._import_words = None
         self._importers = {}
@@ -241,8 +242,6 @@ class ProjectIndex:
     def _words_of_imports(self) -> dict[str, set[str]]:
         """Each word of an import statement (a part of a module's name, an imported name) -> the files holding one:
         from the records read so far, else from the file's text (not parsed)."""
-        from amplint.source import SourceError, read_source
-
         words: dict[str, set[str]] = {}
         for path in sorted(self.names):
             record = self.files.get(path)
@@ -251,9 +250,8 @@ class ProjectIndex:
                          for word in (*module.split("."), attribute or "") if word}
                 found.update(word for module, _ in record.star_imports for word in module.split(".") if word)
             else:
-                try:
-                    text = read_source(path, self.max_size).text
-                except (SourceError, OSError):
+                text = self._text(path)
+                if text is None:
                     continue
                 found = set()
                 for start, end in _import_statements(text):
@@ -265,20 +263,24 @@ class ProjectIndex:
     def _aliases_of_imports(self) -> dict[str, set[str]]:
         """A name an import statement imports -> the names it binds it as (`x as y`), over the text of every file
         of the project (never its record: the answer is the same in every process, whichever records it built)."""
-        from amplint.source import SourceError, read_source
-
         aliases: dict[str, set[str]] = {}
         for path in sorted(self.names):
-            try:
-                text = read_source(path, self.max_size).text
-            except (SourceError, OSError):
-                continue
-            if " as" not in text:
+            text = self._text(path)
+            if text is None or " as" not in text:
                 continue
             for start, end in _import_statements(text):
                 for imported, local in _ALIAS.findall(text, start, end):
                     aliases.setdefault(imported, set()).add(local)
         return aliases
+
+    def _text(self, path: str) -> str | None:
+        """The file's text, read for its import statements (None when it cannot be read)."""
+        from amplint.source import SourceError, read_source
+
+        try:
+            return read_source(path, self.max_size).text
+        except (SourceError, OSError):
+            return None
 
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
@@ -415,7 +417,8 @@ class ModuleView:
         if self.path not in self.project.indexed and self.summary is not None \
                 and GRAD_SCALER in self.summary.text:  # a class building one names it
             record = self._own_record()
-            names = names | _scaler_wrappers(record) if record is not None else names
+            if record is not None:
+                names = names | _scaler_wrappers(record)
         return names
 
     def calls_in_loop(self, names) -> bool:
