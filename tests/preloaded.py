@@ -1,12 +1,13 @@
 """Program runs forked from one interpreter that has imported torch already, for the runtime harness's tests.
 
 Each harness run starts a fresh interpreter, and importing torch there costs about two seconds of CPU: more than
-most programs' own work. `Preloaded` starts one interpreter (the "zygote") with the environment every run starts
-with, imports torch in it once, and forks each run from it: the child takes the run's environment, folder,
-`sys.argv` and `sys.path[0]`, runs the file as `__main__` and exits as the interpreter would (1 and the traceback
-on stderr after an exception, SystemExit's code). The test swaps it in for `subprocess.run` inside the harness
-only, so the harness's own code (its environment, the parsing of the last line, tracebacks and exit codes) is
-what runs; a run asked with any other start-up environment goes to a real interpreter.
+most programs' own work, and so is importing `torch._dynamo`, which every optimizer's construction does
+(torch/_compile.py: 1.2 s of a 1.5 s run). `Preloaded` starts one interpreter (the "zygote") with the environment
+every run starts with, imports both in it once, and forks each run from it: the child takes the run's environment,
+folder, `sys.argv` and `sys.path[0]`, runs the file as `__main__` and exits as the interpreter would (1 and the
+traceback on stderr after an exception, SystemExit's code). The test swaps it in for `subprocess.run` inside the
+harness only, so the harness's own code (its environment, the parsing of the last line, tracebacks and exit codes)
+is what runs; a run asked with any other start-up environment goes to a real interpreter.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ ZYGOTE = r'''
 import json, os, runpy, select, sys, traceback
 
 import torch  # noqa: F401 - the import every run would repeat
+import torch._dynamo  # noqa: F401 - and the one every optimizer's construction makes (torch/_compile.py)
 
 
 def child(path, cwd, env, out, err):
