@@ -29,10 +29,11 @@ def _amplint(*args: str) -> subprocess.CompletedProcess:
     return amplint_process(*args, cwd=REPO)
 
 
-@pytest.mark.parametrize("output_format", ["json", "full"])
-def test_jobs_1_and_jobs_2_print_the_same(output_format):
-    serial = _amplint("check", "fixtures", "--no-cache", "--jobs", "1", "--output-format", output_format)
-    pooled = _amplint("check", "fixtures", "--no-cache", "--jobs", "2", "--output-format", output_format)
+def test_jobs_1_and_jobs_2_print_the_same():
+    """JSON holds every field of every finding (the other formats render the same outcomes: compared with their
+    source lines in-process below)."""
+    serial = _amplint("check", "fixtures", "--no-cache", "--jobs", "1", "--output-format", "json")
+    pooled = _amplint("check", "fixtures", "--no-cache", "--jobs", "2", "--output-format", "json")
     assert serial.returncode == pooled.returncode
     assert serial.stdout == pooled.stdout
     assert serial.stdout.strip()
