@@ -363,14 +363,28 @@ def python_identifiers(text: str) -> str:
     """`text` with each identifier that is not in NFKC form replaced by its NFKC form, where that keeps its length
     (found with the tokenizer: never inside strings or comments); `text` itself when nothing changes or the text
     does not tokenize."""
+    global _LAST_NORMALIZED
     if text.isascii():
         return text
-    import io
-    import tokenize
     import unicodedata
 
     if unicodedata.is_normalized("NFKC", text):  # no identifier can change (one pass in C)
         return text
+    last_text, last_normal = _LAST_NORMALIZED
+    if text is last_text:  # the screen and the engine ask of the same text in turn: it is tokenized once
+        return last_normal
+    normal = _normalized_identifiers(text)
+    _LAST_NORMALIZED = (text, normal)
+    return normal
+
+
+_LAST_NORMALIZED: tuple[str | None, str] = (None, "")
+
+
+def _normalized_identifiers(text: str) -> str:
+    import io
+    import tokenize
+    import unicodedata
 
     starts = [0] + [match.end() for match in re.finditer(r"\r\n?|\n", text)]
     replaced: list[tuple[int, int, str]] = []

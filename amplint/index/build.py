@@ -136,7 +136,10 @@ class Round:
 
 _IMPORT_LINE = re.compile(r"^[ \t]*(?:from|import)[ \t]([^\n]*)", re.MULTILINE)
 _WORD = re.compile(r"\w+")
-_RENAMED = re.compile(r"(\w+)[ \t]+as[ \t]")  # `name as g` (in an import statement, or anywhere: more, fine)
+# `name as g` (in an import statement, or anywhere: more, fine). The lookbehind finds what the pattern without it
+# finds (a match cannot start inside a word: the word's first character was tried first with the same rest) at
+# a third of the cost: the engine no longer runs `\w+` from every character of every word.
+_RENAMED = re.compile(r"(?<!\w)(\w+)[ \t]+as[ \t]")
 
 
 def import_words(text: str) -> set[str]:
@@ -252,7 +255,9 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
         others = remaining
 
 
-_CALLED = re.compile(r"([A-Za-z_]\w*)\s*\(")  # a name followed by the `(` of a call (or of a def: more, fine)
+# A name followed by the `(` of a call (or of a def: more, fine); the lookbehind as `_RENAMED`'s (a letter after a
+# digit still starts a name, as without it).
+_CALLED = re.compile(r"(?<![A-Za-z_])([A-Za-z_]\w*)\s*\(")
 
 
 def _builders(project: ProjectIndex, path: str) -> set[str]:
