@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +15,8 @@ from amplint.cli import main
 from amplint.config import DEFAULT_EXCLUDE, KEYS, Settings, settings_from_table
 from amplint.discovery import discover
 from samples import FLAGGED, amplint_process
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -138,6 +141,19 @@ def test_statistics_end_with_the_total(project):
     assert result.exit_code == 1
     assert result.output.splitlines() == ["    2\tAMP001\terror\t[*] backward-in-autocast", "Found 2 errors.",
                                           "[*] 2 fixable with `amplint check --fix`."]
+
+
+def test_the_fix_command_named_keeps_unsafe_fixes_when_they_count(project):
+    """A finding whose fix is unsafe counts as fixable under `--unsafe-fixes`; the command that applies it says so
+    (a plain `--fix` would leave it)."""
+    scaled = (REPO / "fixtures" / "AMP005-scaler-in-inference" / "flagged" / "no_grad_evaluate_scale.py").read_text()
+    (project / "a.py").write_text(scaled)
+    (project / "b.py").write_text(FLAGGED)  # a safe fix
+    unsafe = check("--unsafe-fixes", "--output-format", "concise", "a.py", "b.py").output.splitlines()
+    assert unsafe[-1] == "[*] 2 fixable with `amplint check --fix --unsafe-fixes`."
+    safe = check("--output-format", "concise", "a.py", "b.py").output.splitlines()
+    assert safe[-2:] == ["[*] 1 fixable with `amplint check --fix`.",
+                         "1 hidden fix can be enabled with `--unsafe-fixes`."]
 
 
 def test_statistics_say_when_nothing_was_found(project):

@@ -43,8 +43,10 @@ def summary(report) -> str:
     if count:
         fixable = sum(d.fixable(report.unsafe_fixes) for d in report.diagnostics)
         hidden = sum(d.fixable(True) for d in report.diagnostics) - fixable
-        if fixable:
-            parts.append(f"[*] {fixable} fixable with `amplint check --fix`.")
+        if fixable:  # the command that applies them: unsafe ones need the option this run was given
+            unsafe = fixable - sum(d.fixable(False) for d in report.diagnostics)
+            command = "amplint check --fix --unsafe-fixes" if unsafe else "amplint check --fix"
+            parts.append(f"[*] {fixable} fixable with `{command}`.")
         if hidden:
             parts.append(f"{hidden} hidden fix{'es' if hidden != 1 else ''} can be enabled with `--unsafe-fixes`.")
     elif not report.fixed:
