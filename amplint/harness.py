@@ -488,7 +488,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per program run")
-    parser.add_argument("--fixtures", type=Path, default=FIXTURES)
+    parser.add_argument("--fixtures", type=Path, default=FIXTURES, metavar="DIR",
+                        help="the folder of rule fixtures (default: the `fixtures` folder of the clone amplint runs "
+                             "from: an install with `pip install -e`)")
     parser.add_argument("--keep-fixed", type=Path, metavar="DIR", help="write the fixed programs here")
     parser.add_argument("--plots", type=Path, metavar="DIR",
                         help="draw each pictured program's flagged and fixed runs here (PNG; needs matplotlib)")
@@ -502,7 +504,11 @@ def main(argv: list[str] | None = None) -> int:
         wanted = {code.upper() for code in args.rule}
         programs = [p for p in programs if p.rule in wanted]
     if not programs:
-        print("error: no runtime programs found", file=sys.stderr)
+        print(f"error: no runtime programs found (`{args.fixtures}/*/runtime/*.py`"
+              + (f", rule {', '.join(sorted(wanted))}" if args.rule else "") + ")", file=sys.stderr)
+        if not args.fixtures.is_dir():  # amplint installed without its clone (`pip install .`)
+            print("the programs are in the `fixtures` folder of amplint's clone: install amplint from the clone with "
+                  "`pip install -e .`, or name the folder with `--fixtures PATH/TO/CLONE/fixtures`", file=sys.stderr)
         return 2
     if args.plots is not None:
         from amplint import plots

@@ -269,3 +269,15 @@ def test_safety_program_is_run_only_when_the_fixer_changes_it(tmp_path, monkeypa
     fixes[safety.path] = harness.FixedProgram("changed")
     rows = harness.run_rows([safety], [("cpu", "float16")])
     assert ran == ["s.py", "s.py"] and rows[0].confirmed
+
+
+def test_the_harness_says_where_it_looked_for_programs(tmp_path, capsys) -> None:
+    """Installed without its clone (`pip install .`), the default folder does not exist: the error names it and
+    how to point the harness at the programs; a rule with no program is named."""
+    assert harness.main(["--fixtures", str(tmp_path / "fixtures"), "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert f"no runtime programs found (`{tmp_path / 'fixtures'}/*/runtime/*.py`)" in error
+    assert "--fixtures PATH/TO/CLONE/fixtures" in error
+    assert harness.main(["--rule", "AMP999", "--device", "cpu"]) == 2
+    error = capsys.readouterr().err
+    assert "rule AMP999" in error and "pip install -e" not in error
