@@ -305,13 +305,23 @@ KEYS = {
 KNOWN_KEYS = frozenset(KEYS)
 
 
+def _did_you_mean(key: object) -> str:
+    """` (did you mean `select`?)` for a key written close to a known one (`selct`, `extend_select`), else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(key).replace("_", "-").lower(), sorted(KNOWN_KEYS), n=1, cutoff=0.75)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
 def settings_from_table(table: dict, path: Path, table_name: str = "[tool.amplint]") -> Settings:
     """The settings a table gives; `table_name` is how the file names it ("" for amplint.toml's top level), for
     the origin of each value (`Settings.origins`)."""
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''} in [tool.amplint]: "
-                          f"{', '.join(unknown)} (known: {', '.join(sorted(KNOWN_KEYS))})")
+        where = f" in {table_name}" if table_name else ""
+        raise ConfigError(f"{path}: unknown key{'s' if len(unknown) > 1 else ''}{where}: "
+                          f"{', '.join(key + _did_you_mean(key) for key in unknown)} "
+                          f"(known: {', '.join(sorted(KNOWN_KEYS))})")
     settings = Settings(root=path.parent.resolve(), source=path)
     for key, value in table.items():
         try:

@@ -321,6 +321,18 @@ def test_a_key_of_the_wrong_type_is_an_error_naming_key_and_file(project, config
     assert "internal error" not in result.stderr
 
 
+@pytest.mark.parametrize("table, path, needle", [
+    ({"selct": ["AMP001"]}, "pyproject.toml", "unknown key in [tool.amplint]: selct (did you mean `select`?)"),
+    ({"extend_select": ["AMP001"], "colour": 1}, "amplint.toml",
+     "unknown keys: colour, extend_select (did you mean `extend-select`?) (known: "),
+])
+def test_an_unknown_key_is_named_with_the_known_key_it_resembles(tmp_path, table, path, needle):
+    table_name = "[tool.amplint]" if path == "pyproject.toml" else ""
+    with pytest.raises(ConfigError) as raised:
+        settings_from_table(table, tmp_path / path, table_name)
+    assert needle in str(raised.value)
+
+
 @pytest.mark.parametrize("key", sorted(KEYS))
 def test_every_known_key_checks_its_type(tmp_path, key):
     with pytest.raises(ConfigError, match=f"amplint.toml: `{key}` must be "):
