@@ -4,6 +4,7 @@ twin; `amplint watch SCRIPT` and the pytest plugin report what it sees. CPU auto
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 import textwrap
@@ -12,14 +13,22 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-from torch import nn  # noqa: E402
+from amplint.runtime import AmpRuntimeError, AmpRuntimeWarning, watch
 
-from amplint.runtime import AmpRuntimeError, AmpRuntimeWarning, watch  # noqa: E402
+
+class _Torch:
+    """torch, imported at a test's first use of it, not when the tests are collected (importing torch takes two
+    seconds); a test skips where torch is not installed."""
+
+    def __getattr__(self, name: str):
+        return getattr(pytest.importorskip("torch"), name)
+
+
+torch = _Torch()
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = __file__
-DTYPES = [torch.bfloat16, torch.float16]
+DTYPES = ["bfloat16", "float16"]  # torch's names (`torch.bfloat16`)
 DEVICES = [pytest.param("cpu"), pytest.param("cuda", marks=pytest.mark.cuda)]
 
 
@@ -50,6 +59,7 @@ def _line_of(marker: str) -> int:
 
 def _model(device="cpu"):
     torch.manual_seed(0)
+    nn = torch.nn
     return nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1)).to(device)
 
 
@@ -59,26 +69,36 @@ def _loss(model, device="cpu"):
 
 # --- the "done when" program: autocast from a passed-in context, the fp32 island in a submodule --------------
 
-class Island(nn.Module):
-    def __init__(self, cast: bool):
-        super().__init__()
-        self.cast = cast
+@functools.cache
+def _net_class():
+    """The model of the "done when" program: a projection, then an fp32 island in a submodule (classes built at
+    first use, torch being imported then)."""
 
-    def forward(self, x):
-        with torch.autocast(x.device.type, enabled=False):
-            if self.cast:
-                x = x.float()
-            return torch.softmax(x, dim=-1)  # island-op
+    class Island(torch.nn.Module):
+        def __init__(self, cast: bool):
+            super().__init__()
+            self.cast = cast
+
+        def forward(self, x):
+            with torch.autocast(x.device.type, enabled=False):
+                if self.cast:
+                    x = x.float()
+                return torch.softmax(x, dim=-1)  # island-op
+
+    class Net(torch.nn.Module):
+        def __init__(self, cast: bool):
+            super().__init__()
+            self.proj = torch.nn.Linear(8, 8)
+            self.island = Island(cast)
+
+        def forward(self, x):
+            return self.island(self.proj(x)).sum(dim=-1)
+
+    return Net
 
 
-class Net(nn.Module):
-    def __init__(self, cast: bool):
-        super().__init__()
-        self.proj = nn.Linear(8, 8)
-        self.island = Island(cast)
-
-    def forward(self, x):
-        return self.island(self.proj(x)).sum(dim=-1)
+def Net(cast: bool):  # noqa: N802 - stands for the class
+    return _net_class()(cast)
 
 
 def train_step(ctx, model, optimizer, correct: bool, device="cpu"):
@@ -92,13 +112,14 @@ def train_step(ctx, model, optimizer, correct: bool, device="cpu"):
     optimizer.step()
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device", DEVICES)
 def test_passed_in_context_and_submodule_island_report_amp001_and_amp006(device, dtype):
     device = _device(device)
     model = Net(cast=False).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    report = _watched(lambda: train_step(torch.autocast(device, dtype=dtype), model, optimizer, False, device))
+    report = _watched(lambda: train_step(torch.autocast(device, dtype=getattr(torch, dtype)), model, optimizer,
+                                         False, device))
     assert sorted(codes(report)) == ["AMP001", "AMP006"]
     sites = {finding.code: (finding.filename, finding.line) for finding in report.findings}
     assert sites["AMP001"] == (HERE, _line_of("# backward-in-ctx"))
@@ -106,14 +127,14 @@ def test_passed_in_context_and_submodule_island_report_amp001_and_amp006(device,
     assert "softmax" in next(f.message for f in report.findings if f.code == "AMP006")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("device", DEVICES)
 def test_passed_in_context_correct_twin_is_silent(device, dtype):
     device = _device(device)
     model = Net(cast=True).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    assert codes(_watched(lambda: train_step(torch.autocast(device, dtype=dtype), model, optimizer, True,
-                                             device))) == []
+    assert codes(_watched(lambda: train_step(torch.autocast(device, dtype=getattr(torch, dtype)), model, optimizer,
+                                             True, device))) == []
 
 
 # --- each code, flagged and clean -------------------------------------------------------------------------------
@@ -135,9 +156,10 @@ def test_amp001_autograd_backward_and_grad(flagged):
     assert codes(_watched(body)) == (["AMP001", "AMP001"] if flagged else [])
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
 def test_amp002_optimizer_step_in_autocast(flagged, dtype):
+    dtype = getattr(torch, dtype)
     model = _model()
     optimizer = torch.optim.AdamW(model.parameters())
 
@@ -288,9 +310,10 @@ def test_amp005_scaler_built_or_scale_called_without_grad(flagged, mode):
     assert all(mode in finding.message for finding in report.findings)
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
 def test_amp006_half_tensor_in_disabled_region(flagged, dtype):
+    name, dtype = dtype, getattr(torch, dtype)
     model = _model()
 
     def body():
@@ -304,7 +327,7 @@ def test_amp006_half_tensor_in_disabled_region(flagged, dtype):
     report = _watched(body)
     assert codes(report) == (["AMP006"] if flagged else [])
     if flagged:
-        assert str(dtype).replace("torch.", "") in report.findings[0].message
+        assert name in report.findings[0].message
 
 
 def test_amp006_a_disabled_region_outside_any_enabled_one_is_not_an_island():
