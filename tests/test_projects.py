@@ -202,6 +202,23 @@ def test_reaches_reads_no_module_past_its_depth(tmp_path):
     assert fact == "clip" and [t.qualname for t in chain] == [f"f{i}" for i in range(1, count)]
 
 
+def test_the_second_round_does_not_look_for_callers_of_an_init(tmp_path):
+    """A class whose `__init__` opens a disabled region is built as `Cls(...)`, which the index does not resolve to
+    `__init__`: a file calling some `__init__` (`super().__init__()`) and importing the module is no caller of it
+    (the files of a large project mostly are such files); a caller of a plain function opening one still is."""
+    (tmp_path / "blocks.py").write_text(
+        "import torch\n\n\nclass Island:\n    def __init__(self, model):\n"
+        "        with torch.autocast('cuda', enabled=False):\n            self.out = model(torch.zeros(1))\n\n\n"
+        "def island(model):\n    with torch.autocast('cuda', enabled=False):\n        return model(torch.zeros(1))\n")
+    (tmp_path / "layer.py").write_text(
+        "from blocks import Island\n\n\nclass Layer(Island):\n    def __init__(self, model):\n"
+        "        super().__init__(model)\n")
+    (tmp_path / "run.py").write_text("from blocks import island\n\n\ndef run(model):\n    return island(model)\n")
+    paths = sorted(str(path) for path in tmp_path.glob("*.py"))
+    project = build_index(paths, lambda path: Path(path).read_text())
+    assert {Path(path).name for path in project.indexed} == {"blocks.py", "run.py"}
+
+
 def _second_round_tree(tree: Path) -> list[str]:
     """engine.py builds a scaler per call; main.py (no AMP word: found by the second round) calls it per epoch
     through a launcher of its own; enough unrelated files that a run takes the worker pool."""

@@ -238,6 +238,8 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             if "." in target.qualname and target not in builders:
                 continue  # a method found as a caller: its callers reach it through `self` or an object
             name = target.qualname.rsplit(".", 1)[-1]
+            if name == "__init__":  # called as its class (`Cls(...)`), which the index does not resolve to it: no
+                continue  # file is a caller `_callers_of` finds (a class building a scaler: scaler_wrapper_names)
             by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
         if not by_name:
             continue
