@@ -10,7 +10,6 @@ import fnmatch
 import functools
 import os
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -185,6 +184,8 @@ def _names_amplint_table(path: Path) -> bool:
 
 
 def _read_toml(path: Path) -> dict:
+    import tomllib  # here: a run with no configuration file never loads the parser
+
     try:
         with open(path, "rb") as handle:
             data = handle.read()

@@ -27,7 +27,6 @@ import ast
 import fnmatch
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -278,6 +277,8 @@ def _toml(path: Path) -> tuple[str, dict | None]:
     text = _read(path)
     if text is None:
         return "", None
+    import tomllib  # here: a project without TOML files never loads the parser
+
     try:
         return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError:
