@@ -97,7 +97,7 @@ def _net_class():
     return Net
 
 
-def Net(cast: bool):  # noqa: N802 - stands for the class
+def _net(cast: bool):
     return _net_class()(cast)
 
 
@@ -116,7 +116,7 @@ def train_step(ctx, model, optimizer, correct: bool, device="cpu"):
 @pytest.mark.parametrize("device", DEVICES)
 def test_passed_in_context_and_submodule_island_report_amp001_and_amp006(device, dtype):
     device = _device(device)
-    model = Net(cast=False).to(device)
+    model = _net(cast=False).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     report = _watched(lambda: train_step(torch.autocast(device, dtype=getattr(torch, dtype)), model, optimizer,
                                          False, device))
@@ -131,7 +131,7 @@ def test_passed_in_context_and_submodule_island_report_amp001_and_amp006(device,
 @pytest.mark.parametrize("device", DEVICES)
 def test_passed_in_context_correct_twin_is_silent(device, dtype):
     device = _device(device)
-    model = Net(cast=True).to(device)
+    model = _net(cast=True).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     assert codes(_watched(lambda: train_step(torch.autocast(device, dtype=getattr(torch, dtype)), model, optimizer,
                                              True, device))) == []

@@ -238,8 +238,6 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             if "." in target.qualname and target not in builders:
                 continue  # a method found as a caller: its callers reach it through `self` or an object
             name = target.qualname.rsplit(".", 1)[-1]
-            if name == "__init__":  # called as its class (`Cls(...)`), which the index does not resolve to it: no
-                continue  # file is a caller `_callers_of` finds (a class building a scaler: scaler_wrapper_names)
             by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
         if not by_name:
             continue
@@ -263,10 +261,13 @@ _CALLED = re.compile(r"(?<![A-Za-z_])([A-Za-z_]\w*)\s*\(")
 
 
 def _builders(project: ProjectIndex, path: str) -> set[str]:
-    """Qualnames of the file's functions whose callers matter (`CALLED_FACTS`; a scaler handed on does not)."""
+    """Qualnames of the file's functions whose callers matter (`CALLED_FACTS`; a scaler handed on does not) and can
+    be found: not an `__init__`, which runs as its class (`Cls(...)`), a call the index does not resolve to it (a
+    class building a scaler is known by its names instead: `ProjectIndex.scaler_wrapper_names`)."""
     return {qualname for qualname, summary in project.files[path].functions.items()
-            if summary.does & CALLED_FACTS - ({"builds_scaler"} if "keeps_scaler" in summary.does else set())
-            or _per_step(summary)}
+            if not qualname.endswith(".__init__")
+            and (summary.does & CALLED_FACTS - ({"builds_scaler"} if "keeps_scaler" in summary.does else set())
+                 or _per_step(summary))}
 
 
 def _per_step(summary) -> bool:
