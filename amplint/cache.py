@@ -55,7 +55,7 @@ from typing import Callable, Sequence
 
 from amplint import __version__
 from amplint import diagnostics as diagnostics_module
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Severity
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Note, Severity
 from amplint.source import SourceError, read_bytes
 
 DEFAULT_DIRECTORY = ".amplint_cache"
@@ -65,7 +65,7 @@ TAG = ("Signature: 8a477f597d28d172789f06886806bc55\n"
        "# This file is a cache directory tag created by amplint.\n"
        "# For information about cache directory tags see https://bford.info/cachedir/\n")
 GITIGNORE = "# Created by amplint.\n*\n"
-FORMAT = 4  # the layout of an entry; bump it when `encode`/`decode` change
+FORMAT = 5  # the layout of an entry; bump it when `encode`/`decode` change
 TEMPORARY_PREFIX = ".amplint-tmp-"  # amplint's temporary files (`.tmp-`: the name earlier versions used)
 OWN_NAMES = frozenset({ENTRIES, TAG_NAME, ".gitignore"})
 ENTRY_FOLDER = re.compile(r"[0-9a-f]{2}")
@@ -151,7 +151,14 @@ def is_valid_diagnostic(value: object) -> bool:
             and _is_location(value.location) and _is_location(value.end_location)
             and (value.fix is None or _is_fix(value.fix))
             and (value.cell is None or (type(value.cell) is int and value.cell >= 1))
-            and type(value.severity) is Severity)
+            and type(value.severity) is Severity
+            and type(value.notes) is tuple and all(_is_note(note) for note in value.notes))
+
+
+def _is_note(value: object) -> bool:
+    return (type(value) is Note and type(value.message) is str and _is_location(value.location)
+            and (value.filename is None or type(value.filename) is str)
+            and (value.cell is None or (type(value.cell) is int and value.cell >= 1)))
 
 
 def _checksum(key: str, body: bytes) -> str:

@@ -100,6 +100,22 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Note:
+    """Evidence for a finding at another place: where a value became what the message says (the op, the autocast
+    region, the call it came through). `filename` None: the diagnostic's own file. Rendered as `= note:` lines in
+    the text formats, as `relatedLocations` in SARIF (GitHub shows them beside the result), as `notes` in JSON."""
+
+    message: str
+    location: Location
+    filename: str | None = None
+    cell: int | None = None  # 1-based notebook cell (rows then count within it), as Diagnostic's
+
+    def to_dict(self, filename: str) -> dict:
+        return {"message": self.message, "filename": self.filename or filename, "cell": self.cell,
+                "location": {"row": self.location.row, "column": self.location.column}}
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     code: str
     name: str
@@ -116,6 +132,8 @@ class Diagnostic:
     help: str | None = None
     # The documentation site (the run's `docs-url` setting), set after linting as the levels are; None: no links.
     docs_url: str | None = field(default=None, compare=False)
+    # Where the facts the message states were shown (see Note); empty for most findings.
+    notes: tuple[Note, ...] = ()
 
     @property
     def url(self) -> str | None:
@@ -145,6 +163,7 @@ class Diagnostic:
             "fix": self.fix.to_dict() if self.fix else None,
             "severity": self.severity.value,
             "url": self.url,
+            "notes": [note.to_dict(self.filename) for note in self.notes],
         }
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from amplint.lazy import libcst as cst
 
-from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location
+from amplint.diagnostics import Applicability, Diagnostic, Edit, Fix, Location, Note
 from amplint.parsing import (MAX_NESTING, TooDeeplyNested, nesting, parse_module, python_identifiers, too_large,
                              recursion_room)
 from amplint.suppression import LineSuppressions, file_suppression
@@ -179,7 +179,17 @@ def to_diagnostic(rule: Rule, finding: Finding, facts: ModuleFacts, filename: st
         source_line=index.line(start.line),
         severity=rule.severity,
         help=finding.help_line(),
+        notes=tuple(note(where, text, facts) for where, text in finding.notes),
     )
+
+
+def note(where, text: str, facts: ModuleFacts) -> Note:
+    """A finding's note as a Diagnostic's: a node of the module at its start, or (filename, line, column)."""
+    if isinstance(where, tuple):
+        filename, line, column = where
+        return Note(text, Location(line, column), filename)
+    start = facts.position(where)[0]
+    return Note(text, Location(start.line, start.column + 1))
 
 
 def cpython_syntax_error(text: str) -> tuple[int, int, str] | None:

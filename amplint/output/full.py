@@ -24,6 +24,16 @@ def frame(diagnostic: Diagnostic) -> list[str]:
     ]
 
 
+def note_lines(diagnostic: Diagnostic) -> list[str]:
+    """Where the facts of the message were shown (`= note: path:line:col: what`), rustc's and ruff's notes."""
+    lines = []
+    for note in diagnostic.notes:
+        cell = f"cell {note.cell}:" if note.cell is not None else ""
+        where = f"{printable(note.filename or diagnostic.filename)}:{cell}{note.location.row}:{note.location.column}"
+        lines.append(f"  = note: {where}: {printable(note.message)}")
+    return lines
+
+
 def help_lines(diagnostic: Diagnostic, show_fixes: bool) -> list[str]:
     """What to do, under the frame (ruff's `= help:`); with --show-fixes, how much the fix can be trusted."""
     fix = diagnostic.fix if show_fixes else None
@@ -54,6 +64,7 @@ def render(report) -> str:
         lines.append(concise.line(diagnostic, report.unsafe_fixes))
         if diagnostic.source_line:
             lines.extend(frame(diagnostic))
+        lines.extend(note_lines(diagnostic))
         lines.extend(help_lines(diagnostic, report.show_fixes))
         if report.show_fixes:
             lines.extend(patch_lines(diagnostic))

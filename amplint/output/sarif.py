@@ -116,6 +116,14 @@ def result(diagnostic: Diagnostic, rule_index: int, fingerprint: str) -> dict:
         }}],
         "partialFingerprints": {"amplint/v1": fingerprint},
     }
+    if diagnostic.notes:
+        # The evidence of the message (where a value became low precision...): code scanning links each.
+        entry["relatedLocations"] = [{
+            "id": number,
+            "physicalLocation": {"artifactLocation": artifact_location(note.filename or diagnostic.filename),
+                                 "region": region(note.location, note.location)},
+            "message": {"text": portable(note.message)},
+        } for number, note in enumerate(diagnostic.notes)]
     if diagnostic.fix is not None and diagnostic.fix.edits:
         entry["fixes"] = [{
             "description": {"text": diagnostic.fix.message},

@@ -41,6 +41,10 @@ class Finding:
     message: str
     fix: FixPlan | None = None
     help: str | None = None  # what to do; None: the fix's title, when there is a fix
+    # Evidence at other places, each (where, text): `where` a node of this module, or (filename, line, column)
+    # in another file of the project (1-based line and column); shown as `= note:` lines and SARIF
+    # `relatedLocations`.
+    notes: tuple[tuple[object, str], ...] = ()
 
     def help_line(self) -> str | None:
         if self.help is not None:

@@ -525,13 +525,17 @@ def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
                                           end_location=_cell_location(edit.end_location, cell))
                       for edit in fix.edits)
         fix = Fix(fix.message, edits, fix.applicability)
+    notes = tuple(dataclasses.replace(note, location=_cell_location(note.location, notebook.cell_at(note.location.row)),
+                                      cell=notebook.cell_at(note.location.row).number,
+                                      message=map_message(note.message, cell, notebook))
+                  if note.filename is None else note for note in diagnostic.notes)
     row = diagnostic.location.row - cell.start
     source_line = cell.lines[row - 1].rstrip("\r") if 0 < row <= len(cell.lines) else diagnostic.source_line
     return dataclasses.replace(diagnostic, message=map_message(diagnostic.message, cell, notebook),
                                help=diagnostic.help and map_message(diagnostic.help, cell, notebook),
                                location=_cell_location(diagnostic.location, cell),
                                end_location=_cell_location(diagnostic.end_location, cell), fix=fix,
-                               cell=cell.number, source_line=source_line)
+                               cell=cell.number, source_line=source_line, notes=notes)
 
 
 def map_message(message: str, cell: CodeCell, notebook: Notebook) -> str:
