@@ -87,6 +87,9 @@ def main() -> None:
 @click.option("--config", "config_path", type=click.Path(), default=None, help="Use this configuration file.")
 @click.option("--stdin-filename", default=None, help="The name to report for source read from stdin (`-`).")
 @click.option("--force-exclude", is_flag=True, help="Apply excludes to files named on the command line too.")
+@click.option("--respect-gitignore/--no-respect-gitignore", default=None,
+              help="Skip what .gitignore, .ignore and git's excludes exclude (default: on); files and folders named "
+                   "on the command line are linted either way.")
 @click.option("--target-torch-version", default=None,
               help="The oldest torch the code must run on (default: the lowest the project's requirement files "
                    "declare): fixes write only what it has; rules for newer torch versions are turned off.")
@@ -103,7 +106,7 @@ def main() -> None:
 def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes, diff, fix_only, show_fixes,
           exit_zero, statistics, quiet, config_path, stdin_filename, force_exclude, output_file,
           target_torch_version=None, jobs=None, no_cache=False, cache_dir=None,
-          exit_non_zero_on_warning=False, show_settings=False, docs_url=None) -> None:
+          exit_non_zero_on_warning=False, show_settings=False, docs_url=None, respect_gitignore=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
         settings = load_settings(config_path)
@@ -123,6 +126,9 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                                   ("docs-url", docs_url, docs_url)):
             if given:
                 settings.set_by(key, value, f"--{key}")
+        if respect_gitignore is not None:
+            settings.set_by("respect-gitignore", respect_gitignore,
+                            "--respect-gitignore" if respect_gitignore else "--no-respect-gitignore")
         levels = settings.severity_levels()  # checked when the configuration was read
         if target_torch_version is not None:
             check_torch_version(target_torch_version, "--target-torch-version")

@@ -46,6 +46,7 @@ class Settings:
     target_torch_source: str | None = None
     torch_below: str | None = None  # the first torch release the project's requirements exclude (inferred only)
     force_exclude: bool = False
+    respect_gitignore: bool = True  # skip what .gitignore, .ignore and git's excludes exclude (amplint/discovery.py)
     cache_dir: str | None = None
     jobs: int | None = None
     max_file_size: int = DEFAULT_MAX_FILE_SIZE  # bytes: a larger file is not read (AMP901)
@@ -296,6 +297,7 @@ KEYS = {
     "output-format": _string,
     "target-torch-version": _string,
     "force-exclude": _boolean,
+    "respect-gitignore": _boolean,
     "cache-dir": _string,
     "jobs": _positive_integer,
     "max-file-size": _positive_integer,
