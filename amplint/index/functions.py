@@ -817,10 +817,17 @@ def _constant(value: ast.expr) -> bool:
 
 
 def _is_float32_cast(call: ast.Call) -> bool:
-    method = call.func.attr
-    dtype = [dotted(arg) for arg in call.args] + [dotted(k.value) for k in call.keywords if k.arg == vocab.DTYPE]
-    return method in _FLOAT32_CASTS or (method in ("to", "type") and any(
-        (d or "").rsplit(".", 1)[-1] in _FLOAT32_DTYPES for d in dtype))
+    """`vocabulary.conversion_of` (the facts layer's definition too) says float32, from this tree's texts."""
+    dtypes = [_dtype_text(arg) for arg in call.args] + [_dtype_text(k.value) for k in call.keywords
+                                                          if k.arg == vocab.DTYPE]
+    return vocab.conversion_of(call.func.attr, dtypes) == vocab.CONVERTS_FLOAT32
+
+
+def _dtype_text(node: ast.AST) -> str | None:
+    """What `conversion_of` reads of an argument: its dotted text, a quote for a string, else None."""
+    if type(node) in (ast.JoinedStr,) or (type(node) is ast.Constant and isinstance(node.value, str)):
+        return '"'
+    return dotted(node)
 
 
 def _float32_cast_of(value: ast.expr) -> str | None:
