@@ -38,8 +38,11 @@ When the fixer changes it, the original and the fixed program are run: the fixed
 must give the same values for the `same` keys. Safety programs live in a rule's folder or in
 `fixtures/safe-fixes/runtime/`.
 
-`python -m amplint.harness` prints the evidence as a Markdown table and exits 1 when any row fails. With
-`--plots DIR` it also draws the flagged and fixed runs of the programs that have a picture (amplint.plots).
+`python -m amplint.harness` says on stderr how far it is (rows done of all, the program running), prints the
+evidence as a compact table that fits the terminal (`--format markdown`: the Markdown table, with the observables)
+and exits 1 when any row fails. `--fixtures DIR` and every other path are relative to the working folder. With
+`--plots [DIR]` it also draws the flagged and fixed runs of the programs that have a picture (amplint.plots), in
+`plots/` by default (the clone's .gitignore lists it).
 """
 
 from __future__ import annotations
@@ -50,13 +53,16 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
 from amplint import vocabulary as vocab
 
@@ -164,8 +170,9 @@ def load_program(path: Path) -> Program:
 
 
 def discover(root: Path = FIXTURES) -> list[Program]:
-    """Every `<root>/*/runtime/*.py` with its spec, sorted by path."""
-    return [load_program(path) for path in sorted(Path(root).glob("*/runtime/*.py"))]
+    """Every `<root>/*/runtime/*.py` with its spec, sorted by path; a relative `root` is the working folder's
+    (the paths are made absolute: each program runs in its own folder)."""
+    return [load_program(path) for path in sorted(Path(root).absolute().glob("*/runtime/*.py"))]
 
 
 # --- fixing -----------------------------------------------------------------------------------------------
@@ -255,6 +262,7 @@ def run_file(path: Path, device: str, dtype: str, timeout: float = TIMEOUT_S) ->
     """Run one program in a fresh interpreter; its last non-empty stdout line must be a JSON object."""
     env = dict(os.environ, AMPLINT_DEVICE=device, AMPLINT_DTYPE=dtype, PYTHONHASHSEED="0",
                OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1")
+    path = Path(path).absolute()  # it runs in its own folder: a relative path would be looked for there
     start = time.monotonic()
     try:
         completed = subprocess.run([sys.executable, str(path)], cwd=str(path.parent), env=env,
@@ -390,9 +398,13 @@ def _new_exceptions(row: Row) -> list[str]:
 
 
 def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int = WORKERS,
-             timeout: float = TIMEOUT_S, keep: Path | None = None) -> list[Row]:
+             timeout: float = TIMEOUT_S, keep: Path | None = None,
+             progress: Callable[[str, Row, str, int, int], None] | None = None) -> list[Row]:
     """Run every program's flagged and fixed versions (and its safely fixed one when that is a third text) for each
-    (device, dtype) it applies to, in a pool. A safety program the fixer leaves alone is not run."""
+    (device, dtype) it applies to, in a pool. A safety program the fixer leaves alone is not run.
+
+    `progress(event, row, run, done, total)` is told when a run starts (`"start"`, `run` is "flagged", "fixed" or
+    "safely fixed") and when a row is finished (`"done"`, after `done` of the `total` rows)."""
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="amplint-harness-") as scratch:
         fixed_paths: dict[Path, Path] = {}
@@ -407,20 +419,47 @@ def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int
             for device, dtype in pairs:
                 if dtype in program.dtypes_for(device):
                     rows.append(Row(program, device, dtype, fixed))
+        lock = threading.Lock()
+        pending = {id(row): 0 for row in rows}
+        finished = [0]
+
+        def tell(event: str, row: Row, run: str) -> None:
+            if progress is not None:
+                with lock:
+                    progress(event, row, run, finished[0], len(rows))
+
+        def started(row: Row, run: str, path: Path) -> RunResult:
+            tell("start", row, run)
+            return run_file(path, row.device, row.dtype, timeout)
+
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            jobs = []
+            jobs = {}
             for row in rows:
                 path = row.program.path
-                runs = (("fixed_run", fixed_paths.get(path)), ("safe_run", safe_paths.get(path)))
-                if row.program.safety and not any(fixed for _, fixed in runs):
-                    continue  # the fix changes nothing: nothing to compare
-                jobs.append((row, "flagged_run", pool.submit(run_file, path, row.device, row.dtype, timeout)))
-                for attribute, fixed_path in runs:
-                    if fixed_path is not None:
-                        jobs.append((row, attribute, pool.submit(run_file, fixed_path, row.device, row.dtype, timeout)))
-            for row, attribute, future in jobs:
+                runs = (("flagged_run", path), ("fixed_run", fixed_paths.get(path)),
+                        ("safe_run", safe_paths.get(path)))
+                if row.program.safety and not any(fixed for _, fixed in runs[1:]):
+                    finished[0] += 1  # the fix changes nothing: nothing to compare
+                    _judge(row)
+                    tell("done", row, "")
+                    continue
+                for attribute, run_path in runs:
+                    if run_path is not None:
+                        pending[id(row)] += 1
+                        jobs[pool.submit(started, row, _RUN_NAMES[attribute], run_path)] = (row, attribute)
+            for future in concurrent.futures.as_completed(jobs):
+                row, attribute = jobs[future]
                 setattr(row, attribute, future.result())
-    return [_judge(row) for row in rows]
+                pending[id(row)] -= 1
+                if not pending[id(row)]:
+                    with lock:
+                        finished[0] += 1
+                    _judge(row)
+                    tell("done", row, "")
+    return rows  # each judged once, when its last run ended
+
+
+_RUN_NAMES = {"flagged_run": "flagged", "fixed_run": "fixed", "safe_run": "safely fixed"}
 
 
 def _write(path: Path, text: str) -> Path:
@@ -482,6 +521,64 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 3, 0)] + "..."
+
+
+def compact(rows: list[Row], width: int | None = None) -> str:
+    """The evidence in a terminal: one line per row, no wider than `width` (the terminal's): rule, program,
+    device, dtype, confirmed, and as much of each run's values as fits; then why each failed row failed.
+    `table` is the whole of it, in Markdown."""
+    width = width or shutil.get_terminal_size((120, 24)).columns
+    cells = []
+    for row in rows:
+        flagged, fixed = summarize(row.program, row.flagged_run), summarize(row.program, row.fixed_run)
+        if row.program.safety and row.flagged_run is None and row.fixed_run is None:
+            flagged, fixed = "not run: the safe fixes leave it as it is", ""
+        cells.append((row.program.rule, row.program.path.stem, row.device, row.dtype,
+                      "yes" if row.confirmed else "NO", flagged, fixed))
+    header = ("rule", "program", "device", "dtype", "confirmed", "flagged run", "fixed run")
+    fixed_widths = [max(len(line[column]) for line in (header, *cells)) for column in range(5)]
+    rest = max(width - sum(fixed_widths) - 2 * 6, 24)
+    runs = [rest // 2, rest - rest // 2]
+    lines = []
+    for line in (header, *cells):
+        parts = [text.ljust(size) for text, size in zip(line[:5], fixed_widths)]
+        parts += [_fit(line[5], runs[0] - 1).ljust(runs[0] - 1), _fit(line[6], runs[1])]
+        lines.append("  ".join(parts).rstrip())
+    for row in rows:
+        if not row.confirmed:
+            lines.append(f"\n{row.program.name} ({row.device}, {row.dtype}) not confirmed: " + "; ".join(row.problems))
+    return "\n".join(lines)
+
+
+class ProgressOnStderr:
+    """How far the harness is, on stderr: on a terminal one line rewritten in place (rows done of all, the program
+    running), otherwise one line per finished row (a CI log)."""
+
+    def __init__(self, stream=None) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.terminal = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.shown = False
+
+    def __call__(self, event: str, row: Row, run: str, done: int, total: int) -> None:
+        where = f"{row.program.name} ({row.device}, {row.dtype})"
+        if self.terminal:
+            text = (f"[{done}/{total} rows] running {where}, {run} program" if event == "start"
+                    else f"[{done}/{total} rows] {where}: {'confirmed' if row.confirmed else 'NOT confirmed'}")
+            columns = shutil.get_terminal_size((120, 24)).columns
+            self.stream.write("\r\033[K" + _fit(text, columns - 1))
+            self.shown = True
+        elif event == "done":
+            self.stream.write(f"[{done}/{total} rows] {where}: {'confirmed' if row.confirmed else 'NOT confirmed'}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m amplint.harness", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rule", action="append", default=[], help="only this rule code (repeatable)")
@@ -489,11 +586,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=WORKERS)
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S, help="seconds per program run")
     parser.add_argument("--fixtures", type=Path, default=FIXTURES, metavar="DIR",
-                        help="the folder of rule fixtures (default: the `fixtures` folder of the clone amplint runs "
-                             "from: an install with `pip install -e`)")
+                        help="the folder of rule fixtures, relative to the working folder (default: the `fixtures` "
+                             "folder of the clone amplint runs from: an install with `pip install -e`)")
+    parser.add_argument("--format", choices=("table", "markdown"), default="table",
+                        help="table: one line per row, fitted to the terminal (default); markdown: the whole "
+                             "evidence table, with each program's observable (docs/evidence.md)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
     parser.add_argument("--keep-fixed", type=Path, metavar="DIR", help="write the fixed programs here")
-    parser.add_argument("--plots", type=Path, metavar="DIR",
-                        help="draw each pictured program's flagged and fixed runs here (PNG; needs matplotlib)")
+    parser.add_argument("--plots", type=Path, metavar="DIR", nargs="?", const=Path("plots"),
+                        help="draw each pictured program's flagged and fixed runs in DIR (PNG; needs matplotlib); "
+                             "without DIR, in `plots` (the clone's .gitignore lists it)")
     args = parser.parse_args(argv)
     try:
         programs = discover(args.fixtures)
@@ -519,8 +621,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     devices = ("cpu", "cuda") if args.device == "all" else (args.device,)
     pairs = targets(devices)
-    rows = run_rows(programs, pairs, workers=args.workers, timeout=args.timeout, keep=args.keep_fixed)
-    print(table(rows))
+    progress = None if args.quiet else ProgressOnStderr()
+    if progress is not None:
+        count = sum(dtype in program.dtypes_for(device) for program in programs for device, dtype in pairs)
+        print(f"{len(programs)} program{'' if len(programs) == 1 else 's'}, {count} row{'' if count == 1 else 's'} "
+              f"({', '.join(f'{device} {dtype}' for device, dtype in pairs)}): fixing each with amplint, then "
+              "running the flagged and the fixed version", file=sys.stderr, flush=True)
+    try:
+        rows = run_rows(programs, pairs, workers=args.workers, timeout=args.timeout, keep=args.keep_fixed,
+                        progress=progress)
+    finally:
+        if progress is not None:
+            progress.close()
+    print(table(rows) if args.format == "markdown" else compact(rows))
     if args.plots is not None:
         try:
             written = plots.draw(rows, args.plots)

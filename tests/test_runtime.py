@@ -6,6 +6,7 @@ deselect them with `-m "not runtime"`.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -281,3 +282,81 @@ def test_the_harness_says_where_it_looked_for_programs(tmp_path, capsys) -> None
     assert harness.main(["--rule", "AMP999", "--device", "cpu"]) == 2
     error = capsys.readouterr().err
     assert "rule AMP999" in error and "pip install -e" not in error
+
+
+# --- the harness's command line: paths, progress, tables, pictures --------------------------------------------
+
+def test_a_relative_fixtures_folder_is_the_working_folders(tmp_path, monkeypatch) -> None:
+    """`--fixtures fixtures` from the clone: each program runs in its own folder, so a relative path must be made
+    absolute first (it was looked for as `.../runtime/fixtures/...`, and no row was confirmed)."""
+    runtime = tmp_path / "fixtures" / "AMP999-example" / "runtime"
+    runtime.mkdir(parents=True)
+    (runtime / "prog.py").write_text("import json, os\nprint(json.dumps({'cwd': os.getcwd()}))\n")
+    (runtime / "prog.expect.json").write_text(json.dumps({"rule": "AMP999", "observable": "x", "bad": "True",
+                                                          "good": "True", "dtypes": ["float16"]}))
+    monkeypatch.chdir(tmp_path)
+    (program,) = harness.discover(Path("fixtures"))
+    assert program.path == runtime / "prog.py"
+    run = harness.run_file(Path("fixtures/AMP999-example/runtime/prog.py"), "cpu", "float16", timeout=600)
+    assert run.data == {"cwd": str(runtime)}, run.error
+
+
+def _fake_rows(monkeypatch, tmp_path):
+    monkeypatch.setattr(harness, "run_file", lambda path, device, dtype, timeout=harness.TIMEOUT_S:
+                        harness.RunResult({"clip_norm": 35470.0, "error": None}))
+    programs = [harness.Program(tmp_path / f"AMP003-x/runtime/p{n}.py", "AMP003", "the norm", "True", "True",
+                                ("bfloat16", "float16")) for n in range(2)]
+    monkeypatch.setattr(harness, "fix_program", lambda program: harness.FixedProgram("fixed"))
+    return programs
+
+
+def test_progress_tells_each_run_and_each_finished_row(tmp_path, monkeypatch) -> None:
+    programs = _fake_rows(monkeypatch, tmp_path)
+    events = []
+    rows = harness.run_rows(programs, [("cpu", "bfloat16"), ("cpu", "float16")], workers=1,
+                            progress=lambda event, row, run, done, total: events.append((event, run, done, total)))
+    assert len(rows) == 4 and all(row.confirmed for row in rows)
+    assert [done for event, _, done, _ in events if event == "done"] == [1, 2, 3, 4]
+    assert {total for *_, total in events} == {4}
+    assert sorted(run for event, run, *_ in events if event == "start") == ["fixed"] * 4 + ["flagged"] * 4
+    stream = io.StringIO()
+    shown = harness.ProgressOnStderr(stream)
+    shown("start", rows[0], "flagged", 0, 4)
+    shown("done", rows[0], "", 1, 4)
+    assert stream.getvalue() == "[1/4 rows] AMP003-x/p0 (cpu, bfloat16): confirmed\n"  # not a terminal: a log
+
+
+def test_the_terminal_table_fits_and_markdown_is_an_option(tmp_path, monkeypatch, capsys) -> None:
+    programs = _fake_rows(monkeypatch, tmp_path)
+    rows = harness.run_rows(programs, [("cpu", "float16")])
+    rows[1].problems.append("flagged run: expected r['clip_norm'] > 1000")
+    text = harness.compact(rows, width=80)
+    table = text.split("\n\n")[0].splitlines()  # then why each failed row failed, as long as it takes
+    assert len(table) == 3 and all(len(line) <= 80 for line in table), text
+    assert table[1].split()[:5] == ["AMP003", "p0", "cpu", "float16", "yes"]
+    assert "AMP003-x/p1 (cpu, float16) not confirmed: flagged run: expected r['clip_norm'] > 1000" in text
+    monkeypatch.setattr(harness, "discover", lambda root: programs)
+    monkeypatch.setattr(harness, "targets", lambda devices: [("cpu", "float16")])
+    assert harness.main(["--device", "cpu", "-q"]) == 0
+    assert capsys.readouterr().out.splitlines()[0].split() == ["rule", "program", "device", "dtype", "confirmed",
+                                                                "flagged", "run", "fixed", "run"]
+    assert harness.main(["--device", "cpu", "--format", "markdown"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("| rule | program | device | dtype | observable |")
+    assert "2 programs, 2 rows (cpu float16)" in captured.err and "[2/2 rows]" in captured.err
+
+
+def test_pictures_go_to_an_ignored_folder_unless_named(tmp_path, monkeypatch) -> None:
+    from amplint import plots
+
+    programs = _fake_rows(monkeypatch, tmp_path)
+    monkeypatch.setattr(harness, "discover", lambda root: programs)
+    monkeypatch.setattr(harness, "targets", lambda devices: [("cpu", "float16")])
+    monkeypatch.setattr(plots, "require_matplotlib", lambda: None)
+    drawn = []
+    monkeypatch.setattr(plots, "draw", lambda rows, folder: drawn.append(folder) or [])
+    assert harness.main(["--device", "cpu", "-q", "--plots"]) == 0
+    assert harness.main(["--device", "cpu", "-q", "--plots", str(tmp_path / "mine")]) == 0
+    assert drawn == [Path("plots"), tmp_path / "mine"]
+    ignored = (Path(__file__).resolve().parents[1] / ".gitignore").read_text(encoding="utf-8").splitlines()
+    assert "/plots/" in ignored
