@@ -15,7 +15,7 @@ from pathlib import Path
 
 from amplint import rules as registry
 from amplint.diagnostics import Severity
-from amplint.facts.versions import parse_version, rule_applies
+from amplint.facts.versions import parse_version
 from amplint.output import FORMAT_NAMES
 from amplint.output.common import FILE_ERRORS
 from amplint.source import DEFAULT_MAX_FILE_SIZE
@@ -445,14 +445,11 @@ def describe(settings: Settings) -> str:
             lines.append(f"# the project's requirements exclude torch {settings.torch_below} and later (inferred)")
     levels = resolve_severity(settings.severity)
     chosen = registry.select(settings.select, settings.ignore, settings.extend_select)
-    applying = [rule for rule in chosen if rule_applies(rule.min_torch, settings.target_torch_version)]
-    lines.append(f"# rules enabled ({len(applying)} of {len(registry.CATALOG)}):")
+    lines.append(f"# rules enabled ({len(chosen)} of {len(registry.CATALOG)}):")
     for rule in chosen:
         level = levels.get(rule.code, rule.severity)
         changed = f" ({rule.severity.value} by default)" if level is not rule.severity else ""
-        off = "" if rule in applying else (f"; off: it needs torch >= {rule.min_torch} and target-torch-version "
-                                           f"is {settings.target_torch_version}")
-        lines.append(f"#   {rule.code} {rule.name}: {level.value}{changed}{off}")
+        lines.append(f"#   {rule.code} {rule.name}: {level.value}{changed}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,9 @@
 """Which rules run on one source, decided in one place.
 
 Three questions narrow the rules, in this order: which rules the settings enable (`select`, `extend-select`,
-`ignore`: `enabled`), which of those apply to one file (its `per-file-ignores`, and the target torch version:
-`rules_for`), and which of those can fire on its text at all (the screen, amplint/prefilter.py: `screen`). The
+`ignore`: `enabled`), which of those apply to one file (its `per-file-ignores`: `rules_for`; the supported torch
+releases turn no rule off, they only decide what a deprecation finding and a fix may say: amplint/facts/versions.py),
+and which of those can fire on its text at all (the screen, amplint/prefilter.py: `screen`). The
 command line, the workers, the server, the flake8 plugin and the harness ask here; nothing else finishes a
 selection.
 
@@ -64,7 +65,8 @@ def enabled(settings) -> list[registry.RuleRef]:
 
 def rules_for(path: str, rule_classes: Sequence[object], settings) -> list[Rule]:
     """The enabled rules (catalog entries or rule classes) that apply to the file at `path`: its per-file ignores
-    taken away, and the rules that need a newer torch than the target. A catalog entry's rule is a `LazyRule`."""
+    taken away. Each knows the torch releases the project supports (`TorchSupport`); none is left out for them.
+    A catalog entry's rule is a `LazyRule`."""
     return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), settings.target_torch_version,
                        getattr(settings, "torch_below", None)))
 
@@ -77,14 +79,14 @@ def all_rules() -> list[Rule]:
 @functools.lru_cache(maxsize=256)
 def _rules(rule_classes: tuple[object, ...], ignored_selectors: tuple[str, ...], target: str | None,
            below: str | None = None) -> list[Rule]:
-    """The enabled rules minus per-file ignores and rules needing a newer torch than the target (asked for every
-    file: computed once per distinct answer)."""
-    from amplint.facts.versions import TorchSupport, rule_applies
+    """The enabled rules minus per-file ignores, for the torch range of the target (asked for every file: computed
+    once per distinct answer)."""
+    from amplint.facts.versions import TorchSupport
 
     ignored = {rule.code for selector in ignored_selectors for rule in registry.matching(selector)}
     support = TorchSupport(target, below)  # which spellings the fixes may write (amplint/facts/versions.py)
     return [_handed_out(rule, support) for rule in rule_classes
-            if rule.code not in ignored and rule_applies(rule.min_torch, target)]
+            if rule.code not in ignored]
 
 
 def _handed_out(rule, support: TorchSupport):

@@ -238,6 +238,20 @@ SPELLING_SINCE = {
     "torch.amp.custom_fwd": AMP_DEPRECATED_SINCE,
     "torch.amp.custom_bwd": AMP_DEPRECATED_SINCE,
 }
+# The first torch release that has each AMP module or name, for what a module's own use shows about the torch it
+# runs on (amplint/facts/versions.py, `shown_floor`): a name not listed counts as its module (`torch.amp.x` as
+# `torch.amp`). `torch.cuda.amp` arrived in 1.6, `torch.autocast` in 1.10, the `torch.amp` package (with
+# `autocast`) in 1.12, `torch.amp.GradScaler` in 2.3, `torch.amp.custom_fwd`/`custom_bwd` in 2.4. A lower number
+# than the truth only raises the floor less; `torch.cpu.amp` is not listed (its first release is not checked).
+INTRODUCED = {
+    "torch.cuda.amp": "1.6",
+    TORCH_AUTOCAST: "1.10",
+    TORCH_AMP: "1.12",
+    "torch.amp.GradScaler": "2.3",
+    "torch.amp.grad_scaler": "2.3",
+    "torch.amp.custom_fwd": AMP_DEPRECATED_SINCE,
+    "torch.amp.custom_bwd": AMP_DEPRECATED_SINCE,
+}
 
 # Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
 # optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers

@@ -558,3 +558,104 @@ def test_from_imports_follow_the_floor() -> None:
     assert migrate(module, TorchSupport("2.1")) == (
         "import torch\nimport torch.cuda.amp as amp\n\nscaler = amp.GradScaler()\n"
         'with torch.amp.autocast("cuda", dtype=torch.float16):\n    pass\n')
+
+
+# --- the floor gates only what needs a version ----------------------------------------------------------------
+
+BUGGY_OLD_FLOOR = """\
+import torch
+
+
+def train(model, optimizer, loader):
+    scaler = torch.cuda.amp.GradScaler()
+    for x, y in loader:
+        with torch.cuda.amp.autocast():
+            loss = model(x, y)
+        scaler.scale(loss).backward()
+        optimizer.step()  # expect: AMP008
+        optimizer.zero_grad()
+        scaler.update()
+"""
+
+
+def test_an_old_declared_floor_turns_no_bug_rule_off(tmp_path, monkeypatch) -> None:
+    """`torch>=1.0` beside code calling `torch.cuda.amp`: the bug rules still report (a bug is a bug on every torch
+    that runs the code); the deprecation rule too (torch >= 2.4 is supported, and warns)."""
+    write(tmp_path, "requirements.txt", "torch>=1.0\n")
+    write(tmp_path, "train.py", BUGGY_OLD_FLOOR)
+    (tmp_path / ".git").mkdir()
+    result = run(["check", "--no-cache", "--output-format", "json", "train.py"], tmp_path, monkeypatch)
+    codes = sorted({d["code"] for d in json.loads(result.output)})
+    assert codes == ["AMP007", "AMP008"], result.output
+    classes = list(RULES_BY_CODE.values())
+    for target in ("1.0", "1.5", "1.9"):
+        chosen = {rule.code for rule in rules_for("train.py", classes, Settings(target_torch_version=target))}
+        assert {f"AMP0{n:02d}" for n in range(7, 15)} <= chosen, target
+
+
+def test_old_floor_shows_no_rule_as_off(tmp_path, monkeypatch) -> None:
+    write(tmp_path, "requirements.txt", "torch>=1.0\n")
+    write(tmp_path, "train.py", BUGGY_OLD_FLOOR)
+    (tmp_path / ".git").mkdir()
+    shown = run(["check", "--show-settings", "train.py"], tmp_path, monkeypatch).output
+    assert "off:" not in shown and f"rules enabled ({len(RULES_BY_CODE)} of" in shown
+
+
+@pytest.mark.parametrize(("code", "floor"), [
+    ("from torch.amp import GradScaler\n", "2.3"),
+    ("import torch.amp\n", "1.12"),
+    ("AUTOCAST = torch.amp.autocast\n", "1.12"),
+    ("AUTOCAST = torch.autocast\n", "1.10"),
+    ("from torch.cuda.amp import GradScaler\n", "1.6"),
+    ("from torch.amp import custom_fwd\n", "2.4"),
+    # not shown: behind a shim, a condition, in a function, or only in a comment or a string
+    ("try:\n    from torch.amp import GradScaler\nexcept ImportError:\n    from torch.cuda.amp import GradScaler\n",
+     None),
+    ("if hasattr(torch, 'amp'):\n    from torch.amp import GradScaler\n", None),
+    ("AUTOCAST = torch.amp.autocast if NEW else torch.cuda.amp.autocast\n", None),
+    ("USE = NEW and torch.amp.GradScaler\n", None),
+    ("def f():\n    return torch.amp.GradScaler('cuda')\n", None),
+    ("# from torch.amp import GradScaler\nNOTE = 'torch.amp.GradScaler'\n", None),
+])
+def test_the_floor_a_module_shows(code: str, floor: str | None) -> None:
+    import libcst
+
+    from amplint.facts import ModuleFacts
+    from amplint.facts.versions import shown_floor
+
+    assert shown_floor(ModuleFacts(libcst.parse_module("import torch\n" + code))) == floor
+
+
+RAISED = """\
+import torch
+from torch.amp import GradScaler
+
+scaler = GradScaler("cuda")
+
+
+def step(model, x):
+    with torch.cuda.amp.autocast():
+        return model(x)
+"""
+
+
+def test_the_code_raises_the_declared_floor(tmp_path, monkeypatch) -> None:
+    """`torch>=1.13` declared, but the module imports `torch.amp.GradScaler` (torch >= 2.3) whenever it runs: the
+    fix may write `torch.amp.autocast` (2.0), not only `torch.autocast`."""
+    write(tmp_path, "requirements.txt", "torch>=1.13\n")
+    path = write(tmp_path, "train.py", RAISED)
+    (tmp_path / ".git").mkdir()
+    run(["check", "--no-cache", "--select", "AMP007", "--fix", "train.py"], tmp_path, monkeypatch)
+    assert 'with torch.amp.autocast("cuda", dtype=torch.float16):' in path.read_text()
+    shimmed = RAISED.replace("from torch.amp import GradScaler\n", "try:\n    from torch.amp import GradScaler\n"
+                             "except ImportError:\n    from torch.cuda.amp import GradScaler\n")
+    path.write_text(shimmed, encoding="utf-8")
+    run(["check", "--no-cache", "--select", "AMP007", "--fix", "train.py"], tmp_path, monkeypatch)
+    assert 'with torch.autocast("cuda", dtype=torch.float16):' in path.read_text()  # the declared 1.13 holds
+
+
+def test_the_code_never_lowers_nor_invents_a_floor() -> None:
+    assert TorchSupport("2.4").raised_to("1.6") == TorchSupport("2.4")
+    assert TorchSupport("1.13", "3.0").raised_to("2.3") == TorchSupport("2.3", "3.0")
+    assert TorchSupport().raised_to("2.3") == TorchSupport()  # unknown stays unknown: every spelling allowed
+    assert TorchSupport("2.1").raised_to(None) == TorchSupport("2.1")

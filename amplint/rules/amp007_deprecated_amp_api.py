@@ -17,7 +17,7 @@ from amplint.facts.names import (
     DEPRECATED_AMP, DEPRECATED_AMP_MODULES, PARTIAL, ImportBinding, code_words, dotted_name,
 )
 from amplint.index.summary import Summary, dotted
-from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport
+from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, TorchSupport, shown_floor
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
@@ -142,7 +142,9 @@ class DeprecatedAmpApi(Rule):
       only to call its AMP names (`amp_mod = torch.cuda.amp`) is rebound to `torch.amp`.
     - It writes only spellings every torch the project supports has: the lowest one, from `target-torch-version`
       or the declared requirements (pyproject.toml, requirements*.txt, setup.cfg, setup.py, environment.yml,
-      Pipfile). `torch.amp.GradScaler` needs torch 2.3 and `torch.amp.custom_fwd(device_type=...)` 2.4: below those
+      Pipfile), raised by what the module needs wherever it runs: a top-level, unguarded use of a newer API
+      (`from torch.amp import GradScaler` shows torch >= 2.3, `torch.autocast` 1.10, `torch.amp` 1.12); a use
+      inside a function, a condition or a `try` shows nothing. `torch.amp.GradScaler` needs torch 2.3 and `torch.amp.custom_fwd(device_type=...)` 2.4: below those
       the finding stays without a fix; autocast becomes `torch.autocast("cuda", ...)` below torch 2.0 and gets no
       fix below 1.10.
     - No fix, and the message says what to bind instead, where the new signature would change a use: an autocast
@@ -185,7 +187,9 @@ class DeprecatedAmpApi(Rule):
         if not scan.sites and not scan.import_sites and not scan.star_sites and not scan.module_references:
             return
         aliases = _aliases(facts, scan)  # before the plan: a name bound to a legacy API is never rewritten
-        plan = _Plan(facts, scan, self.torch, aliases)
+        # The declared floor, raised by what this module needs wherever it runs (`from torch.amp import
+        # GradScaler` at its top: torch >= 2.3): the fix may write what the module already requires.
+        plan = _Plan(facts, scan, self.torch.raised_to(shown_floor(facts)), aliases)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
         findings: list[tuple[cst.CSTNode, str, FixPlan | None, str]] = []
