@@ -177,28 +177,24 @@ AMPLINT_TABLE = re.compile(rb"^[ \t]*(?:\[[ \t]*)?tool[ \t]*\.[ \t]*[\"']?amplin
 
 def _names_amplint_table(path: Path) -> bool:
     """Does the file's text configure amplint (a broken file cannot be asked through its parsed table)?"""
-    try:
-        with open(path, "rb") as handle:
-            return AMPLINT_TABLE.search(handle.read().removeprefix(codecs.BOM_UTF8)) is not None
-    except OSError:
+    from amplint.requirements import MAX_DECLARATION_BYTES
+    from amplint.source import SourceError, read_bytes
+
+    try:  # bounded and never blocking, as every configuration read (amplint/requirements.py, `read_toml`)
+        return AMPLINT_TABLE.search(read_bytes(path, MAX_DECLARATION_BYTES).removeprefix(codecs.BOM_UTF8)) is not None
+    except SourceError:
         return False
 
 
 def _read_toml(path: Path) -> dict:
-    import tomllib  # here: a run with no configuration file never loads the parser
+    """The file's table (amplint/requirements.py, `read_toml`: a regular file of at most 1 MB, never read
+    blocking; a table nested too deeply to parse is invalid TOML), or a ConfigError naming the file."""
+    from amplint.requirements import TomlProblem, read_toml
 
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        if data.startswith(codecs.BOM_UTF8):
-            data = data[len(codecs.BOM_UTF8):]  # a leading BOM is no part of the TOML (editors on Windows add it)
-        return tomllib.loads(data.decode("utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: invalid TOML: {error}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text (TOML files must be UTF-8)") from None
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read: {error.strerror or error}") from None
+        return read_toml(path)
+    except TomlProblem as error:
+        raise ConfigError(f"{path}: {error}") from None
 
 
 def load_settings(config: str | None = None, start: Path | None = None) -> Settings:

@@ -256,11 +256,61 @@ def conda_requirement(text: str) -> Range | None:
 
 
 # Sources ------------------------------------------------------------------------------------------------------
-def _read(path: Path) -> str | None:
+# The most a declaration file (or a configuration file: amplint/config.py reads its TOML here) may hold. Far above
+# any real one; a larger file, and anything that is not a regular file (a FIFO an `-r` names, `/dev/zero`,
+# `/dev/stdin`), is not read: one such file must neither block the run, nor exhaust its memory, nor read its input.
+MAX_DECLARATION_BYTES = 1024 * 1024
+
+
+class TomlProblem(ValueError):
+    """A TOML file that cannot be read or parsed; the message says why (without the path)."""
+
+
+def _bytes(path: Path) -> bytes | None:
+    """The bytes of the regular file at `path` (at most MAX_DECLARATION_BYTES), read without blocking; None
+    for anything else (amplint/source.py's `read_bytes`)."""
+    from amplint.source import SourceError, read_bytes
+
     try:
-        return path.read_text(encoding="utf-8-sig", errors="replace")
-    except (OSError, ValueError):
+        return read_bytes(path, MAX_DECLARATION_BYTES)
+    except (SourceError, OSError, ValueError):
         return None
+
+
+def _read(path: Path) -> str | None:
+    raw = _bytes(path)
+    return None if raw is None else raw.decode("utf-8-sig", errors="replace")
+
+
+def read_toml(path: Path) -> dict:
+    """The table of the TOML file at `path`: the one place amplint parses TOML. TomlProblem when the file is not
+    a regular file of at most MAX_DECLARATION_BYTES, not UTF-8 (a leading BOM is allowed: editors on Windows add
+    it), not valid TOML, or nested deeper than the parser can follow (`x = [[[...]]]`: tomllib recurses)."""
+    from amplint.source import SourceError, read_bytes
+
+    try:
+        data = read_bytes(path, MAX_DECLARATION_BYTES)
+    except SourceError as error:
+        message = str(error)
+        if message.startswith("larger than"):
+            message = f"larger than {MAX_DECLARATION_BYTES:,} bytes; not read"
+        raise TomlProblem(message) from None
+    return parse_toml(data)
+
+
+def parse_toml(data: bytes) -> dict:
+    """The table of a TOML file's bytes (see `read_toml`)."""
+    import tomllib  # here: a project without TOML files never loads the parser
+
+    data = data.removeprefix(b"\xef\xbb\xbf")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise TomlProblem(f"invalid TOML: {error}") from None
+    except UnicodeDecodeError:
+        raise TomlProblem("not UTF-8 text (TOML files must be UTF-8)") from None
+    except (RecursionError, MemoryError):
+        raise TomlProblem("invalid TOML: arrays or inline tables nested too deeply to read") from None
 
 
 def _line_of(text: str, needle: str) -> int | None:
@@ -274,15 +324,13 @@ def _line_of(text: str, needle: str) -> int | None:
 def _toml(path: Path) -> tuple[str, dict | None]:
     """The text of a TOML file and its table; None for a file that cannot be read or parsed (a broken file that is
     not amplint's configuration is not ours to report)."""
-    text = _read(path)
-    if text is None:
+    raw = _bytes(path)
+    if raw is None:
         return "", None
-    import tomllib  # here: a project without TOML files never loads the parser
-
     try:
-        return text, tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return text, None
+        return raw.decode("utf-8-sig", errors="replace"), parse_toml(raw)
+    except TomlProblem:
+        return "", None
 
 
 def _strings(value: object) -> list[str]:

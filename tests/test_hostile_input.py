@@ -257,3 +257,89 @@ def test_mixed_newlines_that_libcst_refuses_are_analysed(monkeypatch):
     assert fixed.text == 'import torch\r\nwith torch.autocast("cuda"):\r    x = 1\nloss.backward()\ry = 2\n'
     broken = MIXED.replace("x = 1", "x = (")
     assert [d.code for d in engine.lint_text(broken, "mixed.py", []).diagnostics] == ["AMP900"]
+
+
+# Configuration and declaration files -----------------------------------------------------------------------------
+# One of them must neither block the run (a FIFO an `-r` names), nor exhaust its memory (`/dev/zero`), nor read its
+# input (`/dev/stdin`), nor stop every run of its folder (a table nested deeper than tomllib recurses).
+
+DEEP_TOML = "[tool.other]\nx = " + "[" * 3000 + "]" * 3000 + "\n"
+
+
+def _floor(folder) -> str | None:
+    from amplint.requirements import declared_torch
+
+    floor = declared_torch(folder).floor
+    return floor.text if floor is not None else None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_requirements_include_naming_a_fifo_is_not_read(tmp_path):
+    os.mkfifo(tmp_path / "pipe.txt")
+    (tmp_path / "requirements.txt").write_text("-r pipe.txt\ntorch>=2.1\n")
+    found: list = []
+    worker = threading.Thread(target=lambda: found.append(_floor(tmp_path)), daemon=True)
+    worker.start()
+    worker.join(timeout=600)  # a guard against the hang only
+    if worker.is_alive():
+        os.close(os.open(tmp_path / "pipe.txt", os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout=30)
+        pytest.fail("an -r include naming a FIFO blocked the run")
+    assert found == ["torch>=2.1"]
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/stdin", "/dev/null"])
+def test_a_requirements_include_naming_a_device_is_not_read(tmp_path, device, monkeypatch):
+    if not os.path.exists(device):
+        pytest.skip(f"no {device}")
+    read = []
+    real = os.read
+    monkeypatch.setattr(os, "read", lambda fd, n: read.append(n) or real(fd, n))
+    (tmp_path / "requirements.txt").write_text(f"-r {device}\ntorch>=2.2\n")
+    assert _floor(tmp_path) == "torch>=2.2"
+    assert len(read) <= 2  # the requirements file itself (and its end), never the device
+
+
+def test_a_requirements_file_over_the_limit_is_not_read(tmp_path):
+    from amplint.requirements import MAX_DECLARATION_BYTES
+
+    (tmp_path / "requirements.txt").write_text("torch>=2.1\n" + "#" * MAX_DECLARATION_BYTES + "\n")
+    (tmp_path / "requirements-dev.txt").write_text("torch>=2.3\n")
+    assert _floor(tmp_path) == "torch>=2.3"
+
+
+def test_a_deeply_nested_foreign_table_in_pyproject_is_skipped(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    (tmp_path / "pyproject.toml").write_text(DEEP_TOML + '[project]\ndependencies = ["torch>=2.1"]\n')
+    (tmp_path / "train.py").write_text(FINDING)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["check", "train.py", "--output-format", "concise"])
+    assert result.exit_code == 1, result.output
+    assert "AMP001" in result.stdout and "internal error" not in result.output
+    assert "nested too deeply" in result.stderr and "skipped" in result.stderr
+
+
+def test_a_deeply_nested_table_beside_amplints_own_is_a_clear_error(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    (tmp_path / "pyproject.toml").write_text('[tool.amplint]\nselect = ["AMP001"]\n' + DEEP_TOML)
+    (tmp_path / "train.py").write_text(FINDING)
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["check", "train.py"])
+    assert result.exit_code == 2
+    assert "pyproject.toml: invalid TOML: arrays or inline tables nested too deeply" in result.stderr
+    assert "internal error" not in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+def test_a_configuration_that_is_not_a_regular_file_is_refused(tmp_path):
+    from amplint.requirements import TomlProblem, read_toml
+
+    os.mkfifo(tmp_path / "amplint.toml")
+    with pytest.raises(TomlProblem, match="not a regular file"):
+        read_toml(tmp_path / "amplint.toml")

@@ -69,7 +69,7 @@ MAY_IMPORT = {
     "amplint.lazy": (),
     "amplint.diagnostics": (),
     "amplint.source": (),
-    "amplint.requirements": (),
+    "amplint.requirements": ("amplint.source",),  # declaration files are read as source files are: bounded
     "amplint.parsing": ("amplint.lazy",),
     "amplint.outcome": ("amplint.diagnostics",),
     # Python structure
