@@ -7,6 +7,7 @@ in this function and in what order, is this code under no_grad/inference_mode.
 
 from __future__ import annotations
 
+import re
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from amplint.lazy import visitor_class
 
 from amplint import vocabulary as vocab
 from amplint.facts import names as api
-from amplint.facts.collect import Collector
+from amplint.facts.collect import Collector, target_names
 from amplint.facts.walk import walk
 from amplint.facts.model import (
     Assignment,
@@ -721,6 +722,88 @@ class ModuleFacts:
                     return True
         return False
 
+    # a scaler's methods through other spellings --------------------------------------------------------
+    def methods_taken(self, key: str) -> set[str | None]:
+        """The methods of `key` (a GradScaler's: `vocab.SCALER_METHODS`) the module's code takes without calling
+        them there: `un = scaler.unscale_`, `map(scaler.unscale_, ...)`, `partial(scaler.update)`,
+        `{"update": scaler.update}`, `for fn in (scaler.update,)`, `getattr(scaler, "update")`. Whatever then
+        calls them, under whatever name, may run them. None among them: a method looked up by a computed name
+        (`getattr(scaler, name)`), any of them."""
+        return self._methods_taken.get(key, set())
+
+    @cached_property
+    def _methods_taken(self) -> dict[str, set[str | None]]:
+        taken: dict[str, set[str | None]] = {}
+        for call in self.calls:
+            if call.dotted == "getattr" and len(call.node.args) >= 2:
+                receiver = dotted_name(call.node.args[0].value)
+                if receiver is not None:
+                    name = literal_string(call.node.args[1].value)
+                    taken.setdefault(receiver, set()).add(name if name is None or name in vocab.SCALER_METHODS
+                                                          else "")
+        if _TAKEN_METHOD.search(self.source):  # a cheap screen before a walk of the module
+            visitor = visitor_class(_TakenMethods)()
+            walk(self.module, visitor)
+            for receiver, methods in visitor.found.items():
+                taken.setdefault(receiver, set()).update(methods)
+        for methods in taken.values():
+            methods.discard("")
+        return taken
+
+    def same_object_names(self, key: str) -> set[str]:
+        """`key` and the names the module binds to it or it to them, as plain names (`s = scaler`,
+        `scaler = self.scaler`), two steps out: the same object under other spellings."""
+        names, frontier = {key}, [key]
+        for _ in range(2):
+            following = []
+            for current in frontier:
+                for assignment in self._assignments_by_target.get(current, ()):
+                    value = dotted_name(assignment.value)
+                    if value is not None and value not in names and len(assignment.targets) == 1:
+                        names.add(value)
+                        following.append(value)
+                for other in self._bound_to_names.get(current, ()):
+                    if other not in names:
+                        names.add(other)
+                        following.append(other)
+            frontier = following
+        return names
+
+    @cached_property
+    def _bound_to_names(self) -> dict[str, set[str]]:
+        """A dotted value -> the single targets assigned exactly it (`s = scaler`: "scaler" -> {"s"})."""
+        bound: dict[str, set[str]] = {}
+        for assignment in self.assignments:
+            value = dotted_name(assignment.value)
+            if value is not None and len(assignment.targets) == 1:
+                bound.setdefault(value, set()).add(assignment.targets[0])
+        return bound
+
+    def loop_values(self, name: str | None, frame: Frame | None) -> list[str | None] | None:
+        """What `name` takes, when it is the target of a `for` around `frame` in its function: the dotted
+        elements of a tuple, list or set literal it iterates (also through a name bound once to one); [None] for
+        anything else (`for opt in self.optimizers`, `enumerate(...)`: unknown values). None when `name` is
+        no such target."""
+        if not name or frame is None:
+            return None
+        for loop in frame.loops_up_to_function():
+            node = loop.node
+            if not isinstance(node, cst.For) or name not in target_names(node.target):
+                continue
+            if dotted_name(node.target) != name:
+                return [None]
+            iterated = node.iter
+            key = dotted_name(iterated)
+            if key is not None:
+                bound = self.bindings(key, loop.parent)
+                iterated = bound[0].value if len(bound) == 1 and len(bound[0].targets) == 1 else None
+            if isinstance(iterated, (cst.Tuple, cst.List, cst.Set)) and iterated.elements:
+                values = [dotted_name(e.value) if not isinstance(e, cst.StarredElement) else None
+                          for e in iterated.elements]
+                return values
+            return [None]
+        return None
+
     def assignments_in(self, function: Frame | None) -> list[Assignment]:
         """The assignments whose code belongs to `function` (None: module level), in source order."""
         return self._assignments_by_function.get(id(function), [])
@@ -810,6 +893,28 @@ class _Blocks:  # a libcst visitor once made one with amplint.lazy.visitor_class
         statements = tuple(block.body)
         for position, statement in enumerate(statements):
             self.blocks.setdefault(id(statement), (statements, position, False))
+
+
+_TAKEN_METHOD = re.compile(r"\.\s*(?:" + "|".join(map(re.escape, vocab.SCALER_METHODS)) + r")\b(?!\s*\()")
+
+
+class _TakenMethods:  # a libcst visitor once made one with amplint.lazy.visitor_class
+    """receiver -> the scaler methods (`vocab.SCALER_METHODS`) of it read without being called there."""
+
+    walks_trivia = False
+
+    def __init__(self) -> None:
+        self.called: set[int] = set()
+        self.found: dict[str, set[str]] = {}
+
+    def visit_Call(self, node: cst.Call) -> None:
+        self.called.add(id(node.func))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value in vocab.SCALER_METHODS and id(node) not in self.called:
+            receiver = dotted_name(node.value)
+            if receiver is not None:
+                self.found.setdefault(receiver, set()).add(node.attr.value)
 
 
 class _ParamGroups:  # a libcst visitor once made one with amplint.lazy.visitor_class

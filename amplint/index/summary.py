@@ -245,6 +245,9 @@ class Summary:
         # whose body holds it in there, outermost first; the call itself)]
         self.call_sites_by_name: dict[str, list[tuple[ast.AST | None, tuple, str | None, tuple, ast.Call]]] = {}
         self._scaler_usages: set[str] = set()  # receivers of x.unscale_(...) and x.scale(...).backward()
+        # every `x.unscale_` (called or not) with its innermost function: one taken without a call there
+        # (`un = scaler.unscale_`, `partial(scaler.unscale_, opt)`) may unscale wherever it is called
+        self.unscale_attributes: list[tuple[ast.AST | None, ast.Attribute]] = []
         self._scalers: set[str] | None = None
         self._free: set[str] | None = None
         self._value_names: list[tuple[set[str], set[str]]] | None = None
@@ -310,6 +313,7 @@ class Summary:
         name_type, attribute_type, call_type, constant_type = ast.Name, ast.Attribute, ast.Call, ast.Constant
         ast_type = ast.AST
         load_type, bound, module_bound = ast.Load, self.bound, self.module_bound
+        unscale = vocab.UNSCALE
         # (node, innermost function or None, with-statements around it in that function, loops whose body holds
         # it in that function, outermost first)
         stack: list[tuple[ast.AST, ast.AST | None, tuple, tuple]] = [(tree, None, (), ())]
@@ -325,6 +329,8 @@ class Summary:
                 continue
             if kind is attribute_type:
                 identifiers.add(node.attr)
+                if node.attr == unscale:
+                    self.unscale_attributes.append((function, node))
                 push((node.value, function, withs, looped))
                 continue
             if kind in FUNCTIONS:

@@ -36,6 +36,12 @@ class ClipWithoutUnscale(Rule):
     the helper clips and then steps the scaler itself (`optimizer_step(scaler, optimizer)`); the message names
     the function that clips and its module. An `unscale_` anywhere on the helper's calls counts as unscaling.
 
+    An `unscale_` counts however the code spells it: in a loop over optimizers (`for opt in (opt_a, opt_b):
+    scaler.unscale_(opt)` unscales each of them; a loop over values the analysis cannot list, any), in a helper
+    of this module or another (`unscale_all(scaler, optimizers)`, `self.unscale()`), on another name of the
+    scaler (`s = scaler`), or taken without being called where it is written (`un = scaler.unscale_`,
+    `functools.partial(scaler.unscale_, opt)`, `map(scaler.unscale_, opts)`, `getattr(scaler, "unscale_")`).
+
     A clip followed in its own function by `scaler.step(optimizer)`, with no `unscale_` before it, clips scaled
     gradients wherever the backward ran (another method, a caller, another module: `optimizer_step()`, an
     engine's `update()`): reported at the clip, naming the function that runs the scaled backward when the
@@ -94,7 +100,8 @@ class ClipWithoutUnscale(Rule):
     - No fix when a statement between them backpropagates, steps, updates, scales, unscales or zeroes gradients, or
       rebinds the scaler or the optimizer; when the owner's step does not run every time the clip does (a clip per
       micro-batch, a step at the accumulation boundary); or when that optimizer was already unscaled since the last
-      `update()` (unscaling twice raises).
+      `update()` (unscaling twice raises), or may have been: a call since the last `update()` that reaches an
+      `unscale_` or is handed the scaler and cannot be read.
     - A clip in a helper: `unscale_` goes before the call, under the same conditions, only when the scaler steps
       exactly one optimizer after it and no `unscale_` follows before the step. A helper that also steps gets no
       fix: the `unscale_` belongs before its clip, in its own body.
@@ -102,7 +109,11 @@ class ClipWithoutUnscale(Rule):
       is unsafe, since an `unscale_` run out of sight before the function is called would make a second one raise.
 
     ## Limits
-    Silent when no GradScaler is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
+    Silent where the analysis cannot tell whether the gradients were unscaled: the scaler's `unscale_` taken
+    without a call anywhere in the module (whatever calls it may run it before the clip), a method looked up by
+    a computed name (`getattr(scaler, name)`), or the scaler or one of its bound methods handed, between the
+    scaled backward and the clip, to a call whose function the analysis cannot read. Silent when no GradScaler
+    is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
     unscales first), for Lightning's `self.clip_gradients(...)` (its precision plugin unscales first), for apex
     `amp.master_params` (apex unscales on leaving `amp.scale_loss`). A helper is followed only where its function
     is known: same-module calls by name and `self.method()`; other modules only when a folder is linted, through
@@ -137,8 +148,8 @@ class ClipWithoutUnscale(Rule):
                     yield local
                 continue
             scaler = backward.scaler
-            if index.scaler_disabled(scaler):
-                continue  # GradScaler(enabled=False) scales nothing
+            if index.scaler_disabled(scaler) or index.unscale_taken(scaler):
+                continue  # GradScaler(enabled=False) scales nothing; an `unscale_` run under another name
             step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index)
             if step is None:
                 continue
@@ -148,7 +159,8 @@ class ClipWithoutUnscale(Rule):
             # the clip (an undetermined tie stays silent rather than guess). None in `counted`: an unscale_ of
             # any optimizer counts.
             counted = ({tied, None} if tied is not None else set(candidates) | {None}) if candidates else None
-            if events.unscale_between(scaler, counted, backward.index, clip.index) is not None:
+            if events.unscale_between(scaler, counted, backward.index, clip.index) is not None \
+                    or index.may_unscale_through_calls(scaler, clip.frame.function(), backward.index, clip.index):
                 continue
             late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
             clipped = snippet(facts, clip.node.func, 32)
@@ -168,7 +180,10 @@ class ClipWithoutUnscale(Rule):
                     advice = f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters"
                 tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
                 fix = None
-                if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index):
+                if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index) \
+                        and not index.may_unscale_through_calls(scaler, clip.frame.function(),
+                                                                events.last_update_before(scaler, clip.index),
+                                                                clip.index):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
@@ -221,18 +236,21 @@ class ClipWithoutUnscale(Rule):
             if event.kind is EventKind.SCALER_STEP:
                 step = event
                 break
-        if step is None or step.scaler is None or index.scaler_disabled(step.scaler):
+        if step is None or step.scaler is None or index.scaler_disabled(step.scaler) \
+                or index.unscale_taken(step.scaler):
             return None
         scaler = step.scaler
         if any(e.kind is EventKind.SCALER_UNSCALE and e.index < clip.index for e in own):
             return None
-        helpers = _Helpers(facts)
+        helpers = index.helpers
         for call in helpers.calls_in(function):
             if call.index >= clip.index or helpers.is_event(call):
                 continue
             does = helpers.does(call)
             if does and (Effect.UNSCALE in does or Effect.BACKWARD in does):
                 return None
+        if index.may_unscale_through_calls(scaler, function, -1, clip.index):
+            return None
         info = facts.function_info(clip.frame)
         if info is None:
             return None
@@ -274,7 +292,7 @@ class ClipWithoutUnscale(Rule):
         functions = {id(e.frame.function()): e.frame.function() for e in facts.events
                      if e.kind is EventKind.BACKWARD and e.scaled}
         for function in functions.values():
-            helpers = helpers or _Helpers(facts)
+            helpers = helpers or index.helpers
             events = index.function(function)
             for call in helpers.calls_in(function):
                 finding = self._through_call(facts, index, events, helpers, call)
@@ -290,7 +308,9 @@ class ClipWithoutUnscale(Rule):
                 or not may_follow(facts, backward.frame, call.frame):
             return None
         scaler = backward.scaler
-        if index.scaler_disabled(scaler) or events.unscale_between(scaler, None, backward.index, call.index) \
+        if index.scaler_disabled(scaler) or index.unscale_taken(scaler) \
+                or events.unscale_between(scaler, None, backward.index, call.index) \
+                or index.may_unscale_through_calls(scaler, call.frame.function(), backward.index, call.index) \
                 or events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index) is not None \
                 and events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index).index < call.index:
             return None
@@ -314,8 +334,13 @@ class ClipWithoutUnscale(Rule):
         fix = None
         if tied is not None:
             tied_step = events.first_after(EventKind.SCALER_STEP, scaler, call.index, tied)
+            function = call.frame.function()
             if tied_step is not None and not events.unscaled_before(scaler, tied, call.index) \
-                    and events.unscale_between(scaler, None, call.index, tied_step.index) is None:
+                    and events.unscale_between(scaler, None, call.index, tied_step.index) is None \
+                    and not index.may_unscale_through_calls(scaler, function,
+                                                            events.last_update_before(scaler, call.index),
+                                                            call.index, skip=call) \
+                    and not index.may_unscale_through_calls(scaler, function, call.index, tied_step.index):
                 fix = self._insert_unscale(facts, placed, tied_step, scaler, tied, before=f"`{callee}(...)`")
         advice = f"Call `{scaler}.unscale_({tied or '...'})` before `{callee}(...)` (the clip: {where})"
         return Finding(call.node, message, fix, help=None if fix else advice)
@@ -472,6 +497,47 @@ def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], event
     return only
 
 
+def _hands_over(call: cst.Call, names: set[str]) -> bool:
+    """Is one of `names` (or a bound method of one) among the call's arguments, also inside a container, a
+    starred argument or a lambda? A value one of its methods returns (`scaler.get_scale()`) is not the scaler."""
+    found = []
+
+    def named(node) -> bool:
+        key = dotted_name(node)
+        return key is not None and any(key == name or key.startswith(name + ".") for name in names)
+
+    class Mentions(cst.CSTVisitor):
+        def __init__(self, in_lambda: bool = False) -> None:
+            super().__init__()
+            self.in_lambda = in_lambda
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            node.body.visit(Mentions(in_lambda=True))
+            return False
+
+        def visit_Call(self, node: cst.Call) -> bool:
+            if not self.in_lambda and isinstance(node.func, cst.Attribute) and named(node.func.value):
+                for arg in node.args:  # `scaler.get_scale()`: its result is handed over, not the scaler
+                    arg.value.visit(self)
+                return False
+            return True
+
+        def visit_Name(self, node: cst.Name) -> bool:
+            if node.value in names:
+                found.append(node)
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> bool:
+            if named(node):
+                found.append(node)
+                return False
+            return True
+
+    for arg in call.args:
+        arg.value.visit(Mentions())
+    return bool(found)
+
+
 def _covers(built_on: set[str], clipped: set[str]) -> bool:
     """Does an optimizer built on the parameters of `built_on` hold every parameter of `clipped`?"""
     return all(any(c == o or c.startswith(o + ".") for o in built_on) for c in clipped)
@@ -510,14 +576,20 @@ class _FunctionEvents:
     place, a scaler's steps, updates and unscale_ calls after or before one (of an optimizer, or of any), the
     optimizers it steps or unscales. Built once per function, so that N clips cost N lookups, not N scans."""
 
-    def __init__(self, events: list[Event]) -> None:
+    def __init__(self, events: list[Event], facts: ModuleFacts) -> None:
         self._backwards = _Ordered()
         self._by_key: dict[tuple, _Ordered] = {}  # (kind, scaler) and (kind, scaler, optimizer) -> events
         self._optimizers: dict[str | None, set[str]] = {}  # scaler -> the optimizers it steps or unscales
         for event in events:
             if event.kind is EventKind.BACKWARD and event.scaled:
                 self._backwards.add(event)
-            for key in ((event.kind, event.scaler), (event.kind, event.scaler, event.optimizer)):
+            optimizers = [event.optimizer]
+            if event.kind is EventKind.SCALER_UNSCALE:
+                # `for opt in (opt_a, opt_b): scaler.unscale_(opt)` unscales each of them; over values not known
+                # (`self.optimizers`), any optimizer (None)
+                optimizers = facts.loop_values(event.optimizer, event.frame) or optimizers
+            keys = [(event.kind, event.scaler)] + [(event.kind, event.scaler, o) for o in dict.fromkeys(optimizers)]
+            for key in keys:
                 self._by_key.setdefault(key, _Ordered()).add(event)
             if event.optimizer and event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
                 self._optimizers.setdefault(event.scaler, set()).add(event.optimizer)
@@ -562,6 +634,11 @@ class _FunctionEvents:
             found = min((e for e in firsts if e is not None), key=lambda e: e.index, default=None)
         return found if found is not None and found.index < end else None
 
+    def last_update_before(self, scaler: str | None, index: int) -> int:
+        """The index of the scaler's last `update()` before `index` (-1: none in the function)."""
+        update = self._of(EventKind.SCALER_UPDATE, scaler).last_before(index)
+        return update.index if update is not None else -1
+
     def unscaled_before(self, scaler: str | None, optimizer: str | None, index: int) -> bool:
         """Is there an `unscale_` of this optimizer before `index` with no `update()` between it and `index`? A
         second `unscale_` would raise `unscale_() has already been called on this optimizer since the last
@@ -584,8 +661,45 @@ class _Index:
 
     def function(self, function) -> _FunctionEvents:
         if id(function) not in self._functions:
-            self._functions[id(function)] = _FunctionEvents(self.facts.events_in(function))
+            self._functions[id(function)] = _FunctionEvents(self.facts.events_in(function), self.facts)
         return self._functions[id(function)]
+
+    @cached_property
+    def helpers(self) -> _Helpers:
+        return _Helpers(self.facts)
+
+    def unscale_taken(self, scaler: str | None) -> bool:
+        """Does the module take the scaler's `unscale_` without calling it there (`un = scaler.unscale_`,
+        `map(scaler.unscale_, ...)`, `getattr(scaler, name)`), under any name of the scaler? Whatever calls it
+        then may unscale at any point: what the analysis cannot place, it does not judge."""
+        if scaler is None:
+            return False
+        return any(vocab.UNSCALE in taken or None in taken
+                   for name in self.facts.same_object_names(scaler) for taken in [self.facts.methods_taken(name)])
+
+    def may_unscale_through_calls(self, scaler: str | None, function, start: int, end: int,
+                                  skip: Call | None = None) -> bool:
+        """May code of `function` between `start` and `end` (source order) unscale the scaler's gradients other
+        than by a `scaler.unscale_(...)` event: an `unscale_` on another name of the scaler (`s = scaler`), a
+        call of a function (this module's or, through the project index, another's) that reaches an
+        `unscale_`, or a call the analysis cannot follow that is handed the scaler or one of its bound methods
+        (it may unscale)?"""
+        if scaler is None:
+            return False
+        names = self.facts.same_object_names(scaler)
+        others = names - {scaler}  # `scaler`'s own `unscale_` calls are events, counted per optimizer
+        helpers = self.helpers
+        for call in helpers.calls_in(function):
+            if not start < call.index < end or call is skip:
+                continue
+            if call.method == vocab.UNSCALE and call.receiver in others:
+                return True
+            if helpers.is_event(call):
+                continue
+            unscales = helpers.unscales(call)
+            if unscales or unscales is None and _hands_over(call.node, names):
+                return True
+        return False
 
     def scaler_disabled(self, scaler: str | None) -> bool:
         """`ModuleFacts.scaler_disabled`, once per scaler (it reads every construction of the name)."""
@@ -739,6 +853,19 @@ class _Helpers:
         if id(call.node) not in self._done:
             self._done[id(call.node)] = self._does(call)
         return self._done[id(call.node)]
+
+    def unscales(self, call: Call) -> bool | None:
+        """Does the function the call runs reach an `unscale_` (a call, or `unscale_` taken under another name),
+        itself or through its callees? None when the call runs no function the module or the index knows."""
+        same = self._targets.get(id(call.node))
+        if same is not None:
+            if Effect.UNSCALE in self.does(call):
+                return True
+            return self.view.reaches(Target(self.view.path, same), (Effect.UNSCALE,)) is not None
+        target = self._other_module(self.facts.function_info(call.frame), call)
+        if target is None:
+            return None
+        return self.view.reaches(target, (Effect.UNSCALE,)) is not None
 
     def _does(self, call: Call) -> dict[str, _Doer] | None:
         same = self._targets.get(id(call.node))
