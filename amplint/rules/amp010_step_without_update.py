@@ -76,7 +76,10 @@ class StepWithoutUpdate(Rule):
 
     ## Limits
     Silent when `.update()` is called on a scaler of the same name in another function of the module (or on
-    another spelling of it in this one), for an update after the loop when the loop can end after one pass
+    another spelling of it in this one), on another name bound to it (`s = scaler`), when the module takes the
+    scaler's `update` without calling it there (`update = scaler.update`, `functools.partial(scaler.update)`,
+    `for fn in (scaler.update,)`, a dict of hooks holding it, `getattr(scaler, name)`: whatever calls it may
+    update), for an update after the loop when the loop can end after one pass
     (`break`, `return`, `raise`), the step is conditional or steps a name the loop rebinds, when the scaler
     is passed to another function (which may update it), when the loop calls methods of the scaler's owner that
     are not defined in this module, and for a scaler built with `enabled=False`.
@@ -100,7 +103,8 @@ class StepWithoutUpdate(Rule):
             last = steps[-1]
             function = last.frame.function()
             local_updates, updated_elsewhere = self._updates(facts, updates, scaler, function)
-            if updated_elsewhere or scaler_enabled(facts, scaler, last.frame) is False:
+            if updated_elsewhere or scaler_enabled(facts, scaler, last.frame) is False \
+                    or _updated_under_another_spelling(facts, updates, scaler):
                 continue
             if facts.no_grad_opener(last.frame) is not None:
                 continue  # AMP005's business
@@ -239,6 +243,17 @@ def _called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) -
     site = chain[-1]
     module = view.project.names.get(site.caller.module, "?")
     return f"in `{info.qualname.rsplit('.', 1)[-1]}()` (called in a loop in `{module}`, line {site.call.line})"
+
+
+def _updated_under_another_spelling(facts: ModuleFacts, updates: dict, scaler: str) -> bool:
+    """May the scaler be updated by code that does not spell `scaler.update()`: an `update()` on another name
+    of it (`s = scaler`), or its `update` taken without a call (`update = scaler.update`,
+    `functools.partial(scaler.update)`, `for fn in (scaler.update,)`, a dict of hooks holding it,
+    `getattr(scaler, name)`), which whatever calls it runs?"""
+    names = facts.same_object_names(scaler)
+    if any(receiver in names - {scaler} for receiver, _ in updates):
+        return True
+    return any(vocab.UPDATE in taken or None in taken for name in names for taken in [facts.methods_taken(name)])
 
 
 def _update_calls(facts: ModuleFacts) -> dict[tuple[str, int], list]:
