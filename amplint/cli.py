@@ -170,6 +170,12 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         files = list(discover(named, settings,
                               on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error)))) \
             if named else []
+        if output_file is not None:  # before anything is written: a fix, the cache, the report
+            clash = _output_clash(output_file, [*existing, *files, *([str(settings.source)] if settings.source else [])])
+            if clash is not None:
+                raise ConfigurationProblem(
+                    f"--output-file {printable(output_file)} is {clash}, an input of this run: the report would "
+                    "overwrite it; nothing was written (name another file for the report)")
         if not quiet and named:
             _say_skipped(named, settings, linted=bool(files))
         cache = None  # lint results only (amplint/cache.py)
@@ -187,9 +193,11 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _apply_levels(outcomes, levels, settings.docs_url)
 
     if mode.diff:
-        for outcome in outcomes:
+        sys.stdout.flush()
+        for outcome in outcomes:  # the files' own bytes (amplint/sources/base.py, `unified_diff`)
             if outcome.diff:
-                click.echo(outcome.diff, nl=False)
+                sys.stdout.buffer.write(outcome.diff.encode("utf-8", "surrogateescape"))
+        sys.stdout.buffer.flush()
         changed = sum(1 for o in outcomes if o.diff)
         _say_file_errors(outcomes)
         if not quiet:
@@ -243,6 +251,30 @@ def _emit(text: str, output_file: str | None) -> None:
     except OSError as error:
         click.echo(f"amplint: cannot write {output_file}: {error.strerror or error}", err=True)
         sys.exit(EXIT_ERROR)
+
+
+def _file_identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of the file a path names, links followed; None when there is none."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _output_clash(output_file: str, inputs: list[str]) -> str | None:
+    """How the run's input that `output_file` names is spelled (`t.py`, `the same file as src/t.py`), or None
+    when it names none. Compared by the file itself (device and inode), so that a relative or absolute
+    spelling, a symlink, a hard link or a file found in a named folder all count; a report file that does not
+    exist yet names no input."""
+    target = _file_identity(output_file)
+    if target is None:
+        return None
+    for path in dict.fromkeys(inputs):
+        if _file_identity(path) == target:
+            same = os.path.normpath(os.path.abspath(path)) == os.path.normpath(os.path.abspath(output_file))
+            return printable(path) if same else f"the same file as {printable(path)}"
+    return None
 
 
 def _statistics(report: Report) -> str:

@@ -43,6 +43,16 @@ class Applicability(str, enum.Enum):
     DISPLAY_ONLY = "display-only"  # shown as advice, never applied
 
 
+def python_lines(text: str) -> list[str]:
+    """The lines of `text` as Python's tokenizer counts them (the rows of a location): `\\r\\n`, `\\r` and `\\n` end
+    a line, nothing else (`str.splitlines` also splits at `\\f`, `\\v`, `\\x1c`-`\\x1e`, `\\x85`, U+2028, U+2029,
+    which may lie inside a line of code or a string), without their line breaks."""
+    import re
+
+    lines = re.split(r"\r\n|\r|\n", text)
+    return lines[:-1] if lines[-1] == "" else lines
+
+
 @dataclass(frozen=True)
 class Edit:
     """Replace the text between two offsets of the source with `content`.
@@ -64,7 +74,7 @@ class Edit:
         import difflib
         import re
 
-        old, new = self.original.splitlines(), self.content.splitlines()
+        old, new = python_lines(self.original), python_lines(self.content)
         hunks = []
         for line in list(difflib.unified_diff(old, new, n=1, lineterm=""))[2:]:
             match = re.match(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@$", line)

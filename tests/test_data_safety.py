@@ -584,3 +584,67 @@ def test_random_damage_to_an_entry_never_crashes_or_hides_findings(cached, data)
     assert loaded is None or loaded == [dataclasses.replace(d, filename="") for d in fresh]
     entry.write_bytes(raw)
     assert process_file(path, _rules(), Mode(), cache=cache).diagnostics == fresh
+
+
+# --output-file never names an input ---------------------------------------------------------------------------
+# The report written over a source file would replace the user's code with "Found 1 warning."; refused before
+# anything is written (no fix, no report, no cache), exit 2, whatever the spelling of the path.
+
+
+def _output_shapes(root: Path) -> dict[str, tuple[list[str], str]]:
+    """shape -> (the paths to lint, the --output-file), each naming an input of the run (cwd: root)."""
+    (root / "src").mkdir()
+    (root / "src" / "b.py").write_text(FLAGGED)
+    (root / "link.py").symlink_to("t.py")
+    os.link(root / "t.py", root / "hard.py")
+    (root / "folder_link").symlink_to("src")
+    return {
+        "the file itself": (["t.py"], "t.py"),
+        "another input": (["t.py", "src/b.py"], "src/b.py"),
+        "absolute spelling": (["t.py"], str(root / "t.py")),
+        "dotted spelling": (["t.py"], "./src/../t.py"),
+        "a symlink to it": (["t.py"], "link.py"),
+        "the file a named symlink points to": (["link.py"], "t.py"),
+        "a hard link to it": (["t.py"], "hard.py"),
+        "inside a named folder": (["src"], "src/b.py"),
+        "inside the current folder": (["."], "src/b.py"),
+        "through a linked folder": (["src"], "folder_link/b.py"),
+        "the configuration file": (["t.py"], "amplint.toml"),
+    }
+
+
+SHAPES = ["the file itself", "another input", "absolute spelling", "dotted spelling", "a symlink to it",
+          "the file a named symlink points to", "a hard link to it", "inside a named folder",
+          "inside the current folder", "through a linked folder", "the configuration file"]
+
+
+@pytest.mark.skipif(not hasattr(os, "symlink") or not hasattr(os, "link"), reason="needs symlinks and hard links")
+@pytest.mark.parametrize("extra", [[], ["--fix"], ["--fix", "--unsafe-fixes"], ["--statistics"],
+                                   ["--output-format", "json"]], ids=["report", "fix", "unsafe", "stats", "json"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_an_output_file_that_is_an_input_is_refused_before_anything_is_written(tmp_path, monkeypatch, shape, extra):
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "t.py").write_text(FLAGGED)
+    (root / "amplint.toml").write_text('select = ["AMP007"]\n')
+    shapes = _output_shapes(root)
+    monkeypatch.chdir(root)
+    before = _tree(root)
+    paths, output = shapes[shape]
+    result = _invoke(["check", *paths, "--output-file", output, *extra])
+    assert result.exit_code == 2, result.output
+    assert "an input of this run" in result.stderr and "nothing was written" in result.stderr
+    assert "Traceback" not in result.output
+    assert _tree(root) == before  # no fix, no report, no cache folder
+    assert not (root / ".amplint_cache").exists()
+
+
+def test_an_output_file_beside_the_inputs_is_written(tmp_path, monkeypatch):
+    (tmp_path / "t.py").write_text(FLAGGED)
+    monkeypatch.chdir(tmp_path)
+    result = _invoke(["check", ".", "--output-file", "report.txt", "--no-cache"])
+    assert result.exit_code == 0, result.output
+    assert "AMP007" in (tmp_path / "report.txt").read_text()
+    assert (tmp_path / "t.py").read_text() == FLAGGED
+    # written again: the report of the last run is no input of the next one (a .txt file is not linted)
+    assert _invoke(["check", ".", "--output-file", "report.txt", "--no-cache"]).exit_code == 0

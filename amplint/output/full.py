@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amplint.diagnostics import Diagnostic
+from amplint.diagnostics import Diagnostic, python_lines
 from amplint.output import concise
 from amplint.output.common import printable
 
@@ -54,7 +54,7 @@ def patch_lines(diagnostic: Diagnostic) -> list[str]:
     lines, shift = [], 0
     for edit in sorted(fix.edits, key=lambda edit: edit.start):
         lines.extend(f"    {printable(line, keep=chr(9))}" for line in edit.patch(shift))
-        shift += len(edit.content.splitlines()) - len(edit.original.splitlines())
+        shift += len(python_lines(edit.content)) - len(python_lines(edit.original))
     return lines
 
 

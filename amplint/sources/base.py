@@ -24,8 +24,9 @@ class PythonProgram:
 
     analysable = True  # a notebook without Python cells has nothing to analyse
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, encoding: str | None = None) -> None:
         self.text = text
+        self.encoding = encoding  # the file's, for a diff of its bytes (None: a text handed over as text)
 
     def skippable(self) -> bool:
         """May the screen's "no rule can fire here" stand? For a Python file it does: a syntax error in a file
@@ -46,16 +47,54 @@ class PythonProgram:
         return fixed
 
     def diff(self, path: str, fixed: str) -> str:
-        """The fixed program as a patch of the source."""
-        return unified_diff(path, self.text, fixed)
+        """The fixed program as a patch of the source's bytes (see `unified_diff`)."""
+        return unified_diff(path, self.text, fixed, self.encoding)
 
 
-def unified_diff(path: str, old: str, new: str) -> str:
+NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def patch_lines(text: str) -> list[str]:
+    """The lines of `text` as `patch` and `git apply` read them: each ends at a `\\n`, which it keeps (with the
+    `\\r` before it: a CRLF line is written back as it was); the last one has none when the text does not end
+    with a newline. Nothing else ends a line: `str.splitlines` also splits at `\\r` alone, `\\f`, `\\v`,
+    `\\x1c`-`\\x1e`, `\\x85`, U+2028 and U+2029, which would put one line of the file on several lines of the
+    patch."""
+    lines = text.split("\n")
+    ends = [line + "\n" for line in lines[:-1]]
+    return ends + [lines[-1]] if lines[-1] else ends
+
+
+def as_bytes(text: str, encoding: str) -> str | None:
+    """`text` as the bytes the file holds in its `encoding` (its BOM included), spelled as a str whose UTF-8
+    sequences are characters and whose other bytes are surrogates (`surrogateescape`): writing it back with
+    `encode("utf-8", "surrogateescape")` gives those bytes. None for an encoding that is not ASCII-compatible
+    (lines could not be found in its bytes) or cannot encode the text."""
+    try:
+        if not "a\n".encode(encoding).endswith(b"a\n"):  # (utf-8-sig's BOM comes first)
+            return None
+        return text.encode(encoding).decode("utf-8", "surrogateescape")
+    except (UnicodeError, LookupError):
+        return None
+
+
+def unified_diff(path: str, old: str, new: str, encoding: str | None = None, label: str | None = None) -> str:
+    """A unified diff from `old` to `new` that `patch -p1` and `git apply` apply to the file and that leaves it
+    byte for byte what `--fix` writes: lines as `patch_lines` finds them, in the file's `encoding` (with its
+    BOM: `as_bytes`; print it with `encode("utf-8", "surrogateescape")`), and `\\ No newline at end of file`
+    after a last line without one. `label`: the name in the header (`path` by default)."""
     import difflib  # only a diff needs it
 
-    return "".join(difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=diff_path(f"a/{path.lstrip('/')}"), tofile=diff_path(f"b/{path.lstrip('/')}")))
+    name = (label or path).lstrip("/")
+    if encoding is not None:
+        old_bytes, new_bytes = as_bytes(old, encoding), as_bytes(new, encoding)
+        if old_bytes is not None and new_bytes is not None:
+            old, new = old_bytes, new_bytes
+    chunks = []
+    for line in difflib.unified_diff(patch_lines(old), patch_lines(new),
+                                     fromfile=diff_path(f"a/{name}"), tofile=diff_path(f"b/{name}")):
+        chunks.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
+    return "".join(chunks)
 
 
 class Source:
@@ -79,6 +118,8 @@ class Source:
         """Its text; SourceError when it cannot be read or decoded (reported as AMP901)."""
         raise NotImplementedError
 
+    encoding: str | None = None  # as `read` found it (a diff shows the file's bytes)
+
     def program(self, text: str) -> PythonProgram:
         """The program `text` is analysed as; SourceError when the text is not a source of this kind."""
-        return PythonProgram(text)
+        return PythonProgram(text, self.encoding)

@@ -15,7 +15,9 @@ class FileSource(Source):
         self.max_size = max_size  # a larger file is not read (AMP901; `max-file-size` in the configuration)
 
     def read(self) -> SourceText:
-        return read_source(self.path, self.max_size)
+        loaded = read_source(self.path, self.max_size)
+        self.encoding = loaded.encoding
+        return loaded
 
     def write(self, data: bytes, expected: bytes) -> None:
         write_atomically(self.path, data, expected)

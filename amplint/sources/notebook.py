@@ -29,7 +29,7 @@ from amplint.engine import SYNTAX_ERROR, lint_text
 from amplint.fixer import parse_error
 from amplint.parsing import too_large
 from amplint.source import DEFAULT_MAX_FILE_SIZE, SourceError, SourceText, read_bytes, write_atomically
-from amplint.sources.base import FixRefused, Source
+from amplint.sources.base import FixRefused, Source, unified_diff
 
 PLACEHOLDER = "pass  # amplint: magic"
 CONTINUED = PLACEHOLDER + " (continued)"  # a continuation line of the IPython statement above it
@@ -186,8 +186,41 @@ class Notebook:
 # --- reading ---------------------------------------------------------------------------------------------------
 
 
+class LongInteger:
+    """A JSON integer with more digits than CPython converts (`int()` refuses over 4,300 digits, so `json.loads`
+    raises ValueError): kept as its text, equal to another with the same text. Only metadata and outputs hold
+    such numbers; a notebook that has one is still read and fixed (its bytes outside the edited sources kept)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, LongInteger) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+    def __repr__(self) -> str:
+        return f"LongInteger({self.text[:20]}...)"
+
+
+def _integer(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return LongInteger(text)
+
+
+def load_json(text: str):
+    """`json.loads`, with integers of any length (LongInteger)."""
+    return json.loads(text, parse_int=_integer)
+
+
 def detect_style(text: str, data: dict) -> JsonStyle:
-    """The serialization that reproduces `text` exactly, or the closest guess (nbformat's style) if none does."""
+    """The serialization that reproduces `text` exactly, or the closest guess (nbformat's style) if none does
+    (always for a notebook holding a LongInteger, which json cannot write back)."""
     newline = "\r\n" if "\r\n" in text else "\n"
     trailing = text.endswith("\n")
     match = re.match(r"\s*\{\r?\n([ \t]*)\S", text)
@@ -201,8 +234,11 @@ def detect_style(text: str, data: dict) -> JsonStyle:
         for separators in separators_choices:
             for ensure_ascii in (False, True):
                 style = JsonStyle(indent, ensure_ascii, separators, newline, trailing)
-                if style.dump(data) == text:
-                    return style
+                try:
+                    if style.dump(data) == text:
+                        return style
+                except (TypeError, ValueError, RecursionError):
+                    break
     indent = indents[0] if indents[0] is not None else 1
     return JsonStyle(indent, not _has_non_ascii(text), (",", ": "), newline, trailing)
 
@@ -242,7 +278,7 @@ def kernel_language(data: dict) -> str | None:
 def parse_notebook(text: str) -> Notebook:
     """Read a notebook's JSON text: nbformat 4, code cells collected, IPython syntax masked."""
     try:
-        data = json.loads(text)
+        data = load_json(text)
     except json.JSONDecodeError as error:
         raise NotebookError(f"not a valid notebook: invalid JSON: {error}") from None
     except RecursionError:
@@ -833,7 +869,7 @@ def splice_sources(text: str, notebook: Notebook, sources: dict[int, str]) -> st
 
 def check_only_sources_changed(original: dict, written: str, positions: set[int]) -> None:
     """The written text must load to the original data except the edited cells' `source`."""
-    loaded = json.loads(written)
+    loaded = load_json(written)
     expected = copy.deepcopy(original)
     for position in positions:
         expected["cells"][position]["source"] = loaded["cells"][position]["source"]
@@ -842,17 +878,11 @@ def check_only_sources_changed(original: dict, written: str, positions: set[int]
 
 
 def cell_diff(path: str, notebook: Notebook, sources: dict[int, str]) -> str:
-    chunks = []
-    for cell in notebook.cells:
-        if cell.position not in sources:
-            continue
-        old = "\n".join(cell.lines)
-        new = sources[cell.position]
-        label = f"{path.lstrip('/')}:cell {cell.number}"
-        chunks.append("".join(difflib.unified_diff(
-            (old + "\n").splitlines(keepends=True), (new + "\n").splitlines(keepends=True),
-            fromfile=f"a/{label}", tofile=f"b/{label}")))
-    return "".join(chunks)
+    """Each changed cell's source as a patch of its own (`a/x.ipynb:cell 3`): its lines are the cell's lines
+    (split on `\\n` only, as everywhere here), counted from the cell's first line as findings are."""
+    return "".join(unified_diff(path, "\n".join(cell.lines), sources[cell.position],
+                                label=f"{path}:cell {cell.number}")
+                   for cell in notebook.cells if cell.position in sources)
 
 
 # --- the source ------------------------------------------------------------------------------------------------

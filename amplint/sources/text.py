@@ -20,5 +20,7 @@ class TextSource(Source):
 
     def read(self) -> SourceText:
         if self.raw is not None:
-            return decode_source(self.raw)
+            loaded = decode_source(self.raw)
+            self.encoding = loaded.encoding
+            return loaded
         return SourceText(self.text, "utf-8", None)
