@@ -422,7 +422,7 @@ class Cache:
         cached = self.load_entry(key, filename)
         if cached is not None:
             diagnostics, dependencies = cached
-            if not dependencies or (project is not None and project.project.valid(dependencies)):
+            if not dependencies or (project is not None and project.project.valid(dependencies, project.path)):
                 return diagnostics
         diagnostics = compute()
         self.store(key, diagnostics, project.dependencies() if project is not None else None)

@@ -306,11 +306,15 @@ class ProjectIndex:
         text = "\n".join(sorted(f"{path}\0{caller}\0{call.to_json()}" for path, caller, call in sites))
         return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
-    def valid(self, dependencies: dict[str, str]) -> bool:
-        """Do these dependencies (`ModuleView.dependencies`) still hold in this index?"""
+    def valid(self, dependencies: dict[str, str], path: str | None = None) -> bool:
+        """Do these dependencies (`ModuleView.dependencies`) still hold in this index, for the file at `path`
+        (the file they were recorded for may lie elsewhere: a cached result is found by content)?"""
         for key, value in dependencies.items():
-            if key.startswith("?"):
-                if self.by_name.get(key[1:]):
+            if key.startswith("?"):  # absent then, looked for from these files: found now from one of them?
+                nears = [os.path.abspath(path) if near == "." and path else near
+                         for near in value.split("\0")] if value else []
+                if any(self.find_module(key[1:], near) is not None for near in nears) or not nears \
+                        and self.by_name.get(key[1:]):
                     return False
             elif key.startswith("calls:"):
                 if self.calls_digest(key[6:]) != value:
@@ -382,7 +386,8 @@ class ModuleView:
         self.project = project
         self.path = path
         self.read_modules: set[str] = set()  # paths of other files whose index an answer used
-        self.missing: set[str] = set()  # module names an answer looked for and did not find in the project
+        # (module name, the file it was looked for from) for each module an answer looked for and did not find
+        self.missing: set[tuple[str, str]] = set()
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self.asked_wrappers = False  # an answer read the project's scaler-wrapper classes
@@ -456,12 +461,16 @@ class ModuleView:
 
     def dependencies(self) -> dict[str, str]:
         """What this file's answers read of other files, each with its current fingerprint: a path -> the digest
-        of its index; "?name" -> "" for a module looked for and absent; "calls:name" -> the digest of every call
-        site named so (a new caller anywhere changes it); "importers:path" -> the digest of the files importing
+        of its index; "?name" -> the files (NUL-separated) a module was looked for from and not found (as Python
+        finds it from there: a namespace package beside a file is found by its folders, not by its name);
+        "calls:name" -> the digest of every call site named so (a new caller anywhere changes it); "importers:path" -> the digest of the files importing
         that module (`ProjectIndex.importers`); "scaler-wrappers" -> the digest of the names scaler-wrapper classes can be
         written as (`scaler_wrapper_names`). A cached result is valid while `valid` holds for it."""
         found = {path: self.project.digest(path) for path in sorted(self.read_modules) if path in self.project.names}
-        found.update({f"?{name}": "" for name in sorted(self.missing)})
+        absent: dict[str, set[str]] = {}
+        for name, near in self.missing:  # "." for this file: the same file elsewhere asks from where it is
+            absent.setdefault(name, set()).add("." if near == self.path else near)
+        found.update({f"?{name}": "\0".join(sorted(nears)) for name, nears in sorted(absent.items())})
         found.update({f"calls:{name}": self.project.calls_digest(name) for name in sorted(self.asked_calls)})
         found.update({f"importers:{path}": self.project.importers_digest(path) for path in sorted(self.asked_importers)})
         if self.asked_wrappers:
@@ -476,7 +485,7 @@ class ModuleView:
     def _find(self, name: str, near: str) -> str | None:
         found = self.project.find_module(name, near)
         if found is None:
-            self.missing.add(name)
+            self.missing.add((name, near))
         return found
 
     # resolving calls -----------------------------------------------------------------------------------------
