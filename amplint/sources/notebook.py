@@ -157,6 +157,7 @@ class Notebook:
 
     def map(self, diagnostics: list[Diagnostic]) -> list[Diagnostic]:
         """The program's findings, and the broken cells' syntax errors, with rows counted within their cells."""
+        diagnostics = [at_lines(d, self.text) for d in diagnostics]
         return [map_diagnostic(d, self) for d in with_cell_errors(diagnostics, self)]
 
     def content(self, fixed: str) -> str:
@@ -545,6 +546,41 @@ def _last_row(edit) -> int:
     return end.row - 1 if end.column == 1 and end.row > edit.location.row else end.row
 
 
+_LONE_CR = re.compile(r"\r(?!\n)")
+_PYTHON_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def at_lines(diagnostic: Diagnostic, text: str) -> Diagnostic:
+    """The diagnostic with the rows Python counts in `text` (a lone `\\r` ends a row) turned into the text's lines
+    (split on `\\n`, as the cells' sources are, and as their patches count), columns counted from the line's
+    start; `line N` in its messages too. The diagnostic itself when the text has no lone `\\r`."""
+    if not _LONE_CR.search(text):
+        return diagnostic
+    lines = [0] + [match.end() for match in re.finditer("\n", text)]
+    rows = [0] + [match.end() for match in _PYTHON_BREAK.finditer(text)]
+
+    def location(where: Location) -> Location:
+        if not 0 < where.row <= len(rows):
+            return where
+        offset = rows[where.row - 1]
+        line = bisect.bisect_right(lines, offset)
+        return Location(line, where.column + offset - lines[line - 1])
+
+    def message(text_: str | None) -> str | None:
+        return text_ and LINE_REFERENCE.sub(lambda match: f"line {location(Location(int(match.group(1)), 1)).row}",
+                                            text_)
+
+    fix = diagnostic.fix
+    if fix is not None:
+        fix = dataclasses.replace(fix, edits=tuple(dataclasses.replace(
+            edit, location=location(edit.location), end_location=location(edit.end_location)) for edit in fix.edits))
+    notes = tuple(dataclasses.replace(note, location=location(note.location), message=message(note.message))
+                  if note.filename is None else note for note in diagnostic.notes)
+    return dataclasses.replace(diagnostic, location=location(diagnostic.location),
+                               end_location=location(diagnostic.end_location), message=message(diagnostic.message),
+                               help=message(diagnostic.help), fix=fix, notes=notes)
+
+
 def map_diagnostic(diagnostic: Diagnostic, notebook: Notebook) -> Diagnostic:
     """The same diagnostic with rows counted within its cell, and `cell` set."""
     if not notebook.cells:
@@ -609,7 +645,7 @@ def isolate_broken_cells(notebook: Notebook, filename: str) -> bool:
                   if d.code == SYNTAX_ERROR[0]]
         if not errors:
             continue
-        error = errors[0]
+        error = at_lines(errors[0], "\n".join(cell.masked))  # rows as the cell's lines (a lone `\r` inside one)
         row = min(error.location.row, max(len(cell.masked), 1)) + cell.start  # an error at the end: the last line
         # the message counts lines within the cell alone ("on line 1"): count them in the joined text, as the
         # rows of every other message, so that `map_message` names them within this cell
