@@ -62,8 +62,9 @@ GIT_ESCAPES = {0x07: "\\a", 0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0B: "\\v", 
 def diff_path(text: str) -> str:
     """A name for a diff header (`a/x.py`), quoted the way git quotes it when it must be, so that `git apply`
     and GNU patch read it back: a name with a control character, a quote, a backslash or bytes that are not
-    UTF-8 goes in double quotes with those as escapes (octal for a byte). Other names are left as they are."""
-    special = '"\\' if os.sep == "/" else '"'  # a backslash is a separator on Windows, part of a name elsewhere
+    UTF-8 goes in double quotes with those as escapes (octal for a byte); so does a name with a space (GNU patch
+    ends an unquoted name at a space). Other names are left as they are."""
+    special = '"\\ ' if os.sep == "/" else '" '  # a backslash is a separator on Windows, part of a name elsewhere
     if portable(text) == text and not CONTROL.search(text) and not any(char in text for char in special):
         return text
     out = []
