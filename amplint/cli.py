@@ -171,7 +171,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                               on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error)))) \
             if named else []
         if output_file is not None:  # before anything is written: a fix, the cache, the report
-            clash = _output_clash(output_file, [*existing, *files, *([str(settings.source)] if settings.source else [])])
+            clash = _output_clash(output_file, [*existing, *files, *_read_files(settings, named)])
             if clash is not None:
                 raise ConfigurationProblem(
                     f"--output-file {printable(output_file)} is {clash}, an input of this run: the report would "
@@ -260,6 +260,16 @@ def _file_identity(path: str) -> tuple[int, int] | None:
     except (OSError, ValueError):
         return None
     return info.st_dev, info.st_ino
+
+
+def _read_files(settings, paths: list[str]) -> list[str]:
+    """The other files a run reads: its configuration file and the declaration files its torch floor is
+    inferred from (amplint/requirements.py; files they include with `-r` aside)."""
+    from amplint.requirements import requirement_files, roots_for
+
+    configured = settings.root if settings.source is not None else None
+    found = [str(settings.source)] if settings.source is not None else []
+    return found + [str(path) for root in roots_for(paths, configured) for path in requirement_files(root)]
 
 
 def _output_clash(output_file: str, inputs: list[str]) -> str | None:

@@ -648,3 +648,17 @@ def test_an_output_file_beside_the_inputs_is_written(tmp_path, monkeypatch):
     assert (tmp_path / "t.py").read_text() == FLAGGED
     # written again: the report of the last run is no input of the next one (a .txt file is not linted)
     assert _invoke(["check", ".", "--output-file", "report.txt", "--no-cache"]).exit_code == 0
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt", "pyproject.toml", "setup.py",
+                                  "environment.yml"])
+def test_an_output_file_that_declares_the_torch_floor_is_refused(tmp_path, monkeypatch, name):
+    """The declaration files the torch floor is read from are inputs of the run too."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "t.py").write_text(FLAGGED)
+    (tmp_path / name).write_text("# the project's own\n")
+    monkeypatch.chdir(tmp_path)
+    before = _tree(tmp_path)
+    result = _invoke(["check", "t.py", "--output-file", name])
+    assert result.exit_code == 2 and "an input of this run" in result.stderr
+    assert _tree(tmp_path) == before
