@@ -198,7 +198,7 @@ def _fix(path: Path, text: str, unsafe: bool, rule: str, expect_fix: bool = True
     except ImportError as error:
         return FixedProgram(None, problems=(f"amplint's fixer is unavailable: {error}",))
     source = from_text(text, str(path), screened=False)  # the judge of every rule: nothing screened out
-    rules = all_rules()
+    rules = all_rules(opt_in=True)
     flagged_codes = tuple(d.code for d in pipeline.run(source, rules, Mode()).diagnostics)
     outcome = pipeline.run(source, rules, Mode(fix=True, unsafe=unsafe))
     safe = pipeline.run(source, rules, Mode(fix=True)) if unsafe else outcome

@@ -71,9 +71,10 @@ def rules_for(path: str, rule_classes: Sequence[object], settings) -> list[Rule]
                        getattr(settings, "torch_below", None)))
 
 
-def all_rules() -> list[Rule]:
-    """Every rule, with no settings (the flake8 plugin, the harness): what no configuration narrows."""
-    return list(_rules(registry.CATALOG, (), None))
+def all_rules(opt_in: bool = False) -> list[Rule]:
+    """Every rule, with no settings (the flake8 plugin, the harness): what no configuration narrows; the opt-in
+    rules too with `opt_in` (the harness, the judge of every rule)."""
+    return list(_rules(tuple(rule for rule in registry.CATALOG if opt_in or not rule.opt_in), (), None))
 
 
 @functools.lru_cache(maxsize=256)
@@ -83,7 +84,7 @@ def _rules(rule_classes: tuple[object, ...], ignored_selectors: tuple[str, ...],
     once per distinct answer)."""
     from amplint.facts.versions import TorchSupport
 
-    ignored = {rule.code for selector in ignored_selectors for rule in registry.matching(selector)}
+    ignored = {rule.code for selector in ignored_selectors for rule in registry.matching(selector, opt_in=True)}
     support = TorchSupport(target, below)  # which spellings the fixes may write (amplint/facts/versions.py)
     return [_handed_out(rule, support) for rule in rule_classes
             if rule.code not in ignored]

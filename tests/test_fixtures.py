@@ -82,10 +82,13 @@ def expected_marks(text: str) -> set[tuple[str, int, int | None]]:
 
 
 def compared_codes(path: Path) -> set[str] | None:
-    """The codes whose findings are compared for this fixture (None: all)."""
-    if folder_code(path.parents[1]) in CORE_CODES:
-        return {rule.code for rule in ALL_RULES} - NOT_COMPARED_IN_CORE
-    return None
+    """The codes whose findings are compared for this fixture (None: all). An opt-in rule (off unless named) is
+    compared in its own folder only."""
+    own = folder_code(path.parents[1])
+    opt_in = {rule.code for rule in ALL_RULES if rule.opt_in and rule.code != own}
+    if own in CORE_CODES:
+        return {rule.code for rule in ALL_RULES} - NOT_COMPARED_IN_CORE - opt_in
+    return {rule.code for rule in ALL_RULES} - opt_in if opt_in else None
 
 
 def diagnostics(path: Path) -> list:

@@ -44,6 +44,12 @@ def test_an_entry_answers_for_its_class():
     assert type(ref()) is ref.load()
     assert pickle.loads(pickle.dumps(ref)) is ref
     assert [r.code for r in registry.matching("AMP01")] == ["AMP010", "AMP011", "AMP012", "AMP013", "AMP014"]
+    # an opt-in rule: enabled only by its own code or name, covered by any selector that disables
+    assert [r.code for r in registry.matching("AMP01", opt_in=True)][-1] == "AMP015"
+    assert [r.code for r in registry.matching("AMP015")] == ["AMP015"]
+    assert "AMP015" not in [r.code for r in registry.select(None, [])]
+    assert "AMP015" in [r.code for r in registry.select(None, [], ["island-input-of-unknown-dtype"])]
+    assert "AMP015" not in [r.code for r in registry.select(["AMP015"], ["AMP01"])]
     with pytest.raises(registry.UnknownSelector):
         registry.matching("AMP099")
 
@@ -54,7 +60,8 @@ def test_stand_ins_are_the_rules_they_stand_for():
     assert handed == rules_for("y.py", list(registry.CATALOG), Settings())  # one per rule and torch range
     for rule, cls in zip(loaded(handed), CLASSES, strict=True):
         assert type(rule) is cls
-    assert [rule.code for rule in all_rules()] == [rule.code for rule in CLASSES]
+    assert [rule.code for rule in all_rules()] == [rule.code for rule in CLASSES if not rule.opt_in]
+    assert [rule.code for rule in all_rules(opt_in=True)] == [rule.code for rule in CLASSES]
     copied = pickle.loads(pickle.dumps(handed[0]))
     assert copied.code == handed[0].code and type(copied.rule) is CLASSES[0]
 

@@ -89,7 +89,8 @@ def examples_through_the_cli(tmp_path_factory):
     here = os.getcwd()
     os.chdir(folder)  # the configuration is looked for from here: none, as in a user's scratch folder
     try:
-        result = CliRunner().invoke(main, ["check", ".", "--output-format", "json", "--no-cache"])
+        opt_in = [arg for rule in ALL_RULES if rule.opt_in for arg in ("--extend-select", rule.code)]
+        result = CliRunner().invoke(main, ["check", ".", "--output-format", "json", "--no-cache", *opt_in])
     finally:
         os.chdir(here)
     assert result.exit_code == 1, result.output  # the Examples are flagged

@@ -27,30 +27,32 @@ TORCH_NAMESPACES = ("torch.", "F.", "nn.functional.")
 MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", vocab.EVAL, "requires_grad_"})
 
 
-def is_float32_cast(call: cst.Call) -> bool:
-    """`.float()`, `.double()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`, `.type(torch.float32)`.
-
-    A `.to(x)`/`.type(x)` whose argument is not plainly a device counts as a cast: the argument may be a dtype.
-    """
+def conversion(call: cst.Call) -> str | None:
+    """What a tensor method call makes of its receiver's dtype (`vocabulary.conversion_of`, the index's definition
+    too): "float32", "low", "unknown" (`.to(x)` with `x` not shown to be a device), None (no conversion)."""
     if not isinstance(call.func, cst.Attribute):
-        return False
-    method = call.func.attr.value
-    if method in CAST_METHODS:
-        return True
-    if method not in CONVERT_METHODS or not call.args:
-        return False
-    for arg in call.args:
-        text = dotted_name(arg.value) or ""
-        if text.startswith("torch.") and text in FLOAT32_DTYPES:
-            return True
-    first = call.args[0]
-    if first.keyword is not None and first.keyword.value != vocab.DTYPE:
-        return False
-    if isinstance(first.value, (cst.SimpleString, cst.FormattedString)):
-        return False  # .to("cuda")
-    name = (dotted_name(first.value) or "").lower()
-    return bool(name) and "device" not in name and "dev" != name.rsplit(".", 1)[-1] and not name.endswith(
-        (vocab.BFLOAT16, vocab.FLOAT16, vocab.HALF))
+        return None
+    dtypes = [_dtype_text(arg.value) for arg in call.args if arg.keyword is None or arg.keyword.value == vocab.DTYPE]
+    return vocab.conversion_of(call.func.attr.value, dtypes)
+
+
+def _dtype_text(node: cst.BaseExpression) -> str | None:
+    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return '"'
+    return dotted_name(node)
+
+
+def is_float32_cast(call: cst.Call) -> bool:
+    """`.float()`, `.double()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`, `.type(torch.float32)`: shown to
+    give float32 (or wider). A `.to(x)` whose `x` the code does not show is not one (see `casts_away`)."""
+    return conversion(call) == vocab.CONVERTS_FLOAT32
+
+
+def casts_away(call: cst.Call) -> bool:
+    """Is the call a conversion whose result is not shown low precision: a float32 cast, or `.to(x)`/`.type(x)`
+    with `x` unknown (perhaps a dtype: what it gives is unknown, never taken as low)? Its receiver is not computed
+    with, as written."""
+    return conversion(call) in (vocab.CONVERTS_FLOAT32, vocab.CONVERTS_UNKNOWN)
 
 
 def has_float32_dtype_keyword(call: cst.Call) -> bool:
@@ -98,63 +100,164 @@ class Lowering:
     library: Callable[[cst.Call], list[cst.BaseExpression] | None] | None = None
 
 
-def is_low_precision(value: cst.BaseExpression, low: set[str], how: Lowering | None = None) -> bool:
-    """Does evaluating `value` inside an autocast region yield a low-precision tensor?"""
+LOW = "low"  # known low precision: made by an op autocast lowers, or from such a value by ops keeping its dtype
+UNKNOWN = "unknown"  # perhaps low precision: what the code shows does not say (a user module's output...)
+_RANK = {None: 0, UNKNOWN: 1, LOW: 2}
+
+
+def strongest(states) -> str | None:
+    """LOW if any is, else UNKNOWN if any is, else None."""
+    found = None
+    for state in states:
+        if _RANK[state] > _RANK[found]:
+            found = state
+    return found
+
+
+def _name_state(name: str, low) -> str | None:
+    if isinstance(low, dict):
+        return low.get(name)
+    return LOW if name in low else None
+
+
+def is_float32_value(value: cst.BaseExpression, float32: set[str] | frozenset = frozenset()) -> bool:
+    """Is `value` shown to be float32: a float32 cast, an op given a float32 `dtype=`, a module's parameter or
+    buffer read as `<module>.weight`/`.bias` (float32 unless the code converts the module), a name in `float32`?"""
+    if isinstance(value, cst.Name):
+        return value.value in float32
+    if isinstance(value, cst.Attribute):
+        return value.attr.value in MODULE_TENSORS and isinstance(value.value, (cst.Attribute, cst.Name))
+    if isinstance(value, cst.Call):
+        return is_float32_cast(value) or has_float32_dtype_keyword(value)
+    return False
+
+
+MODULE_TENSORS = frozenset({"weight", "bias"})
+# Elementwise arithmetic, whose operands take part in type promotion (a low tensor with a float32 one: float32).
+PROMOTING = frozenset({"add", "sub", "mul", "div", "true_divide", "subtract", "multiply", "divide", "where", "lerp",
+                       "addcmul", "addcdiv", "maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "remainder"})
+
+
+class LibraryArguments(list):
+    """The arguments of a call to a library's function (`Lowering.library`): a low one makes the result perhaps
+    low, never known low (what the library returns is not shown)."""
+
+
+def is_low_precision(value: cst.BaseExpression, low, how: Lowering | None = None) -> bool:
+    """Can evaluating `value` inside an autocast region yield a low-precision tensor (`low_state`, known or not)?"""
+    return low_state(value, low, how) is not None
+
+
+def low_state(value: cst.BaseExpression, low, how: Lowering | None = None) -> str | None:
+    """Evaluated inside an enabled autocast region, is `value` low precision: LOW when the code shows it (an op
+    autocast lowers: matmul, `@`, linear, conv, a torch.nn module the code builds from autocast's lower-precision
+    list; or dtype-keeping ops on such a value, with Python numbers or other such values), UNKNOWN when it may be
+    (a user module's or function's output; a low value combined with a tensor not shown float32), None when not
+    (casts, integer and bool results, ops autocast runs in float32, a float32 `dtype=`, promotion with a float32
+    tensor). `low`: the names known so far, a set (all LOW) or a dict name -> state."""
     if isinstance(value, cst.Call):
         written = written_tensor(value)
         if written is not None:
-            return is_low_precision(written, low, how)
+            return low_state(written, low, how)
         op = _op_name(value)
-        if is_float32_cast(value) or op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value) \
-                or op in INTEGER_OPS:
-            return False
+        converted = conversion(value)
+        if converted == vocab.CONVERTS_LOW:
+            return None  # cast to a low dtype on purpose: a deliberate low-precision path
+        if converted is not None:
+            first = value.args[0].value if value.args else None
+            if converted == vocab.CONVERTS_UNKNOWN and isinstance(first, cst.Attribute) \
+                    and first.attr.value == vocab.DTYPE:
+                return LOW if low_state(first.value, low, how) == LOW else None  # `.to(x.dtype)`: `x`'s dtype
+            return None  # float32, or a dtype not shown: not low as far as the code shows
+        if op == "type_as" and isinstance(value.func, cst.Attribute) and value.args:
+            return LOW if low_state(value.args[0].value, low, how) == LOW else None  # the other tensor's dtype
+        if op in NOT_TENSORS or op in FLOAT32_OPS or has_float32_dtype_keyword(value) or op in INTEGER_OPS:
+            return None
         if op in LOW_OPS:
-            return True
+            return LOW
         func = value.func
         receiver = dotted_name(func.value) if isinstance(func, cst.Attribute) else None
         arguments = [arg.value for arg in value.args]
         if receiver is not None and "." not in receiver and receiver != "self" and (
-                receiver in low or op in TENSOR_METHODS):
-            # A tensor method (h.view(...), x.relu()) keeps its receiver's dtype.
-            return receiver in low or any(is_low_precision(a, low, how) for a in arguments)
+                _name_state(receiver, low) is not None or op in TENSOR_METHODS):
+            # A tensor method (h.view(...), x.relu()) keeps its receiver's dtype; arithmetic promotes with its
+            # operands (`h.mul(w)`).
+            if op in PROMOTING:
+                return _combined([func.value, *arguments], low, how)
+            return strongest([low_state(func.value, low, how), *(low_state(a, low, how) for a in arguments)])
         dotted = dotted_name(func) or ""
         if dotted in BUILTIN_NAMES:
-            return False
+            return None
         if dotted.startswith(("torch.", "F.", "nn.functional.", "np.", "math.")):
-            return any(is_low_precision(a, low, how) for a in arguments)
+            if op in PROMOTING:
+                return _combined(arguments, low, how)
+            return strongest(low_state(a, low, how) for a in arguments)
         kind = how.module_output(func) if how is not None and how.module_output is not None else None
         if kind is not None:
             # A torch.nn module: lowered by autocast (nn.Linear), float32 (nn.LayerNorm on CUDA), or keeping its
             # input's dtype (nn.Embedding of token ids: float32).
-            return kind == "low" or (kind == "keep" and any(is_low_precision(a, low, how) for a in arguments))
+            if kind == "low":
+                return LOW
+            return strongest(low_state(a, low, how) for a in arguments) if kind == "keep" else None
         carried = how.library(value) if how is not None and how.library is not None else None
         if carried is not None:
-            return any(is_low_precision(a, low, how) for a in carried)
-        # A module or function of the user's: model(x), self.encoder(x), head(h).
+            state = strongest(low_state(a, low, how) for a in carried)
+            # A library's function: what it returns (integer indices, float32 results) is not shown.
+            return UNKNOWN if state is not None and isinstance(carried, LibraryArguments) else state
+        # A module or function of the user's (model(x), self.encoder(x), head(h)): what it returns is not shown.
         if how is not None and how.scalars is not None:
-            return bool(dotted) and any(not is_scalar(a, how.scalars) for a in arguments)
-        return bool(dotted) and any(not isinstance(a, (cst.SimpleString, cst.Integer, cst.Float)) for a in arguments)
+            return UNKNOWN if dotted and any(not is_scalar(a, how.scalars) for a in arguments) else None
+        return UNKNOWN if dotted and any(not isinstance(a, (cst.SimpleString, cst.Integer, cst.Float))
+                                         for a in arguments) else None
     if isinstance(value, cst.BinaryOperation):
         if isinstance(value.operator, cst.MatrixMultiply):
-            return True
-        return is_low_precision(value.left, low, how) or is_low_precision(value.right, low, how)
+            return LOW
+        if type(value.operator).__name__ in _NOT_ARITHMETIC:
+            return None  # bit operations: integer or bool tensors
+        return _combined([value.left, value.right], low, how)
     if isinstance(value, cst.UnaryOperation):
-        return is_low_precision(value.expression, low, how)
+        return low_state(value.expression, low, how)
     if isinstance(value, cst.Subscript):
-        return is_low_precision(value.value, low, how)
+        return low_state(value.value, low, how)
     if isinstance(value, (cst.List, cst.Tuple)):  # a list of such tensors
-        return any(is_low_precision(element.value, low, how) for element in value.elements)
+        return strongest(low_state(element.value, low, how) for element in value.elements)
     if isinstance(value, (cst.ListComp, cst.GeneratorExp)):  # [f.permute(0, 2, 1) for f in feats]
-        inner = set(low)
+        inner = dict(low) if isinstance(low, dict) else {name: LOW for name in low}
         clause = value.for_in
         while clause is not None:
-            if is_low_precision(clause.iter, inner, how):
-                inner |= {name.value for name in _target_names(clause.target)}
+            state = low_state(clause.iter, inner, how)
+            if state is not None:
+                inner.update({name.value: state for name in _target_names(clause.target)})
             clause = clause.inner_for_in
-        return is_low_precision(value.elt, inner, how)
+        return low_state(value.elt, inner, how)
     if isinstance(value, cst.Name):
-        return value.value in low
-    return False
+        return _name_state(value.value, low)
+    return None
+
+
+def _combined(operands: list[cst.BaseExpression], low, how: Lowering | None) -> str | None:
+    """The state of what an elementwise op computes of these operands under torch's type promotion: a low operand
+    with Python numbers or other low operands stays LOW; with a tensor shown float32 the op computes in float32
+    (None); with an operand of unknown dtype, UNKNOWN."""
+    states = [low_state(operand, low, how) for operand in operands]
+    found = strongest(states)
+    if found != LOW:
+        return found
+    scalars = how.scalars if how is not None and how.scalars is not None else set()
+    for operand, state in zip(operands, states):
+        if state == LOW or is_scalar(operand, scalars) or isinstance(operand, (cst.Lambda,)):
+            continue
+        if is_float32_value(operand):
+            return None  # promotion: the result is float32
+        if _tensor_like(operand):
+            return UNKNOWN
+    return LOW
+
+
+def _tensor_like(operand: cst.BaseExpression) -> bool:
+    """May the operand be a tensor whose dtype takes part in promotion (not a string, slice, keyword flag)?"""
+    return not isinstance(operand, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString, cst.Integer,
+                                    cst.Float, cst.Imaginary, cst.Lambda))
 
 
 SIZE_ATTRIBUTES = frozenset({"shape", "ndim", vocab.DTYPE, "device", "is_cuda", "requires_grad"})
@@ -431,6 +534,11 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         # Names whose star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came: not a use.
         self.handed_on = set(handed_on or ())
         self.starred: set[int] = set()  # ids of the uses unpacked by `*`/`**` into a call
+        # ids of the uses only handed to a function, module or callable of the user's (what it computes is its
+        # definition's), and of those an in-place op writes into (`h.mul_(2)`, `torch.relu_(h)`, `inplace=True`)
+        self.handed: set[int] = set()
+        self.in_place: set[int] = set()
+        self.under_cast: set[int] = set()  # ids of layout calls a cast is applied to
         self.complex: set[str] = set()  # names bound in the block to a complex tensor (`torch.view_as_complex`)
         self.params = set(params or ())
         self.floats = floats
@@ -443,12 +551,17 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         self._evidenced: set[str] = set()
         self._rebound: set[str] = set()  # parameters rebound to a method of themselves: evidence, no more uses
 
-    def _use(self, node: cst.BaseExpression, evidence: bool = False) -> None:
+    def _use(self, node: cst.BaseExpression, evidence: bool = False, handed: bool = False,
+             in_place: bool = False) -> None:
         if evidence:
             self._evidence(node)
         node = viewed_name(node)
         if not isinstance(node, cst.Name):
             return
+        if handed:
+            self.handed.add(id(node))
+        if in_place:
+            self.in_place.add(id(node))
         if node.value in self.watched:
             self._uses.append(node)
         elif node.value in self.params:
@@ -460,7 +573,7 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
     def _evidence(self, node: cst.BaseExpression) -> None:
         """A floating use of what `node` computes shows the parameter under its dtype-preserving methods to be a
         floating tensor (`torch.matmul(q, k.transpose(-1, -2))`: `k`); the method's own use is recorded apart."""
-        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not is_float32_cast(node) \
+        while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and not casts_away(node) \
                 and _op_name(node) in FLOAT_PRESERVING:
             node = viewed_name(node.func.value)
         node = viewed_name(node)
@@ -481,15 +594,15 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         torch_op = dotted.startswith(TORCH_NAMESPACES)
         if position is not None and ((torch_op and op in FLOAT_COMPUTING and (position == 0 or op in FLOAT_OPERANDS))
                                      or (self.float_module is not None and self.float_module(func))):
-            self._use(node, evidence=True)
+            self._use(node, evidence=True, in_place=position == 0 and _in_place(call))
             return
         if torch_op or (self.tensor_callee is not None and self.tensor_callee(func)):
-            self._use(node)
+            self._use(node, in_place=torch_op and position == 0 and _in_place(call))
         elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS) \
                 and not (self.callee_casts is not None and self.callee_casts(call, position, keyword)) \
                 and not (isinstance(func, cst.Subscript) and isinstance(viewed_name(node), cst.Name)
                          and viewed_name(node).value in self.inferred):
-            self._use(node)  # a function, module or callable of the user's computes with it
+            self._use(node, handed=True)  # a function, module or callable of the user's computes with it
 
     def visit_Expr(self, node: cst.Expr) -> None:
         if isinstance(node.value, cst.Call):
@@ -497,13 +610,22 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
 
     def visit_Call(self, node: cst.Call) -> None:
         op = _op_name(node)
+        if casts_away(node):  # `h.flatten(2).float()`: the layout methods under a cast compute nothing
+            inner = node.func.value
+            while isinstance(inner, cst.Call) and isinstance(inner.func, cst.Attribute) \
+                    and inner.func.attr.value in LAYOUT_ONLY:
+                self.under_cast.add(id(inner))
+                inner = inner.func.value
+        if id(node) in self.under_cast:
+            return
         if has_float32_dtype_keyword(node):
             return
         if op in INTEGER_OPS:
             return  # `h.long()`, `torch.argmax(h)`, `h.gt(0)`: an integer or bool result, no float32 math lost
         if isinstance(node.func, cst.Attribute):
-            if not is_float32_cast(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
-                self._use(node.func.value, evidence=op in FLOAT_COMPUTING)
+            if not casts_away(node) and op not in NOT_TENSORS and op not in NOT_TENSOR_METHODS:
+                self._use(node.func.value, evidence=op in FLOAT_COMPUTING,
+                          in_place=op.endswith("_") and not op.startswith("_"))
         if op in UNCAST_SAFE_FUNCTIONS or op in NOT_TENSORS or (
                 isinstance(node.func, cst.Name) and op in BUILTIN_NAMES):
             return
@@ -551,6 +673,21 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         return False
 
 
+# Methods that only change a tensor's layout or place, never compute with its values.
+LAYOUT_ONLY = frozenset({"view", "reshape", "flatten", "unflatten", "permute", "transpose", "t", "contiguous",
+                         "squeeze", "unsqueeze", "expand", "expand_as", "view_as", "reshape_as", "narrow", "select",
+                         "detach", "clone", "cuda", "cpu", "movedim", "swapaxes"})
+
+
+def _in_place(call: cst.Call) -> bool:
+    """Does the call write into its first argument: a torch function named in place (`torch.relu_(h)`,
+    `torch.clamp_(h, 0)`), or given `inplace=True` (`F.dropout(h, inplace=True)`)?"""
+    op = _op_name(call)
+    return (op.endswith("_") and not op.startswith("_")) or any(
+        arg.keyword is not None and arg.keyword.value == "inplace" and not (
+            isinstance(arg.value, cst.Name) and arg.value.value in ("False", "None")) for arg in call.args)
+
+
 # Ops whose result is a complex tensor: what is multiplied with it computes in complex64, whatever its dtype.
 COMPLEX_OPS = frozenset({"view_as_complex", "polar", "complex"})
 
@@ -572,7 +709,7 @@ def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> li
 def _rebinds_itself(value: cst.BaseExpression, name: str) -> bool:
     """`x = x.masked_fill(...)`, `x = x.view(...)`: a method of the name on itself, not a cast (the same tensor's
     dtype, so what is shown of one is shown of the other)."""
-    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not is_float32_cast(value) \
+    return isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not casts_away(value) \
         and _op_name(value) not in INTEGER_OPS and isinstance(viewed_name(value.func.value), cst.Name) \
         and viewed_name(value.func.value).value == name
 
@@ -583,3 +720,153 @@ def _target_names(target: cst.BaseExpression) -> list[cst.Name]:
     if isinstance(target, (cst.Tuple, cst.List)):
         return [name for element in target.elements for name in _target_names(element.value)]
     return []
+
+
+# --- the same questions of another function's code, read with `ast` (a caller's call site) -----------------------
+
+_AST_DEPTH = 8  # names followed through one another
+
+
+def ast_function(tree, qualname: str):
+    """The def named `qualname` ("Class.method", "function") at the top of the module `tree`, or the module itself
+    for "<module>"; None when absent."""
+    import ast
+
+    if qualname == "<module>":
+        return tree
+    node = tree
+    for part in qualname.split("."):
+        node = next((child for child in getattr(node, "body", ()) if type(child) in (
+            ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef) and child.name == part), None)
+        if node is None:
+            return None
+    return node
+
+
+def ast_calls_at(function, line: int, callee: str) -> list:
+    """The calls written `callee(...)` on `line` of the function's own code."""
+    import ast
+
+    found = []
+    pending = list(ast.iter_child_nodes(function))
+    while pending:
+        node = pending.pop()
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef):
+            continue
+        if type(node) is ast.Call and node.lineno == line and _ast_dotted(node.func) == callee:
+            found.append(node)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def ast_low_origin(expr, function, tree, class_name: str | None, depth: int = 0):
+    """Where `expr`, evaluated in `function` under an enabled autocast, is shown low precision: the `ast` node of
+    the op autocast lowers that made it (`a @ b`, `torch.mm(...)`, `F.linear(...)`, a torch.nn module of autocast's
+    lower-precision list that the class builds, `self.proj = nn.Linear(...)`), through names bound before it and
+    dtype-keeping methods; None when the code does not show it (the libcst facts' `low_state`, LOW only)."""
+    import ast
+
+    if depth > _AST_DEPTH:
+        return None
+    kind = type(expr)
+    if kind is ast.BinOp:
+        if type(expr.op) is ast.MatMult:
+            return expr
+        if type(expr.op).__name__ in ("BitAnd", "BitOr", "BitXor", "LShift", "RShift"):
+            return None
+        left = ast_low_origin(expr.left, function, tree, class_name, depth + 1)
+        right = ast_low_origin(expr.right, function, tree, class_name, depth + 1)
+        other = expr.right if left is not None else expr.left
+        if left is not None and right is not None:
+            return left
+        if (left or right) is not None and type(other) is ast.Constant:
+            return left or right  # with a Python number: the low operand's dtype
+        return None  # with a tensor not shown low: promotion may make it float32
+    if kind is ast.UnaryOp:
+        return ast_low_origin(expr.operand, function, tree, class_name, depth + 1)
+    if kind is ast.Subscript:
+        return ast_low_origin(expr.value, function, tree, class_name, depth + 1)
+    if kind is ast.Name:
+        value = _ast_binding(function, expr.id, expr.lineno)
+        return ast_low_origin(value, function, tree, class_name, depth + 1) if value is not None else None
+    if kind is not ast.Call:
+        return None
+    func = expr.func
+    dotted = _ast_dotted(func) or ""
+    last = dotted.rsplit(".", 1)[-1]
+    if type(func) is ast.Attribute:
+        dtypes = [_ast_dtype_text(a) for a in expr.args] + [_ast_dtype_text(k.value) for k in expr.keywords
+                                                             if k.arg == vocab.DTYPE]
+        if vocab.conversion_of(func.attr, dtypes) is not None or func.attr in INTEGER_OPS or func.attr in FLOAT32_OPS:
+            return None
+        if func.attr in LOW_OPS:
+            return expr
+        if dotted.startswith("self.") and dotted.count(".") == 1 and class_name is not None \
+                and _ast_builds_lowering(tree, class_name, func.attr):
+            return expr  # `self.proj(x)`, the class's `self.proj = nn.Linear(...)`
+        if func.attr in FLOAT_PRESERVING and func.attr not in PROMOTING and not dotted.startswith(("torch.", "F.", "nn.")):
+            return ast_low_origin(func.value, function, tree, class_name, depth + 1)  # `h.view(...)`: h's dtype
+        if func.attr in FLOAT_PRESERVING and func.attr not in PROMOTING and expr.args \
+                and dotted.startswith(("torch.", "F.", "nn.functional.")):
+            return ast_low_origin(expr.args[0], function, tree, class_name, depth + 1)  # `torch.relu(h)`
+        return None
+    if type(func) is ast.Name and last in LOW_OPS:
+        return expr
+    return None
+
+
+def _ast_dotted(node) -> str | None:
+    import ast
+
+    parts = []
+    while type(node) is ast.Attribute:
+        parts.append(node.attr)
+        node = node.value
+    return ".".join([node.id, *reversed(parts)]) if type(node) is ast.Name else None
+
+
+def _ast_dtype_text(node) -> str | None:
+    import ast
+
+    if type(node) is ast.JoinedStr or (type(node) is ast.Constant and isinstance(node.value, str)):
+        return '"'
+    return _ast_dotted(node)
+
+
+def _ast_binding(function, name: str, line: int):
+    """The value of the last plain assignment `name = ...` in the function's own code before `line`, when the
+    function binds the name no other way before it (a loop target, a tuple target, an augmented assignment);
+    None otherwise."""
+    import ast
+
+    found, latest, other = None, -1, False
+    pending = list(ast.iter_child_nodes(function))
+    while pending:
+        node = pending.pop()
+        if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef):
+            continue
+        plain = type(node) is ast.Assign and len(node.targets) == 1 and type(node.targets[0]) is ast.Name
+        pending.extend([node.value] if plain else ast.iter_child_nodes(node))
+        if getattr(node, "lineno", line) >= line:
+            continue
+        if plain and node.targets[0].id == name:
+            if node.lineno > latest:
+                found, latest = node.value, node.lineno
+        elif type(node) is ast.Name and type(node.ctx) is ast.Store and node.id == name:
+            other = True  # bound another way too (`for h in ...`, `a, h = ...`): not followed
+    return None if other else found
+
+
+def _ast_builds_lowering(tree, class_name: str, attribute: str) -> bool:
+    """Does every assignment `self.<attribute> = ...` in the class build a torch.nn module of autocast's
+    lower-precision list (`nn.Linear(...)`, `torch.nn.Conv2d(...)`)?"""
+    import ast
+
+    cls = ast_function(tree, class_name)
+    if cls is None:
+        return False
+    values = [node.value for node in ast.walk(cls) if type(node) is ast.Assign and len(node.targets) == 1
+              and _ast_dotted(node.targets[0]) == f"self.{attribute}"]
+    return bool(values) and all(type(v) is ast.Call and (_ast_dotted(v.func) or "").startswith(("nn.", "torch.nn."))
+                                and (_ast_dotted(v.func) or "").rsplit(".", 1)[-1] in LOWERING_MODULES
+                                for v in values)

@@ -44,9 +44,9 @@ _DISABLED = re.compile(r"enabled\s*=\s*False")  # how a disabled region is writt
 
 
 # Facts whose functions' callers matter to a rule wherever they are, so that the files that may call them are
-# indexed too (the second round): a scaler built per call (AMP004: a caller in a loop), a disabled region (AMP006:
-# a caller in an enabled region).
-CALLED_FACTS = frozenset({"builds_scaler", "disabled_region"})
+# indexed too (the second round): a scaler built per call (AMP004: a caller in a loop), a disabled region or a
+# function decorated `autocast(enabled=False)` (AMP006: a caller in an enabled region, passing a low value).
+CALLED_FACTS = frozenset({"builds_scaler", "disabled_region", "autocast_off"})
 
 
 def index_file(text: str) -> FileIndex | None:

@@ -325,6 +325,9 @@ class ProjectIndex:
             elif key == "scaler-wrappers":
                 if self.scaler_wrappers_digest() != value:
                     return False
+            elif key.startswith("text:"):
+                if _text_digest(self._text(key[5:])) != value:
+                    return False
             elif key not in self.names or self.digest(key) != value:
                 return False
         return True
@@ -391,6 +394,7 @@ class ModuleView:
         self.asked_calls: set[str] = set()  # callee names whose call sites across the project an answer read
         self.asked_importers: set[str] = set()  # paths of modules whose importers an answer read
         self.asked_wrappers = False  # an answer read the project's scaler-wrapper classes
+        self.asked_texts: dict[str, str] = {}  # path -> the digest of the text an answer read of another file
         self.read_own = False  # an answer read this file's own record
         self._own = None  # `provide`: builds this file's record from the screen's tree
         self.summary = None  # `provide`: the screen's summary of the file
@@ -475,7 +479,15 @@ class ModuleView:
         found.update({f"importers:{path}": self.project.importers_digest(path) for path in sorted(self.asked_importers)})
         if self.asked_wrappers:
             found["scaler-wrappers"] = self.project.scaler_wrappers_digest()
+        found.update({f"text:{path}": digest for path, digest in sorted(self.asked_texts.items())})
         return found
+
+    def text(self, path: str) -> str | None:
+        """The text of another file of the project, for an answer that reads its code beyond the index's record (a
+        call site's arguments): the cached result then depends on the text itself."""
+        text = self.project._text(path)
+        self.asked_texts[path] = _text_digest(text)
+        return text
 
     def outside(self, qualified: str) -> bool:
         """Is the top module of an imported name (`k2` of `k2.get_rnnt_prune_ranges`) absent from the project: a
@@ -800,10 +812,11 @@ class ModuleView:
                 return True
         return False
 
-    def callers(self, target: Target) -> Iterator[CallerSite]:
-        """Every call site in the project that the index resolves to `target`."""
+    def callers(self, target: Target, any_name: bool = False) -> Iterator[CallerSite]:
+        """Every call site in the project that the index resolves to `target`; with `any_name`, also those calling
+        it by another name (a module's `forward` run by calling the module: `self.attention(q, k)`)."""
         last = target.qualname.rsplit(".", 1)[-1]
-        name = last if last != "__call__" else None
+        name = last if last != "__call__" and not any_name else None
         self.asked_calls.add(name or "*")
         for path, caller, call in self.project.calls_named(name):
             self._file(path)
@@ -839,6 +852,12 @@ class ModuleView:
                         following.append((site.caller, [*chain, site]))
             frontier = following
         return None
+
+
+def _text_digest(text: str | None) -> str:
+    import hashlib
+
+    return hashlib.blake2b((text or "").encode(), digest_size=12).hexdigest() if text is not None else ""
 
 
 def _qualified_instance(record: FileIndex, name: str) -> str | None:

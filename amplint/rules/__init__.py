@@ -32,9 +32,10 @@ class RuleRef:
     the class, whose module is imported when first needed (`load`)."""
 
     def __init__(self, code: str, name: str, module: str, class_name: str, words: tuple[str, ...] | None,
-                 min_torch: str | None, fix: str, severity: str) -> None:
+                 min_torch: str | None, fix: str, severity: str, opt_in: bool = False) -> None:
         self.code, self.name, self.module, self.class_name = code, name, module, class_name
         self.words, self.min_torch, self.fix, self.severity = words, min_torch, fix, Severity(severity)
+        self.opt_in = opt_in
         self._class: type[Rule] | None = None
 
     def load(self) -> type[Rule]:
@@ -86,17 +87,19 @@ class UnknownSelector(ValueError):
     """A code, prefix or name that matches no rule."""
 
 
-def matching(selector: str) -> list[RuleRef]:
-    """Rules a selector names: `ALL`, a full code, a code prefix (`AMP00`), or a kebab-case name."""
+def matching(selector: str, opt_in: bool = False) -> list[RuleRef]:
+    """Rules a selector names: `ALL`, a full code, a code prefix (`AMP00`), or a kebab-case name. Without
+    `opt_in`, an opt-in rule is among them only when the selector is its full code or its name (what enables a
+    rule: `select`, `extend-select`); with it, whenever the selector covers it (what disables one: `ignore`)."""
     selector = selector.strip()
     if selector.upper() == "ALL":
-        return list(CATALOG)
+        return [rule for rule in CATALOG if opt_in or not rule.opt_in]
     if selector in REFS_BY_NAME:
         return [REFS_BY_NAME[selector]]
     found = [rule for rule in CATALOG if rule.code.startswith(selector.upper())] if selector[:1].isalpha() else []
     if not found or not selector.upper().startswith("AMP"):
         raise UnknownSelector(selector)
-    return found
+    return [rule for rule in found if opt_in or not rule.opt_in or rule.code == selector.upper()]
 
 
 def lookup(code_or_name: str) -> RuleRef:
@@ -114,7 +117,7 @@ def select(select: list[str] | None, ignore: list[str], extend_select: list[str]
     for selector in extend_select or []:
         chosen.update(matching(selector))
     for selector in ignore:
-        chosen.difference_update(matching(selector))
+        chosen.difference_update(matching(selector, opt_in=True))
     return [rule for rule in CATALOG if rule in chosen]
 
 
@@ -141,11 +144,13 @@ def catalog_source() -> str:
             raise ValueError(f"{path.name} defines {len(classes)} rule classes; one is expected")
         [rule] = classes
         words = "None" if rule.words is None else _words_source(rule, path, ast, vocabulary)
+        opt_in = ", True" if rule.opt_in else ""
         rows.append(f"    ({_quoted(rule.code)}, {_quoted(rule.name)}, {_quoted(path.stem)}, {_quoted(rule.__name__)},\n"
-                    f"     {words}, {_quoted(rule.min_torch)}, {_quoted(rule.fix)}, {_quoted(rule.severity.value)}),\n")
+                    f"     {words}, {_quoted(rule.min_torch)}, {_quoted(rule.fix)}, {_quoted(rule.severity.value)}"
+                    f"{opt_in}),\n")
     rows.sort()
     return ('"""Every rule\'s catalog entry, generated from the rule modules by `python -m amplint.rules`: do not edit.\n'
-            f'({", ".join(_FIELDS)})."""\n\n'
+            f'({", ".join(_FIELDS)}[, opt_in])."""\n\n'
             "from amplint import vocabulary as vocab\n\n"
             "CATALOG = (\n" + "".join(rows) + ")\n")
 

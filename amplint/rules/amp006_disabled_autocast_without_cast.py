@@ -15,11 +15,13 @@ from amplint.lazy import visitor_class
 from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.facts.module import exclusive
 from amplint.diagnostics import Applicability
-from amplint.facts.dtypes import (FLOAT_PRESERVING, Lowering, UncastUses, deliberately_low, floating_names, is_float32_cast,
-                                  is_low_precision, is_scalar, lowering, module_output, tensor_module)
+from amplint.facts.dtypes import (FLOAT_PRESERVING, LOW, UNKNOWN, Lowering, UncastUses, conversion, deliberately_low,
+                                  floating_names, is_float32_cast, is_scalar, low_state, lowering, module_output,
+                                  tensor_module, LibraryArguments, ast_function, ast_calls_at, ast_low_origin, _ast_binding)
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
 from amplint.index.functions import ITEM_KEY
+from amplint.index.project import Target
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
@@ -38,82 +40,90 @@ def disabled_region_possible(summary) -> bool:
 
 class DisabledAutocastWithoutCast(Rule):
     """## What it does
-    Checks for values that come into an `autocast(enabled=False)` region (or a function decorated with one)
-    from outside it and are computed with there without a float32 cast (`.float()`, `.to(torch.float32)`,
-    `.double()`, `.type(torch.float32)`). A value comes in when it is computed before the region in its
-    function (in the enclosing autocast region, in an earlier sibling region, or, in a function that opens no
-    autocast region of its own, anywhere before it: the region says its callers run it under autocast), or
-    when it is a parameter of that function (or of a decorated one) used there as a floating tensor. Computed
-    with means: an operand, a method call on it, an argument of a torch op, of a torch.nn module, or of a
-    function, module or callable of the user's (`criterion(outputs, targets)`).
+    Checks for values the code shows low precision (bfloat16/float16) that come into an `autocast(enabled=False)`
+    region (or a function decorated with one) and meet there, uncast, an op that computes in their dtype (a
+    reduction, a normalisation, a loss, arithmetic, unary math) or raises on mixed dtypes (an fp32 `nn.Linear`,
+    a matmul with a float32 operand). A value is shown low when an op autocast lowers made it (matmul, `@`,
+    linear, conv, bmm/addmm/baddbmm, a torch.nn module of autocast's lower-precision list that the code builds)
+    under an enabled autocast region in view, or, before the island in the island's own function, under the
+    autocast the island itself shows on; or it comes from such a value by ops keeping its dtype (views,
+    indexing, arithmetic with Python numbers or other low values); or a project caller passes it to the
+    parameter (every call site the project index resolves, in this module or another, through `forward`, a few
+    callers up). Each finding's notes say where the value became low precision: the op, the autocast region,
+    the call it came through.
 
     ## Why is this bad?
     `autocast(enabled=False)` only stops autocast from casting; it does not cast anything back. PyTorch's docs:
-    "you should cast them to float32 before use in the disabled region". Nobody writes a disabled region except
-    to leave an enclosing autocast, and autocast state is dynamic: what its function computed before it, and
-    what its callers pass in, is bfloat16/float16 there. The float32 computation the region was written for does
-    not happen: an fp32 `nn.Linear` raises `RuntimeError: mat1 and mat2 must have the same dtype, but got
-    BFloat16 and Float`, reductions lose precision (measured relative error 1.7e-3 in bfloat16 vs 1e-8 after
-    `.float()`), and in float16 `h.pow(2).sum()` overflows to `inf`. Where no caller runs it under autocast,
-    `.float()` on a float32 tensor does nothing.
+    "you should cast them to float32 before use in the disabled region". The float32 computation the region was
+    written for does not happen: an fp32 `nn.Linear` raises `RuntimeError: mat1 and mat2 must have the same
+    dtype, but got BFloat16 and Float`, reductions lose precision (measured relative error 1.7e-3 in bfloat16 vs
+    1e-8 after `.float()`), and in float16 `h.pow(2).sum()` overflows to `inf`.
 
     ## Example
     ```python
     import torch
+    from torch import nn
 
-    def score(encoder, sensitive_op, inputs):
-        with torch.autocast(device_type="cuda", dtype=torch.float16):
-            features = encoder(inputs)
-            with torch.autocast(device_type="cuda", enabled=False):
-                return sensitive_op(features)
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(512, 512)
+            self.head = nn.Linear(512, 10)
+
+        def forward(self, x):
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                features = self.proj(x)
+                with torch.autocast(device_type="cuda", enabled=False):
+                    return self.head(features)
     ```
 
     ## Use instead
     ```python
     import torch
+    from torch import nn
 
-    def score(encoder, sensitive_op, inputs):
-        with torch.autocast(device_type="cuda", dtype=torch.float16):
-            features = encoder(inputs)
-            with torch.autocast(device_type="cuda", enabled=False):
-                return sensitive_op(features.float())
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(512, 512)
+            self.head = nn.Linear(512, 10)
+
+        def forward(self, x):
+            with torch.autocast(device_type="cuda", dtype=torch.float16):
+                features = self.proj(x)
+                with torch.autocast(device_type="cuda", enabled=False):
+                    return self.head(features.float())
     ```
 
     ## Fix safety
-    The fix adds `.float()` at each use inside the region. It is safe only on a value known to be a floating
-    tensor (the result of a torch op or torch.nn module that returns one, or of dtype-preserving ops on one):
-    there `.float()` does the cast the region was written for. It is unsafe on a user module's or function's
-    output (perhaps a dict, a tuple or a number: `.float()` raises `AttributeError`) and on a parameter (its
-    callers are not all known). A container handed on whole (`criterion(outputs, targets)` with `outputs` a
-    dict of heads) is reported with no fix: the tensors it holds are what to cast.
+    The fix adds `.float()` at each use inside the region. It is safe only on a value known low precision and
+    known to be a floating tensor (the result of a torch op or a torch.nn module that returns one, or of
+    dtype-preserving ops on one): there `.float()` does the cast the region was written for. It is unsafe on a
+    parameter (the callers seen are not all callers). No fix for a container handed on whole (`head(*levels)`),
+    and none where an in-place op in the region writes into the value (`h.mul_(0.5)`, `torch.relu_(h)`,
+    `F.dropout(h, inplace=True)`): `.float()` there would write into a temporary copy and silently change the
+    result; the help says to cast once before the region (`h = h.float()`).
 
     ## Limits
-    Names are followed, not attributes; an item of a container as said below. Not reported, as surely float32 or
-    not floating:
-    values after a float32 cast (also through dtype-preserving methods after it), tensor factories, outputs of
-    ops that autocast runs in float32 (softmax, norms, losses), integer and bool values (`.long()`, `argmax`,
-    comparisons, sizes), metadata reads (`.shape`, `.dtype`, `.device`), values cast on purpose to the autocast
-    dtype (`torch.get_autocast_dtype(...)`, also by a project helper), results of a project function that runs no op
-    autocast lowers (and, with no autocast region in view, of a library's function) when its inputs are not low,
-    complex arithmetic, an argument list a wrapper hands on by star-unpacking (`kernel(*args)`; computed under
-    a region in view, it is reported without a fix), and a parameter used only in ways an integer, a bool mask or an
-    object is used too (indexing, a mask, handed to a user function). A value used only as something handed on
-    (`outputs.append(h)`, `log(h)` whose result is dropped) is not computed with. A region whose body only runs
-    autograd (`torch.autograd.grad`, `.backward()`) keeps autograd out of autocast and is not an fp32 region. In
-    a function that opens its own autocast region, values computed outside it are taken as float32.
-
-    An item taken by a string key out of the dict a call returned (`outputs["durations"]`) has that entry's
-    dtype, not the call's: an entry the project function builds integer, bool or float32 (`.int()`, a
-    comparison, `.float()`, also taken from an element of another project function's result, whatever module
-    holds it) is not reported. Where the callee is not known at all (built from a configuration by a registry,
-    a parameter, a library's) and no autocast region is in view, the entry is not taken as low precision
-    either: a returned mapping holds labels, masks and float32 targets beside outputs, and nothing in view says
-    which this entry is. Likewise, a value low only by the callers' autocast is not reported where it is handed
-    to a callable picked out of a container (`criterion[idx](h)`, `self.losses[k](h)`): the callables the rule
-    counts are those the code names (`criterion(h)`, `self.loss_cls(h)`), whose definition, when the project
-    holds it, says whether it casts first thing; an item picked at run time has no definition to read, and
-    both what it does with `h` and `h`'s dtype would be guesses. Under an autocast region in view, both are
-    reported: the region shows the value low, whatever takes it.
+    What the code does not show is not reported (AMP015, opt-in, reports it: `amplint rule AMP015`): the output
+    of a user module or function (`features = encoder(x)`: its definition is not followed), of a library's
+    function, a parameter no project caller is seen passing a low value, a value only handed to a function or
+    module of the user's (what it computes is its definition's), a low value combined with a tensor of unknown
+    dtype (promotion may make it float32). Not reported, as shown float32 or not floating: values after a float32
+    cast (`.float()`, `.double()`, `.to(torch.float32)`, `.type(torch.float32)`, `.type_as(t)` and `.to(t)` with
+    `t` float32, a module's `.weight`/`.bias` being float32 unless the code converts the module), after `.to(x)`
+    with `x` not shown (a dtype perhaps: unknown), ops given a float32 `dtype=`, ops autocast runs in float32,
+    tensor factories, integer and bool values, metadata, a low value combined with a float32 tensor (promotion),
+    results of a project function whose every return is computed in its own fp32 region. Not reported either,
+    as a low-precision path chosen on purpose: a region that reads the value's own dtype (`if x.dtype is
+    torch.bfloat16:`), that casts something to its dtype (`w.to(x.dtype)`, `w.type_as(x)`), the `else` of an `if`
+    that casts it to float32 (`if force_fp32: x = x.float() ... else: ...`); values cast to the autocast dtype on
+    purpose (`torch.get_autocast_dtype(...)`). Names are followed, not attributes. A region whose body only runs
+    autograd (`torch.autograd.grad`, `.backward()`) keeps autograd out of autocast and is not an fp32 region.
+    A caller's argument is followed through plain assignments in its function and its own callers' regions
+    (three callers up), not through containers, attributes or loops.
     """
 
     code = "AMP006"
@@ -127,63 +137,170 @@ class DisabledAutocastWithoutCast(Rule):
     requires = Ask(Summary.regions_possible) & Ask(disabled_region_possible)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        for frame in facts.with_frames.values():
-            region = facts.region_of(frame)
-            if region is None or region.state is not RegionState.OFF or region.frame is not frame:
-                continue
-            outer = facts.region_of(frame.parent)
-            if (outer is not None and (not outer.active or outer.frame is None)) or only_autograd(facts, frame):
-                continue
-            function = frame.function()
-            implied = function is not None and not opens_region(facts, function) and not switched_off(facts, frame,
-                                                                                                      region)
-            sources = arriving(facts, function, frame, region, implied)
-            scope = function if function is not None else list(frame.ancestors())[-1]
-            floats = floating_names(facts.assignments_in(function), scope, frame.start_index, function, facts)
-            yield from self._report(facts, frame.node.body, sources, floats, frame)
-        for info in facts.functions:
-            region = facts.region_of(info.frame)
-            if region is None or region.state is not RegionState.OFF or region.via != "decorator":
-                continue
-            sources = parameter_sources(info.node, f"parameter `{{name}}` of fp32 function `{info.node.name.value}` "
-                                                   f"is used without `.float()`: {{dtype}} under the callers' autocast",
-                                        bool(info.frame.class_name))
-            yield from self._report(facts, info.node.body, sources, set(), info.frame)
+        for report in island_reports(facts):
+            if report.known:
+                yield report.finding(facts, self.code)
 
-    def _report(self, facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source], floats: set[str],
-                frame) -> Iterator[Finding]:
-        """One finding per incoming name used uncast in `body`; its `.float()` fix is safe only for a name in
-        `floats` (surely a floating tensor), unsafe otherwise, none for a container handed on whole."""
-        if not sources:
-            return
-        params = {name for name, source in sources.items() if source.parameter}
-        visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
-                                            lambda func: tensor_module(facts, func, frame), params,
-                                            lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
-                                            callee_casts(facts, frame),
-                                            {name for name, source in sources.items() if source.handed_on},
-                                            {name for name, source in sources.items() if source.handed_on})
-        walk(body, visitor)
-        by_name: dict[str, list[cst.Name]] = {}
-        for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
-                                                          facts.position(node)[0].column)):
-            by_name.setdefault(use.value, []).append(use)
-        for name, uses in by_name.items():
-            source = sources[name]
-            if source.container or any(id(use) in visitor.starred for use in uses):
-                yield Finding(uses[0], source.text(name), help=f"Cast the tensors `{name}` holds with `.float()` "
-                                                               f"before the fp32 region")
-                continue
 
-            def rebuild(uses=uses):
-                return replace_nodes(facts.module, {
-                    u: cst.Call(func=cst.Attribute(value=u, attr=cst.Name("float"))) for u in uses
-                })
+@dataclass
+class Report:
+    """A name that comes into an fp32 region and is computed with there uncast (`uses`, in order), with what is
+    known of it: `known` (shown low precision and met by an op that computes in it or raises on mixed dtypes:
+    AMP006) or not (AMP015, the contract taken literally)."""
 
-            safe = name in floats and not source.parameter
-            applicability = Applicability.SAFE if safe else Applicability.UNSAFE
-            yield Finding(uses[0], source.text(name),
-                          FixPlan(f"Cast `{name}` with `.float()` inside the fp32 region", rebuild, applicability))
+    name: str
+    uses: list
+    at: cst.Name  # the use reported
+    source: Source
+    known: bool
+    floating: bool  # surely a floating tensor: `.float()` keeps its meaning
+    starred: bool  # unpacked into a call (`kernel(*feats)`): no `.float()` on it
+    in_place: bool  # an in-place op writes into it in the region: `.float()` would write into a copy
+
+    def finding(self, facts: ModuleFacts, code: str) -> Finding:
+        name, source, uses = self.name, self.source, self.uses
+        notes = tuple(source.notes) if self.known else ()
+        message = source.text(name) if self.known else unknown_text(source, name)
+        if source.container or self.starred:
+            return Finding(self.at, message, help=f"Cast the tensors `{name}` holds with `.float()` before the "
+                                                  f"fp32 region", notes=notes)
+        if self.in_place:
+            return Finding(self.at, message, help=f"Cast `{name}` once before the fp32 region "
+                                                  f"(`{name} = {name}.float()`): an in-place op in the region "
+                                                  f"writes into it", notes=notes)
+
+        def rebuild(uses=uses):
+            return replace_nodes(facts.module, {
+                u: cst.Call(func=cst.Attribute(value=u, attr=cst.Name("float"))) for u in uses
+            })
+
+        safe = self.known and self.floating and not source.parameter
+        applicability = Applicability.SAFE if safe else Applicability.UNSAFE
+        return Finding(self.at, message,
+                       FixPlan(f"Cast `{name}` with `.float()` inside the fp32 region", rebuild, applicability),
+                       notes=notes)
+
+
+def unknown_text(source: Source, name: str) -> str:
+    """AMP015's message: the value's dtype is not shown."""
+    text = f"`{name}` enters the fp32 region at line {source.line} without a cast; its dtype is not shown"
+    return text if len(text) <= MAX_MESSAGE else f"`{name}` enters the fp32 region uncast; dtype not shown"
+
+
+def island_reports(facts: ModuleFacts) -> list[Report]:
+    """Every name coming into an fp32 region of the module and computed with there uncast (AMP006's and AMP015's
+    findings, told apart by `Report.known`); computed once per module."""
+    found = getattr(facts, "_island_reports", None)
+    if found is None:
+        found = facts._island_reports = list(_island_reports(facts))
+    return found
+
+
+def _island_reports(facts: ModuleFacts) -> Iterator[Report]:
+    for frame in facts.with_frames.values():
+        region = facts.region_of(frame)
+        if region is None or region.state is not RegionState.OFF or region.frame is not frame:
+            continue
+        outer = facts.region_of(frame.parent)
+        if (outer is not None and (not outer.active or outer.frame is None)) or only_autograd(facts, frame):
+            continue
+        function = frame.function()
+        implied = function is not None and not opens_region(facts, function) and not switched_off(facts, frame,
+                                                                                                  region)
+        sources = arriving(facts, function, frame, region, implied)
+        scope = function if function is not None else list(frame.ancestors())[-1]
+        floats = floating_names(facts.assignments_in(function), scope, frame.start_index, function, facts)
+        yield from _reports(facts, frame.node.body, sources, floats, frame)
+    for info in facts.functions:
+        region = facts.region_of(info.frame)
+        if region is None or region.state is not RegionState.OFF or region.via != "decorator":
+            continue
+        line = info.node.name
+        sources = parameter_sources(facts, info.frame, info.node, facts.line_of(line), bool(info.frame.class_name),
+                                    decorated=True)
+        yield from _reports(facts, info.node.body, sources, set(), info.frame)
+
+
+def _reports(facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source], floats: set[str],
+             frame) -> Iterator[Report]:
+    """One report per incoming name used uncast in `body`: AMP006's when the name is known low precision and a
+    use computes in it (not only handed to a function or module of the user's, whose definition says what it
+    does), outside a path the code keeps low precision on purpose (a branch on the value's own dtype, weights
+    cast to its dtype, the other branch of a float32 cast)."""
+    if not sources:
+        return
+    params = {name for name, source in sources.items() if source.parameter}
+    visitor = visitor_class(UncastUses)(set(sources) - params, set(floats),
+                                        lambda func: tensor_module(facts, func, frame), params,
+                                        lambda func: module_output(facts, func, frame) in ("low", vocab.FLOAT32),
+                                        callee_casts(facts, frame),
+                                        {name for name, source in sources.items() if source.handed_on},
+                                        {name for name, source in sources.items() if source.handed_on})
+    walk(body, visitor)
+    deliberate = deliberate_paths(facts, body)
+    by_name: dict[str, list[cst.Name]] = {}
+    for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
+                                                      facts.position(node)[0].column)):
+        line = facts.line_of(use)
+        if any(start <= line <= end for start, end in deliberate.get(use.value, ())):
+            continue
+        by_name.setdefault(use.value, []).append(use)
+    for name, uses in by_name.items():
+        source = sources[name]
+        harmful = [use for use in uses if id(use) not in visitor.handed]
+        known = source.state == LOW and bool(harmful)
+        yield Report(name, uses, harmful[0] if known else uses[0], source, known, name in floats,
+                     any(id(use) in visitor.starred for use in uses), any(id(use) in visitor.in_place for use in uses))
+
+
+def deliberate_paths(facts: ModuleFacts, body: cst.BaseSuite) -> dict[str, list[tuple[int, int]]]:
+    """Lines of the region where a name is kept low precision on purpose: the whole region when an `if` in it
+    tests the name's own dtype (`if x.dtype is torch.bfloat16:`, `if x.dtype in (torch.float16,
+    torch.bfloat16):`: the code decides its precision itself, on both paths) or when it casts something to the
+    name's dtype (`w.to(x.dtype)`, `w.type_as(x)`), and the `else` of an `if` whose body casts the name to float32
+    (`if force_fp32: x = x.float() ... else: ...`)."""
+    found: dict[str, list[tuple[int, int]]] = {}
+    start, end = facts.position(body)
+    for node in _descendants(body):
+        if isinstance(node, cst.If):
+            span = facts.position(node)
+            for name in _dtype_tested(node.test):  # the code decides the value's precision itself
+                found.setdefault(name, []).append((start.line, end.line))
+            if node.orelse is not None:
+                other = facts.position(node.orelse)
+                for name in _cast_names(node.body):
+                    found.setdefault(name, []).append((other[0].line, other[1].line))
+        elif isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.args:
+            first = node.args[0].value
+            if node.func.attr.value in vocab.CONVERT_METHODS and isinstance(first, cst.Attribute) \
+                    and first.attr.value == vocab.DTYPE and isinstance(first.value, cst.Name):
+                found.setdefault(first.value.value, []).append((start.line, end.line))
+            elif node.func.attr.value == "type_as" and isinstance(first, cst.Name):
+                found.setdefault(first.value, []).append((start.line, end.line))
+    return found
+
+
+def _descendants(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        yield current
+        if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        pending.extend(current.children)
+
+
+def _dtype_tested(test: cst.BaseExpression) -> set[str]:
+    """The names whose `.dtype` a test reads (`x.dtype is torch.bfloat16`, `x.dtype in LOW`, `not x.dtype == ...`)."""
+    return {node.value.value for node in _descendants(test) if isinstance(node, cst.Attribute)
+            and node.attr.value == vocab.DTYPE and isinstance(node.value, cst.Name)}
+
+
+def _cast_names(block: cst.CSTNode) -> set[str]:
+    """The names a block casts to float32 (`x = x.float()`, `x.float()` anywhere in it)."""
+    return {node.func.value.value for node in _descendants(block) if isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
+            and is_float32_cast(node)}
 
 
 def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
@@ -232,7 +349,7 @@ def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
             return None
         qualified = facts.imports.qualify(call.func)
         if libraries and qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified):
-            return [arg.value for arg in call.args]
+            return LibraryArguments(arg.value for arg in call.args)  # what it returns is not shown
         callee = dotted_name(call.func)
         target = view.resolve(info.qualname if info else None, callee) if callee else None
         summary = view.function(target) if target is not None else None
@@ -309,8 +426,11 @@ def callee_casts(facts: ModuleFacts, frame: Frame):
 
 @dataclass
 class Source:
-    """Why a name is low precision where the disabled region uses it: the finding's message, `{name}` standing
-    for the name reported (a rebinding `g = h.view(...)` keeps `h`'s reason) and `{dtype}` for its dtype."""
+    """Why a name may be low precision where the disabled region uses it: the finding's message, `{name}` standing
+    for the name reported (a rebinding `g = h.view(...)` keeps `h`'s reason) and `{dtype}` for its dtype; `state`
+    LOW when the code shows it (an op autocast lowers, in an enabled region; a caller passing such a value),
+    UNKNOWN when it does not (a user module's output, a parameter no caller shows low); `notes`: where it became
+    low precision."""
 
     message: str
     dtype: str = "bfloat16/float16"
@@ -319,6 +439,9 @@ class Source:
     # Known low only by the callers' autocast (a parameter, or computed from what the function was handed): its
     # star-unpacking into a call (`kernel(*args)`) hands an argument list on as it came, not a use.
     handed_on: bool = False
+    state: str = UNKNOWN
+    notes: tuple = ()
+    line: int = 0  # the fp32 region's line
 
     def text(self, name: str) -> str:
         """The message for `name`, said shorter while it passes `MAX_MESSAGE` characters (long names)."""
@@ -328,6 +451,13 @@ class Source:
         if len(text) > MAX_MESSAGE:
             text = text.replace(" under the callers' autocast", "").replace(" from the autocast region at", " at")
         return text
+
+    def kept(self, **changes) -> Source:
+        """The same reason, for a value derived from this one."""
+        fields = dict(message=self.message, dtype=self.dtype, parameter=self.parameter, container=self.container,
+                      handed_on=self.handed_on, state=self.state, notes=self.notes, line=self.line)
+        fields.update(changes)
+        return Source(**fields)
 
 
 MAX_MESSAGE = 120
@@ -389,33 +519,170 @@ def scalar_parameters(function: cst.FunctionDef) -> set[str]:
     return found
 
 
-def parameter_sources(function: cst.FunctionDef, message: str, method: bool) -> dict[str, Source]:
-    """The function's parameters that may hold tensors (not `self`/`cls` of a method, not scalars): reported
-    only where the region uses them as floating tensors."""
+def parameter_sources(facts: ModuleFacts, frame: Frame, function: cst.FunctionDef, line: int, method: bool,
+                      decorated: bool = False) -> dict[str, Source]:
+    """The function's parameters that may hold tensors (not `self`/`cls` of a method, not scalars): reported only
+    where the region uses them as floating tensors. A parameter is known low precision when a project caller of
+    the function passes it a value known low (`caller_low`); else its dtype is unknown."""
     params = function.params
     names = [p.name.value for p in (*params.posonly_params, *params.params, *params.kwonly_params)]
     if method and names and names[0] in ("self", "cls"):
         names = names[1:]
     scalars = scalar_parameters(function)
-    return {name: Source(message, parameter=True, handed_on=True) for name in names if name not in scalars}
+    where = f"of fp32 function `{function.name.value}` is used" if decorated else \
+        f"enters the fp32 region at line {line}"
+    found = {}
+    for name in names:
+        if name in scalars:
+            continue
+        passed = caller_low(facts, frame, name)
+        if passed is not None:
+            dtype, notes = passed
+            found[name] = Source(f"parameter `{{name}}` {where} without `.float()`: {{dtype}} as its caller passes it",
+                                 dtype=dtype, parameter=True, handed_on=True, state=LOW, notes=notes, line=line)
+        else:
+            found[name] = Source(f"parameter `{{name}}` {where}", parameter=True, handed_on=True, line=line)
+    return found
+
+
+def caller_low(facts: ModuleFacts, frame: Frame, param: str):
+    """(dtype words, notes) when a project caller of the function passes `param` a value known low precision
+    (every call site the index resolves to it, in this module or another: one such caller makes it low on that
+    path); None when none is shown to (no caller seen: unknown)."""
+    view = facts.project
+    info = facts.function_info(frame)
+    if view is None or info is None:
+        return None
+    found = _passed_low(facts, view, Target(view.path, info.qualname), param, CALLER_DEPTH, set())
+    return ("bfloat16/float16", found) if found is not None else None
+
+
+CALLER_DEPTH = 3  # callers followed up from the function (a caller's own parameter, a caller's region)
+
+
+def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int, seen: set) -> tuple | None:
+    """The notes of the first call site shown passing `param` of `target` a low-precision value, or None."""
+    if depth <= 0 or (target, param) in seen:
+        return None
+    seen.add((target, param))
+    summary = view.function(target)
+    if summary is None or param not in summary.params:
+        return None
+    forward = target.qualname.rsplit(".", 1)[-1] in ("forward", "__call__")
+    for site in list(view.callers(target, any_name=forward)):
+        call = site.call
+        tree = _tree_of(facts, view, site.caller.module)
+        caller_qualname = site.caller.qualname
+        function = ast_function(tree, caller_qualname) if tree is not None else None
+        if function is None:
+            continue
+        params = list(summary.params)
+        if "." in target.qualname and params and params[0] in ("self", "cls") and _bound(call.callee, target):
+            params = params[1:]
+        class_name = caller_qualname.rsplit(".", 1)[0] if "." in caller_qualname else None
+        for node in ast_calls_at(function, call.line, call.callee):
+            argument = _argument(node, params, param)
+            if argument is None:
+                continue
+            filename = None if site.caller.module == view.path else site.caller.module
+            where = (filename, argument.lineno, argument.col_offset + 1)
+            region = _region_on(view, site, depth)
+            if region is not None:
+                origin = ast_low_origin(argument, function, tree, class_name)
+                if origin is not None:
+                    opened = region.call.line if region.caller.module == view.path else \
+                        f"{region.caller.module}:{region.call.line}"
+                    under = f"under the autocast region around the call at line {opened}" if region is not site \
+                        else "under the autocast region around this call"
+                    made = (filename, origin.lineno, origin.col_offset + 1)
+                    passed = (where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` here")
+                    if origin is argument:
+                        return ((where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` here, low "
+                                        f"precision: an op autocast lowers, run {under}"),)
+                    return ((made, f"`{_short(ast.unparse(origin))}` is low precision here: an op autocast "
+                                   f"lowers, run {under}"), passed)
+            if type(argument) is ast.Name and type(function) is not ast.Module and \
+                    _ast_binding(function, argument.id, node.lineno) is None:
+                inner = _passed_low(facts, view, site.caller, argument.id, depth - 1, seen)
+                if inner is not None:
+                    return (*inner, (where, f"passed on as `{param}` here"))
+    return None
+
+
+def _tree_of(facts: ModuleFacts, view, path: str):
+    """The `ast` tree of a project file: this module's from its source, another's from its text (a dependency of
+    the cached result)."""
+    cache = facts.__dict__.setdefault("_caller_trees", {})
+    if path not in cache:
+        text = facts.source if path == view.path else view.text(path)
+        try:
+            cache[path] = ast.parse(text) if text is not None else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            cache[path] = None
+    return cache[path]
+
+
+def _bound(callee: str, target: Target) -> bool:
+    """Is the method called on an object (`self.f(x)`, `obj(x)`), its first parameter that object, rather than
+    through its class (`Cls.f(obj, x)`)?"""
+    owner = target.qualname.rsplit(".", 2)[-2]
+    return callee.rpartition(".")[0].rsplit(".", 1)[-1] != owner
+
+
+def _argument(call: ast.Call, params: list[str], param: str):
+    """The argument a call binds to `param` (by keyword or position); None when not passed or unpacked."""
+    for keyword in call.keywords:
+        if keyword.arg == param:
+            return keyword.value
+    if param not in params:
+        return None
+    index = params.index(param)
+    for position, argument in enumerate(call.args):
+        if type(argument) is ast.Starred:
+            return None
+        if position == index:
+            return argument
+    return None
+
+
+def _short(text: str, limit: int = 40) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _region_on(view, site, depth: int):
+    """The call site under an enabled autocast region that the site runs in: itself (a region around it, or its
+    function's decorator), or a call of its function, `depth` callers up; None when none is seen."""
+    frontier, seen = [site], set()
+    for _ in range(depth):
+        following = []
+        for current in frontier:
+            if current.call.in_region:
+                return current
+            caller = current.caller
+            if caller.qualname == "<module>" or caller in seen:
+                continue
+            seen.add(caller)
+            forward = caller.qualname.rsplit(".", 1)[-1] in ("forward", "__call__")
+            following.extend(view.callers(caller, any_name=forward))
+        frontier = following
+    return None
 
 
 def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: Region,
              implied: bool) -> dict[str, Source]:
-    """Names that come into the disabled region low precision, at its start: assigned in an enabled region of
-    the function before it (the enclosing one, or an earlier sibling), or, when the function opens no region of
-    its own (`implied`: the region says its callers run it under autocast), computed anywhere before it or
-    passed in as parameters. Kept through dtype-preserving rebindings, dropped by any other; an assignment in a
-    branch that excludes the region's (`if amp: ... else: ...`) never reaches it. Known torch.nn modules count
-    for what autocast makes of their output (`nn.Embedding` of token ids: float32); a user module or function
-    counts when handed something that may be a tensor (not sizes: `scalars`)."""
+    """Names that come into the disabled region, at its start, with what is known of their dtype (`low_state`):
+    assigned in an enabled region of the function before it (the enclosing one, or an earlier sibling), or, when
+    the function opens no region of its own (`implied`: the region shows its callers run it under autocast),
+    computed anywhere before it, or its parameters (known low only by what the callers pass). Kept through
+    dtype-preserving rebindings, dropped by any other; an assignment in a branch that excludes the region's (`if
+    amp: ... else: ...`) never reaches it. Known torch.nn modules count for what autocast makes of their output
+    (`nn.Linear`: low; `nn.Embedding` of token ids: float32); a user module or function's output is unknown."""
     line = facts.line_of(region.opener)
     low: dict[str, Source] = {}
     definition = function.node if function is not None and isinstance(function.node, cst.FunctionDef) else None
     if implied and definition is not None:
-        low.update(parameter_sources(definition, f"parameter `{{name}}` enters the fp32 region at line {line} "
-                                                 f"without `.float()`: {{dtype}} under the callers' autocast",
-                                     bool(function.class_name)))
+        low.update(parameter_sources(facts, function, definition, line, bool(function.class_name)))
     scalars = scalar_parameters(definition) if definition is not None else set()
     relevant = [a for a in facts.assignments_in(function) if a.index < island.start_index
                 and a.frame.function() is function and not exclusive(facts, a.frame, island)]
@@ -425,7 +692,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
     where_produced: dict[str, Frame] = {}
     for assignment in sorted(relevant, key=lambda a: a.index):
         where = facts.region_of(assignment.frame)
-        computed = {name for name, source in low.items() if not source.parameter}
+        computed = {name: source.state for name, source in low.items() if not source.parameter}
         how = lowering(facts, assignment.frame, scalars)
         how.module_output = returns_float32(facts, how.module_output, assignment.frame)
         how.library = dtype_keeping(facts, assignment.frame, False)
@@ -433,6 +700,15 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         implied_how = Lowering(how.module_output, how.scalars, dtype_keeping(facts, assignment.frame, True))
 
         entry = mapping_entry(facts, assignment.frame)
+
+        def origin(value: cst.BaseExpression, state: str | None, text: str) -> tuple:
+            """The note saying where a value became low precision: the value's own op when it is one."""
+            if state != LOW:
+                return ()
+            made = _root_name(value)
+            if made is not None and made in low and low[made].state == LOW and low[made].notes:
+                return low[made].notes  # derived from a value known low: where that one became low
+            return ((value, f"`{_short(facts.code(value))}` is low precision here: {text}"),)
 
         def source_of(value: cst.BaseExpression) -> Source | None:
             if deliberately_low(value) or cast_on_purpose(value):
@@ -446,19 +722,27 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
                 if where is None and implied and all(verdict is not False for verdict in verdicts):
                     return None  # low only by the callers' autocast, from a mapping whose maker is unknown
             if where is not None and where.active and where.via in ("with", "decorator"):
-                if not is_low_precision(value, computed, how):
+                state = low_state(value, computed, how)
+                if state is None:
                     return None
+                opened = facts.line_of(where.opener)
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
-                              f"from the autocast region at line {facts.line_of(where.opener)}",
-                              dtype=dtype_words(where), container=container(value))
+                              f"from the autocast region at line {opened}",
+                              dtype=dtype_words(where), container=container(value), state=state, line=line,
+                              notes=origin(value, state, f"computed under the autocast region at line "
+                                                         f"{opened}"))
             if where is None and implied:
-                if not is_low_precision(value, computed, implied_how):
+                state = low_state(value, computed, implied_how)
+                if state is None:
                     return None
                 return Source(f"`{{name}}` enters the fp32 region at line {line} without `.float()`: {{dtype}} "
-                              f"under the callers' autocast", container=container(value), handed_on=True)
+                              f"under the callers' autocast", container=container(value), handed_on=True,
+                              state=state, line=line,
+                              notes=origin(value, state, f"an op autocast lowers, run under the autocast "
+                                                         f"the fp32 region at line {line} shows on"))
             kept = kept_low(value, low)
             if kept is not None and isinstance(value, cst.Subscript):
-                return Source(kept.message, kept.dtype, kept.parameter, handed_on=kept.handed_on)  # an item
+                return kept.kept(container=False)  # an item
             return kept
 
         value = assignment.value
@@ -469,7 +753,7 @@ def arriving(facts: ModuleFacts, function: Frame | None, island: Frame, region: 
         else:
             whole = source_of(value) if len(targets) == 1 or isinstance(value, (cst.Call, cst.Name)) else None
             if whole is not None and len(targets) > 1:  # a, b = outputs: each an item, not the container
-                whole = Source(whole.message, whole.dtype, whole.parameter, handed_on=whole.handed_on)
+                whole = whole.kept(container=False)
             pairs = [(name, None) for name in targets]
         for name, element in pairs:
             if "." in name:
@@ -504,6 +788,17 @@ def container(value: cst.BaseExpression) -> bool:
     return isinstance(value, (cst.Dict, cst.List, cst.Tuple, cst.Set, cst.ListComp, cst.DictComp, cst.SetComp))
 
 
+def _root_name(value: cst.BaseExpression) -> str | None:
+    """The name a chain of methods, indexing and views starts from (`h.view(...)[0].t()`: h)."""
+    while True:
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute):
+            value = value.func.value
+        elif isinstance(value, (cst.Subscript, cst.Attribute)):
+            value = value.value
+        else:
+            return value.value if isinstance(value, cst.Name) else None
+
+
 def kept_low(value: cst.BaseExpression, low: dict[str, Source]) -> Source | None:
     """Outside autocast, the source of a low-precision name that `value` keeps the dtype of (`h`, `h[0]`,
     `h.view(...)`); None for anything else (an op mixing it with a float32 tensor may promote it)."""
@@ -511,7 +806,7 @@ def kept_low(value: cst.BaseExpression, low: dict[str, Source]) -> Source | None
         return kept_low(value.value, low)
     if isinstance(value, cst.Name):
         return low.get(value.value)
-    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and not is_float32_cast(value) \
+    if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) and conversion(value) is None \
             and value.func.attr.value in FLOAT_PRESERVING:
         return kept_low(value.func.value, low)
     return None

@@ -77,6 +77,9 @@ class Rule:
     # changes what training computes or makes it raise; a warning is harmless where it stands (a deprecated
     # spelling, needless work). `[tool.amplint.severity]` changes it per run (amplint/config.py).
     severity: ClassVar[Severity] = Severity.ERROR
+    # An opt-in rule runs only where a selector names it by its code or name (`extend-select = ["AMP015"]`):
+    # `ALL` and code prefixes (`AMP01`) do not enable it. For a contract stricter than what the code shows wrong.
+    opt_in: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

@@ -1,5 +1,5 @@
 """Every rule's catalog entry, generated from the rule modules by `python -m amplint.rules`: do not edit.
-(code, name, module, class, words, min_torch, fix, severity)."""
+(code, name, module, class, words, min_torch, fix, severity[, opt_in])."""
 
 from amplint import vocabulary as vocab
 
@@ -32,4 +32,6 @@ CATALOG = (
      (vocab.GRAD_SCALER,), "1.10", "unsafe", "warning"),
     ("AMP014", "autocast-device-mismatch", "amp014_autocast_device_mismatch", "AutocastDeviceMismatch",
      (vocab.AUTOCAST,), "1.10", "safe", "error"),
+    ("AMP015", "island-input-of-unknown-dtype", "amp015_island_input_of_unknown_dtype", "IslandInputOfUnknownDtype",
+     (vocab.AUTOCAST,), None, "unsafe", "warning", True),
 )
