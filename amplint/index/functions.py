@@ -46,6 +46,7 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
     INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
+from amplint.index.flows import Scope, argument_flows
 from amplint.index.summary import FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
@@ -69,13 +70,16 @@ class CallRecord:
     in_loop: bool = False  # in a loop's body of its function
     in_region: bool = False  # in an autocast region that can be enabled (a with or the function's decorator)
     no_grad: bool = False  # under no_grad/inference_mode (a with or the function's decorator)
+    args: tuple[str, ...] = ()  # what it hands over, where known (amplint/index/flows.py: `argument_flows`)
 
     def to_json(self) -> list:
-        return [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
+        data = [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
+        return data + [list(self.args)] if self.args else data
 
     @classmethod
     def from_json(cls, data: list) -> CallRecord:
-        return cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]))
+        return cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]),
+                   tuple(data[5]) if len(data) > 5 else ())
 
 
 class FunctionSummary:
@@ -274,6 +278,7 @@ class _Builder:
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
         self.deferred = _Deferred(summary.text, summary.tree)
+        self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
@@ -391,8 +396,17 @@ class _Builder:
                 if callee is None or callee in _NOT_PROJECT:
                     continue
                 record = CallRecord(callee, line, bool(loops), self._in_region(function, withs),
-                                    self._no_grad(function, withs))
+                                    self._no_grad(function, withs),
+                                    argument_flows(self._scope(function), call) if call.args or call.keywords
+                                    else ())
                 (owner.calls if owner is not None else self.index.module_calls).append(record)
+
+    def _scope(self, function) -> Scope:
+        """The bindings of the function (None: the module) the call is made in, read once for all its calls."""
+        key = id(function)
+        if key not in self._scopes:
+            self._scopes[key] = Scope(function if function is not None else self.summary.tree)
+        return self._scopes[key]
 
     def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers,
                       withs=()) -> None:

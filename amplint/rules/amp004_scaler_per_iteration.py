@@ -100,8 +100,10 @@ class ScalerPerIteration(Rule):
       called on it, the object passed to a call other than an imported module's function or a read-only builtin);
       or when the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or names
       before they exist.
-    - Unsafe when the construction sits under an `if` in the loop (it may never have run there) or when its
-      arguments call something (the call now runs once instead of every iteration).
+    - Unsafe when the construction sits under an `if` in the loop (it may never have run there), when its
+      arguments call something (the call now runs once instead of every iteration), or when an optimizer it
+      steps is read through a name the loop may rebind or change (`self.optimizer` after `self.setup(epoch)`):
+      one scaler would then serve optimizers the analysis cannot tell are the same.
     - No fix for a scaler built in a per-step function.
 
     A scaler built in a loop and handed, in that loop, to a callee that steps or updates it (`apply_update(scaler,
@@ -113,7 +115,11 @@ class ScalerPerIteration(Rule):
     a new scaler every iteration too (no fix).
 
     ## Limits
-    Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`), for a scaler rebuilt
+    Silent for a loop over models whose iterations step another optimizer (`for k in models:` around a training
+    loop stepping `opts[k]`, `for member, optim in zip(members, optims)`): one scaler per model is right. Silent
+    for a construction under an `if` whose test may change between iterations (`if i == 0:`): it may run once.
+    Silent for lazy construction (`if self.scaler is None: self.scaler = GradScaler()`,
+    `scaler = scaler or GradScaler()`), for a scaler rebuilt
     and then restored with `load_state_dict` (resuming), for a function that builds the optimizer it steps too
     (a fresh run per call: folds, trials, sweeps), for a scaler the function hands on (returned, stored on an
     object, passed to a call), for a per-step function whose callers in the project call it outside loops, and
@@ -159,7 +165,9 @@ class ScalerPerIteration(Rule):
             using_loops = [loop for loop in loops if any(use.frame.is_within(loop) for use in uses)]
             if using_loops:
                 loop = using_loops[-1]  # outermost loop that both builds and uses it
-                if self._fresh_run_per_iteration(facts, uses, loop):
+                changes = Changes.of(loop.node, facts.imports.bindings)
+                if self._fresh_run_per_iteration(facts, uses, loop) or _per_object(uses, changes) \
+                        or _built_when(facts, build, loop, changes):
                     continue
                 message = (f"`{key}` is a new GradScaler every iteration of the loop at line "
                            f"{facts.line_of(loop.node)}, so its loss scale never adapts")
@@ -321,7 +329,13 @@ class ScalerPerIteration(Rule):
 
     @staticmethod
     def _guarded_or_restored(facts: ModuleFacts, build: Event, events: list[Event]) -> bool:
-        """Lazy `if scaler is None:` construction, or a rebuild followed by `load_state_dict`."""
+        """Lazy `if scaler is None:` construction (or `scaler = scaler or GradScaler()`, a value reading the
+        scaler's own earlier one), or a rebuild followed by `load_state_dict`."""
+        statement = build.call.statement
+        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 \
+                and isinstance(statement.body[0], (cst.Assign, cst.AnnAssign)) \
+                and statement.body[0].value is not build.node and _reads(statement.body[0].value, build.bound_to):
+            return True
         for frame in build.frame.ancestors():
             if frame.kind is FrameKind.FUNCTION:
                 break
@@ -359,7 +373,11 @@ class ScalerPerIteration(Rule):
         conditional = any(not isinstance(node, (cst.With, cst.For, cst.While, cst.Try)) for node in around)
         # A call among the arguments would run once instead of at every iteration.
         calls = _has_call(build.node.args)
-        safe = not conditional and not calls
+        # One scaler for what every iteration steps: the same object only when no name it is read through may
+        # be rebound or changed in the loop (`self.optimizer` after `self.setup(k)` may be another model's).
+        stepped = set().union(*(_names(arg.value) for use in build_uses(facts, build) for arg in use.node.args))
+        steady = not stepped & (changes.bound | changes.mutated)
+        safe = not conditional and not calls and steady
 
         def rebuild():
             from amplint.rules.rewrite import MOVED, split_blank_lines  # libcst's code generator, when a fix is built
@@ -374,6 +392,49 @@ class ScalerPerIteration(Rule):
 
         return FixPlan("Construct the GradScaler once, before the loop", rebuild,
                        Applicability.SAFE if safe else Applicability.UNSAFE)
+
+
+def build_uses(facts: ModuleFacts, build: Event) -> list[Event]:
+    """The `step`/`update` events of the scaler a build binds, in its function."""
+    return [e for e in facts.events_in(build.frame.function()) if e.kind in USES and e.scaler == build.bound_to]
+
+
+def _per_object(uses: list[Event], changes: Changes) -> bool:
+    """Is every optimizer the scaler steps read through a name the loop binds (`opts[k]` in `for k in models`,
+    `optim` in `for member, optim in zip(members, optims)`)? Then each iteration may train another model with
+    its own optimizer, and a scaler per iteration is one per model: its state belongs to that model's run."""
+    steps = [use for use in uses if use.kind is EventKind.SCALER_STEP]
+    return bool(steps) and all(use.node.args and set(_names(use.node.args[0].value)) & changes.bound
+                               for use in steps)
+
+
+def _built_when(facts: ModuleFacts, build: Event, loop: Frame, changes: Changes) -> bool:
+    """Is the construction under an `if` in the loop whose test may differ between iterations (it reads a name
+    the loop binds or changes, or calls something: `if i == 0:`)? Then it may run once, not per iteration."""
+    for frame in _frames_up_to(build.frame, loop):
+        if frame.kind is FrameKind.IF:
+            test = frame.node.test
+            if _has_call([test]) or set(_names(test)) & (changes.bound | changes.mutated):
+                return True
+    return False
+
+
+def _reads(value: cst.CSTNode, key: str | None) -> bool:
+    """Does the expression read `key` (a name or a dotted name: `scaler`, `self.scaler`)?"""
+    found: list[bool] = []
+
+    class Reads(cst.CSTVisitor):
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == key:
+                found.append(True)
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if dotted_name(node) == key:
+                found.append(True)
+
+    if key:
+        value.visit(Reads())
+    return bool(found)
 
 
 def _builds_wrapper_in_loop(view, names) -> bool:

@@ -13,6 +13,9 @@ from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
+from amplint.diagnostics import Applicability
+from amplint.index.flows import UNSCALED, Located, parameter_flow, parameters_of
+from amplint.index.project import Target
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
@@ -44,6 +47,7 @@ class UnscaledBackward(Rule):
     import torch
 
     scaler = torch.amp.GradScaler("cuda")
+    loss = loss_fn(model(x), y)
     scaled = scaler.scale(loss)
     loss.backward()
     scaler.step(optimizer)
@@ -55,14 +59,22 @@ class UnscaledBackward(Rule):
     import torch
 
     scaler = torch.amp.GradScaler("cuda")
+    loss = loss_fn(model(x), y)
     scaler.scale(loss).backward()
     scaler.step(optimizer)
     scaler.update()
     ```
 
+    A loss the function is handed (`def _backward(self, loss)`) is whatever its callers pass: it is reported
+    only when every call site the project index sees, in this module or another, hands over a loss computed
+    unscaled (and at least one is seen); a caller that scales it first
+    (`loss = self.scaler.scale(loss) if self.scaler else loss; self._backward(loss)`) makes it correct.
+
     ## Fix safety
-    Safe. The fix rewrites `loss.backward(...)` as `scaler.scale(loss).backward(...)` with the scaler of the
-    `scaler.step(...)` that follows, keeping the backward's arguments.
+    Sometimes safe. Safe for a loss the function computes itself: the fix rewrites `loss.backward(...)` as
+    `scaler.scale(loss).backward(...)` with the scaler of the `scaler.step(...)` that follows, keeping the
+    backward's arguments. Unsafe for a loss handed in: a caller the index cannot see (a callback, another
+    project) may pass it scaled already, and scaling it twice multiplies the update by the loss scale.
 
     ## Limits
     Silent when the unscaled backward is the non-AMP code path (`if use_amp: scaler.scale(loss).backward() else:
@@ -71,6 +83,10 @@ class UnscaledBackward(Rule):
     Lightning's `manual_backward` and apex's `amp.scale_loss(...)` losses, which are scaled by their framework.
     Also silent when another backward of the same function is scaled, since the unscaled one may belong to a
     separate graph (a reference model), unless that scaled backward passes `retain_graph=True` for it.
+    Silent when the loss's origin is not in view: a parameter with no caller in the project or a caller passing
+    something not known, an attribute set in another method (`self.loss`), a loop or `with` target, a global.
+    A loss whose code says `scale` (a name like `scaled_loss`, a helper like `compute_scaled_loss()`) is
+    taken as scaled: silent.
     """
 
     code = "AMP009"
@@ -79,11 +95,12 @@ class UnscaledBackward(Rule):
     requires = (Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.BACKWARD)
                 & Ask(Summary.calls_method, vocab.STEP))
     min_torch = "1.6"
-    fix = "safe"
+    fix = "sometimes"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         functions: dict[int, _FunctionEvents] = {}  # each function's events, indexed once for all its backwards
         scaling_names: dict[tuple[str, int], bool] = {}  # (name, id of function) -> bound to something that scales
+        located: Located | None = None  # the module's `ast` tree, for the flows of the losses (built when asked)
         for backward in facts.events:
             if backward.kind is not EventKind.BACKWARD or backward.scaled \
                     or not self._plain(facts, backward, scaling_names):
@@ -101,14 +118,43 @@ class UnscaledBackward(Rule):
             if any(self._separate_scaled_backward(facts, e, backward, scaler) for e in indexed.scaled(scaler)) \
                     or guarded_by_amp_test(facts, backward, step, scaler):
                 continue
+            if located is None:
+                located = Located(facts.source)
+            known = self._known_unscaled(facts, located, backward)
+            if known is None:
+                continue
             receiver = backward.node.func.value
             loss = snippet(facts, receiver)
             optimizer = step.optimizer or "optimizer"
-            message = (f"`{snippet(facts, receiver, MESSAGE_SNIPPET)}` is backpropagated unscaled, but "
+            message = (f"`{snippet(facts, receiver, MESSAGE_SNIPPET)}` is backpropagated unscaled{known}, but "
                        f"`{scaler}.step({optimizer})` at line {facts.line_of(step.node)} unscales")
-            fix = self._fix(facts, backward, scaler)
+            fix = self._fix(facts, backward, scaler, Applicability.UNSAFE if known else Applicability.SAFE)
             yield Finding(backward.node, message, fix,
                           help=None if fix else f"Use `{scaler}.scale({loss}).backward()`")
+
+    @staticmethod
+    def _known_unscaled(facts: ModuleFacts, located: Located, backward: Event) -> str | None:
+        """How the loss is known unscaled: "" when the function computes it from nothing scaled; ", as every
+        caller passes it" when it comes from parameters and each call site the project index sees (at least one)
+        hands over something unscaled. None when not known: a parameter with no caller in view or a caller
+        passing something scaled or unknown, an attribute set elsewhere, a loop target."""
+        start = facts.position(backward.node)[0]
+        flow = located.receiver_flow(start.line, start.column)
+        if flow == UNSCALED:
+            return ""
+        params = parameters_of(flow)
+        info = facts.function_info(backward.frame.function())
+        if not params or info is None:
+            return None
+        view = facts.project
+        target = Target(view.path, info.qualname)
+        sites = 0
+        for param in params:
+            handed, count = parameter_flow(view, target, param)
+            if handed != UNSCALED:
+                return None
+            sites = max(sites, count)
+        return f", as every caller seen passes it ({sites} call{'s' if sites > 1 else ''})"
 
     @staticmethod
     def _separate_scaled_backward(facts: ModuleFacts, other: Event, backward: Event, scaler: str) -> bool:
@@ -162,14 +208,14 @@ class UnscaledBackward(Rule):
         return None
 
     @staticmethod
-    def _fix(facts: ModuleFacts, backward: Event, scaler: str) -> FixPlan | None:
+    def _fix(facts: ModuleFacts, backward: Event, scaler: str, applicability: Applicability) -> FixPlan | None:
         receiver = backward.node.func.value
         bare = receiver.with_changes(lpar=[], rpar=[]) if hasattr(receiver, "lpar") else receiver
         scale = cst.parse_expression(f"{scaler}.scale(_)")
         scale = scale.with_changes(args=[cst.Arg(bare)])
         new = backward.node.with_changes(func=backward.node.func.with_changes(value=scale))
         return FixPlan(f"Scale the loss: `{scaler}.scale(...).backward()`",
-                       lambda: replace_nodes(facts.module, {backward.node: new}))
+                       lambda: replace_nodes(facts.module, {backward.node: new}), applicability)
 
 
 class _FunctionEvents:
