@@ -206,8 +206,9 @@ class DeprecatedAmpApi(Rule):
             why_not = plan.why_not(site) if fixed is None else None
             warned = _public(site.qualified)
             used = snippet(facts, site.report, 28)
-            message = (f"`{warned}` is deprecated since torch 2.4 and {_when(site)}" if used.startswith(warned)
-                       else f"`{used}` is the deprecated `{warned}` ({_when(site)})")
+            when = _when(site, scan)
+            message = (f"`{warned}` is deprecated since torch 2.4 and {when}" if used.startswith(warned)
+                       else f"`{used}` is the deprecated `{warned}` ({when})")
             advice = "; ".join(part for part in (use, why_not) if part) or \
                 f"use `{_new_spelling(new_name, device)}`"
             if new_name == vocab.AUTOCAST and site.kind == "call" and _positional(site.node):
@@ -287,8 +288,10 @@ def _advice(spelling: str, device: str) -> str:
     return f"`{spelling}(..., device_type=\"{device}\")`"
 
 
-def _when(site: "_Site") -> str:
-    if site.kind == "decorator":
+def _when(site: "_Site", scan: "_Scan") -> str:
+    """When the deprecation warning is raised: a decorator, called or not (`@custom_fwd(cast_inputs=...)`), warns
+    once, when it is applied to the function."""
+    if site.kind == "decorator" or id(site.node) in scan.decorator_calls:
         return "warns when the function is defined"
     if site.kind == "partial":
         return "warns on each call of the partial"
@@ -522,6 +525,7 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
             for record in records:
                 self._by_statement.setdefault(id(record.statement), []).append(record)
         self.sites: list[_Site] = []
+        self.decorator_calls: set[int] = set()  # ids of the calls written as a decorator (`@custom_fwd(...)`)
         self.import_sites: list[tuple[cst.ImportFrom, list[str]]] = []
         self.star_sites: list[tuple[cst.ImportFrom, list[str]]] = []  # (star import, deprecated names it binds)
         self.module_references: dict[int, bool] = {}  # id of a name of a legacy module -> inside a shim
@@ -652,6 +656,8 @@ class _Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 
     def visit_Decorator(self, node: cst.Decorator) -> None:
         expr = node.decorator
+        if isinstance(expr, cst.Call):
+            self.decorator_calls.add(id(expr))
         if isinstance(expr, (cst.Name, cst.Attribute)):
             qualified = self._deprecated(expr)
             if qualified is not None:
