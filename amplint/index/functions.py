@@ -401,6 +401,13 @@ class _Builder:
                                     else ())
                 (owner.calls if owner is not None else self.index.module_calls).append(record)
 
+        called = {id(call.func) for _, _, _, _, call in summary.call_sites_by_name.get(vocab.UNSCALE, ())}
+        for function, attribute in summary.unscale_attributes:
+            if id(attribute) not in called and type(function) is not ast.Lambda:
+                # `unscale = scaler.unscale_`, `partial(scaler.unscale_, opt)`, `map(scaler.unscale_, opts)`: the
+                # function may unscale under another name
+                self._note(self._owner(function), Effect.UNSCALE, attribute.lineno)
+
     def _scope(self, function) -> Scope:
         """The bindings of the function (None: the module) the call is made in, read once for all its calls."""
         key = id(function)
