@@ -43,7 +43,7 @@ log = get_plugin_logger("amplint-docs")  # its warnings fail a --strict build
 # headings one level up (its `##` becomes the page's title).
 README_PAGES = {
     # "": the text before the first section
-    "index.md": ("amplint", ("", "Set-up", "Install", "Documentation", "See the harm", "Development")),
+    "index.md": ("amplint", ("", "Install", "Documentation", "See the harm", "Development")),
     "usage.md": ("Usage", ("Usage", "Suppression", "Using amplint with ruff")),
     "rules/index.md": ("Rules", ("Rules",)),
     "architecture.md": ("Architecture", ("Architecture",)),
@@ -138,6 +138,23 @@ def site_links(text: str) -> str:
             log.warning(f"the README links to docs/{match.group(1)}, which is no page of the site (DOCS_PAGES)")
         return "](" + match.group(1)
     return DOCS_LINK.sub(page, text)
+
+
+README_LINK = re.compile(r"\]\(\.\./README\.md(?:#([\w-]+))?\)")
+
+
+def readme_links(text: str) -> str:
+    """A page of docs/ links to a README section as `../README.md#install` (right on GitHub and in a clone); on the
+    site, to the page that shows that section (README_PAGES), with its anchor where the page has several."""
+    def page(match: re.Match) -> str:
+        anchor = match.group(1)
+        for path, (_, sections) in README_PAGES.items():
+            slugs = [re.sub(r"[^\w]+", "-", section.lower()).strip("-") for section in sections if section]
+            if anchor is None and "" in sections or anchor in slugs:
+                return f"]({path}#{anchor})" if anchor and len(sections) > 1 else f"]({path})"
+        log.warning(f"a page links to ../README.md#{anchor}, a section on no page of the site (README_PAGES)")
+        return match.group(0)
+    return README_LINK.sub(page, text)
 
 
 # --- rules -----------------------------------------------------------------------------------------------------
@@ -380,6 +397,7 @@ def on_config(config):
 
 def on_page_markdown(text, page, config, files):
     """The configuration page written in docs/ gets the reference generated from amplint's table of keys."""
+    text = readme_links(text)
     if page.file.src_uri == "configuration.md":
         return text.rstrip("\n") + "\n\n" + configuration_reference()
     return text

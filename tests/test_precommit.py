@@ -72,10 +72,11 @@ def test_the_docs_say_the_hooks_cover_notebooks():
 
 
 def test_hook_environment_needs_no_torch():
-    """pre-commit installs the project's runtime dependencies into the hook environment: libcst and click."""
+    """pre-commit installs the project's runtime dependencies into the hook environment: libcst, click and
+    pathspec (for .gitignore), never torch."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     names = {dependency.split(">")[0].split("=")[0].split("<")[0].strip() for dependency in project["dependencies"]}
-    assert names == {"libcst", "click"}
+    assert names == {"libcst", "click", "pathspec"}
 
 
 def clean_git_env(**extra: str) -> dict[str, str]:

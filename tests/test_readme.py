@@ -48,15 +48,41 @@ def test_the_set_up_example_reports_findings():
     assert {d.code for d in outcome.diagnostics} == {"AMP001", "AMP003", "AMP004"}
 
 
+def readme_sections() -> list[str]:
+    return re.findall(r"^## (.+)$", README, re.M)
+
+
+def console_blocks(section: str) -> list[list[str]]:
+    return [block.splitlines() for block in re.findall(r"```console\n(.*?)```", readme_section(section), re.S)]
+
+
 def test_the_set_up_has_its_two_commands():
-    block = README.split("\n## Set-up\n", 1)[1].split("\n## ", 1)[0].split("```console\n", 1)[1].split("```", 1)[0]
-    assert block.splitlines() == ["pip install . && amplint check examples/train_amp.py",
-                                  'pip install torch==2.13.0 -e ".[test]" && python -m pytest -n auto']
+    """A user's first command (install, lint the shipped example) is the README's first section; the contributor's
+    (the test extra, the suite) comes after, in Development."""
+    assert readme_sections()[0] == "Install"
+    assert console_blocks("Install")[0] == ["pip install . && amplint check examples/train_amp.py"]
+    assert 'pip install torch==2.13.0 -e ".[test]" && python -m pytest -n auto' in [
+        line for block in console_blocks("Development") for line in block]
+    assert readme_sections().index("Install") < readme_sections().index("Development")
+
+
+def test_the_cpu_torch_line_comes_before_the_command_that_needs_it_and_the_time_is_said():
+    """On a machine without a GPU, the command that installs the CPU build of torch must be read before the one
+    that would bring the CUDA build (several GB); the reader is told how long the suite takes."""
+    lines = [line for block in console_blocks("Development") for line in block]
+    cpu = next(n for n, line in enumerate(lines) if "--index-url https://download.pytorch.org/whl/cpu" in line)
+    test = next(n for n, line in enumerate(lines) if line.endswith(readme_test_command()))
+    assert cpu < test
+    before_command = readme_section("Development").split(readme_test_command(), 1)[0]
+    assert re.search(r"about \d+(?:-\d+)? minutes on \d+ cores", before_command)
 
 
 def readme_test_command() -> str:
-    block = README.split("\n## Set-up\n", 1)[1].split("```console\n", 1)[1].split("```", 1)[0]
-    return block.splitlines()[1].split(" && ", 1)[1]
+    for block in console_blocks("Development"):
+        for line in block:
+            if 'pip install torch==2.13.0 -e ".[test]" && ' in line:
+                return line.split(" && ", 1)[1]
+    raise AssertionError("no test command in the README's Development section")
 
 
 def test_the_readme_test_command_is_what_ci_runs():
@@ -139,25 +165,34 @@ def pinned_revisions() -> list[tuple[str, str]]:
     return found
 
 
-def git(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
-
-
-def test_pinned_revisions_exist_in_this_repository():
-    """A `rev:` or `uses:` that names no tag or commit of the repository fails pre-commit and the Action at their
-    first run: each one the docs show is a commit (or a tag) of this repository's history."""
+def test_the_pinned_revision_is_the_readers_own_clones():
+    """A fixed commit on a page gets older with every commit after it (a reader who copies it runs an older amplint
+    than the one they installed): every `rev:` of amplint the pages show is a placeholder, and the page says how to
+    fill it in with the reader's own clone's commit."""
     revisions = pinned_revisions()
-    assert any(rev for name, rev in revisions if name == "docs/integrations.md")
-    try:
-        inside = git("rev-parse", "--is-inside-work-tree")
-    except OSError:
-        pytest.skip("git is not installed")
-    if inside.returncode != 0 or git("rev-parse", "--is-shallow-repository").stdout.strip() != "false":
-        pytest.skip("not a complete git checkout: its history cannot be checked")
-    missing = [(name, rev) for name, rev in revisions
-               if git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").returncode != 0
-               or git("merge-base", "--is-ancestor", f"{rev}^{{commit}}", "HEAD").returncode != 0]
-    assert not missing, f"revisions that are no commit or tag of this repository's history: {missing}"
+    assert any(name == "docs/integrations.md" for name, _ in revisions)
+    assert {rev for _, rev in revisions} == {"COMMIT"}
+    assert not [name for name, text in PAGES.items() if re.search(r"\b[0-9a-f]{40}\b", text)]
+    integrations = DOCS["docs/integrations.md"]
+    assert "rev-parse HEAD" in integrations and "pre-commit autoupdate --freeze" in integrations
+    assert "rev-parse HEAD" in readme_section("Install") and "autoupdate --freeze" in readme_section("Install")
+
+
+def test_the_docs_link_to_the_readme_as_a_file():
+    """A page of docs/ links to the README as `../README.md#section` (right on GitHub and in a clone; the site's
+    build maps it to its page), never to `index.md`, which only the built site has."""
+    titles = {re.sub(r"[^\w]+", "-", title.lower()).strip("-") for title in readme_sections()}
+    for name, text in DOCS.items():
+        assert "](index.md" not in text, name
+        for anchor in re.findall(r"\]\(\.\./README\.md#([\w-]+)\)", text):
+            assert anchor in titles, (name, anchor)
+
+
+def test_the_readme_says_when_ruff_deletes_amplints_noqa_codes():
+    """`ruff check --fix` removes `# noqa: AMP001` only where RUF100 or RUF102 is enabled, not with ruff's defaults."""
+    section = " ".join(readme_section("Using amplint with ruff").split())
+    assert re.search(r"Where RUF102 .* or RUF100 .* is enabled", section)
+    assert "default selection" in section
 
 
 # --- the test extra: what the tests use -------------------------------------------------------------------------
