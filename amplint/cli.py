@@ -16,7 +16,7 @@ import click
 from amplint import __version__, pipeline, sources
 from amplint import rules as registry
 from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
-                            validate_selectors)
+                            nested_configurations, run_start, validate_selectors)
 from amplint.diagnostics import Severity, with_docs_url, with_severities
 from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
@@ -109,7 +109,9 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
           exit_non_zero_on_warning=False, show_settings=False, docs_url=None, respect_gitignore=None) -> None:
     """Lint PATHS (default: the current folder)."""
     try:
-        settings = load_settings(config_path)
+        # the configuration closest to the linted files (the editor server's and the flake8 plugin's lookup)
+        settings = load_settings(config_path, None if config_path else run_start(
+            [stdin_filename or "-"] if list(paths) == ["-"] else list(paths)))
         for warning in settings.warnings:
             click.echo(f"amplint: warning: {printable(warning)}", err=True)
         if select:
@@ -178,6 +180,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
                     "overwrite it; nothing was written (name another file for the report)")
         if not quiet and named:
             _say_skipped(named, settings, linted=bool(files))
+        for warning in nested_configurations(files, settings):
+            click.echo(f"amplint: warning: {printable(warning)}", err=True)
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             from amplint.cache import CacheRefused, open_for_run

@@ -56,6 +56,7 @@ class Settings:
     docs_url: str | None = None  # the documentation site reports link to: <docs-url>/rules/CODE/ (None: no links)
     root: Path = field(default_factory=Path.cwd)  # the folder of the config file (patterns are relative to it)
     source: Path | None = None  # the config file, if any
+    named: bool = False  # the config file was named (--config), not found by the lookup: it applies to every file
     warnings: list[str] = field(default_factory=list)  # files skipped while looking for the configuration
     # Where each key's value came from, for `--show-settings`: key (as in KEYS) -> "pyproject.toml: [tool.amplint]
     # select", "--select", "inferred from ...". A key not here has its default.
@@ -144,31 +145,123 @@ def _relative(path: str, root: Path) -> str:
 
 
 def find_config(start: Path, warnings: list[str] | None = None) -> Path | None:
-    """amplint.toml, or a pyproject.toml with a [tool.amplint] table, in `start` or the closest parent.
+    """amplint.toml, or a pyproject.toml with a [tool.amplint] table, in `start` or the closest parent: the one
+    lookup every front end makes for a file, from the file's folder (`settings_for`, `run_start`).
 
-    A pyproject.toml that cannot be read belongs to some other tool as much as to amplint: it is skipped with a
-    warning (appended to `warnings`), unless it has a `[tool.amplint]` header, which makes it amplint's file and
-    its problem an error. amplint.toml is always amplint's.
+    In one folder amplint.toml wins over pyproject.toml's [tool.amplint] (as ruff.toml over pyproject.toml), and a
+    warning says that the table is ignored. A pyproject.toml that cannot be read belongs to some other tool as much
+    as to amplint: it is skipped with a warning (appended to `warnings`), unless it has a `[tool.amplint]` header,
+    which makes it amplint's file and its problem an error. amplint.toml is always amplint's.
     """
     for folder in (start, *start.parents):
-        candidate = folder / "amplint.toml"
-        if candidate.is_file():
-            return candidate
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                tool = _read_toml(candidate).get("tool", {})
-                if not isinstance(tool, dict):
-                    raise ConfigError(f"{candidate}: `tool` must be a table, not {_kind(tool)}")
-            except ConfigError as error:
-                if _names_amplint_table(candidate):
-                    return candidate  # amplint's own file: report it rather than skip it
-                if warnings is not None:
-                    warnings.append(f"{error}; skipped while looking for [tool.amplint]")
-                continue
-            if "amplint" in tool:
-                return candidate
+        found = config_in(folder, warnings)
+        if found is not None:
+            return found
     return None
+
+
+def config_in(folder: Path, warnings: list[str] | None = None) -> Path | None:
+    """The configuration file of this folder itself (see `find_config`), or None."""
+    candidate = folder / "amplint.toml"
+    if candidate.is_file():
+        rival = folder / "pyproject.toml"
+        if warnings is not None and rival.is_file() and _names_amplint_table(rival):
+            warnings.append(f"{candidate} and the [tool.amplint] table of {rival} both configure amplint: "
+                            f"amplint.toml is used and [tool.amplint] is ignored (remove one of them)")
+        return candidate
+    candidate = folder / "pyproject.toml"
+    if candidate.is_file():
+        try:
+            tool = _read_toml(candidate).get("tool", {})
+            if not isinstance(tool, dict):
+                raise ConfigError(f"{candidate}: `tool` must be a table, not {_kind(tool)}")
+        except ConfigError as error:
+            if _names_amplint_table(candidate):
+                return candidate  # amplint's own file: report it rather than skip it
+            if warnings is not None:
+                warnings.append(f"{error}; skipped while looking for [tool.amplint]")
+            return None
+        if "amplint" in tool:
+            return candidate
+    return None
+
+
+def lookup_start(path: str | None, fallback: Path | None = None) -> Path:
+    """Where the lookup for the file or folder at `path` starts: a folder itself, a file's folder (whether or not
+    it exists yet); `fallback` (else the working directory) for no path (standard input, an untitled buffer)."""
+    if not path or path == "-":
+        return (fallback or Path.cwd()).resolve()
+    where = Path(path)
+    return (where if where.is_dir() else where.parent).resolve()
+
+
+def settings_for(path: str | None, config: str | None = None, fallback: Path | None = None) -> Settings:
+    """The settings for the file at `path`, as the editor server and the flake8 plugin read them (and the command
+    line, through `run_start` and the same two steps): those of `config` when given, else of the configuration
+    closest to the file, with the torch range its project declares (`infer_target_torch`). ConfigError for a
+    broken configuration; warnings for the caller to show are in `Settings.warnings`."""
+    settings = load_settings(config, lookup_start(path, fallback))
+    infer_target_torch(settings, [path] if path and path != "-" else [str(lookup_start(path, fallback))])
+    return settings
+
+
+def run_start(paths: list[str], fallback: Path | None = None) -> Path:
+    """Where the command line's lookup starts: the folder of its named paths, whose closest configuration must be
+    one and the same (each path's lookup is `settings_for`'s); a ConfigError naming them when it is not, since
+    the run reads one configuration. No path: the working directory (`fallback`)."""
+    named = [path for path in paths if path and path != "-"] or [None]
+    chosen: dict[Path | None, str | None] = {}  # configuration -> the first path it applies to
+    for path in named:
+        try:
+            found = find_config(lookup_start(path, fallback))
+        except ConfigError:
+            found = Path("?")  # a broken one: reported when it is read
+        chosen.setdefault(found, path)
+    if len(chosen) > 1:
+        listed = "; ".join(f"{config if config is not None else 'no configuration'} for {path or '.'}"
+                           for config, path in chosen.items())
+        raise ConfigError(f"the paths named have different configurations ({listed}): lint them in separate runs, "
+                          f"or name one configuration for all with --config")
+    return lookup_start(named[0], fallback)
+
+
+def nested_configurations(files: list[str], settings: Settings) -> list[str]:
+    """Warnings for the files of a run whose closest configuration is not the run's (a folder below it with its
+    own amplint.toml or [tool.amplint]): the run lints them with its own, and says so, once per configuration.
+    Nothing with --config (one configuration for every file, as ruff). One look per folder."""
+    if settings.named:
+        return []
+    own = settings.source.resolve() if settings.source is not None else None
+    memo: dict[Path, Path | None] = {}
+
+    def closest(folder: Path) -> Path | None:
+        pending = []
+        found: Path | None = None
+        for each in (folder, *folder.parents):
+            if each in memo:
+                found = memo[each]
+                break
+            pending.append(each)
+            try:
+                found = config_in(each)
+            except (ConfigError, OSError):
+                found = None
+            if found is not None:
+                found = found.resolve()
+                break
+        for each in pending:
+            memo[each] = found
+        return found
+
+    counted: dict[Path, int] = {}
+    for name in files:
+        found = closest(Path(os.path.abspath(name)).parent)
+        if found is not None and found != own:
+            counted[found] = counted.get(found, 0) + 1
+    used = str(settings.source) if settings.source is not None else "the defaults (no configuration was found)"
+    return [f"{config} configures amplint for {count} file{'s' if count > 1 else ''} of this run, linted with "
+            f"{used}; lint {config.parent} on its own (or name it) to use its configuration"
+            for config, count in counted.items()]
 
 
 # A line that opens `[tool.amplint]` (or a table below it), even unclosed, or sets a dotted `tool.amplint.` key.
@@ -221,6 +314,7 @@ def load_settings(config: str | None = None, start: Path | None = None) -> Setti
         raise ConfigError(f"{path}: `tool.amplint` must be a table, not {_kind(table)}")
     settings = settings_from_table(table, path, table_name)
     settings.warnings = warnings + settings.warnings
+    settings.named = bool(config)
     return settings
 
 

@@ -100,13 +100,14 @@ def uri_to_path(uri: str) -> str | None:
 
 
 def _document(text: str, path: str | None, root: str | None):
-    """(settings, source, rules) for one open document: the configuration that applies to its folder (or the
-    workspace root); ConfigError for a broken one. The buffer is not screened: its syntax errors are shown."""
+    """(settings, source, rules) for one open document: the configuration closest to its file (or to the workspace
+    root, for a document without one) and the torch range its project declares, as the command line reads them
+    (`settings_for`); ConfigError for a broken one. The buffer is not screened: its syntax errors are shown."""
     from amplint import sources
-    from amplint.config import load_settings
+    from amplint.config import settings_for
     from amplint.selection import enabled, rules_for
 
-    settings = load_settings(start=Path(path).parent if path else Path(root or os.getcwd()))
+    settings = settings_for(path, fallback=Path(root or os.getcwd()))
     filename = path or "untitled.py"
     source = sources.from_text(text, filename, screened=False)
     return settings, source, rules_for(filename, enabled(settings), settings)
@@ -833,7 +834,8 @@ def _request_check(server):
 
 def _refuse_after_shutdown(server, invalid_request) -> None:
     """After `shutdown`, a request other than `exit` is answered with InvalidRequest (the LSP specification);
-    pygls drops such a request unanswered, and a client waiting on it would hang. Notifications stay dropped."""
+    pygls drops such a request unanswered, and a client waiting on it would hang. Notifications stay dropped. An
+    `exit` before any `shutdown` is noted, for `serve`'s exit status."""
     protocol = getattr(server, "protocol", None) or getattr(server, "lsp", None)
     handle = getattr(protocol, "handle_message", None)
     send = getattr(protocol, "_send_response", None)
@@ -843,6 +845,8 @@ def _refuse_after_shutdown(server, invalid_request) -> None:
     def handle_message(message):
         method = getattr(message, "method", None)
         request_id = getattr(message, "id", None)
+        if method == "exit" and not protocol._shutdown:
+            protocol._exited_without_shutdown = True  # `serve` exits 1 (the LSP specification)
         if protocol._shutdown and method not in (None, "exit") and request_id is not None:
             error = invalid_request(message=f"Invalid Request: the server is shut down, {method} is not served")
             as_response = getattr(error, "to_response_error", None) or error.to_dict  # pygls 2.x, 1.x
@@ -866,7 +870,8 @@ class _AnsweredQuietly:
 
 
 def serve() -> int:
-    """Run the server over stdio until the client exits it; 2 when pygls is missing."""
+    """Run the server over stdio until the client exits it: 0 after `shutdown`, 1 on an `exit` without it (the
+    LSP specification); 2 when pygls is missing."""
     reader = FrameReader(sys.stdin.buffer)
     early = answer_initialize(reader, sys.stdout.buffer) if _pygls_major() == EARLY_PYGLS else None
     try:
@@ -889,10 +894,12 @@ def serve() -> int:
     for name in ("pygls.protocol.json_rpc", "pygls.protocol", "pygls"):
         logging.getLogger(name).addFilter(quiet)
     try:
-        server.start_io(reader, sys.stdout.buffer)
+        server.start_io(reader, sys.stdout.buffer)  # pygls swallows the SystemExit its `exit` handler raises
     finally:
         server.amplint_linter.close()
-    return 0
+    protocol = getattr(server, "protocol", None) or getattr(server, "lsp", None)
+    # The LSP specification: 0 when `shutdown` came before `exit` (or the input ended), 1 for an `exit` without it.
+    return 1 if getattr(protocol, "_exited_without_shutdown", False) else 0
 
 
 # --- `initialize`, answered before pygls is loaded ---------------------------------------------------------------

@@ -735,3 +735,24 @@ def test_unreadable_messages_are_answered_or_skipped_in_one_line_of_log(workspac
     log = (workspace / "server.log").read_text()
     assert "Traceback" not in log, log
     assert log.count("skipped a message without a request id") == 2, log
+
+
+def test_exit_without_shutdown_ends_the_process_with_1(workspace):
+    """The LSP specification: `exit` ends the server with 0 after `shutdown`, 1 without it (a client that died)."""
+    client = Client(workspace, subprocess.DEVNULL)
+    client.initialize(workspace)
+    client.notify("exit", None)
+    assert client.process.wait(timeout=TIMEOUT) == 1
+
+
+def test_a_document_is_linted_with_its_projects_configuration_and_torch_range(tmp_path):
+    """The command line's answer for the file (tests/test_config_lookup.py has all three front ends)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "requirements.txt").write_text("torch>=1.13,<2\n", encoding="utf-8")  # no supported torch warns
+    legacy = tmp_path / "pkg" / "legacy.py"
+    legacy.parent.mkdir()
+    text = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"
+    legacy.write_text(text, encoding="utf-8")
+    assert server.lint_document(text, str(legacy), str(tmp_path)) == []
+    (tmp_path / "requirements.txt").write_text("torch>=1.13\n", encoding="utf-8")
+    assert [d.code for d in server.lint_document(text, str(legacy), str(tmp_path))] == ["AMP007"]

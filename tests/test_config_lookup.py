@@ -1,0 +1,125 @@
+"""One configuration for one file, whoever asks: the command line, the editor server and the flake8 plugin read the
+configuration closest to the file (its folder, then each folder above), with one lookup (`settings_for`), and infer
+one torch range from the same project files."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+from samples import FLAGGED, invoke_in
+
+from amplint.flake8_plugin import AmplintChecker
+from amplint.server import lint_document
+
+# AMP007 twice: one spelling per line, both deprecated since torch 2.4.
+LEGACY = """\
+import torch
+
+scaler = torch.cuda.amp.GradScaler()
+with torch.cuda.amp.autocast():
+    pass
+"""
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def cli_codes(folder: Path, *args: str) -> list[str]:
+    result = invoke_in(folder, ["check", "--no-cache", "--output-format", "json", *args])
+    assert result.exit_code in (0, 1), result.output
+    return sorted(d["code"] for d in json.loads(result.stdout))
+
+
+def plugin_codes(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    checker = AmplintChecker(ast.parse(text), str(path), text.splitlines(keepends=True))
+    return sorted(message.split(" ", 1)[0] for _, _, message, _ in checker.run())
+
+
+def server_codes(path: Path, root: Path | None = None) -> list[str]:
+    return sorted(d.code for d in lint_document(path.read_text(encoding="utf-8"), str(path), str(root or path.parent)))
+
+
+def test_the_command_line_reads_the_configuration_closest_to_the_file(tmp_path):
+    """Run from a folder with no configuration, on a file of a project that ignores AMP001: the project's."""
+    (tmp_path / ".git").mkdir()
+    project = tmp_path / "project"
+    write(project / "pyproject.toml", '[tool.amplint]\nignore = ["AMP001"]\n')
+    flagged = write(project / "src" / "flagged.py", FLAGGED)
+    assert cli_codes(tmp_path, "project/src/flagged.py") == []
+    assert cli_codes(tmp_path, "project") == []
+    assert server_codes(flagged, root=tmp_path) == plugin_codes(flagged) == []
+    # the working directory's configuration does not apply to a file outside its folder
+    write(tmp_path / "elsewhere" / "amplint.toml", 'select = ["AMP003"]\n')
+    assert cli_codes(tmp_path / "elsewhere", str(flagged)) == []
+    assert cli_codes(tmp_path, "--config", "elsewhere/amplint.toml", "project") == []  # --config: for every file
+
+
+def test_paths_under_different_configurations_are_refused(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "a" / "amplint.toml", 'ignore = ["AMP001"]\n')
+    write(tmp_path / "a" / "flagged.py", FLAGGED)
+    write(tmp_path / "b" / "flagged.py", FLAGGED)
+    result = invoke_in(tmp_path, ["check", "--no-cache", "a/flagged.py", "b/flagged.py"])
+    assert result.exit_code == 2
+    assert "amplint.toml" in result.output and "b/flagged.py" in result.output and "--config" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_nested_configuration_is_named_not_ignored_silently(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nselect = ["AMP001"]\n')
+    write(tmp_path / "sub" / "amplint.toml", 'ignore = ["AMP001"]\n')
+    write(tmp_path / "sub" / "flagged.py", FLAGGED)
+    write(tmp_path / "sub" / "deeper" / "flagged.py", FLAGGED)
+    result = invoke_in(tmp_path, ["check", "--no-cache", "."])
+    warnings = [line for line in result.stderr.splitlines() if "sub/amplint.toml" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "2 files" in warnings[0]
+    assert cli_codes(tmp_path / "sub", ".") == [] == server_codes(tmp_path / "sub" / "flagged.py")
+
+
+def test_amplint_toml_wins_over_pyproject_and_says_so_once(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "amplint.toml", 'ignore = ["AMP001"]\n')
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nselect = ["AMP001"]\n')
+    write(tmp_path / "flagged.py", FLAGGED)
+    write(tmp_path / "pkg" / "flagged.py", FLAGGED)
+    result = invoke_in(tmp_path, ["check", "--no-cache", "."])
+    assert result.exit_code == 0
+    said = [line for line in result.stderr.splitlines() if "amplint.toml" in line and "pyproject.toml" in line]
+    assert len(said) == 1 and "warning" in said[0], result.stderr
+    from amplint.config import settings_for
+
+    settings = settings_for(str(tmp_path / "pkg" / "flagged.py"))
+    assert settings.source == tmp_path / "amplint.toml"
+    assert any("[tool.amplint]" in warning and "ignored" in warning for warning in settings.warnings)
+    # a pyproject.toml without the table is no rival: nothing to say
+    write(tmp_path / "pyproject.toml", '[project]\nname = "x"\n')
+    assert "pyproject.toml" not in invoke_in(tmp_path, ["check", "--no-cache", "."]).stderr
+
+
+def test_one_torch_range_for_the_command_line_the_plugin_and_the_server(tmp_path):
+    """`torch>=1.13,<2`: no supported torch warns, so no AMP007, whoever lints the file."""
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "requirements.txt", "torch>=1.13,<2\n")
+    legacy = write(tmp_path / "src" / "legacy.py", LEGACY)
+    assert cli_codes(tmp_path, "src/legacy.py") == plugin_codes(legacy) == server_codes(legacy) == []
+    write(tmp_path / "requirements.txt", "torch>=1.13\n")  # torch 2.4 and later are supported: they warn
+    assert cli_codes(tmp_path, "src/legacy.py") == plugin_codes(legacy) == server_codes(legacy) == ["AMP007"] * 2
+
+
+def test_the_plugin_follows_the_configuration(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP001"]\n')
+    flagged = write(tmp_path / "flagged.py", FLAGGED)
+    assert plugin_codes(flagged) == cli_codes(tmp_path, "flagged.py") == []
+    write(tmp_path / "pyproject.toml", '[tool.amplint]\nselekt = ["AMP001"]\n')  # broken: said, not ignored
+    text = flagged.read_text(encoding="utf-8")
+    [(row, column, message, _)] = AmplintChecker(ast.parse(text), str(flagged), text.splitlines(True)).run()
+    assert (row, column) == (1, 0) and message.startswith("AMP902") and "selekt" in message
