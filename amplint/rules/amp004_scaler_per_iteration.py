@@ -375,8 +375,15 @@ class ScalerPerIteration(Rule):
         calls = _has_call(build.node.args)
         # One scaler for what every iteration steps: the same object only when no name it is read through may
         # be rebound or changed in the loop (`self.optimizer` after `self.setup(k)` may be another model's).
-        stepped = set().union(*(_names(arg.value) for use in build_uses(facts, build) for arg in use.node.args))
-        steady = not stepped & (changes.bound | changes.mutated)
+        # A plain name is another object only when rebound; an attribute's owner may be changed by a method call.
+        steady = True
+        for use in build_uses(facts, build):
+            for arg in use.node.args:
+                key = dotted_name(arg.value)
+                names = set(_names(arg.value))
+                if names & changes.bound or key is None or ("." in key and (names & changes.mutated
+                                                                            or key in changes.stored)):
+                    steady = False
         safe = not conditional and not calls and steady
 
         def rebuild():

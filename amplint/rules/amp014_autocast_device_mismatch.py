@@ -104,8 +104,9 @@ class AutocastDeviceMismatch(Rule):
     Otherwise no fix.
 
     ## Limits
-    A name is taken as a `torch.device` only when every assignment to it is `torch.device(...)`, or when it is a
-    parameter annotated `torch.device`; `device.type`, strings and unknown values are trusted.
+    A name is taken as a `torch.device` only when every assignment to it is `torch.device(...)`; a parameter is
+    not, whatever its annotation says (`device: torch.device` called with `"cuda"` has no `.type`): silent.
+    `device.type`, strings and unknown values are trusted.
     """
 
     code = "AMP014"
@@ -192,9 +193,8 @@ class AutocastDeviceMismatch(Rule):
         if key is None:
             return None, ""
         if "." not in key and key in _locally_bound(call):
-            # A parameter, loop or `with ... as` name of this function: only its annotation tells.
-            if self._annotated_device(facts, call, key):
-                return cst.Attribute(value=device, attr=cst.Name("type")), " (its annotation)"
+            # A parameter, loop or `with ... as` name of this function: what it holds is up to its callers. An
+            # annotation (`device: torch.device`) is no fact: callers passing "cuda" make `device.type` raise.
             return None, ""
         bindings = facts.bindings(key, call.frame)
         if bindings and all(isinstance(a.value, cst.Call) and facts.imports.qualify(a.value.func) in TORCH_DEVICE
@@ -202,18 +202,6 @@ class AutocastDeviceMismatch(Rule):
             line = facts.line_of(bindings[-1].value)
             return cst.Attribute(value=device, attr=cst.Name("type")), f" (line {line})"
         return None, ""
-
-    @staticmethod
-    def _annotated_device(facts: ModuleFacts, call: Call, key: str) -> bool:
-        function = call.frame.function()
-        node = function.node if function is not None else None
-        if not isinstance(node, cst.FunctionDef):
-            return False
-        params = [*node.params.posonly_params, *node.params.params, *node.params.kwonly_params]
-        for param in params:
-            if param.name.value == key and param.annotation is not None:
-                return facts.imports.qualify(param.annotation.annotation) in TORCH_DEVICE
-        return False
 
     def _cpu_float32(self, facts: ModuleFacts, call: Call, args: list[cst.Arg], legacy: bool) -> Finding | None:
         node = call.node
