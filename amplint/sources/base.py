@@ -78,21 +78,27 @@ def as_bytes(text: str, encoding: str) -> str | None:
         return None
 
 
-def unified_diff(path: str, old: str, new: str, encoding: str | None = None, label: str | None = None) -> str:
+def unified_diff(path: str, old: str, new: str, encoding: str | None = None, suffix: str = "") -> str:
     """A unified diff from `old` to `new` that `patch -p1` and `git apply` apply to the file and that leaves it
     byte for byte what `--fix` writes: lines as `patch_lines` finds them, in the file's `encoding` (with its
     BOM: `as_bytes`; print it with `encode("utf-8", "surrogateescape")`), and `\\ No newline at end of file`
-    after a last line without one. `label`: the name in the header (`path` by default)."""
+    after a last line without one. `suffix`: what the header adds to the name (a notebook cell's `:cell 3`; the
+    name is quoted only when the path itself must be)."""
     import difflib  # only a diff needs it
 
-    name = (label or path).lstrip("/")
+    name = path.lstrip("/")
+
+    def header(side: str) -> str:
+        plain = diff_path(f"{side}/{name}")
+        return plain + suffix if plain == f"{side}/{name}" else diff_path(f"{side}/{name}{suffix}")
+
     if encoding is not None:
         old_bytes, new_bytes = as_bytes(old, encoding), as_bytes(new, encoding)
         if old_bytes is not None and new_bytes is not None:
             old, new = old_bytes, new_bytes
     chunks = []
     for line in difflib.unified_diff(patch_lines(old), patch_lines(new),
-                                     fromfile=diff_path(f"a/{name}"), tofile=diff_path(f"b/{name}")):
+                                     fromfile=header("a"), tofile=header("b")):
         chunks.append(line if line.endswith("\n") else line + "\n" + NO_NEWLINE)
     return "".join(chunks)
 

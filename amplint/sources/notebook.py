@@ -917,7 +917,7 @@ def cell_diff(path: str, notebook: Notebook, sources: dict[int, str]) -> str:
     """Each changed cell's source as a patch of its own (`a/x.ipynb:cell 3`): its lines are the cell's lines
     (split on `\\n` only, as everywhere here), counted from the cell's first line as findings are."""
     return "".join(unified_diff(path, "\n".join(cell.lines), sources[cell.position],
-                                label=f"{path}:cell {cell.number}")
+                                suffix=f":cell {cell.number}")
                    for cell in notebook.cells if cell.position in sources)
 
 
