@@ -539,3 +539,125 @@ def test_the_command_line_warning_filter_turns_a_finding_into_an_exception():
                          capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
                          timeout=600)
     assert run.returncode == 1 and "amplint.runtime.AmpRuntimeWarning: AMP001" in run.stderr, run.stderr
+
+
+# --- what an fp32 island counts: an op's dtype= argument is a cast; autograd and the scaler are not island math --
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_amp006_an_ops_float32_dtype_argument_is_a_cast(dtype):
+    import torch.nn.functional as F
+
+    dtype = getattr(torch, dtype)
+    model = _model()
+
+    def body(cast):
+        with torch.autocast("cpu", dtype=dtype):
+            hidden = model[0](torch.randn(4, 8))
+            with torch.autocast("cpu", enabled=False):
+                if cast:  # each op computes in float32 (or float64), as with hidden.float() first
+                    F.log_softmax(hidden, dim=-1, dtype=torch.float32)
+                    torch.sum(hidden, dtype=torch.float32)
+                    hidden.cumsum(0, dtype=torch.float64)
+                    torch.softmax(hidden, -1, torch.float32)  # the dtype argument given by position
+                else:  # a dtype= argument that keeps the half precision is no cast to float32
+                    F.log_softmax(hidden, dim=-1, dtype=dtype)  # kept-half
+
+    assert codes(_watched(lambda: body(True))) == []
+    report = _watched(lambda: body(False))
+    assert [(f.code, f.line) for f in report.findings] == [("AMP006", _line_of("# kept-half"))]
+
+
+def test_amp006_backward_and_the_scalers_multiply_inside_an_island_are_not_island_ops():
+    """The measured fix for a backward started under a framework's autocast: an `autocast(enabled=False)` region
+    around the backward and the step. The backward of a half loss and the scaler's multiply run there, and they
+    are not computations the island meant to hold in float32."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def body():
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.float16):  # the framework's region
+                loss = _loss(model)
+                with torch.autocast("cpu", enabled=False):  # the user's fix
+                    scaler.scale(loss).backward()
+                    torch.autograd.grad(_loss(model.float()).half(), [model[0].weight])
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+
+    assert codes(_watched(body)) == []
+
+
+# --- the watch leaves compiled code and other threads alone -------------------------------------------------------
+
+@functools.cache
+def _island_function():
+    real = pytest.importorskip("torch")  # the module itself: TorchDynamo traces this function
+
+    def island(linear, x):
+        with real.autocast("cpu", dtype=real.bfloat16):
+            hidden = linear(x)
+            with real.autocast("cpu", enabled=False):
+                return real.exp(hidden.float()).sum()
+
+    return island
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_compiled_function_with_an_island_runs_under_the_watch_and_the_watch_says_it_stepped_aside(backend):
+    torch._dynamo.reset()
+    linear = torch.nn.Linear(4, 4)
+    x = torch.randn(2, 4)
+    compiled = torch.compile(_island_function(), backend=backend, fullgraph=True)
+    expected = _island_function()(linear, x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", AmpRuntimeWarning)
+        with watch() as report:
+            first, second = compiled(linear, x), compiled(linear, x)  # traced, then the compiled code run
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # an island of the user's own open around it
+                with torch.autocast("cpu", enabled=False):
+                    third = torch.compile(_island_function(), backend=backend)(linear, x)
+    assert torch.equal(first, expected) and torch.equal(second, expected) and torch.equal(third, expected)
+    assert codes(report) == []
+    assert len(report.notes) == 1 and "torch.compile" in report.notes[0]
+    assert not torch._C._is_torch_function_mode_enabled()
+
+
+def test_an_island_on_another_thread_is_left_alone_and_the_watched_threads_island_is_seen():
+    import threading
+
+    model = _model()
+    entered, main_done, errors = threading.Event(), threading.Event(), []
+
+    def other_thread():
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                hidden = model[0](torch.randn(4, 8))
+                with torch.autocast("cpu", enabled=False):
+                    entered.set()
+                    main_done.wait()
+                    torch.exp(hidden)  # not the watched thread's: not checked
+        except BaseException as error:  # noqa: BLE001 - reported by the assertion below
+            errors.append(error)
+        finally:
+            entered.set()
+
+    def body():
+        thread = threading.Thread(target=other_thread)
+        try:
+            with torch.autocast("cpu", dtype=torch.bfloat16):  # opened before the other thread's regions
+                thread.start()
+                entered.wait()
+                hidden = model[0](torch.randn(4, 8))
+                with torch.autocast("cpu", enabled=False):
+                    torch.exp(hidden)  # watched-island
+        finally:
+            main_done.set()
+            if thread.is_alive():
+                thread.join()
+
+    report = _watched(body)
+    assert errors == []
+    assert [(f.code, f.line) for f in report.findings] == [("AMP006", _line_of("# watched-island"))]
+    assert len(report.notes) == 1 and "thread" in report.notes[0]

@@ -8,7 +8,7 @@ filter, or for the pytest plugin) stays cheap and torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["AmpRuntimeError", "AmpRuntimeWarning", "Finding", "watch"]
 
@@ -29,12 +29,16 @@ class AmpRuntimeError(AssertionError):
 @dataclass(frozen=True)
 class Finding:
     """One AMP mistake seen at run time: the rule's code, a one-line message and the user's frame (the first
-    frame outside torch and amplint) where it happened."""
+    frame outside torch and amplint) where it happened; `column`, `end_line` and `end_column` (1-based) span the
+    expression running there (the call, the operator) when Python recorded it."""
 
     code: str
     message: str
     filename: str
     line: int
+    column: int | None = field(default=None, compare=False)
+    end_line: int | None = field(default=None, compare=False)
+    end_column: int | None = field(default=None, compare=False)
 
     @property
     def site(self) -> tuple[str, str, int]:
@@ -44,7 +48,8 @@ class Finding:
         return f"{self.filename}:{self.line}: {self.code} {self.message}"
 
     def to_diagnostic(self):
-        """The finding as the linter's Diagnostic, for amplint's output formats (`amplint watch`)."""
+        """The finding as the linter's Diagnostic, for amplint's output formats (`amplint watch`): the carets
+        under the expression that ran, else under the line's code (its comment left out)."""
         import linecache
 
         from amplint.diagnostics import Diagnostic, Location
@@ -52,11 +57,29 @@ class Finding:
 
         rule = RULES_BY_CODE.get(self.code)
         source = linecache.getline(self.filename, self.line).rstrip("\r\n")
-        start = len(source) - len(source.lstrip()) + 1
+        if self.column is not None and self.end_line is not None and self.end_column is not None:
+            start, end = Location(self.line, self.column), Location(self.end_line, self.end_column)
+        else:
+            column = len(source) - len(source.lstrip()) + 1
+            start = Location(self.line, column)
+            end = Location(self.line, max(column + 1, len(_code_of(source)) + 1))
         return Diagnostic(code=self.code, name=rule.name if rule else self.code, message=self.message,
-                          filename=self.filename, location=Location(self.line, start),
-                          end_location=Location(self.line, max(start + 1, len(source.rstrip()) + 1)),
-                          source_line=source, **({"severity": rule.severity} if rule else {}))
+                          filename=self.filename, location=start, end_location=end, source_line=source,
+                          **({"severity": rule.severity} if rule else {}))
+
+
+def _code_of(line: str) -> str:
+    """The line without its trailing comment and spaces (a `#` inside a string is not a comment)."""
+    import io
+    import tokenize
+
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(line + "\n").readline):
+            if token.type == tokenize.COMMENT:
+                return line[:token.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):  # a line of a statement that goes on: no token stream of its own
+        pass
+    return line.rstrip()
 
 
 def __getattr__(name: str):

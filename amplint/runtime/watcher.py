@@ -13,12 +13,19 @@ What it patches while at least one `watch()` is open (and restores when the last
   inside an enabled one is open, a `TorchFunctionMode` looks at every op's arguments (AMP006).
 
 Every hook asks torch's autocast state with a few C calls and walks the stack only when it has a finding.
+
+The watch never changes what the program does. Inside code that TorchDynamo traces or compiled (`torch.compile`)
+every hook only calls the original, and no mode is pushed there; the island mode is pushed only on the thread
+that opened the watch (torch's mode stack and autocast state are per thread). Where it steps aside, each report
+says so once (`Report.notes`).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
+import threading
 import warnings
 import weakref
 from contextlib import contextmanager
@@ -48,6 +55,7 @@ class Report:
     def __init__(self, ignore=()):
         self.ignore = frozenset(code.upper() for code in ignore)
         self.findings: list[Finding] = []
+        self.notes: list[str] = []  # where the watch stepped aside (compiled code, another thread), each once
         self._sites: set[tuple[str, str, int]] = set()
 
     def _add(self, finding: Finding) -> bool:
@@ -66,14 +74,48 @@ class Report:
 
 # --- where the user is ------------------------------------------------------------------------------------------
 
-def _user_frame() -> tuple[str, int]:
+def _user_frame() -> tuple:
+    """(filename, line, span) of the first frame outside torch and amplint; span is (column, end line, end
+    column) of the expression running there (the call, the operator), 1-based columns, or None."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (filename.startswith(_SKIPPED) or filename.startswith("<frozen")):
-            return filename, frame.f_lineno
+            return filename, frame.f_lineno, _span(frame)
         frame = frame.f_back
-    return "<unknown>", 0
+    return "<unknown>", 0, None
+
+
+def _span(frame) -> tuple[int, int, int] | None:
+    """Where in the source the frame's current instruction is (Python 3.11+ records it per instruction)."""
+    try:
+        line, end_line, column, end_column = next(itertools.islice(frame.f_code.co_positions(),
+                                                                   frame.f_lasti // 2, None))
+    except (StopIteration, AttributeError, ValueError):
+        return None
+    if line != frame.f_lineno or None in (end_line, column, end_column):
+        return None
+    import linecache
+
+    def characters(number: int, offset: int) -> int:  # the positions count UTF-8 bytes
+        text = linecache.getline(frame.f_code.co_filename, number).encode("utf-8")
+        return len(text[:offset].decode("utf-8", errors="replace")) + 1
+
+    return characters(line, column), end_line, characters(end_line, end_column)
+
+
+_compiling = getattr(torch.compiler, "is_compiling", None) or getattr(torch._dynamo, "is_compiling", lambda: False)
+_local = threading.local()  # per thread: `hooks`, how many of the watch's hooks are running torch's own code
+
+
+def _hooked(original, *args, **kwargs):
+    """Run torch's own code of a hooked function (a backward, a scaler method, a clip): the ops it runs are not
+    the user's computations, which the island mode looks at."""
+    _local.hooks = getattr(_local, "hooks", 0) + 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _local.hooks -= 1
 
 
 # One C call answers "is autocast on anywhere" (torch >= 2.4 has it); the per-device queries run only when it is.
@@ -115,8 +157,9 @@ class _State:
         self.scalers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.built_at: dict[tuple[str, int], weakref.ref] = {}  # construction site -> the last scaler built there
         self.last_region: dict[str, object] = {}  # device -> dtype of the last enabled autocast region entered
-        self.regions: list = []  # per open autocast region: the island mode it pushed, or None
-        self.island: _IslandMode | None = None
+        self.island: _IslandMode | None = None  # the island mode pushed (on the watched thread), if any
+        self.thread = threading.get_ident()  # the thread that opened the watch
+        self.noted: set[str] = set()
 
     def scaler(self, scaler) -> _ScalerState:
         state = self.scalers.get(scaler)
@@ -128,12 +171,29 @@ class _State:
 _state = _State()
 
 
-def _report(code: str, message: str, site: tuple[str, int] | None = None) -> None:
-    filename, line = site or _user_frame()
-    finding = Finding(code, message, filename, line)
+def _report(code: str, message: str, site: tuple | None = None) -> None:
+    filename, line, span = site or _user_frame()
+    finding = Finding(code, message, filename, line, *(span or ()))
     new = [report._add(finding) for report in _state.reports]
     if any(new):
         warnings.warn_explicit(f"{code} {message}", AmpRuntimeWarning, filename, line)
+
+
+_NOTES = {
+    "compile": "code that torch.compile traces or compiled is not watched: the watch steps aside there (its hooks "
+               "only call torch's own functions and report nothing); watch an eager run (without torch.compile) to "
+               "check that code",
+    "thread": "an fp32 island (autocast(enabled=False) inside an enabled region) ran on another thread than the "
+              "one that opened the watch: AMP006 is checked on the watching thread only (the other codes are "
+              "seen on every thread)",
+}
+
+
+def _note(kind: str) -> None:
+    """Say once per report where the watch stepped aside."""
+    for report in _state.reports:
+        if _NOTES[kind] not in report.notes:
+            report.notes.append(_NOTES[kind])
 
 
 # --- the hooks ---------------------------------------------------------------------------------------------------
@@ -152,14 +212,18 @@ def _check_backward(what: str) -> None:
 
 def _wrap_backward(original, what):
     def backward(*args, **kwargs):
+        if _compiling():
+            return original(*args, **kwargs)
         _check_backward(what)
-        return original(*args, **kwargs)
+        return _hooked(original, *args, **kwargs)
 
     backward.__wrapped__ = original
     return backward
 
 
 def _optimizer_pre_hook(optimizer, args, kwargs):
+    if _compiling():
+        return None
     active = _enabled_autocast()
     if active is not None:
         _report("AMP002", f"{type(optimizer).__name__}.step() runs while autocast is enabled ({active[0]}): step "
@@ -169,18 +233,20 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
 
 def _scaler_init(original):
     def __init__(self, *args, **kwargs):
-        original(self, *args, **kwargs)
+        if _compiling():
+            return original(self, *args, **kwargs)
+        _hooked(original, self, *args, **kwargs)
         site = _user_frame()
         if torch.is_inference_mode_enabled() or not torch.is_grad_enabled():
             where = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             _report("AMP005", f"a GradScaler is built under {where}, where no backward runs: build it for "
                               "training only", site)
-        previous = _state.built_at.get(site)
+        previous = _state.built_at.get(site[:2])
         previous = previous() if previous is not None else None
         if previous is not None and previous is not self and _state.scaler(previous).stepped:
             _report("AMP004", "a GradScaler is built again here after the previous one built here stepped: each "
                               "new scaler starts from the initial scale; build it once, before the loop", site)
-        _state.built_at[site] = weakref.ref(self)
+        _state.built_at[site[:2]] = weakref.ref(self)
         _state.scaler(self)
 
     __init__.__wrapped__ = original
@@ -189,6 +255,8 @@ def _scaler_init(original):
 
 def _scaler_scale(original):
     def scale(self, outputs):
+        if _compiling():
+            return original(self, outputs)
         if torch.is_inference_mode_enabled() or not torch.is_grad_enabled():
             where = "inference_mode" if torch.is_inference_mode_enabled() else "no_grad"
             _report("AMP005", f"scaler.scale() is called under {where}, where no backward runs: scale the loss "
@@ -201,7 +269,7 @@ def _scaler_scale(original):
             state.dtype = _state.last_region.get(getattr(self, "_device", "cuda"))
         state.scaled = True
         state.backward = False
-        return original(self, outputs)
+        return _hooked(original, self, outputs)
 
     scale.__wrapped__ = original
     return scale
@@ -209,8 +277,10 @@ def _scaler_scale(original):
 
 def _scaler_unscale(original):
     def unscale_(self, optimizer):
+        if _compiling():
+            return original(self, optimizer)
         _state.scaler(self).unscaled.add(id(optimizer))
-        return original(self, optimizer)
+        return _hooked(original, self, optimizer)
 
     unscale_.__wrapped__ = original
     return unscale_
@@ -218,6 +288,8 @@ def _scaler_unscale(original):
 
 def _scaler_step(original):
     def step(self, optimizer, *args, **kwargs):
+        if _compiling():
+            return original(self, optimizer, *args, **kwargs)
         active = _enabled_autocast()
         if active is not None:
             _report("AMP002", f"scaler.step() runs while autocast is enabled ({active[0]}): step after the "
@@ -235,7 +307,7 @@ def _scaler_step(original):
                                           "call scaler.unscale_(optimizer) before clipping", site)
                 state.clips = [clip for clip in state.clips if not (owned & clip[2])]
         state.stepped = True
-        return original(self, optimizer, *args, **kwargs)
+        return _hooked(original, self, optimizer, *args, **kwargs)
 
     step.__wrapped__ = original
     return step
@@ -243,6 +315,8 @@ def _scaler_step(original):
 
 def _scaler_update(original):
     def update(self, *args, **kwargs):
+        if _compiling():
+            return original(self, *args, **kwargs)
         active = _enabled_autocast()
         if active is not None:
             _report("AMP002", f"scaler.update() runs while autocast is enabled ({active[0]}): update after the "
@@ -251,7 +325,7 @@ def _scaler_update(original):
         state.scaled = state.backward = False
         state.unscaled.clear()
         state.clips.clear()
-        return original(self, *args, **kwargs)
+        return _hooked(original, self, *args, **kwargs)
 
     update.__wrapped__ = original
     return update
@@ -261,6 +335,8 @@ def _wrap_clip(original):
     name = original.__name__
 
     def clip(parameters, *args, **kwargs):
+        if _compiling():
+            return original(parameters, *args, **kwargs)
         pending = [state for state in _state.scalers.values() if state.scaled and state.backward]
         if pending:
             parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
@@ -268,36 +344,73 @@ def _wrap_clip(original):
             site = _user_frame()
             for state in pending:
                 state.clips.append((site, name, ids, frozenset(state.unscaled)))
-        return original(parameters, *args, **kwargs)
+        return _hooked(original, parameters, *args, **kwargs)
 
     clip.__wrapped__ = original
     clip.__name__ = name
     return clip
 
 
-# AMP006: ops that only move, cast, view or describe a tensor; a half tensor reaching them is no computation.
-_NOT_COMPUTE = frozenset("""
+# AMP006: ops that only move, cast, view or describe a tensor; a half tensor reaching them is no computation. The
+# vocabulary's lists (shared with the static rules), and the names of Python's protocol and of tensor metadata that
+# only a run meets (`__getitem__`, `is_floating_point`...).
+_NOT_COMPUTE = vocab.LAYOUT_METHODS | vocab.FLOAT32_CASTS | vocab.HALF_CONVERTERS | vocab.NOT_TENSORS | frozenset({
+    vocab.BFLOAT16, "type_as"}) | frozenset("""
 __get__ __set__ __repr__ __format__ __len__ __bool__ __getitem__ __setitem__ __iter__ __hash__ __reduce_ex__
-__deepcopy__ float double to type type_as half bfloat16 cpu cuda detach detach_ clone contiguous view view_as
-reshape reshape_as size dim numel is_floating_point element_size data_ptr requires_grad_ copy_ item tolist numpy
-unsqueeze squeeze flatten permute transpose t expand expand_as split chunk narrow select is_contiguous stride
-storage_offset untyped_storage is_complex new_empty new_zeros new_ones empty_like zeros_like ones_like
+__deepcopy__ detach_ is_floating_point element_size requires_grad_ copy_ split chunk unbind is_contiguous
+storage_offset untyped_storage is_complex new_empty new_zeros new_ones
 """.split())
+
+
+def _casts_to_float32(args, kwargs) -> bool:
+    """Does the op's dtype argument (`dtype=`, as the static model reads it, or a torch.dtype given by position)
+    name float32 or wider (the vocabulary's FLOAT32_DTYPES)? Then the op converts its input and computes there,
+    as it would after `.float()`."""
+    dtype = kwargs.get(vocab.DTYPE)
+    if dtype is None:
+        dtype = next((value for value in args if isinstance(value, torch.dtype)), None)
+    return isinstance(dtype, torch.dtype) and str(dtype) in vocab.FLOAT32_DTYPES
 
 
 class _IslandMode(TorchFunctionMode):
     """Pushed while an autocast(enabled=False) region opened inside an enabled one is open: an op given a
-    float16/bfloat16 floating tensor there computes in half precision, which the island meant to avoid."""
+    float16/bfloat16 floating tensor there computes in half precision, which the island meant to avoid. Ops
+    that the watch's own hooks run (a backward, the scaler's multiply, a clip) are torch's, not the island's."""
+
+    inert = False  # set when the mode could not be popped where its region closed: it then only calls through
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = getattr(func, "__name__", "")
-        if name not in _NOT_COMPUTE and _enabled_autocast() is None:
-            half = _half_argument(args) or _half_argument(kwargs.values())
-            if half is not None:
-                _report("AMP006", f"`{name}` receives a {_dtype_name(half)} tensor inside autocast(enabled=False), "
-                                  "so it computes in half precision: cast its inputs with .float() first")
+        if not (self.inert or _compiling() or getattr(_local, "hooks", 0)):
+            name = getattr(func, "__name__", "")
+            if name not in _NOT_COMPUTE and _enabled_autocast() is None and not _casts_to_float32(args, kwargs):
+                half = _half_argument(args) or _half_argument(kwargs.values())
+                if half is not None and _in_compiled_call():
+                    _note("compile")  # torch's compiled code, run inside the user's island
+                elif half is not None:
+                    _report("AMP006", f"`{name}` receives a {_dtype_name(half)} tensor inside "
+                                      "autocast(enabled=False), so it computes in half precision: cast its inputs "
+                                      "with .float() first")
         return func(*args, **kwargs)
+
+
+def _in_compiled_call() -> bool:
+    """Does a function compiled by torch.compile run further up the stack (its graphs, AOT autograd's wrappers)?
+    Its call goes through the compiling context's wrapper in torch._dynamo.eval_frame; a `torch.compiler.disable`
+    wrapper (code that runs eagerly) does not count. Asked only before a finding, so the walk is rare."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # not imported: nothing was compiled
+    context, disabled = (getattr(eval_frame, "_TorchDynamoContext", None),
+                         getattr(eval_frame, "DisableContext", None))
+    if context is None:
+        return False
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == eval_frame.__file__:
+            owner = frame.f_locals.get("self")
+            if isinstance(owner, context) and not (disabled is not None and isinstance(owner, disabled)):
+                return True
+        frame = frame.f_back
+    return False
 
 
 def _half_argument(values):
@@ -312,20 +425,47 @@ def _half_argument(values):
     return None
 
 
+# A region entered by code that TorchDynamo compiled (its graphs enter autocast through this class).
+_GRAPH_AUTOCAST = getattr(torch.amp.autocast_mode, "_UnmanagedAutocast", ())
+_ISLANDS = "_amplint_islands"  # on an autocast object: per entry of it, the island mode that entry pushed, or None
+
+
+def _top_mode():
+    depth = torch._C._len_torch_function_stack()
+    return torch._C._get_function_stack_at(depth - 1) if depth else None
+
+
+def _close_island(island: _IslandMode) -> None:
+    """Pop the island mode where it is on top of this thread's mode stack; elsewhere (another thread, or a mode
+    pushed above it and still open) leave it there, inert, rather than pop someone else's."""
+    if island is _state.island:
+        _state.island = None
+    if threading.get_ident() == _state.thread and _top_mode() is island:
+        island.__exit__(None, None, None)
+    else:
+        island.inert = True
+
+
 def _autocast_enter(original):
     def __enter__(self):
-        device = self.device
         enabled = getattr(self, "_enabled", True)
+        if _compiling() or isinstance(self, _GRAPH_AUTOCAST):
+            _note("compile")
+            return original(self)
+        if threading.get_ident() != _state.thread:  # no bookkeeping here: the state is the watched thread's
+            if not enabled and torch.is_autocast_enabled(self.device):
+                _note("thread")
+            return original(self)
         island = None
-        if not enabled and _state.island is None and torch.is_autocast_enabled(device):
+        if not enabled and _state.island is None and torch.is_autocast_enabled(self.device):
             island = _IslandMode()
         result = original(self)
         if enabled:
-            _state.last_region[device] = self.fast_dtype
+            _state.last_region[self.device] = self.fast_dtype
         if island is not None:
             island.__enter__()
             _state.island = island
-        _state.regions.append(island)
+        self.__dict__.setdefault(_ISLANDS, []).append(island)
         return result
 
     __enter__.__wrapped__ = original
@@ -334,10 +474,11 @@ def _autocast_enter(original):
 
 def _autocast_exit(original):
     def __exit__(self, *exc):
-        island = _state.regions.pop() if _state.regions else None
-        if island is not None:
-            _state.island = None
-            island.__exit__(None, None, None)
+        entries = self.__dict__.get(_ISLANDS)
+        if entries and threading.get_ident() == _state.thread and not _compiling():
+            island = entries.pop()
+            if island is not None:
+                _close_island(island)
         return original(self, *exc)
 
     __exit__.__wrapped__ = original
@@ -377,7 +518,7 @@ def _uninstall() -> None:
     while _state.restore:
         _state.restore.pop()()
     if _state.island is not None:  # a region left open at the end of the watch
-        _state.island.__exit__(None, None, None)
+        _close_island(_state.island)
     _state.__init__()
 
 
@@ -390,6 +531,7 @@ def watch(strict: bool = False, ignore=()):
     Blocks nest (each report sees what happens inside it); torch is restored when the outermost one ends."""
     report = Report(ignore)
     if not _state.reports:
+        _state.thread = threading.get_ident()
         try:
             _install()
         except BaseException:
