@@ -392,13 +392,24 @@ FIX_MEANING = {
 }
 
 
+def _list_rules() -> None:
+    """Every rule in one line each: code, name, the fix it offers, and whether a run selects it by default."""
+    on = {ref.code for ref in registry.select(None, [], [])}
+    width = max(len(ref.name) for ref in registry.CATALOG)
+    click.echo(f"{'code':<7} {'name':<{width}} {'fix':<9} default")
+    for ref in registry.CATALOG:
+        click.echo(f"{ref.code:<7} {ref.name:<{width}} {ref.fix:<9} {'on' if ref.code in on else 'off'}")
+    click.echo("\n`amplint rule CODE` prints a rule's documentation; `amplint rule --all` every rule's.")
+
+
 @main.command()
 @click.argument("code", required=False)
 @click.option("--all", "show_all", is_flag=True, help="Print every rule's documentation.")
 @click.option("--long", "long_form", is_flag=True, help="Add the Fix safety and Limits sections.")
 def rule(code: str | None, show_all: bool, long_form: bool) -> None:
     """Print a rule's documentation (by code or name): what it does, why, an example and what to write instead;
-    --long adds when its fix is safe and what the rule cannot see."""
+    --long adds when its fix is safe and what the rule cannot see. No code: list the rules (code, name, fix,
+    default on or off)."""
     if show_all:
         chosen = list(registry.ALL_RULES)
     elif code:
@@ -407,7 +418,8 @@ def rule(code: str | None, show_all: bool, long_form: bool) -> None:
         except registry.UnknownSelector:
             raise click.UsageError(f"unknown rule: {code!r} (try `amplint rule --all`)") from None
     else:
-        raise click.UsageError("give a rule code or name, or --all")
+        _list_rules()
+        return
     for index, rule_class in enumerate(chosen):
         if index:
             click.echo("\n" + "-" * 80 + "\n")

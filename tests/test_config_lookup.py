@@ -123,3 +123,16 @@ def test_the_plugin_follows_the_configuration(tmp_path):
     text = flagged.read_text(encoding="utf-8")
     [(row, column, message, _)] = AmplintChecker(ast.parse(text), str(flagged), text.splitlines(True)).run()
     assert (row, column) == (1, 0) and message.startswith("AMP902") and "selekt" in message
+
+
+def test_the_documented_sample_is_safe_to_copy_whole(tmp_path):
+    """Copied whole, docs/configuration.md's sample keeps the default excludes, ignores no rule and links nowhere."""
+    import re
+    import tomllib
+
+    from amplint.config import DEFAULT_EXCLUDE, settings_from_table
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    sample = re.search(r"```toml\n(.*?)```", text, re.S).group(1)
+    settings = settings_from_table(tomllib.loads(sample)["tool"]["amplint"], tmp_path / "pyproject.toml")
+    assert settings.exclude == list(DEFAULT_EXCLUDE) and settings.ignore == [] and settings.docs_url is None
