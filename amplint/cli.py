@@ -475,16 +475,28 @@ def server() -> None:
 @click.argument("script", type=click.Path(exists=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def watch(output_format, ignore, quiet, script, args) -> None:
-    """Run SCRIPT (with ARGS) under the run-time watcher, like `python SCRIPT ARGS`, and report the AMP mistakes it makes (docs/runtime.md); exits 1 on findings, 2 when the script fails."""
-    from amplint.runtime.script import run_script  # imports torch: only here
+    """Run SCRIPT (with ARGS) under the run-time watcher, like `python SCRIPT ARGS`, and report the AMP mistakes it makes (docs/runtime.md); exits 1 on findings, 0 without, the script's own status when it fails, 2 when it cannot run."""
+    from amplint.runtime.script import ScriptProblem, run_script  # torch is imported only to run the script
 
-    findings, failed = run_script(script, list(args), ignore=_split(ignore))
-    if findings or not quiet:
+    try:
+        outcome = run_script(script, list(args), ignore=_split(ignore))
+    except ScriptProblem as problem:
+        raise ConfigurationProblem(str(problem)) from None
+    findings = outcome.findings
+    if findings or not quiet:  # a script that failed is never "All checks passed!"
         report = Report(diagnostics=sorted((f.to_diagnostic() for f in findings), key=lambda d: d.sort_key()),
                         rules=[registry.RULES_BY_CODE[c] for c in sorted({f.code for f in findings})],
-                        summary=not quiet)
-        click.echo(render(output_format, report), nl=False)
-    sys.exit(EXIT_ERROR if failed else EXIT_FINDINGS if findings else EXIT_CLEAN)
+                        summary=not quiet and (outcome.status is None or bool(findings)))
+        text = render(output_format, report)
+        if text.strip():
+            click.echo(text, nl=False)
+    for note in outcome.notes:
+        click.echo(f"amplint: note: {note}", err=True)
+    if outcome.status is not None:
+        seen = "the findings above are" if findings else "no AMP mistake was seen in"
+        click.echo(f"amplint: {printable(script)} {outcome.ending}; {seen} what ran before it ended", err=True)
+        sys.exit(outcome.status)
+    sys.exit(EXIT_FINDINGS if findings else EXIT_CLEAN)
 
 
 def _end_interrupted() -> None:

@@ -490,9 +490,86 @@ def test_amplint_watch_reports_the_scripts_own_line(tmp_path, monkeypatch):
     assert result.exit_code == 0, result.output
     ignored = CliRunner().invoke(main, ["watch", "--ignore", "AMP001", "train.py", "--epochs", "1"])
     assert ignored.exit_code == 0, ignored.output
-    failing = tmp_path / "failing.py"
-    failing.write_text("raise SystemExit(3)\n")
-    assert CliRunner().invoke(main, ["watch", "failing.py"]).exit_code == 2
+
+
+def _watch_command(tmp_path, monkeypatch, source: str, *options: str):
+    from click.testing import CliRunner
+
+    from amplint.cli import main
+
+    (tmp_path / "script.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    return CliRunner().invoke(main, ["watch", *options, "script.py"])
+
+
+def test_amplint_watch_returns_the_scripts_own_exit_status_and_says_so(tmp_path, monkeypatch):
+    result = _watch_command(tmp_path, monkeypatch, "raise SystemExit(3)\n")
+    assert result.exit_code == 3, result.output
+    assert "All checks passed" not in result.output
+    assert result.stderr.strip() == ("amplint: script.py exited with status 3; no AMP mistake was seen in what ran "
+                                     "before it ended")
+    assert _watch_command(tmp_path, monkeypatch, "import sys\nsys.exit(0)\n").exit_code == 0
+
+
+def test_amplint_watch_shows_the_scripts_error_as_python_does_with_the_findings_before_it(tmp_path, monkeypatch):
+    result = _watch_command(tmp_path, monkeypatch, SCRIPT.replace("assert sys.argv[1:]", "raise KeyError(1)\n#"),
+                            "--output-format", "concise")
+    assert result.exit_code == 1, result.output  # as `python script.py` exits on an exception
+    assert result.stdout.startswith("script.py:7:5: AMP001 ") and "All checks passed" not in result.stdout
+    assert 'File "script.py", line 8, in <module>' in result.stderr and "KeyError: 1" in result.stderr
+    assert "runpy" not in result.stderr and "amplint/runtime" not in result.stderr  # the script's frames only
+    assert "script.py raised KeyError (status 1); the findings above are what ran before" in result.stderr
+
+
+def test_amplint_watch_on_a_script_that_does_not_compile_is_a_one_line_error(tmp_path, monkeypatch):
+    result = _watch_command(tmp_path, monkeypatch, "import torch\nx = (\n")
+    assert result.exit_code == 2, result.output
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "amplint: error: script.py:2:5: SyntaxError: '(' was never closed: the script cannot run, nothing was "
+        "watched"]
+
+
+def test_amplint_watch_without_torch_is_a_one_line_error(tmp_path):
+    (tmp_path / "train.py").write_text("print('ran')\n")
+    program = textwrap.dedent("""\
+        import sys
+
+        class NoTorch:  # as if torch were not installed
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+                return None
+
+        sys.meta_path.insert(0, NoTorch())
+        from amplint.cli import entry
+
+        sys.argv = ["amplint", "watch", sys.argv[1]]
+        entry()
+        """)
+    run = subprocess.run([sys.executable, "-c", program, str(tmp_path / "train.py")], capture_output=True,
+                         text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=600)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert run.stdout == "" and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert run.stderr.startswith("amplint: error: `amplint watch` runs the script with torch, which this Python")
+    assert "install torch" in run.stderr and "internal error" not in run.stderr
+
+
+def test_amplint_watch_puts_the_carets_under_the_call_not_the_comment(tmp_path, monkeypatch):
+    result = _watch_command(tmp_path, monkeypatch,
+                            SCRIPT.replace("    loss.backward()\n", "    loss.backward()  # a comment (x)\n"))
+    lines = result.stdout.splitlines()
+    source = next(i for i, line in enumerate(lines) if "loss.backward()  # a comment" in line)
+    assert lines[source + 1] == "  |     ^^^^^^^^^^^^^^^ AMP001", result.stdout
+
+
+def test_a_finding_without_a_recorded_span_underlines_the_code_of_its_line(tmp_path):
+    from amplint.runtime import Finding
+
+    path = tmp_path / "t.py"
+    path.write_text("x = f('#')  # a comment\n")
+    diagnostic = Finding("AMP001", "message", str(path), 1).to_diagnostic()
+    assert (diagnostic.location.column, diagnostic.end_location.column) == (1, 11)
 
 
 def test_pytest_plugin_fails_a_test_with_findings_and_imports_torch_only_when_asked(tmp_path):
