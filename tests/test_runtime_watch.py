@@ -738,3 +738,28 @@ def test_an_island_on_another_thread_is_left_alone_and_the_watched_threads_islan
     assert errors == []
     assert [(f.code, f.line) for f in report.findings] == [("AMP006", _line_of("# watched-island"))]
     assert len(report.notes) == 1 and "thread" in report.notes[0]
+
+
+@pytest.mark.parametrize("flagged", [True, False], ids=["flagged", "clean"])
+def test_amp003_get_total_norm_then_clip_grads_with_norm_is_a_clip(flagged):
+    utils = torch.nn.utils
+    if not hasattr(utils, "clip_grads_with_norm_"):
+        pytest.skip("torch < 2.6 has no clip_grads_with_norm_")
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = _loss(model)
+        scaler.scale(loss).backward()
+        if not flagged:
+            scaler.unscale_(optimizer)
+        norm = utils.get_total_norm([p.grad for p in model.parameters()])
+        utils.clip_grads_with_norm_(model.parameters(), 1.0, norm)  # the-split-clip
+        scaler.step(optimizer)
+        scaler.update()
+
+    report = _watched(body)
+    assert [(f.code, f.line) for f in report.findings] == ([("AMP003", _line_of("# the-split-clip"))]
+                                                          if flagged else [])

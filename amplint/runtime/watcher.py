@@ -7,7 +7,8 @@ What it patches while at least one `watch()` is open (and restores when the last
 - a global optimizer step pre-hook (`torch.optim.optimizer.register_optimizer_step_pre_hook`): AMP002;
 - `torch.amp.GradScaler.__init__/scale/unscale_/step/update`: AMP002, AMP003's scaler state, AMP004, AMP005,
   AMP013;
-- `torch.nn.utils.clip_grad_norm_/clip_grad_value_` (in `torch.nn.utils` and `torch.nn.utils.clip_grad`):
+- `torch.nn.utils.clip_grad_norm_/clip_grad_value_/clip_grads_with_norm_` (in `torch.nn.utils` and
+  `torch.nn.utils.clip_grad`):
   AMP003;
 - `torch.autocast.__enter__/__exit__`: which regions are open; only while an `enabled=False` region opened
   inside an enabled one is open, a `TorchFunctionMode` looks at every op's arguments (AMP006).
@@ -331,6 +332,11 @@ def _scaler_update(original):
     return update
 
 
+# torch >= 2.6: `clip_grads_with_norm_(parameters, max_norm, total_norm)`, the clipping half of clip_grad_norm_
+# (after `get_total_norm(grads)`): it scales the gradients it is given, as clip_grad_norm_ does.
+_CLIP_WITH_NORM = "clip_grads_with_norm_"
+
+
 def _wrap_clip(original):
     name = original.__name__
 
@@ -506,7 +512,7 @@ def _install() -> None:
                        (vocab.STEP, _scaler_step), (vocab.UPDATE, _scaler_update)):
         _patch(scaler, name, wrap(scaler.__dict__[name]))
     for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-        for name in (vocab.CLIP_GRAD_NORM_, vocab.CLIP_GRAD_VALUE_):
+        for name in (vocab.CLIP_GRAD_NORM_, vocab.CLIP_GRAD_VALUE_, _CLIP_WITH_NORM):
             if hasattr(module, name):
                 _patch(module, name, _wrap_clip(getattr(module, name)))
     autocast = torch.amp.autocast_mode.autocast
