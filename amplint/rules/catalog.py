@@ -21,7 +21,7 @@ CATALOG = (
     ("AMP008", "step-bypasses-scaler", "amp008_step_bypasses_scaler", "StepBypassesScaler",
      (vocab.SCALE,), "1.6", "sometimes", "error"),
     ("AMP009", "unscaled-backward", "amp009_unscaled_backward", "UnscaledBackward",
-     (vocab.BACKWARD,), "1.6", "safe", "error"),
+     (vocab.BACKWARD,), "1.6", "sometimes", "error"),
     ("AMP010", "step-without-update", "amp010_step_without_update", "StepWithoutUpdate",
      (vocab.STEP,), "1.6", "safe", "error"),
     ("AMP011", "unscale-twice", "amp011_unscale_twice", "UnscaleTwice",
