@@ -33,6 +33,13 @@ _IMPORTED = object()  # a binding by an import: a module or what it defines, not
 _COMBINING = frozenset({"sum", "mean", "stack", "cat", "concat", "add", "sub", "mul", "div", "true_divide", "max",
                         "min", "clone", "squeeze", "reshape", "nansum", "nanmean", "where"})
 _DEPTH = 24  # names followed through one another
+# Steps one argument's flow may take: names bound many times, each from others, branch at every step (a module of
+# 3,000 lines took minutes); past this the flow is unknown, which makes no finding and no safe fix.
+_STEPS = 2000
+
+
+class _Exhausted(Exception):
+    """The flow of one argument took more than `_STEPS` steps."""
 
 
 def combine(flows) -> str | None:
@@ -66,6 +73,8 @@ class Scope:
     def __init__(self, node: ast.AST | None) -> None:
         self.params: set[str] = set()
         self.bindings: dict[str, list] = {}
+        self.steps = 0
+        self._names: dict[tuple[str, frozenset], str | None] = {}  # a name's flow, once per set of names visited
         if node is None:
             return
         if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda):
@@ -134,9 +143,20 @@ class Scope:
             self._bind(target.value, value)
         # an attribute or a subscript target binds no name of the scope
 
+    def flow_of(self, expr: ast.AST) -> str | None:
+        """The flow of a value, or None (unknown) when finding it takes more than `_STEPS` steps."""
+        self.steps = 0
+        try:
+            return self.flow(expr)
+        except _Exhausted:
+            return None
+
     def flow(self, expr: ast.AST, depth: int = 0, visiting: frozenset = frozenset()) -> str | None:
         if depth > _DEPTH:
             return None
+        self.steps += 1
+        if self.steps > _STEPS:
+            raise _Exhausted
         if says_scale(expr):
             return SCALED
         kind = type(expr)
@@ -188,9 +208,14 @@ class Scope:
         values = self.bindings.get(name)
         if not values:
             return own[0] if own else None  # a parameter never rebound; else a global, a builtin, a closure's
+        key = (name, visiting)
+        if key in self._names:
+            return self._names[key]
         inner = visiting | {name}
-        return combine(own + [None if value is _UNKNOWN or value is _IMPORTED else self.flow(value, depth + 1, inner)
-                              for value in values])
+        found = combine(own + [None if value is _UNKNOWN or value is _IMPORTED else self.flow(value, depth + 1, inner)
+                               for value in values])
+        self._names[key] = found
+        return found
 
 
 def _dotted(node: ast.AST) -> str | None:
@@ -215,13 +240,13 @@ def argument_flows(scope: Scope, call: ast.Call) -> tuple[str, ...]:
     for position, argument in enumerate(call.args):
         if type(argument) is ast.Starred:
             return (STARRED,)
-        flow = scope.flow(argument)
+        flow = scope.flow_of(argument)
         if flow is not None:
             found.append(f"{position}={flow}")
     for keyword in call.keywords:
         if keyword.arg is None:
             return (STARRED,)
-        flow = scope.flow(keyword.value)
+        flow = scope.flow_of(keyword.value)
         if flow is not None:
             found.append(f"{keyword.arg}={flow}")
     return tuple(found)
@@ -301,7 +326,7 @@ class Located:
                 key = id(function)
                 if key not in self._scopes:
                     self._scopes[key] = Scope(function if function is not None else self.tree)
-                return self._scopes[key].flow(node.func.value)
+                return self._scopes[key].flow_of(node.func.value)
             inner = node if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda) else function
             for child in ast.iter_child_nodes(node):
                 end = getattr(child, "end_lineno", None)
