@@ -49,7 +49,7 @@ EXPECTED = {
     "AMP003-clip-without-unscale/flagged/gan_second_optimizer.py": [(23, "safe")],
     "AMP003-clip-without-unscale/flagged/nn_utils_clip_value.py": [(19, "safe")],
     "AMP003-clip-without-unscale/clean/unscale_owner_of_clipped_params.py": [],
-    "AMP006-disabled-autocast-without-cast/flagged/unknown_values_unsafe_fix.py": [(13, "unsafe"), (14, "unsafe")],
+    "AMP015-island-input-of-unknown-dtype/flagged/unknown_values_unsafe_fix.py": [(13, "unsafe"), (14, "unsafe")],
     "AMP006-disabled-autocast-without-cast/flagged/known_tensor_module_safe_fix.py": [(19, "safe")],
     "AMP006-disabled-autocast-without-cast/flagged/fp32_head.py": [(18, "safe")],
     "AMP006-disabled-autocast-without-cast/clean/integer_and_bool_values.py": [],
@@ -302,10 +302,10 @@ def test_amp006_integer_results_inside_the_disabled_region_are_not_uses() -> Non
     assert findings(text, "AMP006") == []
 
 
-def test_amp006_dict_and_int_values_get_no_safe_fix() -> None:
-    name = "AMP006-disabled-autocast-without-cast/flagged/unknown_values_unsafe_fix.py"
+def test_island_inputs_of_unknown_dtype_get_no_safe_fix() -> None:
+    name = "AMP015-island-input-of-unknown-dtype/flagged/unknown_values_unsafe_fix.py"
     text = (FIXTURES / name).read_text(encoding="utf-8")
-    assert fixed(text, "AMP006") == text
+    assert fixed(text, "AMP015") == text and fixed(text, "AMP006") == text
 
 
 # --- runtime: the fixed program against the original, on CPU torch ------------------------------------------------
