@@ -537,7 +537,7 @@ def compact(rows: list[Row], width: int | None = None) -> str:
             flagged, fixed = "not run: the safe fixes leave it as it is", ""
         cells.append((row.program.rule, row.program.path.stem, row.device, row.dtype,
                       "yes" if row.confirmed else "NO", flagged, fixed))
-    header = ("rule", "program", "device", "dtype", "confirmed", "flagged run", "fixed run")
+    header = ("rule", "program", "device", vocab.DTYPE, "confirmed", "flagged run", "fixed run")
     fixed_widths = [max(len(line[column]) for line in (header, *cells)) for column in range(5)]
     rest = max(width - sum(fixed_widths) - 2 * 6, 24)
     runs = [rest // 2, rest - rest // 2]

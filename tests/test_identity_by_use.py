@@ -242,15 +242,14 @@ def train(model, loader, device):
 
 def train(model, loader, optimizer):
     for x, y in loader:
-        if (x is not y  # the scaler is None only on the first batch
-                ):
-            scaler = torch.amp.GradScaler("cuda")
+        scaler = (torch.amp.GradScaler("cuda")  # the scaler is None only on the first batch: `scaler or`
+                  )
         with torch.autocast("cuda"):
             loss = model(x).sum()
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-""", [8]),  # "scaler", "None" in a comment of a test: no lazy `if scaler is None` guard
+""", [6]),  # "scaler", "None", "or" in a comment of the construction: no lazy `scaler or ...` guard
 }
 
 

@@ -96,7 +96,7 @@ MAY_IMPORT = {
                          "amplint.suppression"),
     "amplint.parallel": ("amplint.cache", "amplint.engine", "amplint.index.build", "amplint.outcome",
                          "amplint.pipeline", "amplint.selection"),
-    "amplint.discovery": ("amplint.config",),
+    "amplint.discovery": ("amplint.config", "amplint.source"),
     "amplint.config": DRIVERS,
     "amplint.server": DRIVERS,
     "amplint.flake8_plugin": DRIVERS,

@@ -403,7 +403,6 @@ def test_deprecated_api_needs_a_call_decorator_or_partial(body, analysed):
     ("with torch.autocast(True):\n    pass\n", True),
     ("with torch.autocast(torch.device('cuda')):\n    pass\n", True),
     ("device = torch.device('cuda')\nwith torch.autocast(device_type=device):\n    pass\n", True),
-    ("def f(d: torch.device):\n    with torch.autocast(d):\n        pass\n", True),
     ("with torch.autocast('cpu', dtype=torch.float32):\n    pass\n", True),
     ("with torch.cpu.amp.autocast(dtype=torch.float32):\n    pass\n", True),
     ("import functools\nac = functools.partial(torch.autocast, torch.device('cuda'))\n", True),
@@ -412,6 +411,12 @@ def test_deprecated_api_needs_a_call_decorator_or_partial(body, analysed):
 def test_autocast_device_needs_a_suspect_device(body, analysed):
     text = "import torch\n" + body
     assert _analysed_and_flagged(text, "AMP014") == (analysed, analysed)  # the structure decides exactly
+
+
+def test_an_annotated_device_parameter_is_analysed_and_not_known():
+    """`d: torch.device` is an annotation, not a fact (callers may pass "cuda"): screened in, silent."""
+    text = "import torch\ndef f(d: torch.device):\n    with torch.autocast(d):\n        pass\n"
+    assert _analysed_and_flagged(text, "AMP014") == (True, False)
 
 
 def test_syntax_error_goes_to_the_engine():
@@ -592,8 +597,17 @@ def test_disabled_regions():
     ("def f(model, x):\n    with torch.autocast('cuda'):\n        return model(x).exp()\n", False, False),
 ])
 def test_disabled_autocast_needs_a_nested_region(body, analysed, flagged):
+    """`flagged`: by the island contract (AMP015: an input of unknown dtype uncast); none of these values is known
+    low precision (a user module's output, a parameter no caller shows), so AMP006 is silent on all of them."""
     text = "import torch\n" + body
-    assert _analysed_and_flagged(text, "AMP006") == (analysed, flagged)
+    assert _analysed_and_flagged(text, "AMP015") == (analysed, flagged)
+    assert _analysed_and_flagged(text, "AMP006") == (analysed, False)
+
+
+def test_a_value_an_op_made_low_is_analysed_and_reported():
+    text = ("import torch\ndef f(x, w):\n    with torch.autocast('cuda'):\n        h = torch.mm(x, w)\n"
+            "        with torch.autocast('cuda', enabled=False):\n            return h.sum()\n")
+    assert _analysed_and_flagged(text, "AMP006") == (True, True)
 
 
 SCALER = "import torch\nscaler = torch.amp.GradScaler('cuda')\n"

@@ -26,7 +26,7 @@ from amplint.pipeline import process_file
 from amplint.selection import rules_for
 from samples import CLIP
 
-WARNINGS = {"AMP007", "AMP013"}  # a deprecated spelling; a scaler that only adds work (bit-identical results)
+WARNINGS = {"AMP007", "AMP013", "AMP015"}  # a deprecated spelling; a scaler that only adds work; the opt-in island contract
 
 DEPRECATED = "import torch\n\nscaler = torch.cuda.amp.GradScaler()\n"  # AMP007 only
 

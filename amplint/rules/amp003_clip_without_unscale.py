@@ -689,8 +689,8 @@ class _Index:
         names = self.facts.same_object_names(scaler)
         others = names - {scaler}  # `scaler`'s own `unscale_` calls are events, counted per optimizer
         helpers = self.helpers
-        for call in helpers.calls_in(function):
-            if not start < call.index < end or call is skip:
+        for call in helpers.calls_in(function, start, end):
+            if call is skip:
                 continue
             if call.method == vocab.UNSCALE and call.receiver in others:
                 return True
@@ -835,14 +835,23 @@ class _Helpers:
         for qualname, sites in facts.call_sites.items():
             for site in sites:
                 self._targets[id(site.node)] = qualname
-        self._calls: dict[int, list[Call]] = {}
-        for call in facts.calls:
+        self._calls: dict[int, list[Call]] = {}  # each function's calls, in source order
+        for call in sorted(facts.calls, key=lambda call: call.index):
             self._calls.setdefault(id(call.frame.function()), []).append(call)
+        self._indexes = {key: [call.index for call in calls] for key, calls in self._calls.items()}
         self._event_nodes = {id(event.node) for event in facts.events}
         self._done: dict[int, dict[str, _Doer] | None] = {}
 
-    def calls_in(self, function) -> list[Call]:
-        return self._calls.get(id(function), [])
+    def calls_in(self, function, start: int = -1, end: int | None = None) -> list[Call]:
+        """The function's calls, in source order; with `start`/`end`, those strictly between (found by bisection:
+        a function asked once per clip would otherwise be read once per clip)."""
+        calls = self._calls.get(id(function), [])
+        if start < 0 and end is None:
+            return calls
+        indexes = self._indexes.get(id(function), [])
+        low = bisect.bisect_right(indexes, start)
+        high = len(indexes) if end is None else bisect.bisect_left(indexes, end)
+        return calls[low:high]
 
     def is_event(self, call: Call) -> bool:
         return id(call.node) in self._event_nodes

@@ -154,7 +154,7 @@ class UnscaledBackward(Rule):
             if handed != UNSCALED:
                 return None
             sites = max(sites, count)
-        return f", as every caller seen passes it ({sites} call{'s' if sites > 1 else ''})"
+        return f" by all {sites} call{'s' if sites > 1 else ''} seen"
 
     @staticmethod
     def _separate_scaled_backward(facts: ModuleFacts, other: Event, backward: Event, scaler: str) -> bool:
