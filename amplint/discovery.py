@@ -13,6 +13,7 @@ matching pattern wins (`!keep.py` re-includes). A path named on the command line
 from __future__ import annotations
 
 import os
+import sys
 from typing import Callable, Iterator
 
 from amplint.config import Settings
@@ -206,10 +207,23 @@ def _spec(path: str):
         text = read_bytes(path, MAX_IGNORE_FILE_BYTES).decode("utf-8", errors="replace")
     except SourceError:
         return None
-    import pathspec  # only where an ignore file is found: a run on named files never loads it
-
+    try:
+        import pathspec  # only where an ignore file is found: a run on named files never loads it
+    except ImportError:  # a dependency of the package, absent where amplint runs from its sources alone
+        _say_once("amplint: warning: respect-gitignore needs the `pathspec` package (pip install pathspec); "
+                  "ignore files are not applied in this run")
+        return None
     spec = pathspec.GitIgnoreSpec.from_lines(text.splitlines())
     return spec if spec.patterns else None
+
+
+_SAID: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _SAID:
+        _SAID.add(message)
+        print(message, file=sys.stderr)
 
 
 def repository_of(folder: str) -> str | None:

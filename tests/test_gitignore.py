@@ -172,3 +172,16 @@ def test_a_run_on_named_files_does_not_load_pathspec(tmp_path):
     code = ("import sys\nfrom amplint.cli import entry\nsys.argv = ['amplint', 'check', '--no-cache', sys.argv[1]]\n"
             "try:\n    entry()\nexcept SystemExit:\n    pass\nassert 'pathspec' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code, str(tmp_path / "t.py")], check=True, capture_output=True)
+
+
+def test_without_pathspec_the_ignore_files_are_not_applied_and_the_run_says_so(tmp_path, monkeypatch, capsys):
+    """Run from its sources where `pathspec` is absent, amplint lints everything and warns once; no error."""
+    import amplint.discovery as discovery
+
+    monkeypatch.setitem(sys.modules, "pathspec", None)  # `import pathspec` raises ImportError
+    monkeypatch.setattr(discovery, "_SAID", set())
+    project = tmp_path / "project"
+    _repository(project)
+    _tree(project, {".gitignore": "wandb/\n", "wandb/code.py": FLAGGED, "train.py": FLAGGED, "sub/.gitignore": "x\n"})
+    assert _found(project) == ["train.py", "wandb/code.py"]
+    assert capsys.readouterr().err.count("needs the `pathspec` package") == 1
