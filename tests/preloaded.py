@@ -96,6 +96,12 @@ while True:
 '''
 
 
+def is_program_run(args) -> bool:
+    """A harness program run, `subprocess.run([sys.executable, FILE.py], ...)` (amplint.harness.run_file); not
+    another command the harness starts (its CUDA probe, `python -c ...`)."""
+    return len(args) == 2 and args[0] == sys.executable and str(args[1]).endswith(".py")
+
+
 class Preloaded:
     """The zygote, and `run`, a stand-in for `subprocess.run([sys.executable, FILE], ...)` that forks from it."""
 
@@ -126,10 +132,16 @@ class Preloaded:
             return {key: value for key, value in variables.items() if key not in PER_RUN}
         return fixed(env) == fixed(self.env)
 
+    def forks(self, args, env=None, capture_output=False, text=False, **options) -> bool:
+        """Whether `run` forks this call from the zygote: a program run (`[sys.executable, FILE.py]`, its output
+        captured as text) started with the zygote's environment. Anything else (the harness's CUDA probe,
+        `python -c ...`) runs as it is."""
+        return (is_program_run(args) and capture_output and text and not options
+                and self.starts_like(dict(os.environ if env is None else env)))
+
     def run(self, args, *, cwd=None, env=None, timeout=None, capture_output=False, text=False, **options):
         env = dict(os.environ if env is None else env)
-        if not (len(args) == 2 and args[0] == sys.executable and str(args[1]).endswith(".py") and capture_output
-                and text and not options and self.starts_like(env)):
+        if not self.forks(args, env, capture_output, text, **options):
             return subprocess.run(args, cwd=cwd, env=env, timeout=timeout, capture_output=capture_output,
                                   text=text, **options)
         with self.changed:

@@ -18,13 +18,14 @@ import pytest
 
 from amplint import harness
 from amplint.rules import ALL_RULES
-from preloaded import Preloaded
+from preloaded import Preloaded, is_program_run
 
 PROGRAMS = harness.discover()
 HARM = [program for program in PROGRAMS if not program.safety]  # the rest: safety programs (fixtures/safe-fixes)
 # A program's run takes seconds; the bound only stops a hung one, and is generous for a loaded machine (the
 # harness's own default is for a quiet one).
 HANG_GUARD_S = 600.0
+RUN_ONLY = ("cwd", "timeout")  # options of a run that a forked run takes as they are (the rest decide whether it is)
 
 
 def _cases():
@@ -46,11 +47,16 @@ def preloaded():
 
 @pytest.fixture
 def forked_runs(preloaded, monkeypatch):
-    """The harness's `subprocess.run` forks from the preloaded interpreter (the rest of its code runs as it is)."""
+    """The harness's `subprocess.run` forks its program runs from the preloaded interpreter (the rest of its code
+    runs as it is); the list says, for each program run, whether it was forked. Another command the harness starts
+    runs as it is and is not listed: its CUDA probe (`harness.cuda_available`, `python -c ...`, made once per
+    process by the first CUDA row, inside that row's test) is no program run."""
     calls = []
 
     def run(args, **options):
-        calls.append(preloaded.starts_like(options.get("env") or os.environ))
+        if is_program_run(args):
+            decisive = {key: value for key, value in options.items() if key not in RUN_ONLY}
+            calls.append(preloaded.forks(args, **decisive))
         return preloaded.run(args, **options)
 
     monkeypatch.setattr(harness, "subprocess", types.SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
@@ -68,7 +74,55 @@ def test_flagged_shows_harm_and_fix_removes_it(program: harness.Program, device:
         + f"\nflagged: {harness.summarize(program, row.flagged_run)}"
         + f"\nfixed:   {harness.summarize(program, row.fixed_run)}"
     )
-    assert all(forked_runs)  # every run forked from the preloaded interpreter (an unchanged safety program: none)
+    # every program run forked from the preloaded interpreter (an unchanged safety program: none)
+    assert all(forked_runs), forked_runs
+
+
+# --- the causes of the first CUDA run's failures, each made on CPU ---------------------------------------------
+# One H200, torch 2.11.0+cu130, 2026-12-04 (docs/evidence.md): 12 of the 53 CUDA rows of this file failed. 11 on
+# `all(forked_runs)` with [False, True, True]: each xdist worker's first CUDA row made the harness's CUDA probe
+# inside its test, and the probe was counted as a run that did not fork (the program runs did fork). One, AMP005
+# predict_decorated on float16, on its expectation: the harm there is an overflow.
+
+CHEAP = next(program for program in HARM
+             if program.name == "AMP014-autocast-device-mismatch/torch_device_as_device_type")
+
+
+@pytest.mark.runtime
+def test_the_cuda_probe_inside_a_row_is_no_program_run(forked_runs) -> None:
+    """The CUDA row's condition on a CPU machine: the probe (`harness.cuda_available`, cached per process) made in
+    the row's test, as each worker's first CUDA row makes it; then the row's program runs. Only those count, and
+    they fork."""
+    harness.cuda_available.cache_clear()
+    try:
+        harness.cuda_available()
+        row = harness.check(CHEAP, "cpu", "bfloat16", timeout=HANG_GUARD_S)
+    finally:
+        harness.cuda_available.cache_clear()  # asked again, outside any test's stand-in, where a row needs it
+    assert row.confirmed, row.problems
+    assert forked_runs == [True, True]
+
+
+# The CUDA float16 numbers of predict_decorated (flagged: the scaled logits overflow float16; fixed: the model's own).
+PREDICT_DECORATED_CUDA_FLOAT16 = (
+    {"logit_ratio": float("inf"), "max_prob_diff": float("nan"), "min_confidence": float("nan")},
+    {"logit_ratio": 1.0, "max_prob_diff": 0.0, "min_confidence": 0.5001},
+)
+
+
+def test_an_overflow_that_is_the_harm_confirms_the_row() -> None:
+    """AMP005's scaled logits overflow float16 on CUDA (inf; softmax of inf: NaN probabilities): worse than the
+    expectation's saturated softmax, and still the harm. The fixed run's numbers stay held to finite ones."""
+    program = next(program for program in HARM if program.name == "AMP005-scaler-in-inference/predict_decorated")
+    flagged, fixed = (harness.RunResult(json.loads(json.dumps(data))) for data in PREDICT_DECORATED_CUDA_FLOAT16)
+    row = harness.Row(program, "cuda", "float16", harness.FixedProgram("x"), flagged, fixed)
+    assert harness._judge(row).problems == []
+    nan = float("nan")
+    no_ratio = harness.RunResult({"logit_ratio": nan, "max_prob_diff": nan, "min_confidence": nan})
+    row = harness.Row(program, "cuda", "float16", harness.FixedProgram("x"), no_ratio, fixed)
+    assert harness._judge(row).problems == [f"flagged run: expected {program.bad}"]  # NaN logits show no scaling
+    row = harness.Row(program, "cuda", "float16", harness.FixedProgram("x"), flagged, no_ratio)
+    assert harness._judge(row).problems == [f"fixed run: expected {program.good}"]
 
 
 @pytest.mark.runtime
