@@ -55,7 +55,11 @@ CLIP_GRAD = "clip_grad"  # the common prefix of the clip functions (and their mo
 CLIP_GRAD_NORM_ = "clip_grad_norm_"
 CLIP_GRAD_NORM = "clip_grad_norm"
 CLIP_GRAD_VALUE_ = "clip_grad_value_"
-CLIP_NAMES = (CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_)
+# torch 2.6+: clip_grad_norm_ in two halves, `total = get_total_norm(grads)` then
+# `clip_grads_with_norm_(params, max_norm, total)`: the clip (its factor max_norm / total) is the second call.
+CLIP_GRADS_WITH_NORM_ = "clip_grads_with_norm_"
+GET_TOTAL_NORM = "get_total_norm"
+CLIP_NAMES = (CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_, CLIP_GRADS_WITH_NORM_)
 
 # Module modes.
 EVAL = "eval"
@@ -121,7 +125,11 @@ CLIP_FUNCTIONS = frozenset({
     "torch.nn.utils.clip_grad.clip_grad_value_",
 })
 AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+    "torch.nn.utils.clip_grads_with_norm_",
+    "torch.nn.utils.clip_grad._clip_grads_with_norm_",
 NO_GRAD_CONTEXTS = frozenset({
+# The norm `clip_grads_with_norm_` divides by: computed from the gradients as they are when it runs.
+TOTAL_NORM_FUNCTIONS = frozenset({"torch.nn.utils.get_total_norm", "torch.nn.utils.clip_grad._get_total_norm"})
     "torch.no_grad",
     "torch.inference_mode",
     "torch.autograd.no_grad",
@@ -312,7 +320,7 @@ API_WORDS = frozenset({
     AMP, AUTOGRAD, AUTOCAST, GRAD_SCALER, SHARDED_GRAD_SCALER, CUSTOM_FWD, CUSTOM_BWD,
     SCALE, UNSCALE, STEP, UPDATE, GET_SCALE, IS_ENABLED, LOAD_STATE_DICT, ZERO_GRAD, PARAM_GROUPS,
     BACKWARD, MANUAL_BACKWARD, GRAD, NO_GRAD, INFERENCE_MODE, ENABLE_GRAD, SET_GRAD_ENABLED,
-    CLIP_GRAD, CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_, EVAL,
+    CLIP_GRAD, CLIP_GRAD_NORM_, CLIP_GRAD_NORM, CLIP_GRAD_VALUE_, CLIP_GRADS_WITH_NORM_, GET_TOTAL_NORM, EVAL,
     ENABLED, DTYPE, DEVICE_TYPE, CACHE_ENABLED, CAST_INPUTS,
     FLOAT16, BFLOAT16, HALF, FLOAT32, FLOAT64,
 })

@@ -654,7 +654,8 @@ class ModuleFacts:
         key = dotted_name(value)
         if key is None:
             return False
-        bound = self.bindings(key, frame)
+        # `self.clip_fn = None` until a clip is configured: a call of the name runs one of the other values
+        bound = [a for a in self.bindings(key, frame) if not _is_none(a.value)]
         return bool(bound) and all(len(a.targets) == 1 and self.is_clip_function(a.value, a.frame, depth + 1)
                                    for a in bound)
 
@@ -782,6 +783,9 @@ class ModuleFacts:
     def loop_values(self, name: str | None, frame: Frame | None) -> list[str | None] | None:
         """What `name` takes, when it is the target of a `for` around `frame` in its function: the dotted
         elements of a tuple, list or set literal it iterates (also through a name bound once to one); [None] for
+        if isinstance(value, cst.IfExp):  # `partial(clip_grad_norm_, ...) if max_norm else None`
+            branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
+            return bool(branches) and all(self.is_clip_function(b, frame, depth + 1) for b in branches)
         anything else (`for opt in self.optimizers`, `enumerate(...)`: unknown values). None when `name` is
         no such target."""
         if not name or frame is None:
@@ -1043,3 +1047,8 @@ def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> 
     if all(flag is False for flag in flags):
         return False
     return True if all(flags) else None
+
+
+def _is_none(node: cst.BaseExpression | None) -> bool:
+    """Is the expression the literal `None`?"""
+    return isinstance(node, cst.Name) and node.value == "None"

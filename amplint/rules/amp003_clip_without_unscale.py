@@ -11,9 +11,10 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
+from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
+from amplint.facts.clips import clamps, covers, first_measured, iterates_parameters, parameter_owners
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 from amplint.diagnostics import Applicability
@@ -128,7 +129,7 @@ class ClipWithoutUnscale(Rule):
     # `clip_grad` for a clip of the file; `scale` for a scaled backward whose clip is in another module's helper.
     words = (vocab.CLIP_GRAD, vocab.SCALE, vocab.REGISTER_HOOK)
     # a clip followed by a scaler's step (wherever the scaled backward ran), or gradient hooks that clamp
-    requires = (Ask(Summary.uses_api, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
+    requires = (Ask(Summary.mentions, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
                 & Ask(Summary.scaler_possible)) | (Ask(Summary.calls_method, vocab.REGISTER_HOOK)
                                                   & Ask(Summary.mentions, *vocab.CLAMP_METHODS))
     # a scaled backward here, and a call of this file reaching a clip in another module
@@ -200,9 +201,9 @@ class ClipWithoutUnscale(Rule):
             if call.method != vocab.REGISTER_HOOK or len(call.node.args) != 1 or call.receiver is None:
                 continue
             hook = call.node.args[0].value
-            if not isinstance(hook, cst.Lambda) or not _clamps(facts, hook.body):
+            if not isinstance(hook, cst.Lambda) or not clamps(facts, hook.body):
                 continue
-            if not _iterates_parameters(call.receiver, call.frame):
+            if not iterates_parameters(call.receiver, call.frame):
                 continue
             info = facts.function_info(call.frame)
             where = _scaled_backward_around(facts, info.qualname if info else None)
@@ -353,8 +354,8 @@ class ClipWithoutUnscale(Rule):
 
     def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str,
                         before: str = "the clip") -> FixPlan | None:
-        statement = clip.call.statement
-        if not self._step_follows_every_clip(clip, step):
+        statement = first_measured(facts, clip.call)  # a split clip's norm: unscale before it is computed
+        if statement is None or not self._step_follows_every_clip(clip, step):
             return None
         if not isinstance(statement, cst.SimpleStatementLine) and not isinstance(statement, cst.BaseCompoundStatement):
             return None
@@ -371,7 +372,8 @@ class ClipWithoutUnscale(Rule):
         clip_statement, unscale_statement = clip.call.statement, unscale.call.statement
         if not isinstance(unscale_statement, cst.SimpleStatementLine) or len(unscale_statement.body) != 1:
             return None
-        if clip.call.statements[:-1] != unscale.call.statements[:-1] or clip.frame is not unscale.frame:
+        if clip.call.statements[:-1] != unscale.call.statements[:-1] or clip.frame is not unscale.frame \
+                or first_measured(facts, clip.call) is not clip_statement:
             return None
         applicability = _move_applicability(facts, clip, unscale, index)
         if applicability is None:
@@ -486,7 +488,7 @@ def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], event
     known = events.optimizers(scaler)
     owners = {name: index.optimizer_owners(name, clip.frame) for name in known | set(candidates)}
     covering = [name for name, built_on in owners.items()
-                if clipped is not None and built_on is not None and _covers(built_on, clipped)]
+                if clipped is not None and built_on is not None and covers(built_on, clipped)]
     if len(covering) == 1:
         return covering[0] if covering[0] in candidates else None
     if len(candidates) != 1 or covering:
@@ -495,6 +497,35 @@ def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], event
     if owners.get(only) is not None and clipped is not None:
         return None  # both sides known, and they do not match: the clip is of another optimizer's parameters
     return only
+
+
+def _closure_of_this_module(facts: ModuleFacts, call: Call) -> bool:
+    """Is the call's callee a plain name this module binds to a function the analysis does not follow: a
+    lambda (`unscale = lambda: scaler.unscale_(opt)`) or a function nested in another (`def unscale(): ...`
+    inside `train()`)? Its code may reach the scaler through its closure, without being handed it: it may
+    unscale (an `unscale_` inserted after it would raise `unscale_() has already been called`)."""
+    func = call.node.func
+    if not isinstance(func, cst.Name):
+        return False
+    if any(isinstance(binding.value, cst.Lambda) for binding in facts.bindings(func.value, call.frame)):
+        return True
+
+    class Nested(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.depth, self.found = 0, False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            self.found = self.found or bool(self.depth) and node.name.value == func.value
+            self.depth += 1
+            return not self.found
+
+        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+            self.depth -= 1
+
+    visitor = Nested()
+    facts.module.visit(visitor)
+    return visitor.found
 
 
 def _hands_over(call: cst.Call, names: set[str]) -> bool:
@@ -536,11 +567,6 @@ def _hands_over(call: cst.Call, names: set[str]) -> bool:
     for arg in call.args:
         arg.value.visit(Mentions())
     return bool(found)
-
-
-def _covers(built_on: set[str], clipped: set[str]) -> bool:
-    """Does an optimizer built on the parameters of `built_on` hold every parameter of `clipped`?"""
-    return all(any(c == o or c.startswith(o + ".") for o in built_on) for c in clipped)
 
 
 class _Ordered:
@@ -697,7 +723,8 @@ class _Index:
             if helpers.is_event(call):
                 continue
             unscales = helpers.unscales(call)
-            if unscales or unscales is None and _hands_over(call.node, names):
+            if unscales or unscales is None and (_hands_over(call.node, names)
+                                                 or _closure_of_this_module(self.facts, call)):
                 return True
         return False
 
@@ -754,43 +781,6 @@ def _optimizer_owners(facts: ModuleFacts, name: str, frame, index: _Index) -> se
     for assignment in facts.assignments_in(function):
         if dotted_name(assignment.value) in owners:
             owners = owners | set(assignment.targets)
-    return owners
-
-
-def parameter_owners(facts: ModuleFacts, expr, frame, depth: int = 0) -> set[str] | None:
-    """The modules whose parameters `expr` yields: `gen.parameters()` -> {"gen"}; `list(...)`, `[*a, *b]`,
-    `itertools.chain(...)`, param-group dicts and local names bound to them are followed. None: unknown."""
-    if expr is None or depth > 4:
-        return None
-    if isinstance(expr, cst.Call):
-        func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
-            owner = dotted_name(func.value)
-            return {owner} if owner else None
-        callee = dotted_name(func) or ""
-        if callee in ("list", "tuple", "itertools.chain", "chain") and expr.args:
-            return _union(parameter_owners(facts, arg.value, frame, depth + 1) for arg in expr.args)
-        return None
-    if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
-        return _union(parameter_owners(facts, element.value, frame, depth + 1) for element in expr.elements)
-    if isinstance(expr, cst.Dict):
-        params = [e.value for e in expr.elements if isinstance(e, cst.DictElement)
-                  and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
-        return parameter_owners(facts, params[0], frame, depth + 1) if params else None
-    key = dotted_name(expr)
-    if key is not None:
-        bound = facts.bindings(key, frame)
-        if len(bound) == 1 and len(bound[0].targets) == 1:
-            return parameter_owners(facts, bound[0].value, bound[0].frame, depth + 1)
-    return None
-
-
-def _union(parts) -> set[str] | None:
-    owners: set[str] = set()
-    for part in parts:
-        if part is None:
-            return None
-        owners |= part
     return owners
 
 
@@ -947,33 +937,6 @@ class _Helpers:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
             del found[Effect.STEP]
-
-
-def _clamps(facts: ModuleFacts, node: cst.CSTNode) -> bool:
-    """Does the code call a clamp (`g.clamp(...)`, `g.clip(...)`, `torch.clamp(g, ...)`)?"""
-    found = []
-
-    class Clamps(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value in vocab.CLAMP_METHODS \
-                    or facts.imports.qualify(call.func) in vocab.CLAMP_FUNCTIONS:
-                found.append(call)
-
-    node.visit(Clamps())
-    return bool(found)
-
-
-def _iterates_parameters(name: str, frame) -> bool:
-    """Is `name` the target of a `for` around `frame` over a module's `.parameters()`?"""
-    for current in frame.ancestors():
-        if current.kind is FrameKind.FUNCTION:
-            return False
-        node = current.node
-        if current.kind is FrameKind.LOOP and isinstance(node, cst.For) and dotted_name(node.target) == name \
-                and isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute) \
-                and node.iter.func.attr.value in vocab.PARAMETERS_METHODS:
-            return True
-    return False
 
 
 def _scaled_backward_around(facts: ModuleFacts, qualname: str | None) -> str | None:

@@ -334,7 +334,7 @@ def _scaler_update(original):
 
 # torch >= 2.6: `clip_grads_with_norm_(parameters, max_norm, total_norm)`, the clipping half of clip_grad_norm_
 # (after `get_total_norm(grads)`): it scales the gradients it is given, as clip_grad_norm_ does.
-_CLIP_WITH_NORM = "clip_grads_with_norm_"
+_CLIP_WITH_NORM = vocab.CLIP_GRADS_WITH_NORM_
 
 
 def _wrap_clip(original):

@@ -1,0 +1,149 @@
+"""Facts about gradient clips that AMP003 reads: what a clip's parameters are, where the gradients it measures
+are read (a split clip's norm), whether a gradient hook clamps.
+
+A clip that clips scaled gradients is mended by `scaler.unscale_(optimizer)` before the gradients are first
+measured: before the clip itself, or, for torch 2.6's split clip (`total = get_total_norm(grads)` then
+`clip_grads_with_norm_(params, max_norm, total)`), before the statement that computes the norm: an `unscale_`
+between the two would leave the clip dividing true gradients by a norm of scaled ones (a factor max_norm / total,
+65536 times too small at the default scale)."""
+
+from __future__ import annotations
+
+from amplint.lazy import libcst as cst
+
+from amplint import vocabulary as vocab
+from amplint.facts.model import Call, FrameKind
+from amplint.facts.module import ModuleFacts, call_argument
+from amplint.facts.names import dotted_name
+
+_CLIP_WITH_NORM = frozenset(name for name in vocab.CLIP_FUNCTIONS
+                            if vocab.last_name(name).strip("_") == vocab.CLIP_GRADS_WITH_NORM_.strip("_"))
+
+
+def is_split_clip(call: Call) -> bool:
+    """Is the call torch's `clip_grads_with_norm_(parameters, max_norm, total_norm)` (torch 2.6+)?"""
+    return call.qualified in _CLIP_WITH_NORM
+
+
+def first_measured(facts: ModuleFacts, call: Call) -> cst.CSTNode | None:
+    """The statement before which an `unscale_` makes the clip see true gradients: the clip's own statement, or,
+    for a split clip, the statement that computes its `total_norm` from the gradients. That is the clip's
+    statement when the norm is computed there (`clip_grads_with_norm_(ps, 1.0, get_total_norm(grads))`), or the
+    statement just before it in the same block, binding the name the clip is handed, once in the function, to
+    `get_total_norm(...)`. Only for a norm of the gradients themselves (`p.grad`, read where the norm is
+    computed or through a name bound to a list of them: `unscale_` divides those tensors in place); None when
+    the norm comes from anywhere else (a copy, another function, an earlier statement): no place is known."""
+    if not is_split_clip(call):
+        return call.statement
+    norm = call_argument(call.node, 2, "total_norm")
+    if norm is None:
+        return None
+    if isinstance(norm, cst.Call):
+        return call.statement if _norm_of_gradients(facts, norm, call) else None
+    name = dotted_name(norm)
+    bound = facts.bindings(name, call.frame) if name else []
+    if len(bound) != 1 or not isinstance(bound[0].value, cst.Call) or bound[0].frame is not call.frame \
+            or not _norm_of_gradients(facts, bound[0].value, call):
+        return None
+    statement = bound[0].statement
+    here, there = facts.block_of(call.statement), facts.block_of(statement)
+    if here is None or there is None or here[0] is not there[0] or there[1] != here[1] - 1:
+        return None
+    return statement
+
+
+def _norm_of_gradients(facts: ModuleFacts, value: cst.Call, call: Call) -> bool:
+    """Is `value` `get_total_norm(...)` of gradients as they are (`p.grad` of each, in a comprehension or a list,
+    inline or through a name bound once to one)?"""
+    if facts.imports.qualify(value.func) not in vocab.TOTAL_NORM_FUNCTIONS:
+        return False
+    tensors = call_argument(value, 0, "tensors")
+    name = dotted_name(tensors) if tensors is not None else None
+    if name is not None:
+        bound = facts.bindings(name, call.frame)
+        if len(bound) != 1:
+            return False
+        tensors = bound[0].value
+    return _gradients(tensors)
+
+
+def _gradients(node) -> bool:
+    """A comprehension or list whose elements are `x.grad`."""
+    if isinstance(node, (cst.ListComp, cst.GeneratorExp)):
+        return _is_grad(node.elt)
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return bool(node.elements) and all(_is_grad(e.value) for e in node.elements)
+    return False
+
+
+def _is_grad(node) -> bool:
+    return isinstance(node, cst.Attribute) and node.attr.value == vocab.GRAD
+
+
+def covers(built_on: set[str], clipped: set[str]) -> bool:
+    """Does an optimizer built on the parameters of `built_on` hold every parameter of `clipped`?"""
+    return all(any(c == o or c.startswith(o + ".") for o in built_on) for c in clipped)
+
+
+def parameter_owners(facts: ModuleFacts, expr, frame, depth: int = 0) -> set[str] | None:
+    """The modules whose parameters `expr` yields: `gen.parameters()` -> {"gen"}; `list(...)`, `[*a, *b]`,
+    `itertools.chain(...)`, param-group dicts and local names bound to them are followed. None: unknown."""
+    if expr is None or depth > 4:
+        return None
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+            owner = dotted_name(func.value)
+            return {owner} if owner else None
+        callee = dotted_name(func) or ""
+        if callee in ("list", "tuple", "itertools.chain", "chain") and expr.args:
+            return _union(parameter_owners(facts, arg.value, frame, depth + 1) for arg in expr.args)
+        return None
+    if isinstance(expr, (cst.List, cst.Tuple)) and expr.elements:
+        return _union(parameter_owners(facts, element.value, frame, depth + 1) for element in expr.elements)
+    if isinstance(expr, cst.Dict):
+        params = [e.value for e in expr.elements if isinstance(e, cst.DictElement)
+                  and isinstance(e.key, cst.SimpleString) and e.key.evaluated_value == "params"]
+        return parameter_owners(facts, params[0], frame, depth + 1) if params else None
+    key = dotted_name(expr)
+    if key is not None:
+        bound = facts.bindings(key, frame)
+        if len(bound) == 1 and len(bound[0].targets) == 1:
+            return parameter_owners(facts, bound[0].value, bound[0].frame, depth + 1)
+    return None
+
+
+def _union(parts) -> set[str] | None:
+    owners: set[str] = set()
+    for part in parts:
+        if part is None:
+            return None
+        owners |= part
+    return owners
+
+
+def clamps(facts: ModuleFacts, node: cst.CSTNode) -> bool:
+    """Does the code call a clamp (`g.clamp(...)`, `g.clip(...)`, `torch.clamp(g, ...)`)?"""
+    found = []
+
+    class Clamps(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in vocab.CLAMP_METHODS \
+                    or facts.imports.qualify(call.func) in vocab.CLAMP_FUNCTIONS:
+                found.append(call)
+
+    node.visit(Clamps())
+    return bool(found)
+
+
+def iterates_parameters(name: str, frame) -> bool:
+    """Is `name` the target of a `for` around `frame` over a module's `.parameters()`?"""
+    for current in frame.ancestors():
+        if current.kind is FrameKind.FUNCTION:
+            return False
+        node = current.node
+        if current.kind is FrameKind.LOOP and isinstance(node, cst.For) and dotted_name(node.target) == name \
+                and isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute) \
+                and node.iter.func.attr.value in vocab.PARAMETERS_METHODS:
+            return True
+    return False
