@@ -123,13 +123,13 @@ CLIP_FUNCTIONS = frozenset({
     "torch.nn.utils.clip_grad.clip_grad_norm_",
     "torch.nn.utils.clip_grad.clip_grad_norm",
     "torch.nn.utils.clip_grad.clip_grad_value_",
-})
-AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
     "torch.nn.utils.clip_grads_with_norm_",
     "torch.nn.utils.clip_grad._clip_grads_with_norm_",
-NO_GRAD_CONTEXTS = frozenset({
+})
 # The norm `clip_grads_with_norm_` divides by: computed from the gradients as they are when it runs.
 TOTAL_NORM_FUNCTIONS = frozenset({"torch.nn.utils.get_total_norm", "torch.nn.utils.clip_grad._get_total_norm"})
+AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+NO_GRAD_CONTEXTS = frozenset({
     "torch.no_grad",
     "torch.inference_mode",
     "torch.autograd.no_grad",

@@ -647,6 +647,9 @@ class ModuleFacts:
                 and value.args[0].keyword is None and self.imports.qualify(value.args[0].value) in api.CLIP_FUNCTIONS
         if isinstance(value, cst.Subscript):
             return self.is_clip_function(value.value, frame, depth + 1)
+        if isinstance(value, cst.IfExp):  # `partial(clip_grad_norm_, ...) if max_norm else None`
+            branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
+            return bool(branches) and all(self.is_clip_function(b, frame, depth + 1) for b in branches)
         if isinstance(value, cst.Dict):
             values = [e.value for e in value.elements if isinstance(e, cst.DictElement)]
             return bool(values) and len(values) == len(value.elements) and all(
@@ -783,9 +786,6 @@ class ModuleFacts:
     def loop_values(self, name: str | None, frame: Frame | None) -> list[str | None] | None:
         """What `name` takes, when it is the target of a `for` around `frame` in its function: the dotted
         elements of a tuple, list or set literal it iterates (also through a name bound once to one); [None] for
-        if isinstance(value, cst.IfExp):  # `partial(clip_grad_norm_, ...) if max_norm else None`
-            branches = [b for b in (value.body, value.orelse) if not _is_none(b)]
-            return bool(branches) and all(self.is_clip_function(b, frame, depth + 1) for b in branches)
         anything else (`for opt in self.optimizers`, `enumerate(...)`: unknown values). None when `name` is
         no such target."""
         if not name or frame is None:
