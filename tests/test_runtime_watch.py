@@ -763,3 +763,145 @@ def test_amp003_get_total_norm_then_clip_grads_with_norm_is_a_clip(flagged):
     report = _watched(body)
     assert [(f.code, f.line) for f in report.findings] == ([("AMP003", _line_of("# the-split-clip"))]
                                                           if flagged else [])
+
+
+# --- the user's line: installed code (a framework) and the standard library are context, not the finding's place ---
+
+FAKE_FRAMEWORK = '''
+import contextlib
+
+import torch
+
+
+def fit(step, batches, dtype):
+    for batch in batches:
+        with torch.autocast("cpu", dtype=dtype):  # the framework's region, around the user's step
+            step(batch)
+
+
+def backward(loss):
+    loss.backward()  # framework-backward
+
+
+@contextlib.contextmanager
+def autocast(dtype):  # a region the user opens through the framework
+    with torch.autocast("cpu", dtype=dtype):
+        yield
+
+
+def make_scaler():
+    return torch.amp.GradScaler("cpu")
+'''
+
+
+@pytest.fixture
+def framework(tmp_path, monkeypatch):
+    """A module installed in a site-packages folder (a stand-in for a trainer), imported fresh."""
+    folder = tmp_path / "lib" / "site-packages" / "amplint_fake_framework"
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text(FAKE_FRAMEWORK)
+    monkeypatch.syspath_prepend(str(folder.parent))
+    monkeypatch.delitem(sys.modules, "amplint_fake_framework", raising=False)
+    import amplint_fake_framework
+
+    yield amplint_fake_framework
+    sys.modules.pop("amplint_fake_framework", None)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_a_mistake_in_installed_code_is_reported_at_the_users_line_with_the_framework_frame(framework, dtype):
+    """The backward runs in the framework's code, under the region the framework opened around the user's step:
+    the finding is the user's call, `via` the framework's line, and the fix named is a disabled region (the user
+    cannot close the framework's)."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def step(batch):
+        loss = model(batch).pow(2).mean()
+        framework.backward(loss)  # user-calls-framework
+        optimizer.step()  # user-steps-in-framework-region
+        optimizer.zero_grad()
+
+    report = _watched(lambda: framework.fit(step, [torch.randn(4, 8)] * 2, getattr(torch, dtype)))
+    (backward, step_finding) = report.findings
+    assert (backward.code, backward.filename, backward.line) == ("AMP001", HERE, _line_of("# user-calls-framework"))
+    source = Path(framework.__file__).read_text().splitlines()
+    assert backward.via_filename == framework.__file__
+    assert "# framework-backward" in source[backward.via_line - 1] and backward.via_column == 5
+    assert str(backward).endswith(f"(via amplint_fake_framework/__init__.py:{backward.via_line})")
+    assert 'inside `with torch.autocast("cpu", enabled=False):`' in backward.message
+    (note,) = backward.to_diagnostic().notes
+    assert (note.filename, note.location.row, note.location.column) == (framework.__file__, backward.via_line, 5)
+    assert (step_finding.code, step_finding.line, step_finding.via_filename) == (
+        "AMP002", _line_of("# user-steps-in-framework-region"), None)
+    assert 'run the step inside `with torch.autocast("cpu", enabled=False):`' in step_finding.message
+
+
+def test_a_region_the_user_opens_through_a_framework_is_the_users_to_close(framework):
+    model = _model()
+
+    def body():
+        with framework.autocast(torch.bfloat16):
+            loss = _loss(model)
+            framework.backward(loss)  # framework-region-of-the-user
+
+    (finding,) = _watched(body).findings
+    assert (finding.code, finding.line) == ("AMP001", _line_of("# framework-region-of-the-user"))
+    assert finding.message.endswith("close the autocast region before it") and finding.via_line is not None
+
+
+def test_the_standard_librarys_frames_are_not_the_users_line():
+    """A backward that `contextlib.ExitStack` runs at the end of the user's `with`: reported at the user's line
+    (before, at contextlib's), and the standard library is no framework to name."""
+    import contextlib
+
+    model = _model()
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = _loss(model)
+            with contextlib.ExitStack() as stack:  # stdlib-runs-backward
+                stack.callback(loss.backward)
+
+    (finding,) = _watched(body).findings
+    assert (finding.code, finding.filename, finding.line, finding.via) == (
+        "AMP001", HERE, _line_of("# stdlib-runs-backward"), None)
+
+
+def test_a_scaler_installed_code_builds_again_is_not_amp004(framework):
+    """A framework builds a GradScaler for each run it is given (a trainer, an accelerator): whether two runs are
+    one training's is not known, so a second one built by the same call is silent; the user's own is reported."""
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def body(build):
+        for _ in range(2):
+            scaler = build()
+            scaler.scale(_loss(model)).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    def own():
+        return torch.amp.GradScaler("cpu")  # user-builds
+
+    assert codes(_watched(lambda: body(framework.make_scaler))) == []
+    report = _watched(lambda: body(own))
+    assert [(f.code, f.line) for f in report.findings] == [("AMP004", _line_of("# user-builds"))]
+
+
+def test_owner_of_a_file():
+    from amplint.runtime import watcher
+
+    assert watcher._owner(watcher.torch.__file__) == "torch"
+    assert watcher._owner(watcher.amplint.__file__) == "torch"
+    assert watcher._owner(HERE) == "user"
+    assert watcher._owner(contextlib_file()) == "stdlib"
+    assert watcher._owner("/opt/env/lib/python3.12/site-packages/lightning/pytorch/core/module.py") == "installed"
+    assert watcher._owner("/usr/lib/python3/dist-packages/accelerate/accelerator.py") == "installed"
+    assert watcher._owner("<string>") == "user" and watcher._owner("<frozen runpy>") == "torch"
+
+
+def contextlib_file() -> str:
+    import contextlib
+
+    return contextlib.__file__

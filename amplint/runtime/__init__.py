@@ -28,9 +28,12 @@ class AmpRuntimeError(AssertionError):
 
 @dataclass(frozen=True)
 class Finding:
-    """One AMP mistake seen at run time: the rule's code, a one-line message and the user's frame (the first
-    frame outside torch and amplint) where it happened; `column`, `end_line` and `end_column` (1-based) span the
-    expression running there (the call, the operator) when Python recorded it."""
+    """One AMP mistake seen at run time: the rule's code, a one-line message and the user's frame where it
+    happened: the first frame of the user's own code, outside torch, amplint, the standard library and installed
+    packages (site-packages); `column`, `end_line` and `end_column` (1-based) span the expression running there
+    (the call, the operator) when Python recorded it. When the mistake ran in installed code (a framework: a
+    trainer's backward, an accelerator's step) called from there, `via_filename`, `via_line` and `via_column` are
+    that code's frame (the innermost one, which called torch), else None."""
 
     code: str
     message: str
@@ -39,20 +42,32 @@ class Finding:
     column: int | None = field(default=None, compare=False)
     end_line: int | None = field(default=None, compare=False)
     end_column: int | None = field(default=None, compare=False)
+    via_filename: str | None = field(default=None, compare=False)
+    via_line: int | None = field(default=None, compare=False)
+    via_column: int | None = field(default=None, compare=False)
 
     @property
     def site(self) -> tuple[str, str, int]:
         return (self.code, self.filename, self.line)
 
+    @property
+    def via(self) -> str | None:
+        """`package/module.py:LINE` of the installed code the mistake ran in (the path from the package's folder
+        on), or None."""
+        if self.via_filename is None:
+            return None
+        return f"{installed_path(self.via_filename)}:{self.via_line}"
+
     def __str__(self) -> str:
-        return f"{self.filename}:{self.line}: {self.code} {self.message}"
+        via = f" (via {self.via})" if self.via else ""
+        return f"{self.filename}:{self.line}: {self.code} {self.message}{via}"
 
     def to_diagnostic(self):
         """The finding as the linter's Diagnostic, for amplint's output formats (`amplint watch`): the carets
         under the expression that ran, else under the line's code (its comment left out)."""
         import linecache
 
-        from amplint.diagnostics import Diagnostic, Location
+        from amplint.diagnostics import Diagnostic, Location, Note
         from amplint.rules import RULES_BY_CODE
 
         rule = RULES_BY_CODE.get(self.code)
@@ -63,9 +78,26 @@ class Finding:
             column = len(source) - len(source.lstrip()) + 1
             start = Location(self.line, column)
             end = Location(self.line, max(column + 1, len(_code_of(source)) + 1))
+        notes = ()
+        if self.via_filename is not None:
+            notes = (Note("where it ran: installed code, called from the reported line",
+                          Location(self.via_line, self.via_column or 1), self.via_filename),)
         return Diagnostic(code=self.code, name=rule.name if rule else self.code, message=self.message,
                           filename=self.filename, location=start, end_location=end, source_line=source,
-                          **({"severity": rule.severity} if rule else {}))
+                          notes=notes, **({"severity": rule.severity} if rule else {}))
+
+
+INSTALLED_FOLDERS = ("site-packages", "dist-packages")  # where installed packages live (dist-packages: Debian's)
+
+
+def installed_path(filename: str) -> str:
+    """The path of an installed module from its package's folder on (`lightning/pytorch/core/module.py`); any
+    other path as it is."""
+    parts = filename.replace("\\", "/").split("/")
+    for index in range(len(parts) - 1, -1, -1):
+        if parts[index] in INSTALLED_FOLDERS:
+            return "/".join(parts[index + 1:])
+    return filename
 
 
 def _code_of(line: str) -> str:

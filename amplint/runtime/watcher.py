@@ -23,9 +23,11 @@ says so once (`Report.notes`).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
+import sysconfig
 import threading
 import warnings
 import weakref
@@ -39,15 +41,13 @@ from torch.overrides import TorchFunctionMode
 
 import amplint
 from amplint import vocabulary as vocab
-from amplint.runtime import AmpRuntimeError, AmpRuntimeWarning, Finding
+from amplint.runtime import INSTALLED_FOLDERS, AmpRuntimeError, AmpRuntimeWarning, Finding
 
 __all__ = ["Report", "watch"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _DEVICES = tuple(device for device in ("cpu", "cuda", "xpu", "mps", "hpu")
                  if getattr(torch.amp, "is_autocast_available", lambda _: device in ("cpu", "cuda"))(device))
-# The frames that are not the user's: torch's and amplint's own files (not the tests beside amplint).
-_SKIPPED = tuple(os.path.dirname(os.path.abspath(module.__file__)) + os.sep for module in (torch, amplint))
 
 
 class Report:
@@ -75,16 +75,76 @@ class Report:
 
 # --- where the user is ------------------------------------------------------------------------------------------
 
-def _user_frame() -> tuple:
-    """(filename, line, span) of the first frame outside torch and amplint; span is (column, end line, end
-    column) of the expression running there (the call, the operator), 1-based columns, or None."""
+def _folder(path: str) -> str:
+    return os.path.join(os.path.abspath(path), "")
+
+
+def _installed_folders() -> tuple[str, ...]:
+    import site
+
+    folders = [*getattr(site, "getsitepackages", list)(), getattr(site, "getusersitepackages", str)()]
+    folders += [sysconfig.get_paths().get(key) for key in ("purelib", "platlib", "scripts")]  # and console scripts
+    return tuple({_folder(folder) for folder in folders if folder})
+
+
+# Whose a frame is (_owner): torch's and amplint's own files (not the tests beside amplint), never anyone's line;
+# installed packages (a framework); the standard library; and the rest, the user's own code.
+_SKIPPED = tuple(_folder(os.path.dirname(module.__file__)) for module in (torch, amplint))
+_INSTALLED = _installed_folders()
+_STDLIB = tuple({_folder(folder) for folder in (os.path.dirname(os.__file__), *(
+    sysconfig.get_paths().get(key) or os.path.dirname(os.__file__) for key in ("stdlib", "platstdlib")))})
+
+
+@functools.lru_cache(maxsize=4096)
+def _owner(filename: str) -> str:
+    """Whose code a file is: `torch` (torch, amplint, Python's frozen modules), `installed` (in a site-packages or
+    dist-packages folder), `stdlib`, or `user` (anything else: a script, a project's modules, `<string>`)."""
+    if filename.startswith(_SKIPPED) or filename.startswith("<frozen"):
+        return "torch"
+    if filename.startswith(_INSTALLED) or any(part in INSTALLED_FOLDERS
+                                              for part in filename.replace(os.sep, "/").split("/")):
+        return "installed"
+    if filename.startswith(_STDLIB):
+        return "stdlib"
+    return "user"
+
+
+def _walk() -> tuple:
+    """(user, via, first) frames of the stack: the user's frame, the first of the user's own code (outside torch,
+    amplint, the standard library and installed packages), or None; `via`, the innermost frame of installed code
+    before it (a framework's call into torch), or None; `first`, the first frame outside torch and amplint."""
     frame = sys._getframe(1)
+    first = via = None
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (filename.startswith(_SKIPPED) or filename.startswith("<frozen")):
-            return filename, frame.f_lineno, _span(frame)
+        owner = _owner(frame.f_code.co_filename)
+        if owner == "user":
+            return frame, via, first
+        if owner != "torch":
+            first = first or frame
+            if owner == "installed" and via is None:
+                via = frame
         frame = frame.f_back
-    return "<unknown>", 0, None
+    return None, None, first
+
+
+def _site(user, via, first) -> tuple:
+    """(filename, line, span, via) of a finding: the user's frame, the span (column, end line, end column; 1-based
+    columns) of the expression running there (the call, the operator) or None, and `via`, (filename, line,
+    column) of the installed code it ran in, or None. Where no frame is the user's (installed code all the way):
+    the first frame outside torch and amplint, without `via`."""
+    if user is None:
+        if first is None:
+            return "<unknown>", 0, None, None
+        return first.f_code.co_filename, first.f_lineno, _span(first), None
+    if via is not None:
+        span = _span(via)
+        via = (via.f_code.co_filename, via.f_lineno, span[0] if span else None)
+    return user.f_code.co_filename, user.f_lineno, _span(user), via
+
+
+def _user_frame() -> tuple:
+    """The site of a finding here (_site)."""
+    return _site(*_walk())
 
 
 def _span(frame) -> tuple[int, int, int] | None:
@@ -158,6 +218,9 @@ class _State:
         self.scalers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.built_at: dict[tuple[str, int], weakref.ref] = {}  # construction site -> the last scaler built there
         self.last_region: dict[str, object] = {}  # device -> dtype of the last enabled autocast region entered
+        # Enabled regions open on the watched thread that installed code (a framework) entered: per region, the id
+        # of the user's frame that code ran under (0: none).
+        self.framework_regions: list[int] = []
         self.island: _IslandMode | None = None  # the island mode pushed (on the watched thread), if any
         self.thread = threading.get_ident()  # the thread that opened the watch
         self.noted: set[str] = set()
@@ -173,11 +236,12 @@ _state = _State()
 
 
 def _report(code: str, message: str, site: tuple | None = None) -> None:
-    filename, line, span = site or _user_frame()
-    finding = Finding(code, message, filename, line, *(span or ()))
+    filename, line, span, via = site or _user_frame()
+    finding = Finding(code, message, filename, line, *(span or (None, None, None)), *(via or ()))
     new = [report._add(finding) for report in _state.reports]
     if any(new):
-        warnings.warn_explicit(f"{code} {message}", AmpRuntimeWarning, filename, line)
+        text = f"{code} {message}" + (f" (via {finding.via})" if finding.via else "")
+        warnings.warn_explicit(text, AmpRuntimeWarning, filename, line)
 
 
 _NOTES = {
@@ -199,11 +263,25 @@ def _note(kind: str) -> None:
 
 # --- the hooks ---------------------------------------------------------------------------------------------------
 
+def _leave_region(device: str, user, closing: str, what: str) -> str:
+    """How to run `what` outside the enabled region: `closing` (close it first), unless installed code (a framework:
+    a trainer around training_step) opened it outside the user's frame, which then cannot close it and disables
+    autocast around the call instead. A region the user's frame opened through a framework's context manager
+    (`with accelerator.autocast():`) is the user's to close."""
+    if any(opener != id(user) for opener in _state.framework_regions):
+        return (f"installed code (a framework) opened the region: run {what} inside `with torch.autocast("
+                f"\"{device}\", enabled=False):`")
+    return closing
+
+
 def _check_backward(what: str) -> None:
     active = _enabled_autocast()
     if active is not None:
+        frames = _walk()
         _report("AMP001", f"{what} runs while autocast is enabled ({active[0]}, {_dtype_name(active[1])}): the "
-                          "backward pass runs in the autocast dtype; close the autocast region before it")
+                          "backward pass runs in the autocast dtype; "
+                          + _leave_region(active[0], frames[0], "close the autocast region before it", "it"),
+                _site(*frames))
     for state in list(_state.scalers.values()):
         if state.scaled:
             state.backward = True
@@ -227,8 +305,10 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
         return None
     active = _enabled_autocast()
     if active is not None:
-        _report("AMP002", f"{type(optimizer).__name__}.step() runs while autocast is enabled ({active[0]}): step "
-                          "the optimizer after the autocast region closes")
+        frames = _walk()
+        _report("AMP002", f"{type(optimizer).__name__}.step() runs while autocast is enabled ({active[0]}): "
+                          + _leave_region(active[0], frames[0], "step the optimizer after the autocast region closes",
+                                          "the step"), _site(*frames))
     return None
 
 
@@ -244,7 +324,9 @@ def _scaler_init(original):
                               "training only", site)
         previous = _state.built_at.get(site[:2])
         previous = previous() if previous is not None else None
-        if previous is not None and previous is not self and _state.scaler(previous).stepped:
+        # A scaler that installed code builds (a trainer's, an accelerator's: `via`) is one per run it is given;
+        # whether two runs are one training's is not known, and so not reported.
+        if previous is not None and previous is not self and _state.scaler(previous).stepped and site[3] is None:
             _report("AMP004", "a GradScaler is built again here after the previous one built here stepped: each "
                               "new scaler starts from the initial scale; build it once, before the loop", site)
         _state.built_at[site[:2]] = weakref.ref(self)
@@ -293,8 +375,10 @@ def _scaler_step(original):
             return original(self, optimizer, *args, **kwargs)
         active = _enabled_autocast()
         if active is not None:
-            _report("AMP002", f"scaler.step() runs while autocast is enabled ({active[0]}): step after the "
-                              "autocast region closes")
+            frames = _walk()
+            _report("AMP002", f"scaler.step() runs while autocast is enabled ({active[0]}): "
+                              + _leave_region(active[0], frames[0], "step after the autocast region closes",
+                                              "the step"), _site(*frames))
         state = _state.scaler(self)
         if self.is_enabled():
             if state.dtype == torch.bfloat16:
@@ -302,10 +386,15 @@ def _scaler_step(original):
                                   "float32's range and needs no loss scaling; drop the scaler")
             if state.clips:
                 owned = {id(p) for group in optimizer.param_groups for p in group["params"]}
+                # Installed code (a framework) steps the scaler: it unscales too, and the user has no unscale_ to
+                # call (a second one raises); the clip belongs after the framework's unscale_.
+                advice = ("installed code (a framework) unscales and steps them: clip where it has unscaled them "
+                          "(its own clip, or a hook that runs after its unscale_)" if _walk()[1] is not None
+                          else "call scaler.unscale_(optimizer) before clipping")
                 for site, name, parameters, unscaled in state.clips:
                     if id(optimizer) not in unscaled and owned & parameters:
                         _report("AMP003", f"{name} clips gradients still multiplied by the GradScaler's scale: "
-                                          "call scaler.unscale_(optimizer) before clipping", site)
+                                          + advice, site)
                 state.clips = [clip for clip in state.clips if not (owned & clip[2])]
         state.stepped = True
         return _hooked(original, self, optimizer, *args, **kwargs)
@@ -320,8 +409,10 @@ def _scaler_update(original):
             return original(self, *args, **kwargs)
         active = _enabled_autocast()
         if active is not None:
-            _report("AMP002", f"scaler.update() runs while autocast is enabled ({active[0]}): update after the "
-                              "autocast region closes")
+            frames = _walk()
+            _report("AMP002", f"scaler.update() runs while autocast is enabled ({active[0]}): "
+                              + _leave_region(active[0], frames[0], "update after the autocast region closes",
+                                              "the update"), _site(*frames))
         state = _state.scaler(self)
         state.scaled = state.backward = False
         state.unscaled.clear()
@@ -433,7 +524,19 @@ def _half_argument(values):
 
 # A region entered by code that TorchDynamo compiled (its graphs enter autocast through this class).
 _GRAPH_AUTOCAST = getattr(torch.amp.autocast_mode, "_UnmanagedAutocast", ())
-_ISLANDS = "_amplint_islands"  # on an autocast object: per entry of it, the island mode that entry pushed, or None
+# On an autocast object: per entry of it, (the island mode that entry pushed or None, the region's opener: see
+# _framework_opener).
+_ISLANDS = "_amplint_islands"
+
+
+def _framework_opener() -> int | None:
+    """Where installed code (a framework) enters an enabled region, the id of the user's frame it runs under (0:
+    none); None where the user's own code enters it. The first frame outside torch, amplint and the standard
+    library (a `with` statement, a contextmanager's generator) says whose code enters it."""
+    user, via, first = _walk()
+    if via is None and user is not None:
+        return None
+    return id(user) if user is not None else 0
 
 
 def _top_mode():
@@ -466,12 +569,16 @@ def _autocast_enter(original):
         if not enabled and _state.island is None and torch.is_autocast_enabled(self.device):
             island = _IslandMode()
         result = original(self)
+        opener = None
         if enabled:
             _state.last_region[self.device] = self.fast_dtype
+            opener = _framework_opener()
+            if opener is not None:
+                _state.framework_regions.append(opener)
         if island is not None:
             island.__enter__()
             _state.island = island
-        self.__dict__.setdefault(_ISLANDS, []).append(island)
+        self.__dict__.setdefault(_ISLANDS, []).append((island, opener))
         return result
 
     __enter__.__wrapped__ = original
@@ -482,7 +589,9 @@ def _autocast_exit(original):
     def __exit__(self, *exc):
         entries = self.__dict__.get(_ISLANDS)
         if entries and threading.get_ident() == _state.thread and not _compiling():
-            island = entries.pop()
+            island, opener = entries.pop()
+            if opener is not None and opener in _state.framework_regions:  # (not an entry of an earlier watch)
+                _state.framework_regions.remove(opener)
             if island is not None:
                 _close_island(island)
         return original(self, *exc)
