@@ -175,6 +175,14 @@ def discover(root: Path = FIXTURES) -> list[Program]:
     return [load_program(path) for path in sorted(Path(root).absolute().glob("*/runtime/*.py"))]
 
 
+CORPUS = FIXTURES / SAFETY_FOLDER / "corpus"  # the safety corpus: correct programs (benchmarks/safety_corpus.py)
+
+
+def discover_corpus(folder: Path = CORPUS) -> list[Program]:
+    """Every safety program of the corpus folder (`fixtures/safe-fixes/corpus/*.py`), sorted by path."""
+    return [load_program(path) for path in sorted(Path(folder).absolute().glob("*.py"))]
+
+
 # --- fixing -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -399,9 +407,11 @@ def _new_exceptions(row: Row) -> list[str]:
 
 def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int = WORKERS,
              timeout: float = TIMEOUT_S, keep: Path | None = None,
-             progress: Callable[[str, Row, str, int, int], None] | None = None) -> list[Row]:
+             progress: Callable[[str, Row, str, int, int], None] | None = None,
+             run_unchanged: bool = False) -> list[Row]:
     """Run every program's flagged and fixed versions (and its safely fixed one when that is a third text) for each
-    (device, dtype) it applies to, in a pool. A safety program the fixer leaves alone is not run.
+    (device, dtype) it applies to, in a pool. A safety program the fixer leaves alone is not run, unless
+    `run_unchanged` (the safety corpus: each original must run).
 
     `progress(event, row, run, done, total)` is told when a run starts (`"start"`, `run` is "flagged", "fixed" or
     "safely fixed") and when a row is finished (`"done"`, after `done` of the `total` rows)."""
@@ -438,7 +448,7 @@ def run_rows(programs: list[Program], pairs: list[tuple[str, str]], workers: int
                 path = row.program.path
                 runs = (("flagged_run", path), ("fixed_run", fixed_paths.get(path)),
                         ("safe_run", safe_paths.get(path)))
-                if row.program.safety and not any(fixed for _, fixed in runs[1:]):
+                if row.program.safety and not any(fixed for _, fixed in runs[1:]) and not run_unchanged:
                     finished[0] += 1  # the fix changes nothing: nothing to compare
                     _judge(row)
                     tell("done", row, "")

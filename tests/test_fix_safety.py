@@ -17,6 +17,8 @@ tests/test_runtime.py.
 from __future__ import annotations
 
 import io
+import json
+import sys
 import tokenize
 from collections import Counter
 from pathlib import Path
@@ -355,3 +357,67 @@ def test_fixed_generated_code_compiles_is_final_and_keeps_comments(text: str, un
     again = fix_text(outcome.text, "generated.py", rules=RULES, unsafe=unsafe)
     assert again.text == outcome.text and not again.applied, "fixing the fixed text changed it again"
     assert comments(outcome.text) == comments(text), "an own-line comment was lost or repeated"
+
+
+# --- the safety corpus: correct CPU programs run before and after the safe fixes --------------------------------
+# fixtures/safe-fixes/corpus/ holds 248 programs written by benchmarks/safety_corpus.py (`--write`); the script runs
+# all of them (`python benchmarks/safety_corpus.py`: each original, and each program a safe fix changes, fixed).
+# Here: the files are what the script writes, and a fixed sample is fixed and, when a safe fix changes it, run.
+
+def _corpus_script():
+    import importlib.util
+
+    path = FIXTURES.parent / "benchmarks" / "safety_corpus.py"
+    spec = importlib.util.spec_from_file_location("safety_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("safety_corpus", module)  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+SAFETY_CORPUS = FIXTURES / "safe-fixes" / "corpus"
+CORPUS_PROGRAMS = sorted(SAFETY_CORPUS.glob("*.py"))
+# Every 12th program, and the shapes a safe fix once broke (AMP003 after an unscale through a lambda or a nested
+# function: `unscale_() has already been called`).
+CORPUS_SAMPLE = sorted(set(CORPUS_PROGRAMS[::12]) | {SAFETY_CORPUS / f"amp003_unscale_{shape}_sgd.py"
+                                                      for shape in ("lambda", "nested_function")})
+
+
+def test_safety_corpus_is_what_its_script_writes() -> None:
+    written = {item.name: item for item in _corpus_script().programs()}
+    assert len(written) >= 150 and sorted(written) == [path.stem for path in CORPUS_PROGRAMS]
+    for path in CORPUS_PROGRAMS:
+        item = written[path.stem]
+        assert path.read_text(encoding="utf-8") == item.text, f"{path.name}: run `python benchmarks/safety_corpus.py --write`"
+        assert json.loads(path.with_suffix(".expect.json").read_text(encoding="utf-8")) == item.spec
+    rules = {item.spec["rule"] for item in written.values()}
+    assert {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", "AMP007", "AMP008", "AMP009", "AMP010",
+            "AMP011", "AMP014"} <= rules, "every rule with a safe fix"
+
+
+@pytest.fixture(scope="module")
+def corpus_runs():
+    """Program runs forked from an interpreter that imported torch once (tests/preloaded.py)."""
+    import os
+    import subprocess
+    import types
+
+    from amplint import harness
+    from preloaded import Preloaded
+
+    runner = Preloaded(dict(os.environ, PYTHONHASHSEED="0", OMP_NUM_THREADS="1", PYTHONDONTWRITEBYTECODE="1"))
+    saved = harness.subprocess
+    harness.subprocess = types.SimpleNamespace(run=runner.run, TimeoutExpired=subprocess.TimeoutExpired)
+    yield harness
+    harness.subprocess = saved
+    runner.close()
+
+
+@pytest.mark.runtime
+@pytest.mark.parametrize("path", CORPUS_SAMPLE, ids=lambda path: path.stem)
+def test_safe_fixes_keep_a_corpus_program_running_the_same(path: Path, corpus_runs) -> None:
+    harness = corpus_runs
+    program = harness.load_program(path)
+    row = harness.run_rows([program], [("cpu", program.dtypes[0])], workers=1, timeout=600.0, run_unchanged=True)[0]
+    assert row.flagged_run is not None and row.flagged_run.data is not None, f"the original fails: {row.flagged_run}"
+    assert row.confirmed, "; ".join(row.problems)
