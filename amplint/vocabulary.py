@@ -10,6 +10,8 @@ This module knows no Python structure and imports nothing of amplint: names and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 # --- Short names: attributes, methods, functions and classes, as they appear after the last dot. ---
 
 AMP = "amp"  # the modules torch.amp, torch.cuda.amp, torch.cpu.amp
@@ -216,21 +218,46 @@ STAR_EXPORTS = {
     "torch.amp": (AUTOCAST, CUSTOM_BWD, CUSTOM_FWD, GRAD_SCALER),
 }
 
-# Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> (name in torch.amp, device).
-DEPRECATED_AMP = {
-    "torch.cuda.amp.autocast": (AUTOCAST, CUDA),
-    "torch.cuda.amp.autocast_mode.autocast": (AUTOCAST, CUDA),
-    "torch.cpu.amp.autocast": (AUTOCAST, CPU),
-    "torch.cpu.amp.autocast_mode.autocast": (AUTOCAST, CPU),
-    "torch.cuda.amp.GradScaler": (GRAD_SCALER, CUDA),
-    "torch.cuda.amp.grad_scaler.GradScaler": (GRAD_SCALER, CUDA),
-    "torch.cpu.amp.GradScaler": (GRAD_SCALER, CPU),
-    "torch.cpu.amp.grad_scaler.GradScaler": (GRAD_SCALER, CPU),
-    "torch.cuda.amp.custom_fwd": (CUSTOM_FWD, CUDA),
-    "torch.cuda.amp.autocast_mode.custom_fwd": (CUSTOM_FWD, CUDA),
-    "torch.cuda.amp.custom_bwd": (CUSTOM_BWD, CUDA),
-    "torch.cuda.amp.autocast_mode.custom_bwd": (CUSTOM_BWD, CUDA),
-}
+# === AMP007: the deprecated AMP spellings, as a table (amplint/rules/amp007_deprecated_amp_api.py reads it) ====
+@dataclass(frozen=True)
+class Deprecated:
+    """One deprecated AMP API: the qualified spellings that name it, its replacement in `torch.amp`, and how a call
+    of it migrates. `positional`/`keyword_only` are the legacy signature (torch 1.10 to 2.13, measured): a call that
+    passes anything else, or one parameter twice, raises TypeError already, so it is reported, never rewritten."""
+
+    spellings: tuple[str, ...]  # qualified names (the public one first)
+    new_name: str  # its name in torch.amp
+    device: str  # the device the legacy module implies
+    positional: tuple[str, ...]  # the legacy parameters, by position
+    keyword_only: tuple[str, ...] = ()
+    device_first: bool = True  # the replacement takes the device first (autocast, GradScaler), else `device_type=`
+    # The dtype a legacy autocast passes when the call names none. `torch.amp.autocast(device)` without a dtype
+    # takes the current autocast dtype instead, which an enclosing region sets: inside `torch.autocast("cuda",
+    # dtype=torch.bfloat16)` a legacy `torch.cuda.amp.autocast()` computes in float16, the bare new spelling in
+    # bfloat16. The migration writes the legacy default so the region computes as before.
+    default_dtype: str | None = None
+
+
+_LEGACY_AUTOCAST = (ENABLED, DTYPE, CACHE_ENABLED)  # the legacy autocast takes `enabled` first, not the device
+_LEGACY_SCALER = ("init_scale", "growth_factor", "backoff_factor", "growth_interval", ENABLED)
+DEPRECATIONS = (
+    Deprecated(("torch.cuda.amp.autocast", "torch.cuda.amp.autocast_mode.autocast"), AUTOCAST, CUDA,
+               _LEGACY_AUTOCAST, default_dtype=DEFAULT_LOW_DTYPE[CUDA]),
+    Deprecated(("torch.cpu.amp.autocast", "torch.cpu.amp.autocast_mode.autocast"), AUTOCAST, CPU,
+               _LEGACY_AUTOCAST, default_dtype=DEFAULT_LOW_DTYPE[CPU]),
+    Deprecated(("torch.cuda.amp.GradScaler", "torch.cuda.amp.grad_scaler.GradScaler"), GRAD_SCALER, CUDA,
+               _LEGACY_SCALER),
+    Deprecated(("torch.cpu.amp.GradScaler", "torch.cpu.amp.grad_scaler.GradScaler"), GRAD_SCALER, CPU,
+               _LEGACY_SCALER),
+    Deprecated(("torch.cuda.amp.custom_fwd", "torch.cuda.amp.autocast_mode.custom_fwd"), CUSTOM_FWD, CUDA,
+               ("fwd",), keyword_only=(CAST_INPUTS,), device_first=False),  # custom_fwd(fwd=None, *, cast_inputs=None)
+    Deprecated(("torch.cuda.amp.custom_bwd", "torch.cuda.amp.autocast_mode.custom_bwd"), CUSTOM_BWD, CUDA,
+               ("bwd",), device_first=False),
+)
+# Spellings deprecated in torch 2.4 (FutureWarning at every call): qualified name -> its row of the table, and
+# (name in torch.amp, device) for the modules that ask only that.
+DEPRECATED_BY_SPELLING = {spelling: row for row in DEPRECATIONS for spelling in row.spellings}
+DEPRECATED_AMP = {spelling: (row.new_name, row.device) for spelling, row in DEPRECATED_BY_SPELLING.items()}
 # The legacy modules whose AMP names all exist in torch.amp too (an alias of them can be rebound to torch.amp).
 DEPRECATED_AMP_MODULES = {"torch.cuda.amp": CUDA, "torch.cpu.amp": CPU}
 AMP_DEPRECATED_SINCE = "2.4"  # the first release where the legacy AMP spellings emit a FutureWarning
@@ -260,6 +287,8 @@ INTRODUCED = {
     "torch.amp.custom_fwd": AMP_DEPRECATED_SINCE,
     "torch.amp.custom_bwd": AMP_DEPRECATED_SINCE,
 }
+
+# === end of AMP007's table ===========================================================================
 
 # Where optimizer classes live, by qualified name (an import says which object a name is): torch's own and the
 # optimizer packages training code commonly imports. Capitalised names there are optimizer classes; schedulers

@@ -378,7 +378,7 @@ def test_amp007_reads_every_import_binding_from_the_facts_layer() -> None:
     from amplint.facts import ModuleFacts
     from amplint.facts.walk import walk
     from amplint.lazy import libcst as cst, visitor_class
-    from amplint.rules.amp007_deprecated_amp_api import _Scan
+    from amplint.facts.legacy import Scan as _Scan
 
     text = ("import torch as th\nfrom torch.cuda.amp import autocast as ac\nfrom torch.cpu.amp import *\n"
             "def f():\n    import torch.cuda.amp as tca\n    with ac():\n        tca.GradScaler()\n")
