@@ -330,13 +330,14 @@ class Effect:
     HALF_MODEL = "half_model"  # converts something to float16 (`x.half()`, `x.to(torch.float16)`)
     BFLOAT16_REGION = "bfloat16_region"  # opens an enabled region whose dtype is bfloat16 (CPU's default included)
     OTHER_REGION = "other_region"  # opens an enabled region whose dtype is float16 or not known
+    RETURNS_AUTOCAST = "returns_autocast"  # a factory: returns (or, a generator, yields in) an enabled region
 
 
 EFFECTS = (Effect.BUILDS_SCALER, Effect.KEEPS_SCALER, Effect.BACKWARD, Effect.SCALED_BACKWARD, Effect.UNSCALE,
            Effect.CLIP, Effect.STEP, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.REGION,
            Effect.DISABLED_REGION, Effect.AUTOCAST_OFF, Effect.RETURNS_FLOAT32, Effect.NO_GRAD, Effect.ENABLE_GRAD,
            Effect.EVAL, Effect.LOOP, Effect.LOWERS_NOTHING, Effect.RETURNS_AUTOCAST_DTYPE,
-           Effect.HALF_MODEL, Effect.BFLOAT16_REGION, Effect.OTHER_REGION)
+           Effect.HALF_MODEL, Effect.BFLOAT16_REGION, Effect.OTHER_REGION, Effect.RETURNS_AUTOCAST)
 # nn.Module methods that return the module itself: `model = Net().cuda()` holds a Net.
 MODULE_RETURNS_SELF = frozenset({"to", "cuda", "cpu", "float", HALF, BFLOAT16, "double", "train", EVAL,
                                  "requires_grad_"})

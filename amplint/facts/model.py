@@ -76,9 +76,15 @@ class Region:
     spelling: str  # how the user wrote it, e.g. "torch.cuda.amp.autocast(enabled=use_amp)"
     device: str | None = None
     dtype: str | None = None  # "bfloat16", "float16" or None when unknown/default
-    via: str = "with"  # "with" | "decorator" | "caller"
+    via: str = "with"  # "with" | "decorator" | "caller" | "exitstack" (`stack.enter_context(...)`)
     frame: Frame | None = None  # the WITH frame (or the decorated function's frame)
     with_item: cst.WithItem | None = None
+    # Opened through a function of the project (`with make_ctx():`, `with self.autocast():`, a `@contextmanager`):
+    # "`make_ctx()` (line 8)", naming where the region is made; `factory_plain`: a function of this module that only
+    # returns a torch autocast or nullcontext object (leaving its block is leaving an autocast block), not a
+    # generator whose code after the yield would run at another time.
+    factory: str | None = None
+    factory_plain: bool = False
 
     @property
     def active(self) -> bool:

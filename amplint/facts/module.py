@@ -7,6 +7,7 @@ in this function and in what order, is this code under no_grad/inference_mode.
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -195,7 +196,8 @@ class ModuleFacts:
                 if len(regions) != len(values) or any(r.state is not state for r in regions):
                     state = RegionState.MAYBE
                 first = regions[0]
-                return Region(expr, state, first.spelling, first.device, first.dtype)
+                return Region(expr, state, first.spelling, first.device, first.dtype, factory=first.factory,
+                              factory_plain=first.factory_plain)
         return None
 
     def _combine(self, expr, left, right):
@@ -205,7 +207,8 @@ class ModuleFacts:
         state = regions[0].state
         if len(regions) == 1 or regions[0].state is not regions[1].state:
             state = RegionState.MAYBE
-        return Region(expr, state, regions[0].spelling, regions[0].device, regions[0].dtype)
+        return Region(expr, state, regions[0].spelling, regions[0].device, regions[0].dtype,
+                      factory=regions[0].factory, factory_plain=regions[0].factory_plain)
 
     def _classify_call(self, call: cst.Call, frame, depth):
         qualified = self.imports.qualify(call.func)
@@ -245,7 +248,135 @@ class ModuleFacts:
                             if region.state is RegionState.ON:
                                 region.state = RegionState.MAYBE
                             return region
+        if key is not None and depth < 4:
+            region = self._factory_region(call, key, frame, depth)
+            if region is not None:
+                return region
+            for assignment in self.bindings(key, frame):
+                # `ctx = amp_context`, `ctx = amp_context if amp else nullcontext`, then `with ctx():`
+                value = assignment.value
+                branches = (value.body, value.orelse) if isinstance(value, cst.IfExp) else (value,)
+                for branch in branches:
+                    name = dotted_name(branch)
+                    region = self._factory_region(call, name, assignment.frame, depth + 1) if name else None
+                    if region is not None:
+                        if len(branches) > 1 and region.state is RegionState.ON:
+                            region.state = RegionState.MAYBE
+                        return region
         return None
+
+    # regions made by a function of the project ------------------------------------------------------
+    def _factory_region(self, call: cst.Call, key: str, frame: Frame | None, depth: int) -> Region | None:
+        """`make_ctx()`, `self.autocast()`, `utils.amp_context()`: a call of a project function the index knows
+        returns (or, a `@contextmanager`, yields inside) an autocast region (`returns_autocast`). A function of
+        this module is read here (its returns' regions: state, device, dtype); one of another module opens a
+        region maybe enabled, of unknown device and dtype (the index keeps only the fact)."""
+        parts = key.split(".")
+        if len(parts) > 2 and parts[0] not in ("self", "cls"):
+            return None
+        if (self.imports.qualify(call.func) or "").split(".", 1)[0] in ("torch", "contextlib", "functools"):
+            return None
+        view = self.project
+        info = self.function_info(frame)
+        try:
+            target = view.resolve(info.qualname if info is not None else None, key)
+            summary = view.function(target) if target is not None else None
+        except Exception:  # noqa: BLE001 - an index question that fails knows nothing
+            return None
+        if summary is None or vocab.Effect.RETURNS_AUTOCAST not in summary.does:
+            return None
+        line = summary.lines.get(vocab.Effect.RETURNS_AUTOCAST, summary.line)
+        if target.module == view.path:
+            own = self._functions_by_qualname.get(target.qualname)
+            found = self._returned_region(own, depth) if own is not None else None
+            if found is not None:
+                region, plain = found
+                return Region(call, region.state, self.code(call), region.device, region.dtype,
+                              factory=f"`{key}()` (line {line})", factory_plain=plain)
+            return None
+        where = f"{os.path.basename(target.module)}:{line}"
+        return Region(call, RegionState.MAYBE, self.code(call), factory=f"`{key}()` ({where})")
+
+    @cached_property
+    def _functions_by_qualname(self) -> dict[str, FunctionInfo]:
+        found: dict[str, FunctionInfo] = {}
+        for info in self.functions:
+            found.setdefault(info.qualname, info)
+        return found
+
+    def _returned_region(self, info: FunctionInfo, depth: int) -> tuple[Region, bool] | None:
+        """The region entering the result of a call of this function opens, and whether the function is plain
+        (it only returns torch's autocast or nullcontext objects: no generator): None when none is known."""
+        key = ("factory", id(info.node))
+        if key in self._context_cache:
+            return self._context_cache[key]
+        self._context_cache[key] = None  # guards against recursion
+        returns, yields = _returns_and_yields(info.node)
+        results = []
+        if yields:
+            for with_node in yields:
+                frame = self.with_frames.get(with_node) if with_node is not None else info.frame
+                results.append(self.region_of(frame))
+        else:
+            results = [self.classify_context(value, info.frame, depth + 1) for value in returns]
+        regions = [result for result in results if isinstance(result, Region)]
+        found = None
+        if regions:
+            states = {region.state for region in regions}
+            state = states.pop() if len(states) == 1 and len(regions) == len(results) else RegionState.MAYBE
+            if state is RegionState.MAYBE and all(region.state is RegionState.OFF for region in regions):
+                state = RegionState.OFF
+            first = next((region for region in regions if region.active), regions[0])
+            plain = not yields and all(result is NULL_CONTEXT or (
+                isinstance(result, Region) and result.factory is None and _plain_opener(self, result.opener))
+                for result in results)
+            found = (Region(first.opener, state, first.spelling, first.device, first.dtype), plain)
+        self._context_cache[key] = found
+        return found
+
+    def _exit_stack_region(self, frame: Frame) -> Region | None:
+        """`with ExitStack() as stack:` whose leading statements enter a region (`stack.enter_context(
+        torch.autocast(...))`, maybe under an `if`: then maybe enabled): the region of the rest of the block."""
+        node = frame.node
+        stacks = {dotted_name(item.asname.name) for item in node.items if item.asname is not None
+                  and isinstance(item.item, cst.Call) and self.imports.qualify(item.item.func) in api.EXIT_STACKS}
+        stacks.discard(None)
+        if not stacks or not isinstance(node.body, cst.IndentedBlock):
+            return None
+        found = None
+        for call in self._enter_context_calls:
+            if call.receiver not in stacks or not call.node.args or not any(
+                    statement is node for statement in call.statements):
+                continue
+            position = call.statements.index(node) + 1
+            statement = call.statements[position] if position < len(call.statements) else None
+            body = list(node.body.body)
+            if statement not in body or not all(self._enters_only(s) for s in body[:body.index(statement) + 1]):
+                continue  # entered after other code ran in the block: not known here
+            region = self.classify_context(call.node.args[0].value, call.frame)
+            if isinstance(region, Region):
+                state = region.state
+                if call.frame is not frame and state is RegionState.ON:
+                    state = RegionState.MAYBE  # under an `if` of the block
+                found = Region(region.opener, state, region.spelling, region.device, region.dtype, via="exitstack",
+                               frame=frame, factory=region.factory)
+        return found
+
+    @cached_property
+    def _enter_context_calls(self) -> list[Call]:
+        return [call for call in self.calls if call.method == api.ENTER_CONTEXT]
+
+    def _enters_only(self, statement: cst.CSTNode) -> bool:
+        """A statement of a block's head that only enters contexts (`stack.enter_context(...)`, also under an
+        `if` whose test is a name or an attribute)."""
+        if isinstance(statement, cst.If):
+            return statement.orelse is None and dotted_name(statement.test) is not None and isinstance(
+                statement.body, cst.IndentedBlock) and all(self._enters_only(s) for s in statement.body.body)
+        if isinstance(statement, cst.SimpleStatementLine):
+            return all(isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                       and isinstance(small.value.func, cst.Attribute)
+                       and small.value.func.attr.value == api.ENTER_CONTEXT for small in statement.body)
+        return False
 
     def is_accelerator(self, key: str | None, frame: Frame | None) -> bool:
         """Is `key` an accelerate `Accelerator` or a Lightning `Fabric`: built from the class (`Accelerator(...)`,
@@ -314,7 +445,11 @@ class ModuleFacts:
                     region = self.classify_context(item.item, current.parent)
                     if isinstance(region, Region):
                         return Region(region.opener, region.state, region.spelling, region.device,
-                                      region.dtype, via="with", frame=current, with_item=item)
+                                      region.dtype, via="with", frame=current, with_item=item,
+                                      factory=region.factory, factory_plain=region.factory_plain)
+                region = self._exit_stack_region(current)
+                if region is not None:
+                    return region
             elif current.kind is FrameKind.FUNCTION:
                 region = self._decorator_region(current.node)
                 if region is not None:
@@ -882,6 +1017,37 @@ class ModuleFacts:
         """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
         return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
             id(c.frame.function()) for c in self.calls if c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD)}
+
+
+def _returns_and_yields(function: cst.FunctionDef) -> tuple[list[cst.BaseExpression], list[cst.With | None]]:
+    """The values the function returns, and for each yield the innermost `with` around it (None: none), not
+    those of a function, class or lambda defined in it."""
+    returns: list[cst.BaseExpression] = []
+    yields: list[cst.With | None] = []
+    pending: list[tuple[cst.CSTNode, cst.With | None]] = [(child, None) for child in function.body.children]
+    while pending:
+        node, inside = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Return) and node.value is not None:
+            returns.append(node.value)
+        elif isinstance(node, cst.Yield):
+            yields.append(inside)
+        if isinstance(node, cst.With):
+            pending.extend((child, node) for child in node.body.children)
+            pending.extend((item, inside) for item in node.items)
+            continue
+        pending.extend((child, inside) for child in node.children)
+    return returns, yields
+
+
+def _plain_opener(facts: ModuleFacts, opener: cst.CSTNode) -> bool:
+    """A torch autocast (or a null context) constructed right there, or either of two such (`a if c else b`); not
+    through a name or a partial."""
+    if isinstance(opener, cst.IfExp):
+        return _plain_opener(facts, opener.body) and _plain_opener(facts, opener.orelse)
+    qualified = facts.imports.qualify(opener.func) if isinstance(opener, cst.Call) else None
+    return qualified in api.AUTOCAST_NEW or qualified in api.AUTOCAST_LEGACY or qualified in api.NULL_CONTEXTS
 
 
 class _Blocks:  # a libcst visitor once made one with amplint.lazy.visitor_class

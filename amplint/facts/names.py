@@ -22,6 +22,8 @@ from amplint.vocabulary import ACCELERATOR_CLASSES, ACCELERATOR_NAMES, AUTOCAST_
     PARTIAL, SET_GRAD_ENABLED_FUNCTIONS, STAR_EXPORTS, TORCH_DEVICE, is_known_optimizer_class, may_build_optimizer
 
 ENABLE_GRAD = ENABLE_GRAD_CONTEXTS
+EXIT_STACKS = frozenset({"contextlib.ExitStack", "contextlib.AsyncExitStack"})
+ENTER_CONTEXT = "enter_context"  # `stack.enter_context(cm)`: `cm` entered until the stack's `with` block ends
 SET_GRAD_ENABLED = SET_GRAD_ENABLED_FUNCTIONS
 __all__ = ["ACCELERATOR_CLASSES", "AUTOCAST_METHOD", "CLAMP_FUNCTIONS", "CLAMP_METHODS", "EVAL_METHOD",
            "LOAD_STATE_DICT", "PARAMETERS_METHODS", "REGISTER_HOOK", "STEP_METHOD", "ZERO_GRAD", "ACCELERATOR_NAMES",
@@ -29,7 +31,7 @@ __all__ = ["ACCELERATOR_CLASSES", "AUTOCAST_METHOD", "CLAMP_FUNCTIONS", "CLAMP_M
            "DEPRECATED_AMP", "DEPRECATED_AMP_MODULES", "ENABLE_GRAD", "FLOAT32_DTYPES", "GRAD_SCALERS", "LOW_DTYPES",
            "NO_GRAD_CONTEXTS", "NOT_OPTIMIZER_MODULES", "NULL_CONTEXTS", "OPTIMIZER_FUNCTIONS", "OPTIMIZER_MODULES",
            "PARTIAL", "SET_GRAD_ENABLED", "STAR_EXPORTS", "TORCH_DEVICE", "is_known_optimizer_class",
-           "may_build_optimizer", "dotted_name", "code_words", "ImportBinding", "ImportMap"]
+           "may_build_optimizer", "EXIT_STACKS", "ENTER_CONTEXT", "dotted_name", "code_words", "ImportBinding", "ImportMap"]
 
 
 def dotted_name(node: cst.CSTNode) -> str | None:

@@ -47,7 +47,7 @@ from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABL
     INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
 from amplint.index.flows import Scope, argument_flows
-from amplint.index.summary import FUNCTIONS, Summary, _child_nodes, dotted
+from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
 # The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
@@ -470,8 +470,11 @@ class _Builder:
                                          for d in summary.call_decorators.get(id(function), ())))
 
     def _enabled_opener(self, with_node) -> bool:
-        return any(self.summary.can_open(item.context_expr) and not _disabled(item.context_expr)
-                   for item in with_node.items)
+        can_open = self.summary.can_open
+        return any(can_open(item.context_expr) and not _disabled(item.context_expr) for item in with_node.items) \
+            or any(withs and withs[-1] is with_node and call.args and can_open(call.args[0])
+                   and not _disabled(call.args[0])  # `with ExitStack() as s: s.enter_context(autocast(...))`
+                   for _, withs, _, _, call in self.summary.call_sites_by_name.get(ENTER_CONTEXT, ()))
 
     def _no_grad(self, function, withs) -> bool:
         if any(self._grad_mode(item.context_expr) == vocab.NO_GRAD
@@ -516,10 +519,37 @@ class _Builder:
                         self._note(owner, self._region_dtype(opener), owner.line)
             elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
                 self._note(owner, Effect.AUTOCAST_OFF, owner.line)
+        if self.summary.contains(vocab.AUTOCAST):
+            self._factories()
         for function_id, owner in self.by_id.items():
             if (Effect.DISABLED_REGION in owner.does or Effect.AUTOCAST_OFF in owner.does) and self._returns_float32(
                     self.nodes[function_id], Effect.AUTOCAST_OFF in owner.does):
                 self._note(owner, Effect.RETURNS_FLOAT32, owner.line)
+
+    def _factories(self) -> None:
+        """`returns_autocast`: a function whose result opens an enabled region when a `with` enters it: it returns
+        something that can open one (`return torch.autocast(...)`, `return nullcontext() if c else autocast(...)`,
+        a name bound to one), or, a generator (a `@contextmanager`), yields inside a `with` that opens one. The
+        line is the return's or the yield's. What is known of the region itself (its state, device, dtype) is the
+        facts layer's, from the module's own tree; other modules see only this fact (a region maybe enabled)."""
+        summary = self.summary
+        for function_id, owner in self.by_id.items():
+            function = self.nodes[function_id]
+            own = _own_nodes(function)
+            yields = [node for node in own if type(node) in (ast.Yield, ast.YieldFrom)]
+            if yields:
+                inside = {id(node) for with_node in own if type(with_node) in (ast.With, ast.AsyncWith)
+                          and any(summary.can_open(item.context_expr) and not _disabled(item.context_expr)
+                                  for item in with_node.items)
+                          for node in _own_nodes(with_node)}
+                found = [node for node in yields if id(node) in inside]
+                if found:
+                    self._note(owner, Effect.RETURNS_AUTOCAST, min(node.lineno for node in found))
+                continue
+            opening = [node for node in own if type(node) is ast.Return and node.value is not None
+                       and summary.can_open(node.value) and not _disabled(node.value)]
+            if opening:
+                self._note(owner, Effect.RETURNS_AUTOCAST, min(node.lineno for node in opening))
 
     def _region_dtype(self, expr: ast.AST) -> str:
         """`bfloat16_region` for an opener whose dtype is bfloat16 (`dtype=torch.bfloat16`, the second positional

@@ -156,6 +156,7 @@ def _child_fields(kind: type) -> tuple[str, ...]:
         return ()
     return tuple(field for field in kind._fields if field not in _LEAF_FIELDS)
 _WITHS = (ast.With, ast.AsyncWith)
+ENTER_CONTEXT = "enter_context"  # an ExitStack's: `stack.enter_context(cm)` enters `cm` until the stack's with ends
 
 
 class Summary:
@@ -490,7 +491,7 @@ class Summary:
         if self._openers is None:
             aliases = {vocab.AUTOCAST} | {local for local, imported in self.import_bound.items()
                                           if vocab.AUTOCAST in imported}
-            uses = self._assignment_names()
+            uses = self._assignment_names() + self._factory_names()
             openers: set[str] = set()
             changed = True
             while changed:
@@ -526,6 +527,48 @@ class Summary:
                 self._value_names.append((targets, names))
         return self._value_names
 
+    def _factory_names(self) -> list[tuple[set[str], set[str]]]:
+        """(a function's names as called: `f`, `self.f`, `cls.f`; what its returns use, and a generator's
+        with-items) for every def: a factory returning a region (`return torch.autocast(...)`), or a
+        `@contextmanager` yielding in one, opens one where a `with` enters its call (amplint/index/functions.py,
+        `returns_autocast`)."""
+        found: list[tuple[set[str], set[str]]] = []
+        if self.tree is None or vocab.AUTOCAST not in self.text:
+            return found
+        for function in ast.walk(self.tree):
+            if type(function) not in FUNCTIONS:
+                continue
+            values, items, generator = [], [], False
+            pending = list(function.body)
+            while pending:
+                node = pending.pop()
+                kind = type(node)
+                if kind in FUNCTIONS or kind in (ast.Lambda, ast.ClassDef):
+                    continue
+                if kind is ast.Return and node.value is not None:
+                    values.append(node.value)
+                elif kind in (ast.Yield, ast.YieldFrom):
+                    generator = True
+                elif kind in _WITHS:
+                    items.extend(item.context_expr for item in node.items)
+                pending.extend(ast.iter_child_nodes(node))
+            names: set[str] = set()
+            stack = values + items if generator else values
+            while stack:
+                node = stack.pop()
+                if type(node) is ast.Name:
+                    names.add(node.id)
+                    continue
+                if type(node) is ast.Attribute:
+                    names.add(node.attr)
+                    name = dotted(node)
+                    if name:
+                        names.add(name)
+                stack += _child_nodes(node)
+            if names:
+                found.append(({function.name, f"self.{function.name}", f"cls.{function.name}"}, names))
+        return found
+
     def callee_can_open(self, func: ast.AST) -> bool:
         """Calling this can open a region: it is named `autocast` (torch's, an accelerator's), is an import
         alias of an `autocast`, or is a name assigned something that can open one."""
@@ -557,7 +600,9 @@ class Summary:
     def with_can_open(self, with_node: ast.AST) -> bool:
         key = id(with_node)
         if key not in self._capable:
-            self._capable[key] = any(self.can_open(item.context_expr) for item in with_node.items)
+            self._capable[key] = any(self.can_open(item.context_expr) for item in with_node.items) or any(
+                site[1] and site[1][-1] is with_node and site[4].args and self.can_open(site[4].args[0])
+                for site in self.call_sites_by_name.get(ENTER_CONTEXT, ()))  # `stack.enter_context(autocast())`
         return self._capable[key]
 
     def context_can_open(self, function: ast.AST | None, withs: tuple) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -96,3 +97,60 @@ def calls_beside_a_step(view) -> Iterator[tuple[str | None, object]]:
     if any(call.callee.rsplit(".", 1)[-1] == STEP for call in record.module_calls):
         for call in record.module_calls:
             yield None, call
+
+
+
+def opens_through_project(view) -> bool:
+    """The screen's question for a file whose own text shows no region: does a `with` of it enter a call of a
+    function of the project that makes an autocast region (`returns_autocast`: `with make_ctx():`, `ctx =
+    amp_context()` then `with ctx:`, `stack.enter_context(amp_context())`)?"""
+    summary = view.summary
+    entered = None
+    if summary is not None:
+        try:
+            summary.parse_tree()
+        except Exception:  # noqa: BLE001 - unparsable: the engine reports it
+            return True
+        entered = _entered_names(summary)
+        if not entered:
+            return False
+    record = view.record(view.path)
+    if record is None:
+        return False
+    sites = [(qualname, call) for qualname, summary in record.functions.items() for call in summary.calls]
+    sites += [(None, call) for call in record.module_calls]
+    for qualname, call in sites:
+        if entered is not None and call.callee not in entered:
+            continue
+        target = view.resolve(qualname, call.callee)
+        function = view.function(target) if target is not None else None
+        if function is not None and Effect.RETURNS_AUTOCAST in function.does:
+            return True
+    return False
+
+
+def _entered_names(summary) -> set[str]:
+    """The dotted names a `with` of the file may enter a call of: its items' callees, the names they read and the
+    callees of what those names are bound to, a few assignments away (a superset)."""
+    from amplint.index.summary import ENTER_CONTEXT, dotted
+
+    pending = [item.context_expr for with_node, _, _ in summary.withs for item in with_node.items]
+    pending += [site[4].args[0] for site in summary.call_sites_by_name.get(ENTER_CONTEXT, ()) if site[4].args]
+    names: set[str] = set()
+    for _ in range(3):
+        following = []
+        for expr in pending:
+            stack = [expr]
+            while stack:
+                node = stack.pop()
+                if type(node) is ast.Call:
+                    stack.append(node.func)
+                elif type(node) is ast.IfExp:
+                    stack += [node.body, node.orelse]
+                else:
+                    name = dotted(node)
+                    if name is not None and name not in names:
+                        names.add(name)
+                        following += [value for targets, value in summary.assignments if name in targets]
+        pending = following
+    return names

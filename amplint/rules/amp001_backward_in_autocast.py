@@ -7,7 +7,7 @@ from typing import Iterator
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import EventKind, ModuleFacts
-from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
+from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
@@ -94,9 +94,12 @@ class BackwardInAutocast(Rule):
     code = "AMP001"
     name = "backward-in-autocast"
     fix = "sometimes"
-    words = (vocab.AUTOCAST,)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+    # Every autocast region is opened by a name `autocast` (import, attribute, alias), or entered by a `with` (a
+    # function of the project making one: `with make_ctx():`).
+    words = (vocab.AUTOCAST, "with")
     requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
-    requires_across = Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
+    requires_across = (Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
+                       | Ask(Summary.backward_possible) & AskProject(opens_through_project))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)

@@ -7,7 +7,7 @@ from typing import Iterator
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import EventKind, ModuleFacts
-from amplint.rules.across import calls_in_regions_reaching, reaches_from_region
+from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
@@ -77,12 +77,15 @@ class StepInAutocast(Rule):
     code = "AMP002"
     name = "step-in-autocast"
     fix = "sometimes"
-    words = (vocab.AUTOCAST,)  # every autocast region is opened by a name `autocast` (import, attribute, alias)
+    # Every autocast region is opened by a name `autocast` (import, attribute, alias), or entered by a `with` (a
+    # function of the project making one: `with make_ctx():`).
+    words = (vocab.AUTOCAST, "with")
     # An optimizer's or a scaler's step, or a scaler's update, that can run in a region.
     requires = Ask(Summary.regions_possible) & (
         Ask(Summary.calls_in_region, vocab.STEP, on_stepper=True)
         | (Ask(Summary.scaler_possible) & Ask(Summary.calls_in_region, vocab.UPDATE, on_scaler=True)))
-    requires_across = Ask(Summary.regions_possible) & AskProject(reaches_from_region, SCALER_UPDATES)
+    requires_across = (Ask(Summary.regions_possible) & AskProject(reaches_from_region, SCALER_UPDATES)
+                       | Ask(Summary.calls_method, vocab.STEP, vocab.UPDATE) & AskProject(opens_through_project))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._step_events(facts)

@@ -5,9 +5,9 @@ from amplint import vocabulary as vocab
 
 CATALOG = (
     ("AMP001", "backward-in-autocast", "amp001_backward_in_autocast", "BackwardInAutocast",
-     (vocab.AUTOCAST,), None, "sometimes", "error"),
+     (vocab.AUTOCAST, "with"), None, "sometimes", "error"),
     ("AMP002", "step-in-autocast", "amp002_step_in_autocast", "StepInAutocast",
-     (vocab.AUTOCAST,), None, "sometimes", "error"),
+     (vocab.AUTOCAST, "with"), None, "sometimes", "error"),
     ("AMP003", "clip-without-unscale", "amp003_clip_without_unscale", "ClipWithoutUnscale",
      (vocab.CLIP_GRAD, vocab.SCALE, vocab.REGISTER_HOOK), None, "sometimes", "error"),
     ("AMP004", "scaler-per-iteration", "amp004_scaler_per_iteration", "ScalerPerIteration",

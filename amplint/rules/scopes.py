@@ -55,6 +55,8 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
     text = f"the {dtype}autocast region at line {facts.line_of(region.opener)}"
     if region.via == "decorator":
         text = f"the {dtype}autocast decorator at line {facts.line_of(region.opener)}"
+    if region.factory is not None:
+        text += f" opened by {region.factory}"
     if chain:
         call = chain[0]
         text += f" via `{snippet(facts, call.node.func, 20)}()` at line {facts.line_of(call.node)}"
@@ -311,6 +313,10 @@ def move_out_of_region(facts: ModuleFacts, region: Region, event: Event | None =
     # a context object held in a name may not be enterable twice (a generator-based context manager).
     reopen_safe = not reopened or phase.reenterable(region.with_item.item, region.frame)
     safe = reopen_safe and all(phase.statement(statement) for statement in moved)
+    if region.factory is not None and (reopened or not region.factory_plain):
+        # Made by a function: entering it again runs that function again, and a generator's code after its yield
+        # would run before the moved statements instead of after them.
+        safe = False
     item = region.with_item.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     single = len(with_node.items) == 1
 
@@ -355,6 +361,8 @@ def advice_for_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> 
     """A display-only fix for regions amplint does not rewrite (a decorator, or a caller's region)."""
     if chain:
         where = f"the caller's autocast block (line {facts.line_of(region.opener)})"
+    elif region.via == "exitstack":
+        where = f"the `with` block entering the autocast region at line {facts.line_of(region.opener)}"
     else:
         where = f"the function decorated at line {facts.line_of(region.opener)}"
     return FixPlan(
