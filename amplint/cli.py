@@ -15,8 +15,8 @@ import click
 
 from amplint import __version__, pipeline, sources
 from amplint import rules as registry
-from amplint.config import (ConfigError, check_torch_version, describe, infer_target_torch, load_settings,
-                            nested_configurations, run_start, validate_selectors)
+from amplint.config import (ConfigError, Settings, check_torch_version, configuration_groups, describe,
+                            infer_target_torch, load_settings, run_start, validate_selectors)
 from amplint.diagnostics import Severity, with_docs_url, with_severities
 from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
@@ -114,14 +114,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             [stdin_filename or "-"] if list(paths) == ["-"] else list(paths)))
         for warning in settings.warnings:
             click.echo(f"amplint: warning: {printable(warning)}", err=True)
-        if select:
-            settings.set_by("select", _split(select), "--select")
-            if not settings.select:
-                raise ConfigError("--select names no rule, so no rule is selected (omit it to select every rule)")
-        for key, given in (("extend-select", extend_select), ("ignore", ignore)):
-            if _split(given):
-                previous = getattr(settings, key.replace("-", "_"))
-                settings.set_by(key, previous + _split(given), f"--{key}", extend=True)
+        _select_options(settings, select, extend_select, ignore)
         for key, given, value in (("force-exclude", force_exclude, True), ("output-format", output_format,
                                   output_format), ("exit-non-zero-on-warning", exit_non_zero_on_warning, True),
                                   ("jobs", jobs, jobs), ("cache-dir", cache_dir, cache_dir),
@@ -137,10 +130,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             settings.set_by("target-torch-version", target_torch_version, "--target-torch-version")
             settings.target_torch_source = "--target-torch-version"
         infer_target_torch(settings, [stdin_filename or "-"] if list(paths) == ["-"] else list(paths) or ["."])
-        validate_selectors(settings, "command line")
-        rule_classes = enabled(settings)
-        if not rule_classes:
-            raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose")
+        rule_classes = _rules_of(settings)
     except ConfigError as error:
         raise ConfigurationProblem(str(error)) from None
     if show_settings:
@@ -172,16 +162,24 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         files = list(discover(named, settings,
                               on_error=lambda path, error: outcomes.append(_unlisted_folder(path, error)))) \
             if named else []
+        try:  # each file with the configuration closest to it (as the editor server and the flake8 plugin)
+            groups = _configured_groups(files, settings, rule_classes, levels, set(existing),
+                                        (select, extend_select, ignore, target_torch_version))
+        except ConfigError as error:
+            raise ConfigurationProblem(str(error)) from None
+        files = [name for group in groups for name in group[3]]
         if output_file is not None:  # before anything is written: a fix, the cache, the report
-            clash = _output_clash(output_file, [*existing, *files, *_read_files(settings, named)])
+            also_read = [str(group[0].source) for group in groups[1:] if group[0].source is not None]
+            clash = _output_clash(output_file, [*existing, *files, *_read_files(settings, named), *also_read])
             if clash is not None:
                 raise ConfigurationProblem(
                     f"--output-file {printable(output_file)} is {clash}, an input of this run: the report would "
                     "overwrite it; nothing was written (name another file for the report)")
         if not quiet and named:
             _say_skipped(named, settings, linted=bool(files))
-        for warning in nested_configurations(files, settings):
-            click.echo(f"amplint: warning: {printable(warning)}", err=True)
+        for group in groups[1:]:
+            for warning in group[0].warnings:
+                click.echo(f"amplint: warning: {printable(warning)}", err=True)
         cache = None  # lint results only (amplint/cache.py)
         if not (no_cache or mode.fix or mode.diff):
             from amplint.cache import CacheRefused, open_for_run
@@ -193,8 +191,11 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
         progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
-        outcomes.extend(lint_paths(files, rule_classes, settings, mode, settings.jobs, cache, progress))
-        _apply_levels(outcomes, levels, settings.docs_url)
+        _apply_levels(outcomes, levels, settings.docs_url)  # missing paths, folders that cannot be listed
+        for group_settings, group_rules, group_levels, group_files in groups:
+            linted = lint_paths(group_files, group_rules, group_settings, mode, settings.jobs, cache, progress)
+            _apply_levels(linted, group_levels, settings.docs_url)
+            outcomes.extend(linted)
 
     if mode.diff:
         sys.stdout.flush()
@@ -237,6 +238,55 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
     sys.exit(_usage(missing) or _exit_code(outcomes, exit_zero, mode, settings.exit_non_zero_on_warning))
 
 
+def _select_options(settings: Settings, select, extend_select, ignore) -> None:
+    """--select, --extend-select and --ignore over a configuration's own choice of rules."""
+    if select:
+        settings.set_by("select", _split(select), "--select")
+        if not settings.select:
+            raise ConfigError("--select names no rule, so no rule is selected (omit it to select every rule)")
+    for key, given in (("extend-select", extend_select), ("ignore", ignore)):
+        if _split(given):
+            previous = getattr(settings, key.replace("-", "_"))
+            settings.set_by(key, previous + _split(given), f"--{key}", extend=True)
+
+
+def _rules_of(settings: Settings, where: str = "command line") -> list:
+    validate_selectors(settings, where)
+    rule_classes = enabled(settings)
+    if not rule_classes:
+        raise ConfigError("no rule is selected: `ignore` takes away every rule that `select` chose"
+                          + ("" if settings.source is None else f" ({settings.source})"))
+    return rule_classes
+
+
+def _configured_groups(files: list[str], settings: Settings, rule_classes, levels, named: set[str],
+                       options) -> list[tuple]:
+    """(settings, rules, severity levels, files) per configuration of the run's files, the run's own first: a
+    file under a folder with its own amplint.toml or [tool.amplint] is linted with that configuration (its rules,
+    per-file ignores, severities, torch range and excludes), with the command line's --select, --extend-select,
+    --ignore and --target-torch-version over it, as ruff does."""
+    select, extend_select, ignore, target_torch_version = options
+    groups = configuration_groups(files, settings)
+    own = groups.pop(settings.source, [])
+    found = [(settings, rule_classes, levels, own)] if own or not groups else []
+    for source, group_files in groups.items():
+        nested = load_settings(str(source) if source is not None else None,
+                               None if source is not None else Path(os.path.abspath(group_files[0])).parent)
+        nested.named = False  # found by the lookup, not named with --config
+        if source is None:
+            nested.warnings = []
+        _select_options(nested, select, extend_select, ignore)
+        if target_torch_version is not None:
+            nested.set_by("target-torch-version", target_torch_version, "--target-torch-version")
+            nested.target_torch_source = "--target-torch-version"
+        infer_target_torch(nested, group_files)
+        kept = [name for name in group_files if name in named or not nested.excluded(name)]
+        if kept:
+            found.append((nested, _rules_of(nested, f"command line, for the files of {source or 'the defaults'}"),
+                          nested.severity_levels(), kept))
+    return found
+
+
 def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity], docs_url: str | None = None) -> None:
     """Each finding at the level the configuration gives its rule (`[tool.amplint.severity]`), linking to the
     documentation site when `docs-url` is set."""
@@ -268,12 +318,12 @@ def _file_identity(path: str) -> tuple[int, int] | None:
 
 def _read_files(settings, paths: list[str]) -> list[str]:
     """The other files a run reads: its configuration file and the declaration files its torch floor is
-    inferred from (amplint/requirements.py; files they include with `-r` aside)."""
-    from amplint.requirements import requirement_files, roots_for
+    inferred from (amplint/requirements.py), with the files their `-r` lines include."""
+    from amplint.requirements import files_read, roots_for
 
     configured = settings.root if settings.source is not None else None
     found = [str(settings.source)] if settings.source is not None else []
-    return found + [str(path) for root in roots_for(paths, configured) for path in requirement_files(root)]
+    return found + [str(path) for root in roots_for(paths, configured) for path in files_read(root)]
 
 
 def _output_clash(output_file: str, inputs: list[str]) -> str | None:
@@ -282,13 +332,21 @@ def _output_clash(output_file: str, inputs: list[str]) -> str | None:
     spelling, a symlink, a hard link or a file found in a named folder all count; a report file that does not
     exist yet names no input."""
     target = _file_identity(output_file)
-    if target is None:
-        return None
+    if target is None:  # not there yet: an input named but absent (a `-r` include) would be created by the report
+        wanted = _real(output_file)
+        return next((printable(path) for path in dict.fromkeys(inputs) if _real(path) == wanted), None)
     for path in dict.fromkeys(inputs):
         if _file_identity(path) == target:
             same = os.path.normpath(os.path.abspath(path)) == os.path.normpath(os.path.abspath(output_file))
             return printable(path) if same else f"the same file as {printable(path)}"
     return None
+
+
+def _real(path: str) -> str | None:
+    try:
+        return os.path.normcase(os.path.realpath(path))
+    except (OSError, ValueError):
+        return None
 
 
 def _statistics(report: Report) -> str:

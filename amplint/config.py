@@ -206,32 +206,31 @@ def settings_for(path: str | None, config: str | None = None, fallback: Path | N
 
 
 def run_start(paths: list[str], fallback: Path | None = None) -> Path:
-    """Where the command line's lookup starts: the folder of its named paths, whose closest configuration must be
-    one and the same (each path's lookup is `settings_for`'s); a ConfigError naming them when it is not, since
-    the run reads one configuration. No path: the working directory (`fallback`)."""
+    """Where the command line's lookup for its run-wide options starts (output format, cache, jobs, discovery's
+    excludes): the folder of its named paths when their closest configuration is one and the same (each path's
+    lookup is `settings_for`'s), else the working directory (`fallback`), as ruff. Each file is linted with the
+    configuration closest to it whatever this gives (`configuration_groups`). No path: the working directory."""
     named = [path for path in paths if path and path != "-"] or [None]
-    chosen: dict[Path | None, str | None] = {}  # configuration -> the first path it applies to
+    chosen: set[Path | None] = set()
     for path in named:
         try:
-            found = find_config(lookup_start(path, fallback))
+            chosen.add(find_config(lookup_start(path, fallback)))
         except ConfigError:
-            found = Path("?")  # a broken one: reported when it is read
-        chosen.setdefault(found, path)
+            chosen.add(Path("?"))  # a broken one: reported when it is read
     if len(chosen) > 1:
-        listed = "; ".join(f"{config if config is not None else 'no configuration'} for {path or '.'}"
-                           for config, path in chosen.items())
-        raise ConfigError(f"the paths named have different configurations ({listed}): lint them in separate runs, "
-                          f"or name one configuration for all with --config")
+        return (fallback or Path.cwd()).resolve()
     return lookup_start(named[0], fallback)
 
 
-def nested_configurations(files: list[str], settings: Settings) -> list[str]:
-    """Warnings for the files of a run whose closest configuration is not the run's (a folder below it with its
-    own amplint.toml or [tool.amplint]): the run lints them with its own, and says so, once per configuration.
-    Nothing with --config (one configuration for every file, as ruff). One look per folder."""
-    if settings.named:
-        return []
+def configuration_groups(files: list[str], settings: Settings) -> dict[Path | None, list[str]]:
+    """The files of a run by the configuration closest to each (its folder, then each folder above: the editor
+    server's and the flake8 plugin's lookup), in the order of `files`: the run's own configuration is the key
+    `settings.source` (None: no configuration); a folder below with its own amplint.toml or [tool.amplint] is
+    another key. With --config every file is the run's (as ruff). One look per folder; a configuration that
+    cannot be read is a key too (its problem is reported when the run reads it)."""
     own = settings.source.resolve() if settings.source is not None else None
+    if settings.named:
+        return {settings.source: list(files)}
     memo: dict[Path, Path | None] = {}
 
     def closest(folder: Path) -> Path | None:
@@ -244,7 +243,9 @@ def nested_configurations(files: list[str], settings: Settings) -> list[str]:
             pending.append(each)
             try:
                 found = config_in(each)
-            except (ConfigError, OSError):
+            except ConfigError:
+                found = each / "pyproject.toml"  # amplint's own broken file: read it to report the problem
+            except OSError:
                 found = None
             if found is not None:
                 found = found.resolve()
@@ -253,15 +254,14 @@ def nested_configurations(files: list[str], settings: Settings) -> list[str]:
             memo[each] = found
         return found
 
-    counted: dict[Path, int] = {}
+    groups: dict[Path | None, list[str]] = {}
     for name in files:
         found = closest(Path(os.path.abspath(name)).parent)
-        if found is not None and found != own:
-            counted[found] = counted.get(found, 0) + 1
-    used = str(settings.source) if settings.source is not None else "the defaults (no configuration was found)"
-    return [f"{config} configures amplint for {count} file{'s' if count > 1 else ''} of this run, linted with "
-            f"{used}; lint {config.parent} on its own (or name it) to use its configuration"
-            for config, count in counted.items()]
+        key = settings.source if found == own or found is None and own is None else found
+        if found is None and own is not None:
+            key = None  # a file outside the run's configuration's folder, under none: the defaults
+        groups.setdefault(key, []).append(name)
+    return groups
 
 
 # A line that opens `[tool.amplint]` (or a table below it), even unclosed, or sets a dotted `tool.amplint.` key.

@@ -658,6 +658,19 @@ def declared_torch(root: Path) -> TorchRequirement:
     return TorchRequirement(tuple(declared))
 
 
+def files_read(root: Path) -> list[Path]:
+    """Every file `declared_torch(root)` reads: the declaration files of the root and the files its requirements
+    files include with `-r`/`--requirement`, recursively (as they are named, whether or not they exist), for a
+    run to refuse an output that would overwrite one of them."""
+    found = requirement_files(root)
+    seen: set[Path] = set()
+    for path in found:
+        if path.name not in READERS:
+            for _ in from_requirements_txt(path, seen):
+                pass
+    return found + sorted(seen - {path.resolve() for path in found})
+
+
 def has_declarations(folder: Path) -> bool:
     """Does this folder hold a declaration file? One listing of the folder (asked for every folder above every
     linted path)."""

@@ -60,28 +60,57 @@ def test_the_command_line_reads_the_configuration_closest_to_the_file(tmp_path):
     assert cli_codes(tmp_path, "--config", "elsewhere/amplint.toml", "project") == []  # --config: for every file
 
 
-def test_paths_under_different_configurations_are_refused(tmp_path):
+def test_paths_under_different_configurations_are_each_linted_with_their_own(tmp_path):
+    """Named paths under different configurations: each file with the configuration closest to it (they were
+    refused before, exit 2), as the server and the plugin read them."""
     (tmp_path / ".git").mkdir()
     write(tmp_path / "a" / "amplint.toml", 'ignore = ["AMP001"]\n')
     write(tmp_path / "a" / "flagged.py", FLAGGED)
-    write(tmp_path / "b" / "flagged.py", FLAGGED)
-    result = invoke_in(tmp_path, ["check", "--no-cache", "a/flagged.py", "b/flagged.py"])
-    assert result.exit_code == 2
-    assert "amplint.toml" in result.output and "b/flagged.py" in result.output and "--config" in result.output
-    assert "Traceback" not in result.output
+    other = write(tmp_path / "b" / "flagged.py", FLAGGED)
+    result = invoke_in(tmp_path, ["check", "--no-cache", "--output-format", "json", "a/flagged.py", "b/flagged.py"])
+    assert result.exit_code == 1, result.output
+    found = json.loads(result.stdout)
+    assert {Path(d["filename"]).parent.name for d in found} == {"b"} and [d["code"] for d in found] == ["AMP001"]
+    assert server_codes(tmp_path / "a" / "flagged.py") == plugin_codes(tmp_path / "a" / "flagged.py") == []
+    assert server_codes(other) == ["AMP001"]
 
 
-def test_a_nested_configuration_is_named_not_ignored_silently(tmp_path):
+def test_a_nested_configuration_applies_to_the_files_below_it(tmp_path):
+    """A subfolder's own configuration applies to its files when the run starts above it: its ignore, its
+    severities and its excludes (a named file is linted, as ruff); the parent's to the others."""
     (tmp_path / ".git").mkdir()
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nselect = ["AMP001"]\n')
+    write(tmp_path / "top.py", FLAGGED)
     write(tmp_path / "sub" / "amplint.toml", 'ignore = ["AMP001"]\n')
     write(tmp_path / "sub" / "flagged.py", FLAGGED)
     write(tmp_path / "sub" / "deeper" / "flagged.py", FLAGGED)
-    result = invoke_in(tmp_path, ["check", "--no-cache", "."])
-    warnings = [line for line in result.stderr.splitlines() if "sub/amplint.toml" in line]
-    assert len(warnings) == 1, result.stderr
-    assert "2 files" in warnings[0]
+    result = invoke_in(tmp_path, ["check", "--no-cache", "--output-format", "json", "."])
+    assert [Path(d["filename"]).name for d in json.loads(result.stdout)] == ["top.py"], result.output
+    assert "sub/amplint.toml" not in result.stderr  # nothing to warn about: it is used
     assert cli_codes(tmp_path / "sub", ".") == [] == server_codes(tmp_path / "sub" / "flagged.py")
+    # its severities and excludes too
+    write(tmp_path / "sub" / "amplint.toml", 'extend-exclude = ["gen"]\n[severity]\nAMP001 = "warning"\n')
+    write(tmp_path / "sub" / "gen" / "flagged.py", FLAGGED)
+    result = invoke_in(tmp_path, ["check", "--no-cache", "--output-format", "json", "."])
+    levels = {d["filename"]: d["severity"] for d in json.loads(result.stdout)}
+    assert levels == {"top.py": "error", "sub/flagged.py": "warning", "sub/deeper/flagged.py": "warning"}, levels
+    assert cli_codes(tmp_path, "sub/gen/flagged.py") == ["AMP001"]  # named: linted
+    # --config names one configuration for every file (as ruff)
+    assert cli_codes(tmp_path, "--config", "pyproject.toml", "sub") == ["AMP001", "AMP001", "AMP001"]
+
+
+def test_a_nested_configuration_takes_the_command_lines_rule_options(tmp_path):
+    (tmp_path / ".git").mkdir()
+    write(tmp_path / "amplint.toml", 'select = ["AMP001"]\n')
+    write(tmp_path / "sub" / "amplint.toml", 'select = ["AMP003"]\n')
+    write(tmp_path / "sub" / "flagged.py", FLAGGED)
+    assert cli_codes(tmp_path, ".") == []
+    assert cli_codes(tmp_path, "--extend-select", "AMP001", ".") == ["AMP001"]
+    assert cli_codes(tmp_path, "--select", "AMP001", ".") == ["AMP001"]
+    # a broken nested configuration is a configuration error naming it, before anything is linted
+    write(tmp_path / "sub" / "amplint.toml", 'select = "AMP001"\n')
+    result = invoke_in(tmp_path, ["check", "--no-cache", "."])
+    assert result.exit_code == 2 and "sub/amplint.toml" in result.output and "Traceback" not in result.output
 
 
 def test_amplint_toml_wins_over_pyproject_and_says_so_once(tmp_path):

@@ -288,3 +288,20 @@ def test_a_shared_cache_gives_each_project_its_own_answer(tmp_path, monkeypatch,
     shared = str(tmp_path / "cache")
     for name in order + order:
         assert codes(name, "--cache-dir", shared) == expected[name], name
+
+
+# A requirements file's `-r` includes are inputs too: a report over one is refused before anything is written.
+
+@pytest.mark.parametrize("include", ["extra.txt", "sub/extra.txt", "sub/deeper/chain.txt", "absent.txt"])
+def test_a_report_over_a_requirements_include_is_refused(tmp_path, monkeypatch, include):
+    root = tmp_path / "project"
+    _input(root, "t.py")
+    (root / "sub" / "deeper").mkdir(parents=True)
+    (root / "requirements.txt").write_text("torch>=2.4\n-r extra.txt\n--requirement sub/extra.txt\n-r absent.txt\n")
+    (root / "extra.txt").write_text("numpy\n")
+    (root / "sub" / "extra.txt").write_text("-r deeper/chain.txt\n")
+    (root / "sub" / "deeper" / "chain.txt").write_text("scipy\n")
+    before = _tree(root)
+    result = _invoke(["check", "--fix", "--output-file", include, "t.py"], root, monkeypatch)
+    assert result.exit_code == 2 and "an input of this run" in result.stderr, result.output
+    assert _tree(root) == before  # nothing fixed, no report, no include created
