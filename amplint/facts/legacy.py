@@ -29,6 +29,10 @@ LEGACY_NAMES = tuple(dict.fromkeys(row.new_name for row in vocab.DEPRECATIONS)) 
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
 # Handlers of a `try: <new spelling> except ...: <old spelling>` shim (a bare `except:` too).
 COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
+TYPE_TESTS = frozenset({"isinstance", "issubclass"})  # calls whose arguments name a type, not a value handed on
+# Builtins that only look at what they are given: a legacy class passed to one is not called there.
+INSPECTS = frozenset({"print", "getattr", "hasattr", "setattr", "id", "repr", "str", "type", "vars", "dir",
+                      "callable", "hash", "format", "len"})
 
 
 def called_behind_a_name(summary) -> bool:
@@ -61,9 +65,31 @@ def called_behind_a_name(summary) -> bool:
     return summary.ask(summary.has_token(vocab.AMP) and summary.has_token("cuda", "cpu"), exact)
 
 
+def used_as_value(summary) -> bool:
+    """The screen's question for a deprecated class or function handed on as a value (`register()(GradScaler)`,
+    `{"cuda": torch.cuda.amp.GradScaler}`, `self.scaler_cls = ...`, `return ...`): a name of the table that the
+    imports resolve, anywhere in the tree but a `Load` of a call's function (those are `calls_api`'s)."""
+    legacy = tuple(DEPRECATED_AMP)
+
+    def exact() -> bool:
+        for node in ast.walk(summary.tree):
+            if isinstance(node, (ast.Call, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.Assign, ast.Return,
+                                 ast.IfExp, ast.BoolOp)):
+                children = [*ast.iter_child_nodes(node), *(k.value for k in getattr(node, "keywords", ()))]
+                for child in children:
+                    if isinstance(child, (ast.Name, ast.Attribute)) and not (
+                            isinstance(node, ast.Call) and child is node.func) and summary.resolves(child, legacy):
+                        return True
+        return False
+
+    return summary.ask(summary.has_token(*LEGACY_NAMES), exact)
+
+
 @dataclass(eq=False)
 class Site:
-    kind: str  # "call" | "decorator" | "partial" | "reference" | "base" (a class's base) | "alias" (see Alias)
+    # "call" | "decorator" | "partial" | "reference" | "base" (a class's base) | "alias" (see Alias) | "value" (handed
+    # on: an argument, in a collection or a registry, returned; called elsewhere)
+    kind: str
     node: cst.CSTNode  # the Call (call, partial), the decorator expression, or the reference expression
     reference: cst.BaseExpression  # the dotted expression that names the deprecated API
     qualified: str
@@ -72,7 +98,7 @@ class Site:
 
     @property
     def report(self) -> cst.CSTNode:
-        return self.reference if self.kind in ("partial", "reference") else self.node
+        return self.reference if self.kind in ("partial", "reference", "value") else self.node
 
 
 @dataclass(eq=False)
@@ -164,12 +190,21 @@ def _hands_on(facts: ModuleFacts, call, target: str) -> bool:
               for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == target and not arg.star]
     if not passed or call.dotted is None or (call.qualified or "").startswith("torch."):
         return False
+    return _callee_calls(facts, call, passed) is True
+
+
+def _callee_calls(facts: ModuleFacts, call, passed: list[tuple[int, str | None]]) -> bool | None:
+    """Does the function a call reaches (of this module or another, through the project index) call a parameter
+    receiving one of the `passed` arguments (position, keyword)? None where the callee is not a project
+    function (a library's, or a value computed at run time: `register()(cls)`)."""
+    if call.dotted is None:
+        return None
     view = facts.project
     info = facts.function_info(call.frame)
     found = view.resolve(info.qualname if info else None, call.dotted)
     summary = view.function(found) if found is not None else None
     if summary is None:
-        return False
+        return None
     params = list(summary.params)
     if call.method is not None and params and "." in summary.qualname:
         params = params[1:]  # a method called on its object: the first parameter is the object
@@ -231,6 +266,14 @@ class Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
         self.qualified_of: dict[tuple[int, str], str] = {}
         self.loads: dict[str, int] = {}  # local name -> how many times it is read (outside imports)
         self.consumed: set[int] = set()
+        # ids of expressions whose value is handed on (an argument, an element of a collection, a dict's value,
+        # stored in an attribute or a subscript, returned): a legacy class or function there is called elsewhere
+        self.values: set[int] = set()
+        self.type_tests: set[int] = set()  # ids of `isinstance`/`issubclass` arguments: a type, not a value
+        # id of a call's argument -> (the call, its position, its keyword); a collection bound to a plain name ->
+        # the name (its values are handed on where the module reads the name)
+        self.arguments: dict[int, tuple[cst.Call, int, str | None]] = {}
+        self.stored: dict[int, str] = {}
         self.guards: list[bool] = []
         self.in_bases = False
         self.scope_depth = 0
@@ -371,6 +414,44 @@ class Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
             qualified = self._deprecated(first)
             if qualified is not None:
                 self._site("partial", node, first, qualified)
+        tested = dotted_name(node.func) in TYPE_TESTS
+        for position, arg in enumerate(node.args):
+            (self.type_tests if tested else self.values).add(id(arg.value))
+            if not tested:
+                self.arguments[id(arg.value)] = (node, position, arg.keyword.value if arg.keyword else None)
+
+    def _hand_on(self, container: cst.CSTNode, *values: cst.CSTNode) -> None:
+        """The values of a collection (or the branches of `a if t else b`) are handed on where it is."""
+        for into in (self.values, self.type_tests):
+            if id(container) in into:
+                into.update(id(value) for value in values)
+        if id(container) in self.stored:
+            self.stored.update((id(value), self.stored[id(container)]) for value in values)
+
+    def visit_Tuple(self, node: cst.Tuple) -> None:
+        self._hand_on(node, *(element.value for element in node.elements))
+
+    visit_List = visit_Set = visit_Tuple
+
+    def visit_Dict(self, node: cst.Dict) -> None:
+        self._hand_on(node, *(element.value for element in node.elements if isinstance(element, cst.DictElement)))
+
+    def visit_IfExp(self, node: cst.IfExp) -> None:
+        self._hand_on(node, node.body, node.orelse)
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        self._hand_on(node, node.left, node.right)
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if any(isinstance(target.target, (cst.Attribute, cst.Subscript)) for target in node.targets):
+            self.values.add(id(node.value))  # `REGISTRY["cuda"] = ...`, `self.scaler_class = ...`
+        elif len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name) and \
+                isinstance(node.value, (cst.Dict, cst.List, cst.Tuple, cst.Set)):
+            self.stored[id(node.value)] = node.targets[0].target.value  # `SCALERS = {"cuda": ...}`
+
+    def visit_Return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            self.values.add(id(node.value))
 
     def visit_Arg(self, node: cst.Arg) -> bool:
         walk(node.value, self)
@@ -381,7 +462,8 @@ class Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
             return
         qualified = self.facts.imports.qualify(node)
         if qualified in DEPRECATED_AMP:
-            self._site("reference", node, node, qualified)
+            value = (id(node) in self.values or id(node) in self.stored) and id(node) not in self.type_tests
+            self._site("value" if value else "reference", node, node, qualified)
         elif qualified in DEPRECATED_AMP_MODULES:
             self.module_references[id(node)] = self.guard_depth > 0
 
@@ -396,7 +478,27 @@ class Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
 
 
 def scan_module(facts: ModuleFacts) -> Scan:
-    """One walk of the module: its references to deprecated AMP names, its imports and shims (`Scan`)."""
+    """One walk of the module: its references to deprecated AMP names, its imports and shims (`Scan`). A legacy
+    class or function is a "value" where the code hands it on to be called elsewhere: an argument of a call
+    (unless the callee is a project function that never calls the parameter receiving it, or a builtin that only
+    inspects it), returned, stored in an attribute or a subscript (a registry), or in a collection that is itself
+    handed on or bound to a name the module reads."""
     scan = visitor_class(Scan)(facts)
     walk(facts.module, scan)
+    calls = {id(call.node): call for call in facts.calls}
+    for site in scan.sites:
+        if site.kind != "value":
+            continue
+        name = scan.stored.get(id(site.node))
+        if name is not None and id(site.node) not in scan.values and scan.loads.get(name, 0) <= 1:
+            site.kind = "reference"  # a collection under a name nothing reads (its one load is the target)
+            continue
+        argument = scan.arguments.get(id(site.node))
+        if argument is None:
+            continue
+        node, position, keyword = argument
+        call = calls.get(id(node))
+        if dotted_name(node.func) in INSPECTS or (
+                call is not None and _callee_calls(facts, call, [(position, keyword)]) is False):
+            site.kind = "reference"  # inspected, or handed to a project function that never calls it
     return scan

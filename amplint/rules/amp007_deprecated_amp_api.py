@@ -9,7 +9,8 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 
 from amplint.facts import ModuleFacts
-from amplint.facts.legacy import Alias, Scan, Site, called_behind_a_name, legacy_aliases, scan_module
+from amplint.facts.legacy import Alias, Scan, Site, called_behind_a_name, legacy_aliases, scan_module, \
+    used_as_value
 from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, dotted_name
 from amplint.index.summary import Summary
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, shown_floor
@@ -17,6 +18,8 @@ from amplint.rules.base import Finding, FixPlan, Rule
 from amplint.rules.migrate import ROWS, Migration, positional
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
+
+CALLED = ("call", "decorator", "partial", "value")  # the uses that warn (a value where it is called)
 
 
 class DeprecatedAmpApi(Rule):
@@ -31,7 +34,10 @@ class DeprecatedAmpApi(Rule):
     contextlib.suppress`, `amp_mod = torch.cuda.amp`) and a `from torch.cuda.amp import *`, each reported where
     the legacy spelling is written (the assignment, the star import) with the calls that go through it. A name
     handed on as an argument (`train_one_epoch(..., amp_autocast=amp_ctx)`) to a function of the project that
-    calls the parameter (`with amp_autocast():`) is called through too.
+    calls the parameter (`with amp_autocast():`) is called through too. And a legacy class or function handed on
+    as a value, to be called by code this module does not show: passed to a factory or a decorator
+    (`register("cuda")(torch.cuda.amp.grad_scaler.GradScaler)`), stored in a registry (`REGISTRY[k] = GradScaler`,
+    an attribute, a table the module reads), or returned.
 
     Applies to torch >= 1.6 (where these spellings appeared), unless every torch the project supports predates
     the warnings: a project whose requirements say `torch>=1.13,<2` is never warned, so it is not reported. A
@@ -95,7 +101,9 @@ class DeprecatedAmpApi(Rule):
       passed around as a value, `*args`, a partial called with positional arguments, any other alias of a legacy
       name (through `Scaler = torch.cuda.amp.GradScaler`, `Scaler(2.0**14)` would pass the scale as the device), a
       module alias bound twice, in `a if test else b` or handed to a function, a star import, a name whose import
-      also serves such a use. Nor where the call already raises TypeError (`autocast(True, enabled=flag)`, an
+      also serves such a use. A legacy class handed on as a value gets no fix either: its callers are not shown,
+      and `torch.amp.GradScaler` takes the device first, so a caller's `cls(2.0**14)` would pass the scale as the
+      device. Nor where the call already raises TypeError (`autocast(True, enabled=flag)`, an
       unknown keyword), or where the default dtype cannot be written (no `import torch`; `**kwargs` that may hold
       a dtype).
 
@@ -105,7 +113,9 @@ class DeprecatedAmpApi(Rule):
     shim), and for names bound both to a legacy and to a `torch.amp` import.
     An import line is reported only when the module calls one of its names (importing alone warns nothing; a
     legacy class used only in `isinstance` is left alone); likewise a name bound to a legacy API or module, or a
-    star import, is reported only when this module calls through it. A star import of a module other than
+    star import, is reported only when this module calls through it or hands it on. A value handed to a project
+    function that never calls the parameter receiving it, to a builtin that only looks at it (`print`,
+    `getattr`), or kept in a table the module never reads, is left alone. A star import of a module other than
     `torch.cuda.amp`, `torch.cpu.amp` and `torch.amp` may rebind any name, so the names an earlier star import
     bound are no longer followed after it. Not followed: `torch` (or a legacy name) reached through a project
     module's star import (`from common import *` where `common.py` imports torch), which needs the project index,
@@ -119,7 +129,8 @@ class DeprecatedAmpApi(Rule):
     # A finding needs a call, a decorator or a partial naming a deprecated API through the imports (an import or
     # a reference alone warns nothing), or a call through a name bound to one (an alias, a star import).
     requires = Ask(Summary.imports_module, vocab.TORCH) & (
-        Ask(Summary.calls_api, *DEPRECATED_AMP, partial=True, decorator=True) | Ask(called_behind_a_name))
+        Ask(Summary.calls_api, *DEPRECATED_AMP, partial=True, decorator=True) | Ask(called_behind_a_name)
+        | Ask(used_as_value))
     min_torch = "1.6"  # the legacy spellings appeared in torch 1.6
     fix = "safe"
 
@@ -141,6 +152,9 @@ class DeprecatedAmpApi(Rule):
             if site.skip or site.kind in ("reference", "base", "alias") or site.head in starred:
                 continue  # references (isinstance, annotations, base classes) do not warn by themselves; aliases
                 # and names from a star import are reported where the legacy spelling is written
+            if site.kind == "value":
+                findings.append((site.report, _value_message(facts, site), None, _value_advice(plan, site)))
+                continue
             new_name, device = DEPRECATED_AMP[site.qualified]
             fixed = plan.fixed_sites.get(id(site))
             spelling = plan.spelling(new_name)
@@ -162,11 +176,11 @@ class DeprecatedAmpApi(Rule):
             fixed = id(alias) in plan.fixed_aliases
             findings.append((alias.reference, _alias_message(facts, alias), fix if fixed else None,
                              _alias_advice(plan, alias)))
-        warned = {site.head for site in scan.sites if not site.skip and site.kind in ("call", "decorator", "partial")}
+        warned = {site.head for site in scan.sites if not site.skip and site.kind in CALLED}
         warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases}
         for statement, names in scan.star_sites:
             uses = {name: [site for site in scan.sites if site.head == name and not site.skip
-                           and site.kind in ("call", "decorator", "partial")] for name in names}
+                           and site.kind in CALLED] for name in names}
             names = [name for name in names if uses[name]]
             if names:
                 nodes = sorted((site.node for name in names for site in uses[name]), key=facts.line_of)
@@ -270,6 +284,30 @@ def _alias_message(facts: ModuleFacts, alias: Alias) -> str:
     if alias.qualified in DEPRECATED_AMP_MODULES:
         return f"`{alias.target}` is the deprecated `{alias.qualified}`: {calls} {warns}"
     return f"`{alias.target}` is the deprecated `{_public(alias.qualified)}`: {calls} {warns}"
+
+
+def _value_message(facts: ModuleFacts, site: Site) -> str:
+    warned, used = _public(site.qualified), snippet(facts, site.report, 40)
+    kind = "class" if DEPRECATED_AMP[site.qualified][0] in (vocab.AUTOCAST, vocab.GRAD_SCALER) else "function"
+    named = f"`{warned}`" if used == warned else f"`{used}`, the deprecated `{warned}`,"
+    return f"{named} is handed on as a value: the {kind} warns wherever it is called"
+
+
+def _value_advice(plan: "Migration", site: Site) -> str:
+    """What to hand on instead; no fix: the receiver calls it with arguments this module does not show."""
+    new_name, device = DEPRECATED_AMP[site.qualified]
+    spelling = plan.spelling(new_name)
+    if spelling is None:
+        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
+                         f"and the project supports torch {plan.support.floor}: no replacement to hand on")
+    row = ROWS[site.qualified]
+    if row.device_first:
+        dtype = f", dtype=torch.{row.default_dtype}" if row.default_dtype is not None else ""
+        return _sentence(f"hand on `{spelling}` and pass the device first where it is called (`(\"{device}\"{dtype}, "
+                         f"...)`, keywords for the legacy positional arguments); no fix: the callers are not shown "
+                         f"here, and the new signature reads their legacy positional arguments otherwise")
+    return _sentence(f"hand on `functools.partial({spelling}, device_type=\"{device}\")`; no fix: the callers are "
+                     f"not shown here")
 
 
 def _alias_advice(plan: "Migration", alias: Alias) -> str:

@@ -191,7 +191,7 @@ class Migration:
         new_name = row.new_name
         if site.kind == "reference":
             return new_name == vocab.GRAD_SCALER  # isinstance()/annotations: the base class accepts both
-        if site.kind in ("base", "alias"):
+        if site.kind in ("base", "alias", "value"):  # a value: its callers pass what this module does not show
             return False
         if site.kind == "decorator":
             return not row.device_first  # `@custom_fwd` becomes `@custom_fwd(device_type=...)`
