@@ -292,10 +292,10 @@ class ModuleFacts:
             if found is not None:
                 region, plain = found
                 return Region(call, region.state, self.code(call), region.device, region.dtype,
-                              factory=f"`{key}()` (line {line})", factory_plain=plain)
+                              factory=f"`{_short(key)}()`, line {line}", factory_plain=plain)
             return None
         where = f"{os.path.basename(target.module)}:{line}"
-        return Region(call, RegionState.MAYBE, self.code(call), factory=f"`{key}()` ({where})")
+        return Region(call, RegionState.MAYBE, self.code(call), factory=f"`{_short(key)}()`, {where}")
 
     @cached_property
     def _functions_by_qualname(self) -> dict[str, FunctionInfo]:
@@ -1017,6 +1017,10 @@ class ModuleFacts:
         """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
         return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
             id(c.frame.function()) for c in self.calls if c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD)}
+
+
+def _short(name: str, limit: int = 24) -> str:
+    return name if len(name) <= limit else "..." + name[-(limit - 3):]
 
 
 def _returns_and_yields(function: cst.FunctionDef) -> tuple[list[cst.BaseExpression], list[cst.With | None]]:

@@ -350,8 +350,49 @@ class _Builder:
                     and type(value.func.value) is ast.Call:
                 value = value.func.value  # `Net().cuda()`: the module itself
             assigned.setdefault(key, set()).add(dotted(value.func) or "")
+        self._annotated(assigned)
         self.index.instances = {key: next(iter(callees)) for key, callees in assigned.items()
                                 if len(callees) == 1 and "" not in callees}
+
+    def _annotated(self, assigned: dict[str, set[str]]) -> None:
+        """A parameter annotated with a class (`def run(model: Model)`: "run:model"), and an attribute annotated so
+        in a class body or a method (`model: Model`, `self.model: Model = model`: "Class.model"), as if assigned a
+        call of it: a hint, read only to find the method a call on the object runs (`model.optimize(...)`); an
+        assignment of another callee makes the name unknown."""
+        for function_id, owner in self.by_id.items():
+            arguments = self.nodes[function_id].args
+            for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs):
+                written = _annotation(argument.annotation)
+                if written and argument.arg not in ("self", "cls"):
+                    assigned.setdefault(f"{owner.qualname}:{argument.arg}", set()).add(written)
+        for node in ast.walk(self.summary.tree):
+            if type(node) is not ast.ClassDef:
+                continue
+            for statement in node.body:
+                if type(statement) is ast.AnnAssign and type(statement.target) is ast.Name \
+                        and type(statement.value) is not ast.Call:
+                    written = _annotation(statement.annotation)
+                    if written:
+                        assigned.setdefault(f"{node.name}.{statement.target.id}", set()).add(written)
+        for function_id, owner in self.by_id.items():
+            if "." not in owner.qualname:
+                continue
+            class_name = owner.qualname.split(".")[0]
+            arguments = self.nodes[function_id].args
+            hinted = {argument.arg: _annotation(argument.annotation)
+                      for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+            for node in _own_nodes(self.nodes[function_id]):
+                if type(node) is ast.Assign and len(node.targets) == 1 and type(node.value) is ast.Name \
+                        and hinted.get(node.value.id) and type(node.targets[0]) is ast.Attribute \
+                        and type(node.targets[0].value) is ast.Name and node.targets[0].value.id == "self":
+                    # `self.model = model`, the parameter annotated `model: Model`
+                    assigned.setdefault(f"{class_name}.{node.targets[0].attr}", set()).add(hinted[node.value.id])
+                elif type(node) is ast.AnnAssign and type(node.value) is not ast.Call \
+                        and type(node.target) is ast.Attribute and type(node.target.value) is ast.Name \
+                        and node.target.value.id == "self":
+                    written = _annotation(node.annotation)
+                    if written:
+                        assigned.setdefault(f"{class_name}.{node.target.attr}", set()).add(written)
 
     def _imports(self) -> None:
         for node in self.summary.import_nodes:
@@ -619,6 +660,15 @@ class _Builder:
                     if owner is not None and _keeps(function, call):
                         self._note(owner, Effect.KEEPS_SCALER, call.lineno)
                     break
+
+
+def _annotation(annotation: ast.AST | None) -> str | None:
+    """The dotted class an annotation names (`Model`, `models.Model`, `"Model"`), else None (`Optional[Model]`,
+    a union: not one class)."""
+    if type(annotation) is ast.Constant and isinstance(annotation.value, str) and all(
+            part.isidentifier() for part in annotation.value.split(".")):
+        return annotation.value
+    return dotted(annotation) if annotation is not None else None
 
 
 def _disabled(expr: ast.AST) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -29,12 +30,38 @@ class Reached:
     line: int  # where the last function of the chain does it
 
     def describe(self, facts: ModuleFacts, what: str) -> str:
-        """"`backward_and_step()` runs a backward (in `steps`, line 5)": the call as written, the module (when
-        another) and the line where it is done."""
-        view = facts.project
+        """"`self.model.optimize()` runs `loss.backward()` at model.py:13": the call as written, what the callee
+        does (its code, else `what`) and where (the line, and the file when another)."""
+        done = self.code(facts)
+        return f"`{self.call.dotted}()` runs {f'`{done}`' if done else what} at {self.where(facts)}"
+
+    def where(self, facts: ModuleFacts) -> str:
         target = self.chain[-1]
-        where = "line" if target.module == view.path else f"in `{view.project.names.get(target.module, '?')}`, line"
-        return f"`{self.call.dotted}()` runs {what} ({where} {self.line})"
+        if target.module == facts.project.path:
+            return f"line {self.line}"
+        return f"{os.path.basename(target.module)}:{self.line}"
+
+    def code(self, facts: ModuleFacts) -> str | None:
+        """The statement of the line where the last function of the chain does it, when short (a backward or a
+        step is one call)."""
+        target = self.chain[-1]
+        text = facts.source if target.module == facts.project.path else facts.project.text(target.module)
+        lines = text.splitlines() if text else []
+        if not 0 < self.line <= len(lines):
+            return None
+        line = lines[self.line - 1].split("#", 1)[0].strip()
+        return line if line and len(line) <= 24 and "`" not in line else None
+
+    def note(self, facts: ModuleFacts) -> tuple:
+        """A note at the line of the callee where it is done (Finding.notes)."""
+        target = self.chain[-1]
+        text = facts.source if target.module == facts.project.path else facts.project.text(target.module)
+        lines = text.splitlines() if text else []
+        line = lines[self.line - 1] if 0 < self.line <= len(lines) else ""
+        column = len(line) - len(line.lstrip()) + 1
+        filename = None if target.module == facts.project.path else target.module
+        return ((filename, self.line, column),
+                f"`{target.qualname}()` does it here, under the autocast region of the call")
 
     def path(self) -> str:
         """"`run_step()` -> `backward_and_step()`": the calls from the called function to the one that does it."""

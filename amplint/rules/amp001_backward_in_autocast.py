@@ -108,7 +108,7 @@ class BackwardInAutocast(Rule):
                 continue  # `x.backward()` is a backward event, reported above
             message = (f"{reached.describe(facts, 'a backward')} "
                        f"in {describe_region(facts, reached.region, reached.region_chain)}")
-            yield Finding(reached.call.node, message,
+            yield Finding(reached.call.node, message, notes=(reached.note(facts),),
                           help=f"Call it after the autocast block (the backward is reached through {reached.path()})")
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:

@@ -95,7 +95,7 @@ class StepInAutocast(Rule):
             what = {"scaler_update": "a scaler's update", "scaler_step": "a scaler's step"}.get(
                 reached.fact, "an optimizer's step")
             message = f"{reached.describe(facts, what)} in {describe_region(facts, reached.region, reached.region_chain)}"
-            yield Finding(reached.call.node, message,
+            yield Finding(reached.call.node, message, notes=(reached.note(facts),),
                           help=f"Call it after the autocast block (the step is reached through {reached.path()})")
 
     def _step_events(self, facts: ModuleFacts) -> Iterator[Finding]:

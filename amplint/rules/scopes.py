@@ -55,11 +55,12 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
     text = f"the {dtype}autocast region at line {facts.line_of(region.opener)}"
     if region.via == "decorator":
         text = f"the {dtype}autocast decorator at line {facts.line_of(region.opener)}"
-    if region.factory is not None:
-        text += f" opened by {region.factory}"
     if chain:
         call = chain[0]
         text += f" via `{snippet(facts, call.node.func, 20)}()` at line {facts.line_of(call.node)}"
+    if region.factory is not None:  # "(`make_ctx()`, line 8; maybe enabled)": the function making the region
+        maybe = "; maybe enabled" if region.state is RegionState.MAYBE else ""
+        return f"{text} ({region.factory}{maybe})"
     if region.state is RegionState.MAYBE:
         text += " (maybe enabled)"
     return text
