@@ -755,13 +755,14 @@ def test_amp003_get_total_norm_then_clip_grads_with_norm_is_a_clip(flagged):
         scaler.scale(loss).backward()
         if not flagged:
             scaler.unscale_(optimizer)
-        norm = utils.get_total_norm([p.grad for p in model.parameters()])
-        utils.clip_grads_with_norm_(model.parameters(), 1.0, norm)  # the-split-clip
+        norm = utils.get_total_norm([p.grad for p in model.parameters()])  # the-split-norm
+        utils.clip_grads_with_norm_(model.parameters(), 1.0, norm)
         scaler.step(optimizer)
         scaler.update()
 
     report = _watched(body)
-    assert [(f.code, f.line) for f in report.findings] == ([("AMP003", _line_of("# the-split-clip"))]
+    # reported where the scaled gradients are measured: the line that unscale_ must come before
+    assert [(f.code, f.line) for f in report.findings] == ([("AMP003", _line_of("# the-split-norm"))]
                                                           if flagged else [])
 
 
@@ -905,3 +906,39 @@ def contextlib_file() -> str:
     import contextlib
 
     return contextlib.__file__
+
+
+@pytest.mark.parametrize("unscale", ["before-norm", "between", "none"])
+def test_amp003_a_total_norm_measured_before_unscale_is_reported_at_its_line(unscale):
+    """get_total_norm on scaled gradients, then unscale_, then clip_grads_with_norm_ with that norm: the clip
+    coefficient is 1/65536 of the right one (every gradient shrunk), though the clip itself ran after unscale_.
+    Reported at the norm's line; measured after unscale_, silent; without any unscale_, the norm's line too."""
+    utils = torch.nn.utils
+    if not hasattr(utils, "get_total_norm"):
+        pytest.skip("torch < 2.6 has no get_total_norm")
+    model = _model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu")
+    norms = []
+
+    def body():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(torch.randn(4, 8)).float().pow(2).mean()  # (finite gradients at the scale 65536)
+        scaler.scale(loss).backward()
+        if unscale == "before-norm":
+            scaler.unscale_(optimizer)
+        norm = utils.get_total_norm([p.grad for p in model.parameters()])  # norm-of-scaled
+        if unscale == "between":
+            scaler.unscale_(optimizer)
+        norms.append(float(norm))
+        utils.clip_grads_with_norm_(model.parameters(), 1.0, norm)
+        scaler.step(optimizer)
+        scaler.update()
+
+    report = _watched(body)
+    if unscale == "before-norm":
+        assert codes(report) == [] and norms[0] < 100
+        return
+    assert norms[0] > 1000  # the scaled gradients' norm
+    assert [(f.code, f.line) for f in report.findings] == [("AMP003", _line_of("# norm-of-scaled"))]
+    assert report.findings[0].message.startswith("get_total_norm measures gradients still multiplied")

@@ -221,6 +221,9 @@ class _State:
         # Enabled regions open on the watched thread that installed code (a framework) entered: per region, the id
         # of the user's frame that code ran under (0: none).
         self.framework_regions: list[int] = []
+        # get_total_norm's results measured while some scaler's gradients were scaled: id -> (weak reference,
+        # site, {scaler state: the optimizers unscaled then}).
+        self.norms: dict[int, tuple] = {}
         self.island: _IslandMode | None = None  # the island mode pushed (on the watched thread), if any
         self.thread = threading.get_ident()  # the thread that opened the watch
         self.noted: set[str] = set()
@@ -392,7 +395,11 @@ def _scaler_step(original):
                           "(its own clip, or a hook that runs after its unscale_)" if _walk()[1] is not None
                           else "call scaler.unscale_(optimizer) before clipping")
                 for site, name, parameters, unscaled in state.clips:
-                    if id(optimizer) not in unscaled and owned & parameters:
+                    if id(optimizer) not in unscaled and owned & parameters and name == vocab.GET_TOTAL_NORM:
+                        _report("AMP003", f"{name} measures gradients still multiplied by the GradScaler's scale, "
+                                          f"and {_CLIP_WITH_NORM} clips with that norm: "
+                                          + advice.replace("before clipping", "before measuring"), site)
+                    elif id(optimizer) not in unscaled and owned & parameters:
                         _report("AMP003", f"{name} clips gradients still multiplied by the GradScaler's scale: "
                                           + advice, site)
                 state.clips = [clip for clip in state.clips if not (owned & clip[2])]
@@ -428,8 +435,7 @@ def _scaler_update(original):
 _CLIP_WITH_NORM = vocab.CLIP_GRADS_WITH_NORM_
 
 
-def _wrap_clip(original):
-    name = original.__name__
+def _wrap_clip(original, name: str):
 
     def clip(parameters, *args, **kwargs):
         if _compiling():
@@ -439,13 +445,44 @@ def _wrap_clip(original):
             parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
             ids = {id(p) for p in parameters}
             site = _user_frame()
+            # clip_grads_with_norm_(parameters, max_norm, total_norm): a total norm get_total_norm measured while
+            # the gradients were still scaled makes the clip coefficient 1/scale too small, whatever unscale_ ran
+            # since; the optimizers unscaled when the norm was measured are what counts, reported at its line.
+            total = kwargs.get("total_norm", args[1] if len(args) > 1 else None)
+            measured = _state.norms.get(id(total)) if name == _CLIP_WITH_NORM else None
+            if measured is not None and measured[0]() is not total:
+                measured = None
             for state in pending:
-                state.clips.append((site, name, ids, frozenset(state.unscaled)))
+                unscaled = frozenset(state.unscaled)
+                if measured is not None and state in measured[2]:
+                    state.clips.append((measured[1], vocab.GET_TOTAL_NORM, ids, measured[2][state]))
+                else:
+                    state.clips.append((site, name, ids, unscaled))
         return _hooked(original, parameters, *args, **kwargs)
 
     clip.__wrapped__ = original
     clip.__name__ = name
     return clip
+
+
+def _wrap_total_norm(original):
+    """torch >= 2.6's `get_total_norm(tensors, ...)`: a norm measured between a scaled backward and the step is
+    remembered (the tensor, weakly), with its site and, per scaler, the optimizers unscaled then."""
+
+    def get_total_norm(tensors, *args, **kwargs):
+        norm = _hooked(original, tensors, *args, **kwargs)
+        if _compiling() or getattr(_local, "hooks", 0):  # (torch's own clip_grad_norm_ measuring, not the user)
+            return norm
+        pending = [state for state in _state.scalers.values() if state.scaled and state.backward]
+        if pending and isinstance(norm, torch.Tensor):
+            _state.norms = {key: value for key, value in _state.norms.items() if value[0]() is not None}
+            _state.norms[id(norm)] = (weakref.ref(norm), _user_frame(),
+                                      {state: frozenset(state.unscaled) for state in pending})
+        return norm
+
+    get_total_norm.__wrapped__ = original
+    get_total_norm.__name__ = vocab.GET_TOTAL_NORM
+    return get_total_norm
 
 
 # AMP006: ops that only move, cast, view or describe a tensor; a half tensor reaching them is no computation. The
@@ -623,7 +660,9 @@ def _install() -> None:
     for module in (torch.nn.utils, torch.nn.utils.clip_grad):
         for name in (vocab.CLIP_GRAD_NORM_, vocab.CLIP_GRAD_VALUE_, _CLIP_WITH_NORM):
             if hasattr(module, name):
-                _patch(module, name, _wrap_clip(getattr(module, name)))
+                _patch(module, name, _wrap_clip(getattr(module, name), name))  # (torch 2.13 names it _clip_...)
+        if hasattr(module, vocab.GET_TOTAL_NORM):
+            _patch(module, vocab.GET_TOTAL_NORM, _wrap_total_norm(getattr(module, vocab.GET_TOTAL_NORM)))
     autocast = torch.amp.autocast_mode.autocast
     _patch(autocast, "__enter__", _autocast_enter(autocast.__dict__["__enter__"]))
     _patch(autocast, "__exit__", _autocast_exit(autocast.__dict__["__exit__"]))
