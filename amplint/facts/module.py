@@ -671,6 +671,32 @@ class ModuleFacts:
             isinstance(a.value, cst.Call) and len(a.targets) == 1
             and api.is_known_optimizer_class(self.imports.qualify(a.value.func)) for a in bound)
 
+    def element_key(self, expr: cst.BaseExpression) -> str | None:
+        """`self.optimizer[0]`: an element of a dotted container by a literal index or key, as one name."""
+        if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return None
+        base, index = dotted_name(expr.value), expr.slice[0].slice.value
+        if base is None or not isinstance(index, (cst.Integer, cst.SimpleString)):
+            return None
+        return f"{base}[{index.value}]"
+
+    @cached_property
+    def _element_zero_grads(self) -> set[str]:
+        """Elements (`opts[0]`) whose `.zero_grad()` is called."""
+        return {key for call in self.calls if call.method == vocab.ZERO_GRAD and call.receiver is None
+                for key in [self.element_key(call.node.func.value)] if key}
+
+    def element_optimizer(self, key: str, frame: Frame | None) -> bool:
+        """Is the element `key` (`self.optimizer[0]`) an optimizer by what the code does: its `.zero_grad()`
+        called, or the container bound only to lists or tuples of known optimizer constructions?"""
+        if key in self._element_zero_grads:
+            return True
+        bound = self.bindings(key.split("[", 1)[0], frame)
+        return bool(bound) and all(
+            isinstance(a.value, (cst.List, cst.Tuple)) and len(a.targets) == 1 and a.value.elements and all(
+                isinstance(e.value, cst.Call) and api.is_known_optimizer_class(self.imports.qualify(e.value.func))
+                for e in a.value.elements) for a in bound)
+
     def optimizer_known(self, key: str | None, frame: Frame | None) -> bool:
         """Is `key` surely an optimizer: passed to a GradScaler's `step`/`unscale_` (a plain name in the same
         function: another function's `optimizer` may be another object), or built from a known optimizer class?
@@ -683,6 +709,8 @@ class ModuleFacts:
         `get_optimizer_and_scheduler`, is not one."""
         if not key:
             return False
+        if "[" in key:
+            return self.element_optimizer(key, frame)
         return (key in self._zero_grad_keys or key in self._optimizer_argument_sites
                 or self.optimizer_constructed(key, frame) or key in self._param_groups_keys)
 
@@ -750,6 +778,10 @@ class ModuleFacts:
                 return None
             scaler = self._scaled_by(node.func.value, frame)
             return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
+        if method == vocab.STEP and receiver is None and isinstance(node.func, cst.Attribute) and not node.args:
+            element = self.element_key(node.func.value)  # `self.optimizer[0].step()`
+            if element is not None and self.element_optimizer(element, frame):
+                return Event(EventKind.OPTIMIZER_STEP, call, optimizer=element)
         if method is None or receiver is None:
             return None
         first_arg = dotted_name(node.args[0].value) if node.args else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
@@ -226,12 +227,17 @@ def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) ->
     call, doing, line = found
     if guarded_by_amp_test(facts, step, Event(EventKind.BACKWARD, call), "scaler"):
         return None
-    module = view.project.names.get(doing.module) if doing.module != view.path else None
-    where = f"`{module + '.' if module else ''}{doing.qualname}()`, line {line}"
+    other = doing.module != view.path
+    where = f"`{doing.qualname}()` at " + (f"{os.path.basename(doing.module)}:{line}" if other else f"line {line}")
     message = (f"`{snippet(facts, step.node, MESSAGE_SNIPPET)}` bypasses the GradScaler of the scaled backward "
                f"in `{snippet(facts, call.node.func, 32)}(...)`")
-    return Finding(step.node, message, help=f"Step through the scaler that scaled the loss ({where}): "
-                                            f"`scaler.step({step.optimizer})` then `scaler.update()`")
+    text = view.text(doing.module) if other else facts.source
+    lines = text.splitlines() if text else []
+    column = len(lines[line - 1]) - len(lines[line - 1].lstrip()) + 1 if 0 < line <= len(lines) else 1
+    note = ((doing.module if other else None, line, column), f"`{doing.qualname}()` scales the loss here")
+    return Finding(step.node, message, notes=(note,),
+                   help=f"Step through the scaler that scaled the loss ({where}): "
+                        f"`scaler.step({step.optimizer})` then `scaler.update()`")
 
 
 def _may_update_elsewhere(facts: ModuleFacts, scaler: str, step: Event) -> bool:
