@@ -18,7 +18,7 @@ from amplint.engine import lint_text
 from amplint.fixer import fix_text
 from amplint.index.build import build_index
 from amplint.prefilter import Verdict, prefilter_for
-from amplint.rules.amp005_scaler_in_inference import ScalerInInference, eval_like
+from amplint.rules.amp005_scaler_in_inference import ScalerInInference
 
 RULE = ScalerInInference()
 
@@ -80,10 +80,10 @@ def test_what_the_code_does_is_evidence_under_any_name(body):
 def test_a_name_alone_is_no_evidence_where_the_module_trains():
     body = 'scaler = torch.amp.GradScaler("cuda")\nreturn model(x)\n'
     assert findings(evaluation(body, name="validate") + TRAINING) == []
-    # ... but adds to the fact that the module runs no backward at all
-    assert [d.location.row for d in findings(evaluation(body, name="validate"))] == [5]
-    # and with no name and no other evidence, a module without backward is not enough for a function
+    # ... nor where the module runs no backward at all: a name is never evidence, what the code does is
+    assert findings(evaluation(body, name="validate")) == []
     assert findings(evaluation(body, name="build")) == []
+    assert [d.location.row for d in findings(evaluation("model.eval()\n" + body, name="build"))] == [6]
 
 
 def test_eval_call_or_no_grad_in_a_nested_function_is_not_the_outer_functions():
@@ -226,7 +226,7 @@ def test_a_backward_in_another_module_silences_only_with_the_index(tmp_path: Pat
 @pytest.mark.parametrize("text", [
     BRIEF,
     evaluation('scaler = torch.amp.GradScaler("cuda")\nwith torch.no_grad():\n    return model(x)\n', "run"),
-    evaluation('scaler = torch.amp.GradScaler("cuda")\nreturn model(x)\n', "predict"),
+    evaluation('scaler = torch.amp.GradScaler("cuda")\nmodel.eval()\nreturn model(x)\n', "predict"),
     'import torch\n\nscaler = torch.amp.GradScaler("cuda")\nmodel = torch.load("m.pt").eval()\n',
 ])
 def test_the_screen_keeps_files_with_an_evaluation_construction(text):
@@ -251,4 +251,4 @@ def test_findings_follow_what_the_code_does_not_its_names(function, scaler):
     assert findings(evaluation(trains, name=function)) == []
     unused = f'{scaler} = torch.amp.GradScaler("cuda")\nprint(model(x))\n'
     assert findings(evaluation(unused, name=function) + TRAINING.replace("def train_step", "def _train_step")) == []
-    assert eval_like(function) or findings(evaluation(unused, name=function)) == []
+    assert findings(evaluation(unused, name=function)) == []  # no `.eval()`, no no_grad: no evidence, any name

@@ -136,7 +136,6 @@ DELETED_COMMENTS: dict[str, list[str]] = {
     "AMP005-scaler-in-inference/flagged/inference_mode_block.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/evaluator_method_in_training_module.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/inference_main_legacy.py": ["# expect: AMP005:14"],
-    "AMP005-scaler-in-inference/flagged/predict_module_without_backward.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/run_validation_unused.py": ["# expect: AMP005:18"],
     "AMP005-scaler-in-inference/flagged/sample_builds_bare_scaler.py": ["# expect: AMP005:5"],
     "AMP005-scaler-in-inference/flagged/script_model_eval_module_level.py": ["# expect: AMP005:14"],

@@ -23,9 +23,8 @@ from amplint.rules.scopes import snippet
 
 SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
                  EventKind.SCALER_UNSCALE)
-# Evaluation-like function names: a word of the name (split at `_`) starts like one of these. A name is never the
-# only evidence in a module that runs a backward (see `ScalerInInference` and `_build_evidence`).
-EVAL_NAME = re.compile(r"(?:^|_)(?:val(?:_|$)|eval|valid|predict|infer|generat|sampl|test)", re.IGNORECASE)
+# A function's name is never evidence (what the code does is): the screen asks about functions by what they call.
+NO_NAME = re.compile(r"(?!)")
 ANY_NAME = re.compile("")
 BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
 GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
@@ -35,9 +34,9 @@ READS_EVERY_LOCAL = frozenset({"locals", "vars", vocab.EVAL, "exec"})
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 
 
-def eval_like(name: str) -> bool:
-    """`evaluate`, `run_validation`, `predict_step`, `test`, `generate`..."""
-    return EVAL_NAME.search(name) is not None
+# Calls whose result is integer (indices, counts, booleans) whatever the loss scale of their input: a scaled value
+# read only on its way to one of them reaches no backward.
+INTEGER_RESULTS = vocab.INTEGER_OPS | {"multinomial"}
 
 
 # What each scaler call does where no backward runs, in a message's few words (the docstring says more).
@@ -80,8 +79,10 @@ class ScalerInInference(Rule):
     or a decorator), or in evaluation code. Evaluation code is a function that runs no backward (neither in its
     own code, nor in a function nested in it, nor in a function it calls, in this module or, through the project
     index, in another) and that calls `.eval()` or opens `no_grad`/`inference_mode` anywhere in its code; a
-    function named like evaluation (`evaluate`, `validate`, `predict`, `infer`, `test`...) in a module that runs
-    no backward; and the module-level code of a module that runs no backward.
+    function without backward whose `scaler.scale(x)` result is read only as data that reaches no backward
+    (scaled logits sampled into token ids: read by tensor methods, torch functions and operators down to integer
+    results, never returned, stored or handed to another call); and the module-level code of a module that runs
+    no backward.
 
     A construction is reported in evaluation code even when the scaler is never used, and even when it comes
     before the `no_grad` block, as long as the scaler stays in the function: its name is read only to call its
@@ -92,11 +93,10 @@ class ScalerInInference(Rule):
     `.eval()` and that runs no backward is evaluation code for the functions it defines and calls. A function of
     the module named `eval` is not Python's builtin `eval` (which reads every local name).
 
-    A name alone never makes a finding where a backward runs in the module: there `generator_step()` stepping
-    the scaler or a function returning a scaled loss is a training helper. There a use counts the function's
-    name only with more evidence (the function runs under no_grad/inference_mode, or a scaled value is used
-    where it is computed: scaled logits in `generate()`), and a construction never counts it: it needs the
-    function to call `.eval()` or open `no_grad`/`inference_mode`/`set_grad_enabled(False)`.
+    A function's name is never evidence (`evaluate`, `generator_step`, `test_...` say nothing of what the code
+    does): `generator_step()` stepping the scaler or a function returning a scaled loss is a training helper
+    whatever it is called, and `validate()` is evaluation code only where it calls `.eval()`, opens
+    `no_grad`/`inference_mode`/`set_grad_enabled(False)`, or uses a scaled value as data.
 
     ## Why is this bad?
     A GradScaler exists to scale a loss before backward and unscale gradients before the step. In inference it
@@ -174,9 +174,10 @@ class ScalerInInference(Rule):
     fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
     words = (vocab.GRAD_SCALER, vocab.SCALE)
-    # A scaler event under no_grad/inference_mode, in an eval-like function, or at module level; a construction
-    # in a function without backward that calls `.eval()`, is named like evaluation or (in a file naming a
-    # grad mode) may open no_grad; a construction at module level of a module without backward; a script that
+    # A scaler event under no_grad/inference_mode, in a function without backward that calls `.eval()`, or at
+    # module level; a `scale()` in a function without backward (its value read as data); a construction in a
+    # function without backward that calls `.eval()`, or (in a file naming a grad
+    # mode) that may open no_grad; a construction at module level of a module without backward; a script that
     # puts its model in `.eval()` at module level is evaluation code for what it calls.
     requires = Ask(Summary.scaler_possible) & (
         Ask(Summary.calls_under, BUILDS, GRAD_OFF) | Ask(Summary.calls_under, (vocab.SCALE,), GRAD_OFF, on_scaler=True)
@@ -185,8 +186,9 @@ class ScalerInInference(Rule):
             | Ask(Summary.calls_outside_functions, *USES, on_scaler=True)
             | Ask(Summary.calls_outside_functions, *BUILDS)
             | Ask(Summary.calls_method_outside_functions, vocab.EVAL)))
-        | Ask(in_function_without_backward, USES, EVAL_NAME, calling=(vocab.EVAL,), on_scaler=True)
-        | Ask(in_function_without_backward, BUILDS, EVAL_NAME, calling=(vocab.EVAL,))
+        | Ask(in_function_without_backward, USES, NO_NAME, calling=(vocab.EVAL,), on_scaler=True)
+        | Ask(in_function_without_backward, BUILDS, NO_NAME, calling=(vocab.EVAL,))
+        | Ask(in_function_without_backward, (vocab.SCALE,), ANY_NAME, on_scaler=True)
         | (Ask(Summary.has_token, *GRAD_OFF) & Ask(in_function_without_backward, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
@@ -265,9 +267,6 @@ class ScalerInInference(Rule):
         opener = functions.grad_off_opener(function)
         if opener is not None:
             return f"{owner} opens `{snippet(facts, opener, 24)}`"
-        if function is not None and eval_like(function.name) and not facts.module_has_backward \
-                and not facts.project.project_runs_backward():
-            return f"{owner} in a project without backward"  # a module of a training project may hold tests
         if functions.evaluation_script(function):
             return f"{owner}, called by a script calling `.eval()`"
         return None
@@ -318,14 +317,11 @@ class ScalerInInference(Rule):
             return "runs in a module with no backward"
         if not isinstance(function.node, cst.FunctionDef) or functions.runs_backward(function):
             return None
-        calls_eval = functions.calls_eval(function)
-        # A name alone is weak evidence: in a module that runs a backward, `generator_step()` stepping the scaler
-        # is a training helper (the backward in another method), and so is a function returning a scaled loss.
-        # There the name counts only with more: the function runs under no_grad/inference_mode, or a scaled
-        # value is used where it is computed (scaled logits in `generate()`).
-        named = eval_like(function.name) and (not module_has_backward or opener is not None or (
-            event.kind is EventKind.SCALER_SCALE and not _returned(event.call.statement)))
-        if calls_eval or named:
+        # What the function does decides, never its name: it calls `.eval()`, or the scaled value is read only as
+        # data that reaches no backward (scaled logits sampled into token ids in `generate()`). A function
+        # returning or handing on a scaled loss is a training helper (the backward elsewhere).
+        if functions.calls_eval(function) or (
+                event.kind is EventKind.SCALER_SCALE and _only_data(facts, function, event)):
             return f"runs in `{function.name}()`, which has no backward"
         if functions.evaluation_script(function):
             return f"runs in `{function.name}()`, called by a script calling `.eval()`"
@@ -557,6 +553,116 @@ def _qualname(facts: ModuleFacts, frame: Frame) -> str | None:
             outer = current
     info = facts.function_info(outer) if outer is not None else None
     return info.qualname if info is not None else None
+
+
+def _only_data(facts: ModuleFacts, function: Frame, event: Event) -> bool:
+    """Is `name = scaler.scale(...)` read, in its function, only by tensor methods, torch functions and operators
+    whose results are in turn read the same way, ending in integer results (`multinomial`, `argmax`) or nowhere:
+    never returned, stored, handed to another call or backwarded? Then the scaled value reaches no backward."""
+    statement = event.call.statement
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    small = statement.body[0]
+    if not (isinstance(small, cst.Assign) and small.value is event.node and len(small.targets) == 1
+            and isinstance(small.targets[0].target, cst.Name)):
+        return False
+    tainted = {small.targets[0].target.value}
+    statements = [node for node in _simple_statements(function.node.body) if node is not small]
+    while True:
+        before = len(tainted)
+        for node in statements:
+            flows = _Flow(facts, tainted)
+            if not flows.statement(node):
+                return False
+            tainted |= flows.bound
+        if len(tainted) == before:
+            return True
+
+
+def _simple_statements(block: cst.CSTNode) -> list[cst.CSTNode]:
+    """The small statements of a function's code (nested functions and classes left out) and the expressions its
+    compound statements test or iterate (`if`, `while`, `for ... in`, `with` items)."""
+    found: list[cst.CSTNode] = []
+    pending = [block]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.BaseSmallStatement):
+            found.append(node)
+            continue
+        if isinstance(node, (cst.If, cst.While)):
+            found.append(cst.Expr(node.test))
+        elif isinstance(node, cst.For):
+            found.append(cst.Assign(targets=[cst.AssignTarget(node.target)], value=node.iter))
+        elif isinstance(node, cst.With):
+            found.extend(cst.Expr(item.item) for item in node.items)
+        elif isinstance(node, cst.BaseExpression):
+            continue
+        pending.extend(child for child in node.children if not isinstance(child, cst.BaseExpression))
+    return found
+
+
+class _Flow:
+    """Where the tainted names' values go in one small statement: `statement` is False when one may leave as data
+    a backward could use (returned, stored in an attribute or a subscript, handed to a call that is not a tensor
+    method or a torch function, backwarded); `bound` collects the names assigned a tainted value."""
+
+    def __init__(self, facts: ModuleFacts, tainted: set[str]) -> None:
+        self.facts, self.tainted, self.bound = facts, tainted, set()
+
+    def statement(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Expr):
+            return self.value(node.value) is not None
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            carried = self.value(node.value) if node.value is not None else False
+            if carried is None:
+                return False
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if carried:
+                for target in targets:
+                    names = [e.value for e in (target.elements if isinstance(target, (cst.Tuple, cst.List)) else [])]
+                    if isinstance(target, cst.Name):
+                        self.bound.add(target.value)
+                    elif names and all(isinstance(n, cst.Name) for n in names):
+                        self.bound.update(n.value for n in names)
+                    else:
+                        return False  # stored in an attribute or a subscript
+            return True
+        return not self._reads(node)  # return, yield, del, raise...: any read of a tainted value leaves
+
+    def _reads(self, node: cst.CSTNode) -> bool:
+        if isinstance(node, cst.Name):
+            return node.value in self.tainted
+        return any(self._reads(child) for child in node.children)
+
+    def value(self, node: cst.CSTNode) -> bool | None:
+        """Does the expression's value carry a tainted value (None: a tainted value leaves through it)?"""
+        if isinstance(node, cst.Name):
+            return node.value in self.tainted
+        if not self._reads(node):
+            return False
+        if isinstance(node, (cst.BinaryOperation, cst.UnaryOperation, cst.Subscript, cst.Tuple, cst.List,
+                             cst.Element, cst.SubscriptElement, cst.Index, cst.Slice, cst.Arg)):
+            parts = [self.value(child) for child in node.children if isinstance(child, cst.CSTNode)]
+            return None if None in parts else any(parts)
+        if isinstance(node, cst.Comparison):
+            return False if all(self.value(c) is not None for c in node.children) else None
+        if isinstance(node, cst.Call):
+            func, args = node.func, [self.value(arg.value) for arg in node.args]
+            if None in args:
+                return None
+            if isinstance(func, cst.Attribute) and not (self.facts.imports.qualify(func) or "").startswith("torch."):
+                receiver = self.value(func.value)
+                method = func.attr.value
+                if receiver is None or method not in vocab.TENSOR_METHODS | INTEGER_RESULTS:
+                    return None if receiver or any(args) else False
+                return False if method in INTEGER_RESULTS else bool(receiver or any(args))
+            qualified = self.facts.imports.qualify(func) or ""
+            if not qualified.startswith("torch.") or qualified.split(".")[1:2] == [vocab.AUTOGRAD]:
+                return None  # handed to a call that may run a backward
+            return False if qualified.rsplit(".", 1)[-1] in INTEGER_RESULTS else any(args)
+        return None
 
 
 def _returned(statement: cst.CSTNode) -> bool:
