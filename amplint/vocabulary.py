@@ -492,3 +492,81 @@ LAYOUT_METHODS = frozenset({
 })
 AUTOCAST_DTYPE_QUERIES = frozenset({"get_autocast_gpu_dtype", "get_autocast_cpu_dtype", "get_autocast_dtype",
                                     "get_autocast_xpu_dtype"})
+
+
+# === Frameworks: where Lightning, accelerate and the HF Trainer open autocast, scale, unscale and step ============
+# Data only: no framework is imported by the linter (amplint/facts/frameworks.py reads this, AMP003 reports).
+# Measured with pytorch-lightning 2.6.6, accelerate 1.16.0 and transformers 5.25.0 on CPU (float16 autocast or
+# loss scaling by a CPU GradScaler handed to the framework where it builds its own on CUDA). A precision counts only as the code shows it: a literal keyword of the framework's
+# constructor, in the module or in a module importing it. A value not listed, an expression, or none: unknown.
+class Framework:
+    """One framework's contract: the classes that set its precision (`constructors`, their `precision` keyword),
+    the values of that keyword with which it scales the loss by a GradScaler (`scaled`), the keyword that puts it
+    on the CPU, where it builds no scaler (`cpu`), the classes a user subclasses (`bases`), and its hooks."""
+
+    def __init__(self, name: str, constructors: frozenset[str], precision: str, scaled: frozenset,
+                 cpu: tuple[str, object] | None, bases: frozenset[str] = frozenset()) -> None:
+        self.name, self.constructors, self.precision, self.scaled = name, constructors, precision, scaled
+        self.cpu, self.bases = cpu, bases
+
+    def scales(self, keywords: dict[str, object]) -> bool:
+        """Do these literal keywords of a constructor (name -> value; a value not a literal is absent) show that
+        the framework scales the loss?"""
+        if self.cpu is not None and keywords.get(self.cpu[0]) == self.cpu[1]:
+            return False  # `Trainer(accelerator="cpu", precision="16-mixed")` trains bfloat16, no scaler (measured)
+        return self.precision in keywords and keywords[self.precision] in self.scaled
+
+
+# Lightning: the Trainer opens autocast around `training_step`; with automatic optimization it runs the scaled
+# backward, then `on_after_backward`, THEN unscales (a clip there saw 57288.5 for a true norm of 0.874, and left
+# 1.5e-5), then `on_before_optimizer_step`, its own clip (`gradient_clip_val`, `configure_gradient_clipping`,
+# `self.clip_gradients`) and the step. Legacy `precision=16`/"16" mean "16-mixed".
+LIGHTNING = Framework(
+    "Lightning",
+    constructors=frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.Trainer",
+                            "lightning.pytorch.trainer.trainer.Trainer", "pytorch_lightning.Trainer",
+                            "pytorch_lightning.trainer.Trainer", "pytorch_lightning.trainer.trainer.Trainer"}),
+    precision="precision", scaled=frozenset({"16-mixed", "16", 16}), cpu=("accelerator", "cpu"),
+    bases=frozenset({"lightning.LightningModule", "lightning.pytorch.LightningModule",
+                     "lightning.pytorch.core.LightningModule", "lightning.pytorch.core.module.LightningModule",
+                     "pytorch_lightning.LightningModule", "pytorch_lightning.core.LightningModule",
+                     "pytorch_lightning.core.module.LightningModule",
+                     "pytorch_lightning.core.lightning.LightningModule"}))
+LIGHTNING_SCALED_HOOK = "on_after_backward"  # runs after the scaled backward, before the unscale
+LIGHTNING_UNSCALED_HOOK = "on_before_optimizer_step"  # runs after the unscale: a clip there sees true gradients
+LIGHTNING_CLIP = "clip_gradients"  # `self.clip_gradients(optimizer, gradient_clip_val=...)`: unscales first
+
+# accelerate: `accelerator.backward(loss)` scales the loss (mixed_precision="fp16"); torch's clip after it saw
+# 60073.8 for a true norm of 0.917 (update 1.4e-6 instead of 8.4e-2); `accelerator.clip_grad_norm_` (and
+# `clip_grad_value_`) unscales first, as `unscale_gradients()` does. `cpu=True` with "fp16" trains float32.
+ACCELERATE = Framework(
+    "accelerate",
+    constructors=frozenset({"accelerate.Accelerator", "accelerate.accelerator.Accelerator"}),
+    precision="mixed_precision", scaled=frozenset({"fp16"}), cpu=("cpu", True))
+ACCELERATE_BACKWARD = BACKWARD  # `accelerator.backward(loss)`
+ACCELERATE_UNSCALES = frozenset({CLIP_GRAD_NORM_, CLIP_GRAD_VALUE_, "unscale_gradients"})
+
+# The HF Trainer: opens no autocast of its own (the prepared model's forward does, through accelerate); its
+# `training_step` runs the scaled backward (`self.accelerator.backward`; the gradients after it had norms
+# 64408..84125 for true ones about 1), and after it returns the Trainer unscales and clips (`max_grad_norm`, 1.0
+# by default), then steps. A `training_step` override that unscales (`self.accelerator.clip_grad_norm_`) makes
+# that second unscale raise "unscale_() has already been called on this optimizer since the last update()";
+# torch's clip there sees scaled gradients. With `max_grad_norm=0` 5.25 still unscales (to log the norm: it
+# raised too) where older releases clipped nothing: a version not known, such a case is left silent.
+HF_TRAINER = Framework(
+    "the HF Trainer",
+    constructors=frozenset({"transformers.TrainingArguments", "transformers.training_args.TrainingArguments",
+                            "transformers.Seq2SeqTrainingArguments",
+                            "transformers.training_args_seq2seq.Seq2SeqTrainingArguments"}),
+    precision="fp16", scaled=frozenset({True}), cpu=("use_cpu", True),
+    bases=frozenset({"transformers.Trainer", "transformers.trainer.Trainer", "transformers.Seq2SeqTrainer",
+                     "transformers.trainer_seq2seq.Seq2SeqTrainer"}))
+HF_TRAINING_STEP = "training_step"
+HF_ACCELERATOR = "accelerator"  # `self.accelerator`: the Trainer's Accelerator
+HF_MAX_GRAD_NORM = "max_grad_norm"
+HF_NO_CLIP = frozenset({0, 0.0, None})  # `max_grad_norm` values with which some releases do not unscale
+FRAMEWORKS = (LIGHTNING, ACCELERATE, HF_TRAINER)
+# A module where one of the contracts can be broken names one of these (the rules' screen), or writes the
+# keyword accelerate's precision is shown by.
+FRAMEWORK_WORDS = (LIGHTNING_SCALED_HOOK, HF_TRAINING_STEP)
+# === end of the frameworks =========================================================================================

@@ -101,3 +101,51 @@ class Trainer:
 ])
 def test_a_conditional_unscale_is_flagged_only_under_a_test_the_same_every_iteration(test, flagged):
     assert bool(codes(LOOP.replace("{test}", test), "AMP011")) is flagged
+
+
+# torch 2.6's split clip: the fix's `unscale_` goes before the norm is measured, only where that place is known.
+SPLIT = """
+import torch
+from torch.nn.utils import clip_grads_with_norm_, get_total_norm
+
+
+def step(model, batch, optimizer, scaler):
+    with torch.autocast("cuda", dtype=torch.float16):
+        loss = model(batch).mean()
+    scaler.scale(loss).backward()
+    params = [p for p in model.parameters() if p.grad is not None]
+    {norm}
+    {between}
+    clip_grads_with_norm_(params, 1.0, {total})
+    scaler.step(optimizer)
+    scaler.update()
+"""
+
+
+def split_fix(norm: str, total: str, between: str = "") -> str | None:
+    """The statement the fix inserts `unscale_` before (its text), or None when no fix is offered."""
+    from amplint.fixer import fix_text
+
+    text = SPLIT.format(norm=norm, total=total, between=between)
+    rows = codes(text, "AMP003")
+    assert len(rows) == 1, rows  # reported either way
+    fixed = fix_text(text, "t.py", rules=[RULES_BY_CODE["AMP003"]()], unsafe=True).text
+    if fixed == text:
+        return None
+    lines = fixed.splitlines()
+    inserted = next(i for i, line in enumerate(lines) if "unscale_(optimizer)" in line)
+    return lines[inserted + 1].strip()
+
+
+@pytest.mark.parametrize("norm, total, between, before", [
+    ("total = get_total_norm([p.grad for p in params])", "total", "", "total = get_total_norm("),
+    ("grads = [p.grad for p in params]\n    total = get_total_norm(grads)", "total", "", "total = get_total_norm("),
+    ("", "get_total_norm(p.grad for p in params)", "", "clip_grads_with_norm_("),  # measured where it clips
+    ("total = get_total_norm([p.grad for p in params])", "total", "print(total)", None),  # a statement between
+    ("total = get_total_norm([p.grad.clone() for p in params])", "total", "", None),  # copies: not reached
+    ("total = compute_norm(params)", "total", "", None),  # a norm from elsewhere
+    ("total = get_total_norm([p.grad for p in params])\n    total = total * 2", "total", "", None),  # bound twice
+])
+def test_the_split_clip_is_fixed_before_its_norm_only(norm, total, between, before):
+    got = split_fix(norm, total, between)
+    assert got is None if before is None else got is not None and got.startswith(before)

@@ -58,6 +58,7 @@ STRONG_WORDS = (
     vocab.AUTOCAST, vocab.GRAD_SCALER, vocab.SCALE, vocab.CLIP_GRAD, vocab.CUSTOM_FWD, vocab.CUSTOM_BWD, vocab.HALF,
     vocab.FLOAT16, "fp16", "bf16",
     vocab.REGISTER_HOOK,  # a gradient hook clamping a scaled backward's gradients (AMP003)
+    vocab.LIGHTNING.precision,  # a framework's precision shown (`Trainer(precision=...)`, `mixed_precision=`)
 )
 # Words of the code whose facts other functions' questions read only about objects named there too (the
 # optimizer whose `zero_grad()` is called somewhere), or only in the function itself (its `.eval()`, its

@@ -15,6 +15,7 @@ from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
 from amplint.facts.clips import clamps, covers, first_measured, iterates_parameters, parameter_owners
+from amplint.facts import frameworks
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 from amplint.diagnostics import Applicability
@@ -52,7 +53,17 @@ class ClipWithoutUnscale(Rule):
     `self.clip_fn(params)`) or looked up in a dict of clip functions (`self.clippers[mode](params, value)`). And
     a gradient hook that clamps (`p.register_hook(lambda g: g.clamp(-c, c))` for each of `model.parameters()`)
     runs during the backward, before any `unscale_` can: reported when the function registering it, or a caller
-    a few calls up, runs a scaled backward.
+    a few calls up, runs a scaled backward. torch 2.6's clip in two halves (`total = get_total_norm(grads)`, then
+    `clip_grads_with_norm_(params, max_norm, total)`) is a clip: the norm was measured on scaled gradients.
+
+    Where a framework scales and unscales (its contract is data in the vocabulary; no safe fix, the message says
+    what to change), only when the code shows the precision that scales, in the module or a module importing it
+    (`Trainer(precision="16-mixed")`, `Accelerator(mixed_precision="fp16")`, `TrainingArguments(fp16=True)`):
+    a torch clip in a LightningModule's `on_after_backward` (Lightning unscales after it: clip in
+    `on_before_optimizer_step`, or `self.clip_gradients`/`Trainer(gradient_clip_val=...)`); a torch clip after
+    `accelerator.backward(loss)` (use `accelerator.clip_grad_norm_`, which unscales); in an HF `Trainer`
+    subclass's `training_step`, `self.accelerator.clip_grad_norm_` (the Trainer unscales again after it returns,
+    and the second `unscale_` raises) or a torch clip after the step's backward (scaled gradients).
 
     ## Why is this bad?
     After `scaler.scale(loss).backward()` every gradient is multiplied by the loss scale (65536 by default, then
@@ -131,7 +142,9 @@ class ClipWithoutUnscale(Rule):
     # a clip followed by a scaler's step (wherever the scaled backward ran), or gradient hooks that clamp
     requires = (Ask(Summary.mentions, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
                 & Ask(Summary.scaler_possible)) | (Ask(Summary.calls_method, vocab.REGISTER_HOOK)
-                                                  & Ask(Summary.mentions, *vocab.CLAMP_METHODS))
+                                                  & Ask(Summary.mentions, *vocab.CLAMP_METHODS)) \
+        | (Ask(Summary.mentions, *vocab.CLIP_NAMES, *vocab.ACCELERATE_UNSCALES)
+           & (Ask(Summary.mentions, *vocab.FRAMEWORK_WORDS) | Ask(Summary.contains, vocab.ACCELERATE.precision)))
     # a scaled backward here, and a call of this file reaching a clip in another module
     requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
                        & AskProject(reaches_from_module, (Effect.CLIP,)))
@@ -189,6 +202,30 @@ class ClipWithoutUnscale(Rule):
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
         yield from self._clamping_hooks(facts, index)
+        yield from self._framework_contracts(facts)
+
+    def _framework_contracts(self, facts: ModuleFacts) -> Iterator[Finding]:
+        """Clips where a framework's gradients are still scaled, or unscaled twice (amplint/facts/frameworks.py)."""
+        for found in frameworks.framework_clips(facts):
+            clipped, shown = snippet(facts, found.call.node.func, 40), found.shown.where
+            if found.kind == frameworks.LIGHTNING_HOOK:
+                message = f"`{clipped}(...)` in `{found.method}` clips gradients Lightning has not unscaled yet"
+                advice = (f"Lightning unscales after `{found.method}` (16-mixed: {shown}): clip in "
+                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or use `self.{vocab.LIGHTNING_CLIP}(...)` or "
+                          f"`Trainer(gradient_clip_val=...)`")
+            elif found.kind == frameworks.ACCELERATE_BACKWARD:
+                message = f"`{clipped}(...)` clips gradients still scaled by `{found.method}.backward(...)` (fp16)"
+                advice = (f"accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
+                          f"`{found.method}.{vocab.CLIP_GRAD_NORM_}(...)`, which unscales first")
+            elif found.kind == frameworks.HF_UNSCALE:
+                message = f"`{clipped}(...)` in `{found.method}` unscales; the Trainer unscales again after it"
+                advice = (f"The Trainer unscales and clips after `{found.method}` returns (fp16: {shown}), and a "
+                          f"second `unscale_` raises: clip with `TrainingArguments(max_grad_norm=...)`")
+            else:
+                message = f"`{clipped}(...)` in `{found.method}` clips gradients the Trainer has not unscaled yet"
+                advice = (f"The Trainer unscales only after `{found.method}` returns (fp16: {shown}): clip with "
+                          f"`TrainingArguments(max_grad_norm=...)`")
+            yield Finding(found.call.node, message, help=advice)
 
     def _clamping_hooks(self, facts: ModuleFacts, index: _Index) -> Iterator[Finding]:
         """Gradient hooks that clip (`p.register_hook(lambda g: g.clamp(-c, c))` on each of `model.parameters()`)

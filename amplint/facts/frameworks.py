@@ -1,0 +1,291 @@
+"""Framework contracts, as the code shows them: clips placed where Lightning, accelerate or the HF Trainer have
+scaled the gradients and not yet unscaled them (the contracts are data: amplint/vocabulary.py, "Frameworks").
+
+- Lightning: a torch clip in a LightningModule's `on_after_backward` (the Trainer unscales after that hook);
+- accelerate: a torch clip after `accelerator.backward(loss)` (the clip that unscales is the accelerator's);
+- the HF Trainer: in a `training_step` override, `self.accelerator.clip_grad_norm_` (or `unscale_gradients`),
+  which the Trainer's own unscale then repeats, or a torch clip after the step's backward.
+
+Each only where the code shows the precision that scales (`Trainer(precision="16-mixed")`,
+`Accelerator(mixed_precision="fp16")`, `TrainingArguments(fp16=True)`, literal keywords), in this module or, for
+Lightning and the HF Trainer, in a module of the project that imports it (their constructors are called in the
+training script, the subclass is defined beside it or imported there). Anything else is unknown: nothing is
+reported. No framework is imported."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from amplint.lazy import libcst as cst
+
+from amplint import vocabulary as vocab
+from amplint.facts.model import Call, Event, EventKind
+from amplint.facts.module import ModuleFacts, may_follow
+
+LIGHTNING_HOOK = "lightning"  # a clip in `on_after_backward`
+ACCELERATE_BACKWARD = "accelerate"  # a torch clip after `accelerator.backward(loss)`
+HF_UNSCALE = "hf-unscale"  # `self.accelerator.clip_grad_norm_` in a `training_step` override
+HF_CLIP = "hf-clip"  # a torch clip after the backward of a `training_step` override
+
+
+@dataclass(frozen=True)
+class Shown:
+    """Where the code shows the precision that scales: "`Trainer(...)` (line 12)", "`Trainer(...)` (train.py:12)"."""
+
+    framework: vocab.Framework
+    where: str
+    keywords: tuple[dict, ...]  # the literal keywords of every construction seen
+
+
+@dataclass(frozen=True)
+class FrameworkClip:
+    """A clip (or an unscale) where a framework's gradients are still scaled, or about to be unscaled again."""
+
+    kind: str  # LIGHTNING_HOOK, ACCELERATE_BACKWARD, HF_UNSCALE, HF_CLIP
+    call: Call
+    shown: Shown
+    method: str  # the hook or method it is in ("on_after_backward", "training_step"), or the backward's receiver
+
+
+def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
+    """The clips of this module that break a framework's contract, as the code shows it."""
+    found: list[FrameworkClip] = []
+    clips = [event for event in facts.events if event.kind is EventKind.CLIP]
+    shown: dict[str, Shown | None] = {}
+
+    def scaling(framework: vocab.Framework) -> Shown | None:
+        if framework.name not in shown:
+            shown[framework.name] = _shown(facts, framework)
+        return shown[framework.name]
+
+    lightning = _methods(facts, vocab.LIGHTNING.bases, vocab.LIGHTNING_SCALED_HOOK)
+    for clip in clips:
+        if id(clip.frame.function()) in lightning and scaling(vocab.LIGHTNING):
+            found.append(FrameworkClip(LIGHTNING_HOOK, clip.call, scaling(vocab.LIGHTNING),
+                                       vocab.LIGHTNING_SCALED_HOOK))
+    found += _after_accelerator_backward(facts, clips)
+    steps = _methods(facts, vocab.HF_TRAINER.bases, vocab.HF_TRAINING_STEP)
+    if steps and scaling(vocab.HF_TRAINER):
+        hf = scaling(vocab.HF_TRAINER)
+        clips_in_trainer = all(vocab.HF_MAX_GRAD_NORM not in keywords
+                               or keywords[vocab.HF_MAX_GRAD_NORM] not in vocab.HF_NO_CLIP
+                               for keywords in hf.keywords)
+        for call in facts.calls:
+            if id(call.frame.function()) in steps and clips_in_trainer \
+                    and call.receiver == f"self.{vocab.HF_ACCELERATOR}" and call.method in vocab.ACCELERATE_UNSCALES:
+                found.append(FrameworkClip(HF_UNSCALE, call, hf, vocab.HF_TRAINING_STEP))
+        for clip in clips:
+            function = clip.frame.function()
+            if id(function) in steps and any(_runs_step_backward(call) and call.index < clip.index
+                                             and may_follow(facts, call.frame, clip.frame)
+                                             for call in facts.calls if call.frame.function() is function):
+                found.append(FrameworkClip(HF_CLIP, clip.call, hf, vocab.HF_TRAINING_STEP))
+    return found
+
+
+def _after_accelerator_backward(facts: ModuleFacts, clips: list[Event]) -> list[FrameworkClip]:
+    """Torch clips after `accelerator.backward(loss)` in the same function, the accelerator built in this module
+    with `mixed_precision="fp16"` (every construction of the name), no unscale of it between."""
+    found = []
+    for clip in clips:
+        function = clip.frame.function()
+        if function is None:
+            continue
+        calls = [call for call in facts.calls if call.frame.function() is function and call.index < clip.index]
+        backward = None
+        for call in calls:
+            if call.method == vocab.ACCELERATE_BACKWARD and call.receiver and may_follow(facts, call.frame, clip.frame):
+                backward = call
+        if backward is None:
+            continue
+        if any(call.receiver == backward.receiver and call.method in vocab.ACCELERATE_UNSCALES
+               and call.index > backward.index for call in calls):
+            continue
+        shown = _accelerator(facts, backward)
+        if shown is not None:
+            found.append(FrameworkClip(ACCELERATE_BACKWARD, clip.call, shown, backward.receiver))
+    return found
+
+
+def _accelerator(facts: ModuleFacts, backward: Call) -> Shown | None:
+    """The accelerate precision of the object `backward` is called on, when every binding of its name is an
+    `Accelerator(...)` shown to scale (a parameter of the function is not known: silent)."""
+    info = facts.function_info(backward.frame)
+    head = backward.receiver.split(".", 1)[0]
+    if info is not None and head != "self" and head in _parameters(info.node):
+        return None
+    bound = facts.bindings(backward.receiver, backward.frame)
+    if not bound:
+        return None
+    keywords = []
+    for assignment in bound:
+        value = assignment.value
+        if not isinstance(value, cst.Call) or facts.imports.qualify(value.func) not in vocab.ACCELERATE.constructors:
+            return None
+        keywords.append(_cst_keywords(value))
+    if not all(vocab.ACCELERATE.scales(k) for k in keywords):
+        return None
+    return Shown(vocab.ACCELERATE, f"`{facts.code(bound[0].value.func)}(...)` (line {facts.line_of(bound[0].value)})",
+                 tuple(keywords))
+
+
+def _parameters(node: cst.FunctionDef) -> set[str]:
+    params = node.params
+    every = [*params.posonly_params, *params.params, *params.kwonly_params]
+    every += [p for p in (params.star_arg, params.star_kwarg) if isinstance(p, cst.Param)]
+    return {p.name.value for p in every}
+
+
+def _runs_step_backward(call: Call) -> bool:
+    """`super().training_step(...)` or `self.accelerator.backward(...)`: the HF step's scaled backward."""
+    func = call.node.func
+    if call.method == vocab.HF_TRAINING_STEP and isinstance(func, cst.Attribute) \
+            and isinstance(func.value, cst.Call) and isinstance(func.value.func, cst.Name) \
+            and func.value.func.value == "super":
+        return True
+    return call.receiver == f"self.{vocab.HF_ACCELERATOR}" and call.method == vocab.ACCELERATE_BACKWARD
+
+
+def _methods(facts: ModuleFacts, bases: frozenset[str], method: str) -> set[int]:
+    """ids of the frames of `method` in the module's classes that derive from one of `bases` (through the
+    imports, or through another class of this module that does)."""
+    classes: dict[str, cst.ClassDef] = {node.name.value: node for node in facts.module.body
+                                        if isinstance(node, cst.ClassDef)}
+    derived: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, node in classes.items():
+            if name in derived:
+                continue
+            for base in node.bases:
+                written = facts.code(base.value)
+                if facts.imports.qualify(base.value) in bases or written in derived \
+                        or written not in classes and _derives_elsewhere(facts, written, bases):
+                    derived.add(name)
+                    changed = True
+                    break
+    return {id(info.frame) for info in facts.functions if info.qualname.rsplit(".", 1)[0] in derived
+            and info.qualname.count(".") == 1 and info.node.name.value == method}
+
+
+def _derives_elsewhere(facts: ModuleFacts, written: str, bases: frozenset[str], depth: int = 3) -> bool:
+    """Does the class named `written` here, a class of another module of the project (through the index), derive
+    from one of `bases` (its own bases qualified through its module's imports, `depth` classes up)?"""
+    view = facts.project
+    try:
+        located = view.class_at(view.path, written)
+        if located is None or located[0] == view.path:
+            return False
+        return _record_derives(view, located, bases, depth)
+    except (AttributeError, KeyError, OSError, RecursionError):
+        return False  # an index question that fails knows nothing
+
+
+def _record_derives(view, located: tuple[str, str], bases: frozenset[str], depth: int) -> bool:
+    path, name = located
+    record = view.record(path)
+    if record is None or depth <= 0:
+        return False
+    for base in record.classes.get(name, ()):
+        head, _, rest = base.partition(".")
+        imported = record.imports.get(head)
+        if imported is not None and not imported[2]:
+            qualified = ".".join(part for part in (imported[0], imported[1], rest) if part)
+        else:
+            qualified = base
+        if qualified in bases:
+            return True
+        inner = view.class_at(path, base)
+        if inner is not None and _record_derives(view, inner, bases, depth - 1):
+            return True
+    return False
+
+
+def _shown(facts: ModuleFacts, framework: vocab.Framework) -> Shown | None:
+    """The framework's precision as the code shows it: every construction of its precision class in this module
+    and in the modules of the project importing it shows the scaling value; None when one does not, or none is
+    seen."""
+    seen: list[tuple[str, dict]] = []
+    for call in facts.calls:
+        if call.qualified in framework.constructors:
+            seen.append((f"`{call.dotted}(...)` (line {facts.line_of(call.node)})", _cst_keywords(call.node)))
+    seen += _importers(facts, framework)
+    if not seen or not all(framework.scales(keywords) for _, keywords in seen):
+        return None
+    return Shown(framework, seen[0][0], tuple(keywords for _, keywords in seen))
+
+
+def _importers(facts: ModuleFacts, framework: vocab.Framework) -> list[tuple[str, dict]]:
+    """The constructions of the framework's precision class in the project's modules importing this one (read
+    from their text; the cached result depends on it)."""
+    view = facts.project
+    found: list[tuple[str, dict]] = []
+    try:
+        view.asked_importers.add(view.path)
+        importers = view.project.importers(view.path)
+        for path in importers:
+            text = view.text(path)
+            if not text or not any(name.rsplit(".", 1)[-1] in text for name in framework.constructors):
+                continue
+            tree = ast.parse(text)
+            names = view.project.names.get(path) or path
+            for node, keywords in _ast_constructions(tree, framework.constructors):
+                found.append((f"`{ast.unparse(node.func)}(...)` ({names}:{node.lineno})", keywords))
+    except (AttributeError, OSError, SyntaxError, ValueError, RecursionError, MemoryError):
+        return []  # an index question that fails knows nothing
+    return found
+
+
+def _ast_constructions(tree: ast.Module, constructors: frozenset[str]):
+    """(call, literal keywords) of each call in the tree whose callee, through the module's imports, is one of
+    `constructors`."""
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
+                    alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        parts = []
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            parts.append(func.attr)
+            func = func.value
+        if not isinstance(func, ast.Name) or func.id not in imported:
+            continue
+        qualified = ".".join([imported[func.id], *reversed(parts)])
+        if qualified in constructors:
+            keywords = {}
+            for keyword in node.keywords:
+                if keyword.arg is None:
+                    continue
+                try:
+                    keywords[keyword.arg] = ast.literal_eval(keyword.value)
+                except (ValueError, TypeError, SyntaxError, RecursionError):
+                    pass
+            yield node, keywords
+
+
+def _cst_keywords(call: cst.Call) -> dict:
+    """The call's keyword arguments whose values are literals (strings, numbers, True/False/None)."""
+    found = {}
+    for arg in call.args:
+        if arg.keyword is None:
+            continue
+        value = arg.value
+        if isinstance(value, cst.SimpleString):
+            found[arg.keyword.value] = value.evaluated_value
+        elif isinstance(value, cst.Integer):
+            found[arg.keyword.value] = int(value.value.replace("_", ""), 0)
+        elif isinstance(value, cst.Float):
+            found[arg.keyword.value] = float(value.value.replace("_", ""))
+        elif isinstance(value, cst.Name) and value.value in ("True", "False", "None"):
+            found[arg.keyword.value] = {"True": True, "False": False, "None": None}[value.value]
+    return found
