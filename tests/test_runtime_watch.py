@@ -942,3 +942,34 @@ def test_amp003_a_total_norm_measured_before_unscale_is_reported_at_its_line(uns
     assert norms[0] > 1000  # the scaled gradients' norm
     assert [(f.code, f.line) for f in report.findings] == [("AMP003", _line_of("# norm-of-scaled"))]
     assert report.findings[0].message.startswith("get_total_norm measures gradients still multiplied")
+
+
+@pytest.mark.parametrize("optimizer_class", ["SGD", "AdamW"])
+def test_amp006_an_optimizers_own_update_inside_an_island_is_not_an_island_op(optimizer_class):
+    """The step inside the island (the fix for a framework's region) updates a bfloat16 parameter and its state:
+    the optimizer's ops, not the island's computations. The user's own op on that parameter there is one, also
+    after a step that raised."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1).to(torch.bfloat16))
+    optimizer = getattr(torch.optim, optimizer_class)(model.parameters(), lr=0.1)
+
+    class Failing(torch.optim.SGD):
+        def step(self, closure=None):
+            raise RuntimeError("a step that fails")
+
+    failing = Failing(model.parameters(), lr=0.1)
+
+    def body():
+        for _ in range(2):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(torch.randn(4, 8)).float().pow(2).mean()
+                with torch.autocast("cpu", enabled=False):
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                    with pytest.raises(RuntimeError):
+                        failing.step()
+                    model[1].weight * 2  # users-half-op
+
+    assert [(f.code, f.line) for f in _watched(body).findings] == [("AMP006", _line_of("# users-half-op"))]

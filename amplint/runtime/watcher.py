@@ -36,7 +36,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn.utils
 import torch.nn.utils.clip_grad
-from torch.optim.optimizer import register_optimizer_step_pre_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch.overrides import TorchFunctionMode
 
 import amplint
@@ -306,6 +306,7 @@ def _wrap_backward(original, what):
 def _optimizer_pre_hook(optimizer, args, kwargs):
     if _compiling():
         return None
+    _local.steps = [*getattr(_local, "steps", ()), sys._getframe(1)]  # the frame that runs the step (see _in_step)
     active = _enabled_autocast()
     if active is not None:
         frames = _walk()
@@ -313,6 +314,28 @@ def _optimizer_pre_hook(optimizer, args, kwargs):
                           + _leave_region(active[0], frames[0], "step the optimizer after the autocast region closes",
                                           "the step"), _site(*frames))
     return None
+
+
+def _optimizer_post_hook(optimizer, args, kwargs):
+    steps = getattr(_local, "steps", None)
+    if steps and steps[-1] is sys._getframe(1):
+        steps.pop()
+
+
+def _in_step() -> bool:
+    """Does an optimizer's step run further up the stack (its own ops on its parameters and state are not the
+    island's computations)? The frames that ran a step pre-hook and no post hook yet, on this stack; one that a
+    step which raised left behind is dropped here. Asked only before a finding."""
+    steps = getattr(_local, "steps", None)
+    if not steps:
+        return False
+    running = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        running.add(id(frame))
+        frame = frame.f_back
+    _local.steps = [step for step in steps if id(step) in running]
+    return bool(_local.steps)
 
 
 def _scaler_init(original):
@@ -519,7 +542,9 @@ class _IslandMode(TorchFunctionMode):
             name = getattr(func, "__name__", "")
             if name not in _NOT_COMPUTE and _enabled_autocast() is None and not _casts_to_float32(args, kwargs):
                 half = _half_argument(args) or _half_argument(kwargs.values())
-                if half is not None and _in_compiled_call():
+                if half is not None and _in_step():
+                    pass  # the optimizer's own update of a half parameter or state
+                elif half is not None and _in_compiled_call():
                     _note("compile")  # torch's compiled code, run inside the user's island
                 elif half is not None:
                     _report("AMP006", f"`{name}` receives a {_dtype_name(half)} tensor inside "
@@ -651,8 +676,9 @@ def _install() -> None:
     _patch(torch.Tensor, "backward", _wrap_backward(torch.Tensor.backward, "backward()"))
     _patch(torch.autograd, "backward", _wrap_backward(torch.autograd.backward, "torch.autograd.backward()"))
     _patch(torch.autograd, "grad", _wrap_backward(torch.autograd.grad, "torch.autograd.grad()"))
-    handle = register_optimizer_step_pre_hook(_optimizer_pre_hook)
-    _state.restore.append(handle.remove)
+    for register, hook in ((register_optimizer_step_pre_hook, _optimizer_pre_hook),
+                           (register_optimizer_step_post_hook, _optimizer_post_hook)):
+        _state.restore.append(register(hook).remove)
     scaler = torch.amp.GradScaler
     for name, wrap in (("__init__", _scaler_init), (vocab.SCALE, _scaler_scale), (vocab.UNSCALE, _scaler_unscale),
                        (vocab.STEP, _scaler_step), (vocab.UPDATE, _scaler_update)):
@@ -673,6 +699,7 @@ def _uninstall() -> None:
         _state.restore.pop()()
     if _state.island is not None:  # a region left open at the end of the watch
         _close_island(_state.island)
+    _local.steps = []
     _state.__init__()
 
 
