@@ -170,7 +170,8 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         files = [name for group in groups for name in group[3]]
         if output_file is not None:  # before anything is written: a fix, the cache, the report
             also_read = [str(group[0].source) for group in groups[1:] if group[0].source is not None]
-            clash = _output_clash(output_file, [*existing, *files, *_read_files(settings, named), *also_read])
+            clash = _output_clash(output_file, [*existing, *files, *_read_files(settings, named), *also_read,
+                                                *_ignore_file_read(output_file, named, settings)])
             if clash is not None:
                 raise ConfigurationProblem(
                     f"--output-file {printable(output_file)} is {clash}, an input of this run: the report would "
@@ -296,6 +297,7 @@ def _apply_levels(outcomes: list[FileOutcome], levels: dict[str, Severity], docs
 
 def _emit(text: str, output_file: str | None) -> None:
     """Print the report, or write it to --output-file (parent folders created) for a CI step to pick up."""
+    text = _encodable(text)
     if output_file is None:
         click.echo(text, nl=False)
         return
@@ -305,6 +307,16 @@ def _emit(text: str, output_file: str | None) -> None:
     except OSError as error:
         click.echo(f"amplint: cannot write {output_file}: {error.strerror or error}", err=True)
         sys.exit(EXIT_ERROR)
+
+
+def _encodable(text: str) -> str:
+    """The report with each lone surrogate (a source line quoting a notebook's `\\udcff`, an editor's buffer)
+    written as its escape, `\\udcff`: a UTF-8 stream or file refuses it, and the whole report was lost."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _file_identity(path: str) -> tuple[int, int] | None:
@@ -340,6 +352,33 @@ def _output_clash(output_file: str, inputs: list[str]) -> str | None:
             same = os.path.normpath(os.path.abspath(path)) == os.path.normpath(os.path.abspath(output_file))
             return printable(path) if same else f"the same file as {printable(path)}"
     return None
+
+
+def _ignore_file_read(output_file: str, named: list[str], settings: Settings) -> list[str]:
+    """`output_file` when the walk reads it as an ignore file (amplint/discovery.py): a `.gitignore` or `.ignore`
+    in a walked folder, below one or above one (the files above a walked folder apply to it), or a repository's
+    `info/exclude`."""
+    if not settings.respect_gitignore:
+        return []
+    target = _real(output_file)
+    if target is None:
+        return []
+    name = os.path.basename(target)
+    if name not in (".gitignore", ".ignore") and not target.endswith(os.path.join(".git", "info", "exclude")):
+        return []
+    folder = os.path.dirname(target)
+    if name not in (".gitignore", ".ignore"):
+        folder = os.path.dirname(os.path.dirname(os.path.dirname(target)))  # the repository's top
+    for path in named:
+        walked = _real(path)
+        if walked is not None and os.path.isdir(walked):
+            try:
+                common = os.path.commonpath([walked, folder])
+            except ValueError:
+                continue
+            if common in (walked, folder):
+                return [output_file]
+    return []
 
 
 def _real(path: str) -> str | None:

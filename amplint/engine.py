@@ -269,6 +269,12 @@ def _lint_text(text: str, filename: str, rules: list[Rule], line_noqa: bool = Tr
         return FileResult([error_diagnostic(IO_ERROR, filename, str(error), row, 1, index.line(row))])
     except RecursionError:
         return FileResult([error_diagnostic(IO_ERROR, filename, "too deeply nested to analyse")])
+    except UnicodeEncodeError:  # a lone surrogate (an editor's buffer, `\udcff` in JSON): CPython refuses it too
+        offset = next((i for i, char in enumerate(text) if "\ud800" <= char <= "\udfff"), 0)
+        where = index.location(offset)
+        return FileResult([error_diagnostic(SYNTAX_ERROR, filename, f"cannot parse: U+{ord(text[offset]):04X}, a "
+                                            "lone surrogate, is no character a Python source can hold", where.row,
+                                            where.column, index.line(where.row))])
     try:
         diagnostics = [d for d in diagnose(module, text, filename, rules, index, project) if not suppressed(d, index)]
     except Exception as error:  # noqa: BLE001 - one bad file must not stop the run
