@@ -684,15 +684,19 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
     object or in a container, passed to a call, yielded, or restored (`load_state_dict`)? Conservative: any use of
     the bound name other than calling its scale/step/update/unscale_ methods counts as keeping it."""
     bound: set[str] = set()
+
+    def built(value) -> bool:  # the construction, or one branch of `GradScaler() if flag else None`
+        return value is build or (type(value) is ast.IfExp and build in (value.body, value.orelse))
+
     for node in ast.walk(function):
-        if type(node) in (ast.Assign, ast.AnnAssign) and node.value is build:
+        if type(node) in (ast.Assign, ast.AnnAssign) and built(node.value):
             targets = node.targets if type(node) is ast.Assign else [node.target]
             for target in targets:
                 if type(target) is ast.Name:
                     bound.add(target.id)
                 else:
                     return True  # self.scaler = GradScaler(), a subscript, a tuple: kept
-        elif type(node) in (ast.Return, ast.Yield, ast.YieldFrom) and node.value is build:
+        elif type(node) in (ast.Return, ast.Yield, ast.YieldFrom) and built(node.value):
             return True
         elif type(node) is ast.Call and build in node.args:
             return True

@@ -181,3 +181,22 @@ def _entered_names(summary) -> set[str]:
                         following += [value for targets, value in summary.assignments if name in targets]
         pending = following
     return names
+
+
+def importing_callers(view, qualname: str) -> list:
+    """(path, record) of each other module of the project calling the function `qualname` of the view's file,
+    found among the modules importing it (read on demand: such a caller need not be indexed up front)."""
+    from amplint.index.project import Target
+
+    target = Target(view.path, qualname)
+    view.asked_importers.add(view.path)
+    found = []
+    for path in view.project.importers(view.path):
+        record = view.record(path)
+        if record is None:
+            continue
+        sites = [(name, call) for name, summary in record.functions.items() for call in summary.calls]
+        sites += [(None, call) for call in record.module_calls]
+        if any(view.resolve(name, call.callee, path) == target for name, call in sites):
+            found.append((path, record))
+    return found

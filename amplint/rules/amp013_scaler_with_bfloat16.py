@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from functools import cached_property
 from typing import Iterator
@@ -46,12 +47,43 @@ def bfloat16_regions_reached(view) -> tuple[str, int] | None:
     return found
 
 
+def bfloat16_regions_of_callers(view, qualname: str | None = None) -> tuple[str, int] | None:
+    """For a module building a scaler in a function that hands it on (returns or stores it: `keeps_scaler`; the
+    function `qualname`, else any): (file name, line) of a bfloat16 region of the modules calling that function,
+    when every module calling it opens only bfloat16 regions and names no float16 in its text; None when a caller
+    is not found, opens a region of another or unknown dtype, or may say float16."""
+    from amplint.rules.across import importing_callers
+
+    record = view.record(view.path) if view is not None else None
+    if record is None:
+        return None
+    found = None
+    for name, summary in record.functions.items():
+        if (qualname is not None and name != qualname) or not {Effect.BUILDS_SCALER, Effect.KEEPS_SCALER} <= summary.does:
+            continue
+        callers = importing_callers(view, name)
+        if not callers:
+            return None
+        for path, caller in callers:
+            text = view.text(path) or ""
+            if FLOAT16_TEXT.search(text) or any(Effect.OTHER_REGION in f.does for f in caller.functions.values()):
+                return None
+            lines = [f.lines[Effect.BFLOAT16_REGION] for f in caller.functions.values()
+                     if Effect.BFLOAT16_REGION in f.does]
+            if not lines:
+                return None
+            found = found or (os.path.basename(path), min(lines))
+    return found
+
+
 class ScalerWithBfloat16(Rule):
     """## What it does
     Checks for a GradScaler in a module whose autocast regions all use `dtype=torch.bfloat16` (or CPU autocast,
     whose default is bfloat16), with no float16 anywhere in the module. A module that opens no region itself is
     judged by the regions the functions it calls open, in this module or another (a decorated `forward`): all of
-    them bfloat16, none float16 or of a dtype not known.
+    them bfloat16, none float16 or of a dtype not known. A scaler a function builds and hands on (returns it,
+    `GradScaler() if use_bfloat16 else None`) is judged by the modules calling that function: every one of them
+    opening only bfloat16 regions and naming no float16 (reported without a fix: its uses are theirs).
 
     Applies to torch >= 1.10 (bfloat16 autocast).
 
@@ -114,7 +146,7 @@ class ScalerWithBfloat16(Rule):
     requires = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
                 & Ask(Summary.mentions, vocab.AUTOCAST) & Ask(Summary.contains, vocab.BFLOAT16, vocab.CPU))
     requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
-                       & AskProject(bfloat16_regions_reached))
+                       & (AskProject(bfloat16_regions_reached) | AskProject(bfloat16_regions_of_callers)))
     min_torch = "1.10"
     fix = "unsafe"
 
@@ -129,6 +161,7 @@ class ScalerWithBfloat16(Rule):
         else:  # the module opens none: those that the functions it calls open (the index's region dtypes)
             reached = bfloat16_regions_reached(facts.project)
             if reached is None:
+                yield from self._handed_on(facts, builds)
                 return
             module, line = reached
             where = f"in `{module}`, line {line}"
@@ -145,6 +178,26 @@ class ScalerWithBfloat16(Rule):
                        f"where loss scaling changes nothing")
             fix = _RemoveScaler(facts, build, index).plan()
             yield Finding(build.node, message, fix, help=None if fix else f"Remove `{key}`")
+
+    @staticmethod
+    def _handed_on(facts: ModuleFacts, builds: list[Event]) -> Iterator[Finding]:
+        """A scaler a function of this module builds and hands on (`return GradScaler() if use_bf16 else None`),
+        whose every caller, in other modules, opens only bfloat16 regions: reported here, without a fix (its uses
+        are in the callers' modules)."""
+        if _float16_in_code(facts):
+            return
+        for build in builds:
+            info = facts.function_info(build.frame)
+            if info is None or scaler_enabled(facts, build.bound_to, build.frame) is not True:
+                continue
+            reached = bfloat16_regions_of_callers(facts.project, info.qualname)
+            if reached is None:
+                continue
+            where = f"{reached[0]}:{reached[1]}"
+            yield Finding(build.node, f"`{build.bound_to}` is handed on to code using bfloat16 autocast only "
+                                      f"({where}), where loss scaling changes nothing",
+                          help=f"Build no GradScaler for bfloat16 (drop `{build.bound_to}` here and its uses "
+                               f"by the callers)")
 
     @staticmethod
     def _regions(facts: ModuleFacts) -> list[Region]:
