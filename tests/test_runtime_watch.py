@@ -973,3 +973,27 @@ def test_amp006_an_optimizers_own_update_inside_an_island_is_not_an_island_op(op
                     model[1].weight * 2  # users-half-op
 
     assert [(f.code, f.line) for f in _watched(body).findings] == [("AMP006", _line_of("# users-half-op"))]
+
+
+def test_amp006_an_island_in_a_closure_the_step_calls_is_the_users():
+    """`optimizer.step(closure)` runs the user's forward (Lightning's automatic optimization does): an island op
+    there is the user's computation, though a step is running further up."""
+    nn = torch.nn
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def closure():
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = model[0](torch.randn(4, 8))
+            with torch.autocast("cpu", enabled=False):
+                loss = model[1](hidden).pow(2).mean()  # closure-island-op
+        loss.backward()
+        return loss
+
+    def body():
+        with pytest.raises(RuntimeError, match="dtype"):  # the uncast island's matmul raises, as it would plainly
+            optimizer.step(closure)
+
+    assert [(f.code, f.line) for f in _watched(body).findings] == [("AMP006", _line_of("# closure-island-op"))]

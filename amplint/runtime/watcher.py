@@ -323,19 +323,25 @@ def _optimizer_post_hook(optimizer, args, kwargs):
 
 
 def _in_step() -> bool:
-    """Does an optimizer's step run further up the stack (its own ops on its parameters and state are not the
-    island's computations)? The frames that ran a step pre-hook and no post hook yet, on this stack; one that a
-    step which raised left behind is dropped here. Asked only before a finding."""
+    """Is the op an optimizer's own (its update of its parameters and state), not the island's computation? An
+    optimizer's step runs further up the stack (a frame that ran a step pre-hook and no post hook yet) with no frame
+    of the user's own code between (a closure the step calls, Lightning's training_step, is the user's code again).
+    A frame that a step which raised left behind is dropped here. Asked only before a finding."""
     steps = getattr(_local, "steps", None)
     if not steps:
         return False
-    running = set()
+    pending = {id(step) for step in steps}
+    running, own, user = set(), False, False
     frame = sys._getframe(1)
     while frame is not None:
         running.add(id(frame))
+        if id(frame) in pending:
+            own = own or not user
+        elif _owner(frame.f_code.co_filename) == "user":
+            user = True
         frame = frame.f_back
     _local.steps = [step for step in steps if id(step) in running]
-    return bool(_local.steps)
+    return own
 
 
 def _scaler_init(original):
