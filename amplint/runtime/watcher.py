@@ -4,16 +4,20 @@ What it patches while at least one `watch()` is open (and restores when the last
 
 - `torch.Tensor.backward`, `torch.autograd.backward`, `torch.autograd.grad`: AMP001 (and the autocast dtype a
   backward of scaled gradients ran under, for AMP013);
-- a global optimizer step pre-hook (`torch.optim.optimizer.register_optimizer_step_pre_hook`): AMP002;
+- global optimizer step pre- and post-hooks (`torch.optim.optimizer.register_optimizer_step_pre_hook`,
+  `..._post_hook`): AMP002, and which steps are running (their own ops are no island's computation);
 - `torch.amp.GradScaler.__init__/scale/unscale_/step/update`: AMP002, AMP003's scaler state, AMP004, AMP005,
   AMP013;
-- `torch.nn.utils.clip_grad_norm_/clip_grad_value_/clip_grads_with_norm_` (in `torch.nn.utils` and
-  `torch.nn.utils.clip_grad`):
-  AMP003;
-- `torch.autocast.__enter__/__exit__`: which regions are open; only while an `enabled=False` region opened
-  inside an enabled one is open, a `TorchFunctionMode` looks at every op's arguments (AMP006).
+- `torch.nn.utils.clip_grad_norm_/clip_grad_value_/clip_grads_with_norm_/get_total_norm` (in `torch.nn.utils`
+  and `torch.nn.utils.clip_grad`): AMP003;
+- `torch.autocast.__enter__/__exit__`: which regions are open, and whether installed code (a framework) opened
+  them; only while an `enabled=False` region opened inside an enabled one is open, a `TorchFunctionMode` looks at
+  every op's arguments (AMP006).
 
-Every hook asks torch's autocast state with a few C calls and walks the stack only when it has a finding.
+Every hook asks torch's autocast state with a few C calls and walks the stack only when it has a finding (and
+when an enabled region opens, to tell whose code opened it). A finding is the user's line: the first frame of the
+user's own code, outside torch, amplint, the standard library and installed packages; the installed code it ran
+in, if any, is its context (`Finding.via_*`).
 
 The watch never changes what the program does. Inside code that TorchDynamo traces or compiled (`torch.compile`)
 every hook only calls the original, and no mode is pushed there; the island mode is pushed only on the thread
