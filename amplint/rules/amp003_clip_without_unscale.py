@@ -565,6 +565,57 @@ def _closure_of_this_module(facts: ModuleFacts, call: Call) -> bool:
     return visitor.found
 
 
+# The scaler's own methods that never unscale (`step` and `update` are events of their own).
+_NOT_UNSCALING = frozenset({vocab.SCALE, vocab.GET_SCALE, vocab.IS_ENABLED, vocab.LOAD_STATE_DICT})
+
+
+def _unknown_scaler_method(call: Call, names: set[str]) -> bool:
+    """`scaler.prepare(opt)`: a method of the scaler that is none of GradScaler's known ones (a subclass's own,
+    which may call `self.unscale_`)."""
+    return call.receiver in names and call.method is not None and call.method not in _NOT_UNSCALING
+
+
+_UNFOLLOWED: dict[int, tuple[object, bool]] = {}
+
+
+def _unfollowed_unscale(facts: ModuleFacts) -> bool:
+    """Does the module hold an `unscale_` in code the analysis does not follow as a function: a lambda
+    (`self.hooks = {"pre_clip": lambda: scaler.unscale_(opt)}`) or a function nested in another? A call it cannot
+    resolve may then run it."""
+    module = facts.module
+    found = _UNFOLLOWED.get(id(module))
+    if found is not None and found[0] is module:
+        return found[1]
+
+    class Unfollowed(cst.CSTVisitor):
+        def __init__(self) -> None:
+            super().__init__()
+            self.functions, self.lambdas, self.found = 0, 0, False
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.functions += 1
+
+        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+            self.functions -= 1
+
+        def visit_Lambda(self, node: cst.Lambda) -> None:
+            self.lambdas += 1
+
+        def leave_Lambda(self, original_node: cst.Lambda) -> None:
+            self.lambdas -= 1
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if node.attr.value == vocab.UNSCALE and (self.lambdas or self.functions > 1):
+                self.found = True
+
+    visitor = Unfollowed()
+    module.visit(visitor)
+    if len(_UNFOLLOWED) > 64:
+        _UNFOLLOWED.clear()
+    _UNFOLLOWED[id(module)] = (module, visitor.found)
+    return visitor.found
+
+
 def _hands_over(call: cst.Call, names: set[str]) -> bool:
     """Is one of `names` (or a bound method of one) among the call's arguments, also inside a container, a
     starred argument or a lambda? A value one of its methods returns (`scaler.get_scale()`) is not the scaler."""
@@ -761,7 +812,9 @@ class _Index:
                 continue
             unscales = helpers.unscales(call)
             if unscales or unscales is None and (_hands_over(call.node, names)
-                                                 or _closure_of_this_module(self.facts, call)):
+                                                 or _closure_of_this_module(self.facts, call)
+                                                 or _unknown_scaler_method(call, names)
+                                                 or call.qualified is None and _unfollowed_unscale(self.facts)):
                 return True
         return False
 
