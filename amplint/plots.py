@@ -85,7 +85,11 @@ def _against_reference(ax, xs: list, ys: list, span: tuple, unchanged: bool) -> 
     """AMP005's two panels: each sample as evaluated (ys) against its reference (xs), beside the y = x line over
     `span` that a program which leaves its outputs alone lies on; green when it does."""
     ax.plot(span, span, color="grey", linestyle="--", linewidth=1, label="y = x (unchanged)")
-    ax.scatter(xs, ys, s=14, color=GOOD if unchanged else BAD, label="16 samples")
+    ax.scatter(xs, ys, s=14, color=GOOD if unchanged else BAD, label=f"{len(ys)} samples")
+    overflowed = sum(not _finite(y) for y in ys)
+    if overflowed:  # inf or NaN (an overflow in float16 on CUDA): no point to draw, so the panel says so
+        ax.text(0.5, 0.5, f"{overflowed} of {len(ys)} not finite (overflow): not drawn", transform=ax.transAxes,
+                ha="center", va="center", color=BAD, fontsize=8)
     ax.legend(fontsize=7, loc="best")
 
 

@@ -130,3 +130,24 @@ def test_each_pictured_program_shows_its_picture_on_its_rule_page() -> None:
         assert link in hooks.program_section(program, []), name
     unpictured = next(p for p in PROGRAMS.values() if p.name not in plots.PICTURES)
     assert "](../plots/" not in hooks.program_section(unpictured, [])
+
+
+def test_an_overflowed_prediction_panel_says_what_it_cannot_draw(tmp_path: Path) -> None:
+    """AMP005 predict_decorated on CUDA float16: logits inf, every probability NaN (docs/evidence.md). The panel
+    says that its points are not finite instead of standing empty."""
+    pyplot = plots.require_matplotlib()
+    entry = next(e for e in _recorded() if e["program"].endswith("/predict_decorated") and e["dtype"] == "float16")
+    nan = float("nan")
+    flagged = dict(entry["flagged"], logit_ratio=float("inf"), max_prob_diff=nan, min_confidence=nan,
+                   prob_sample=[nan] * len(entry["flagged"]["prob_sample"]))
+    figure, ax = pyplot.subplots()
+    try:
+        assert plots._prediction_probability(ax, flagged) == "logits xinf, largest error nan"
+        assert [text.get_text() for text in ax.texts] == ["16 of 16 not finite (overflow): not drawn"]
+        ax.clear()
+        plots._prediction_probability(ax, entry["flagged"])
+        assert list(ax.texts) == []
+    finally:
+        pyplot.close(figure)
+    broken = dict(entry, device="cuda", flagged=flagged)
+    assert _is_png(plots.draw_entries([broken], tmp_path)[0])
