@@ -1626,6 +1626,132 @@ print(json.dumps({"w": model.weight.sum().item(), "out_dtype": str(out.dtype)}))
 """, ["w", "out_dtype"])
 
 
+# --- more spellings of an unscale, an update or a scaled loss (a subclass, a context manager, a decorator) -------
+
+_LOOP = """
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+scaler = MAKE
+SETUP
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype):
+        loss = nn.functional.mse_loss(model(x), y)
+BODY
+print(json.dumps({"w": model.weight.sum().item(), "scale": scaler.get_scale()}))
+"""
+
+for _name, _rule, _kind, _doc, _make, _setup, _body, _imports in (
+    ("unscale_subclass_method", "AMP003", "class-method",
+     "A GradScaler subclass whose own `prepare()` calls `self.unscale_`; the clip follows it.",
+     "MyScaler(device)",
+     "", "scaler.scale(loss).backward()\nscaler.prepare(optimizer)\nCLIP(model.parameters())\n"
+     "scaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()", ""),
+    ("unscale_context_manager", "AMP003", "helper",
+     "A `@contextmanager` unscales on entry; the clip runs inside it.", "torch.amp.GradScaler(device)",
+     "@contextlib.contextmanager\ndef unscaled():\n    scaler.unscale_(optimizer)\n    yield\n",
+     "scaler.scale(loss).backward()\nwith unscaled():\n    CLIP(model.parameters())\nscaler.step(optimizer)\n"
+     "scaler.update()\noptimizer.zero_grad()", "import contextlib\n"),
+    ("unscale_staticmethod", "AMP003", "class-method",
+     "A static method of a utility class unscales the scaler and optimizer it is given.",
+     "torch.amp.GradScaler(device)",
+     "class Util:\n    @staticmethod\n    def unscale(grad_scaler, opt):\n        grad_scaler.unscale_(opt)\n",
+     "scaler.scale(loss).backward()\nUtil.unscale(scaler, optimizer)\nCLIP(model.parameters())\n"
+     "scaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()", ""),
+    ("unscale_through_apply", "AMP003", "bound-method",
+     "`apply(scaler.unscale_, optimizer)` runs the bound method through a generic helper.",
+     "torch.amp.GradScaler(device)", "def apply(fn, *args):\n    return fn(*args)\n",
+     "scaler.scale(loss).backward()\napply(scaler.unscale_, optimizer)\nCLIP(model.parameters())\n"
+     "scaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()", ""),
+    ("update_context_manager", "AMP010", "helper",
+     "A `@contextmanager` updates the scaler on exit; the step runs inside it.",
+     "torch.amp.GradScaler(device, growth_interval=1)",
+     "@contextlib.contextmanager\ndef stepping():\n    yield\n    scaler.update()\n",
+     "scaler.scale(loss).backward()\nwith stepping():\n    scaler.step(optimizer)\noptimizer.zero_grad()",
+     "import contextlib\n"),
+    ("update_decorator", "AMP010", "nested-function",
+     "A decorator's inner function updates after the decorated step.",
+     "torch.amp.GradScaler(device, growth_interval=1)",
+     "def then_update(fn):\n    def inner(*args):\n        fn(*args)\n        scaler.update()\n\n    return inner\n\n\n"
+     "@then_update\ndef step(opt):\n    scaler.step(opt)\n",
+     "scaler.scale(loss).backward()\nstep(optimizer)\noptimizer.zero_grad()", ""),
+    ("update_in_finally", "AMP010", "loop",
+     "The update runs in a `finally` after the step.", "torch.amp.GradScaler(device, growth_interval=1)", "",
+     "scaler.scale(loss).backward()\ntry:\n    scaler.step(optimizer)\nfinally:\n    scaler.update()\n"
+     "optimizer.zero_grad()", ""),
+    ("update_list_of_hooks", "AMP010", "loop, bound-method",
+     "A list of after-step hooks holds `scaler.update` and `optimizer.zero_grad`.",
+     "torch.amp.GradScaler(device, growth_interval=1)", "after = [scaler.update, optimizer.zero_grad]",
+     "scaler.scale(loss).backward()\nscaler.step(optimizer)\nfor hook in after:\n    hook()", ""),
+    ("update_optimizer_wrapper", "AMP010", "class-method",
+     "A wrapper object's `step()` steps through the scaler and updates it.",
+     "torch.amp.GradScaler(device, growth_interval=1)",
+     "class Wrapped:\n    def __init__(self, opt):\n        self.opt = opt\n\n    def step(self):\n"
+     "        scaler.step(self.opt)\n        scaler.update()\n\n\nwrapped = Wrapped(optimizer)\n",
+     "scaler.scale(loss).backward()\nwrapped.step()\noptimizer.zero_grad()", ""),
+    ("scaled_by_helper", "AMP009", "helper",
+     "`loss = scaled(loss)` through a helper returning `scaler.scale(loss)`; then `loss.backward()`.",
+     "torch.amp.GradScaler(device)", "def scaled(value):\n    return scaler.scale(value)\n",
+     "loss = scaled(loss)\nloss.backward()\nscaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()", ""),
+):
+    _program = _LOOP.replace("MAKE", _make).replace("SETUP", _setup).replace("BODY", textwrap.indent(_body, "    "))
+    if "MyScaler" in _make:
+        _program = ("class MyScaler(torch.amp.GradScaler):\n    def prepare(self, opt):\n        self.unscale_(opt)\n\n\n"
+                    + _program)
+    shape(_name, _rule, _kind, _doc, _program, ["w", "scale"], imports=_imports)
+
+shape("unscale_hooks_dict_on_self", "AMP003", "class-method, dict-output",
+      "A trainer keeps a dict of lambda hooks; `self.hooks[\"pre_clip\"]()` unscales before the clip.", """
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2).to(device)
+        self.optimizer = OPT(self.model.parameters())
+        self.scaler = torch.amp.GradScaler(device)
+        self.hooks = {"pre_clip": lambda: self.scaler.unscale_(self.optimizer)}
+
+    def step(self, x, y):
+        with torch.autocast(device, dtype=dtype):
+            loss = nn.functional.mse_loss(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.hooks["pre_clip"]()
+        CLIP(self.model.parameters())
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad()
+
+
+trainer = Trainer()
+for _ in range(3):
+    STEP
+    trainer.step(x, y)
+print(json.dumps({"w": trainer.model.weight.sum().item(), "scale": trainer.scaler.get_scale()}))
+""", ["w", "scale"])
+
+shape("scaler_from_cached_factory", "AMP004", "helper",
+      "A factory returns one cached scaler; the loop asks it every step.", """
+cache = {}
+
+
+def get_scaler():
+    if "scaler" not in cache:
+        cache["scaler"] = torch.amp.GradScaler(device, growth_interval=1)
+    return cache["scaler"]
+
+
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+for _ in range(3):
+    STEP
+    scaler = get_scaler()
+    with torch.autocast(device, dtype=dtype):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+print(json.dumps({"w": model.weight.sum().item(), "scale": get_scaler().get_scale()}))
+""", ["w", "scale"])
+
 # --- a disabled scaler: scale, unscale_, step and update are no-ops or plain steps, so the program is correct -----
 
 _DISABLED = """
