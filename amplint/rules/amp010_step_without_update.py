@@ -253,6 +253,12 @@ def _updated_under_another_spelling(facts: ModuleFacts, updates: dict, scaler: s
     names = facts.same_object_names(scaler)
     if any(receiver in names - {scaler} for receiver, _ in updates):
         return True
+    # a method of a class of this module that calls `self.update()` (a GradScaler subclass's own `finish()`),
+    # called on the scaler: it updates where no `scaler.update()` is written
+    updating = {call.frame.function().name for (receiver, _), calls in updates.items() if receiver == "self"
+                for call in calls if call.frame.function() is not None}
+    if updating and any(call.receiver in names and call.method in updating for call in facts.calls):
+        return True
     return any(vocab.UPDATE in taken or None in taken for name in names for taken in [facts.methods_taken(name)])
 
 
