@@ -519,8 +519,10 @@ class Framework:
 
 # Lightning: the Trainer opens autocast around `training_step`; with automatic optimization it runs the scaled
 # backward, then `on_after_backward`, THEN unscales (a clip there saw 57288.5 for a true norm of 0.874, and left
-# 1.5e-5), then `on_before_optimizer_step`, its own clip (`gradient_clip_val`, `configure_gradient_clipping`,
-# `self.clip_gradients`) and the step. Legacy `precision=16`/"16" mean "16-mixed".
+# 1.5e-5), then `on_before_optimizer_step`, its own clip (`gradient_clip_val`, `configure_gradient_clipping`) and
+# the step. In manual optimization the unscale is inside `opt.step()`: a clip after `self.manual_backward(loss)`
+# and before it saw 60046.8 (true 0.916), `self.clip_gradients(opt, gradient_clip_val=1.0)` there left an update
+# of 1.4e-6 instead of 0.085; in `on_before_optimizer_step` it saw 0.916. Legacy `precision=16`/"16" = "16-mixed".
 LIGHTNING = Framework(
     "Lightning",
     constructors=frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "lightning.pytorch.trainer.Trainer",
@@ -534,7 +536,7 @@ LIGHTNING = Framework(
                      "pytorch_lightning.core.lightning.LightningModule"}))
 LIGHTNING_SCALED_HOOK = "on_after_backward"  # runs after the scaled backward, before the unscale
 LIGHTNING_UNSCALED_HOOK = "on_before_optimizer_step"  # runs after the unscale: a clip there sees true gradients
-LIGHTNING_CLIP = "clip_gradients"  # `self.clip_gradients(optimizer, gradient_clip_val=...)`: unscales first
+LIGHTNING_CLIP = "clip_gradients"  # `self.clip_gradients(optimizer, ...)`: clips as it finds them, unscales nothing
 
 # accelerate: `accelerator.backward(loss)` scales the loss (mixed_precision="fp16"); torch's clip after it saw
 # 60073.8 for a true norm of 0.917 (update 1.4e-6 instead of 8.4e-2); `accelerator.clip_grad_norm_` (and
@@ -568,5 +570,6 @@ HF_NO_CLIP = frozenset({0, 0.0, None})  # `max_grad_norm` values with which some
 FRAMEWORKS = (LIGHTNING, ACCELERATE, HF_TRAINER)
 # A module where one of the contracts can be broken names one of these (the rules' screen), or writes the
 # keyword accelerate's precision is shown by.
-FRAMEWORK_WORDS = (LIGHTNING_SCALED_HOOK, HF_TRAINING_STEP)
+FRAMEWORK_WORDS = (LIGHTNING_SCALED_HOOK, MANUAL_BACKWARD, HF_TRAINING_STEP)
+FRAMEWORK_CLIPS = (*sorted(ACCELERATE_UNSCALES), LIGHTNING_CLIP)  # the frameworks' clips and unscales
 # === end of the frameworks =========================================================================================

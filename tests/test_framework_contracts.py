@@ -190,6 +190,29 @@ def test_lightning_unscales_after_on_after_backward_and_before_on_before_optimiz
     ratio = norms[vocab.LIGHTNING_SCALED_HOOK] / norms[vocab.LIGHTNING_UNSCALED_HOOK]
     assert ratio == pytest.approx(65536.0, rel=1e-3)
 
+    # Manual optimization: the unscale is inside `opt.step()`; `self.clip_gradients` unscales nothing.
+    class Manual(Lit):
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch, batch_idx):
+            opt = self.optimizers()
+            self.manual_backward(super().training_step(batch, batch_idx))
+            before = self._norm()
+            self.clip_gradients(opt, gradient_clip_val=1e9, gradient_clip_algorithm="norm")  # clips nothing
+            norms[vocab.MANUAL_BACKWARD] = (before, self._norm())
+            opt.step()
+
+    norms.clear()
+    trainer = L.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False,
+                        plugins=[MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu"))])
+    trainer.fit(Manual(), torch.utils.data.DataLoader(data, batch_size=16))
+    before, after = norms[vocab.MANUAL_BACKWARD]
+    assert before == after  # `clip_gradients` did not unscale
+    assert before / norms[vocab.LIGHTNING_UNSCALED_HOOK] == pytest.approx(65536.0, rel=1e-3)
+
 
 def test_accelerate_backward_scales_and_its_clip_unscales_first():
     pytest.importorskip("accelerate")

@@ -1,5 +1,6 @@
 """Facts about gradient clips that AMP003 reads: what a clip's parameters are, where the gradients it measures
-are read (a split clip's norm), whether a gradient hook clamps.
+are read (a split clip's norm), whether a gradient hook clamps, and where (through the project index) the
+scaled backward runs whose gradients a function clips (a caller, a method of its class).
 
 A clip that clips scaled gradients is mended by `scaler.unscale_(optimizer)` before the gradients are first
 measured: before the clip itself, or, for torch 2.6's split clip (`total = get_total_norm(grads)` then
@@ -12,9 +13,11 @@ from __future__ import annotations
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 from amplint.facts.model import Call, FrameKind
 from amplint.facts.module import ModuleFacts, call_argument
 from amplint.facts.names import dotted_name
+from amplint.index.project import Target
 
 _CLIP_WITH_NORM = frozenset(name for name in vocab.CLIP_FUNCTIONS
                             if vocab.last_name(name).strip("_") == vocab.CLIP_GRADS_WITH_NORM_.strip("_"))
@@ -147,3 +150,82 @@ def iterates_parameters(name: str, frame) -> bool:
                 and node.iter.func.attr.value in vocab.PARAMETERS_METHODS:
             return True
     return False
+
+
+def scaled_backward_around(facts: ModuleFacts, qualname: str | None, depth: int) -> str | None:
+    """Where a scaled backward runs that the function's work precedes: the function itself or a caller (a few
+    calls up) reaching one, through the project index ("`train()`, line 9"); None when none is known."""
+    view = facts.project
+    names = view.project.names
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        return f"`{module + '.' if module else ''}{doer.qualname}()`, line {line}"
+
+    if qualname is None:
+        return None
+    frontier, seen = [Target(view.path, qualname)], set()
+    for _ in range(depth + 1):
+        following = []
+        for current in frontier:
+            if current in seen:
+                continue
+            seen.add(current)
+            reached = view.reaches(current, (Effect.SCALED_BACKWARD,))
+            if reached is not None:
+                return describe(reached[0][-1])
+            following += [site.caller for site in view.callers(current) if site.caller.qualname != "<module>"]
+        frontier = following
+    return None
+
+
+def scaled_backward_elsewhere(facts: ModuleFacts, qualname: str, depth: int):
+    """Where the gradients a function's clip sees were scaled, through the project index: "`train()`, line 9"
+    (or "`engine.Trainer.backward()`, line 9") for a caller (three calls up) or a method of its class that runs a
+    scaled backward; True when the function is known not to follow an `unscale_` but no scaled backward is
+    named; None when a caller or a method of the class reaches an `unscale_` (the clip may follow it)."""
+    view = facts.project
+    target = Target(view.path, qualname)
+    record = view.record(view.path)
+    names = view.project.names
+    found = None
+
+    def describe(doer: Target) -> str:
+        summary = view.function(doer)
+        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
+        module = names.get(doer.module) if doer.module != view.path else None
+        name = f"{module}.{doer.qualname}" if module else doer.qualname
+        return f"`{name}()`, line {line}"
+
+    owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
+    if owner is not None and record is not None:
+        for other, summary in record.functions.items():
+            if other == qualname or other.rsplit(".", 1)[0] != owner:
+                continue
+            if Effect.UNSCALE in summary.does:
+                return None
+            if found is None and Effect.SCALED_BACKWARD in summary.does:
+                found = describe(Target(view.path, other))
+    frontier, seen = [target], {target}
+    for _ in range(depth):
+        following = []
+        for current in frontier:
+            for site in view.callers(current):
+                if site.caller in seen:
+                    continue
+                seen.add(site.caller)
+                if site.caller.qualname == "<module>":
+                    continue
+                if view.reaches(site.caller, (Effect.UNSCALE,)) is not None:
+                    return None
+                caller = view.function(site.caller)
+                if caller is not None and Effect.SCALED_BACKWARD in caller.does and current == target:
+                    return None  # the caller runs the scaled backward itself: reported at its call (`clips and steps`)
+                reached = view.reaches(site.caller, (Effect.SCALED_BACKWARD,))
+                if found is None and reached is not None:
+                    found = describe(reached[0][-1])
+                following.append(site.caller)
+        frontier = following
+    return found if found is not None else True

@@ -1,7 +1,9 @@
 """Framework contracts, as the code shows them: clips placed where Lightning, accelerate or the HF Trainer have
 scaled the gradients and not yet unscaled them (the contracts are data: amplint/vocabulary.py, "Frameworks").
 
-- Lightning: a torch clip in a LightningModule's `on_after_backward` (the Trainer unscales after that hook);
+- Lightning: a torch clip in a LightningModule's `on_after_backward` (the Trainer unscales after that hook), or
+  in manual optimization a clip (torch's or `self.clip_gradients`) after `self.manual_backward(loss)` and before
+  `opt.step()`, inside which Lightning unscales;
 - accelerate: a torch clip after `accelerator.backward(loss)` (the clip that unscales is the accelerator's);
 - the HF Trainer: in a `training_step` override, `self.accelerator.clip_grad_norm_` (or `unscale_gradients`),
   which the Trainer's own unscale then repeats, or a torch clip after the step's backward.
@@ -15,6 +17,7 @@ reported. No framework is imported."""
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass
 
 from amplint.lazy import libcst as cst
@@ -24,6 +27,7 @@ from amplint.facts.model import Call, Event, EventKind
 from amplint.facts.module import ModuleFacts, may_follow
 
 LIGHTNING_HOOK = "lightning"  # a clip in `on_after_backward`
+LIGHTNING_MANUAL = "lightning-manual"  # a clip after `self.manual_backward(loss)`, before `opt.step()` unscales
 ACCELERATE_BACKWARD = "accelerate"  # a torch clip after `accelerator.backward(loss)`
 HF_UNSCALE = "hf-unscale"  # `self.accelerator.clip_grad_norm_` in a `training_step` override
 HF_CLIP = "hf-clip"  # a torch clip after the backward of a `training_step` override
@@ -60,10 +64,11 @@ def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
         return shown[framework.name]
 
     lightning = _methods(facts, vocab.LIGHTNING.bases, vocab.LIGHTNING_SCALED_HOOK)
-    for clip in clips:
-        if id(clip.frame.function()) in lightning and scaling(vocab.LIGHTNING):
-            found.append(FrameworkClip(LIGHTNING_HOOK, clip.call, scaling(vocab.LIGHTNING),
-                                       vocab.LIGHTNING_SCALED_HOOK))
+    for call in [clip.call for clip in clips] + _lightning_clips(facts):
+        if id(call.frame.function()) in lightning and scaling(vocab.LIGHTNING):
+            found.append(FrameworkClip(LIGHTNING_HOOK, call, scaling(vocab.LIGHTNING), vocab.LIGHTNING_SCALED_HOOK))
+    found += [FrameworkClip(LIGHTNING_MANUAL, call, scaling(vocab.LIGHTNING), vocab.MANUAL_BACKWARD)
+              for call in _after_manual_backward(facts, clips) if scaling(vocab.LIGHTNING)]
     found += _after_accelerator_backward(facts, clips)
     steps = _methods(facts, vocab.HF_TRAINER.bases, vocab.HF_TRAINING_STEP)
     if steps and scaling(vocab.HF_TRAINER):
@@ -82,6 +87,32 @@ def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
                                              for call in facts.calls if call.frame.function() is function):
                 found.append(FrameworkClip(HF_CLIP, clip.call, hf, vocab.HF_TRAINING_STEP))
     return found
+
+
+def _after_manual_backward(facts: ModuleFacts, clips: list[Event]) -> list[Call]:
+    """Clips (torch's, `self.clip_gradients(...)`) in a LightningModule's method after `self.manual_backward(...)`
+    there, with no `.step()` between them."""
+    methods = _methods(facts, vocab.LIGHTNING.bases, None)
+    if not methods:
+        return []
+    candidates = [clip.call for clip in clips] + _lightning_clips(facts)
+    found = []
+    for clip in candidates:
+        function = clip.frame.function()
+        if id(function) not in methods:
+            continue
+        before = [call for call in facts.calls if call.frame.function() is function and call.index < clip.index]
+        backward = [call for call in before if call.receiver == "self" and call.method == vocab.MANUAL_BACKWARD
+                    and may_follow(facts, call.frame, clip.frame)]
+        if backward and not any(call.method == vocab.STEP and call.index > backward[-1].index for call in before):
+            found.append(clip)
+    return found
+
+
+def _lightning_clips(facts: ModuleFacts) -> list[Call]:
+    """`self.clip_gradients(...)`: Lightning's clip, which does not unscale (its precision plugin unscales in
+    the optimizer step: measured, a clip before it saw the scaled gradients)."""
+    return [call for call in facts.calls if call.receiver == "self" and call.method == vocab.LIGHTNING_CLIP]
 
 
 def _after_accelerator_backward(facts: ModuleFacts, clips: list[Event]) -> list[FrameworkClip]:
@@ -147,9 +178,9 @@ def _runs_step_backward(call: Call) -> bool:
     return call.receiver == f"self.{vocab.HF_ACCELERATOR}" and call.method == vocab.ACCELERATE_BACKWARD
 
 
-def _methods(facts: ModuleFacts, bases: frozenset[str], method: str) -> set[int]:
-    """ids of the frames of `method` in the module's classes that derive from one of `bases` (through the
-    imports, or through another class of this module that does)."""
+def _methods(facts: ModuleFacts, bases: frozenset[str], method: str | None) -> set[int]:
+    """ids of the frames of `method` (None: any method) in the module's classes that derive from one of `bases`
+    (through the imports, through another class of this module, or a class of another module, that does)."""
     classes: dict[str, cst.ClassDef] = {node.name.value: node for node in facts.module.body
                                         if isinstance(node, cst.ClassDef)}
     derived: set[str] = set()
@@ -167,7 +198,7 @@ def _methods(facts: ModuleFacts, bases: frozenset[str], method: str) -> set[int]
                     changed = True
                     break
     return {id(info.frame) for info in facts.functions if info.qualname.rsplit(".", 1)[0] in derived
-            and info.qualname.count(".") == 1 and info.node.name.value == method}
+            and info.qualname.count(".") == 1 and method in (None, info.node.name.value)}
 
 
 def _derives_elsewhere(facts: ModuleFacts, written: str, bases: frozenset[str], depth: int = 3) -> bool:
@@ -224,7 +255,11 @@ def _importers(facts: ModuleFacts, framework: vocab.Framework) -> list[tuple[str
     found: list[tuple[str, dict]] = []
     try:
         view.asked_importers.add(view.path)
-        importers = view.project.importers(view.path)
+        importers = list(view.project.importers(view.path))
+        for path in list(importers):  # a package's `__init__` re-exporting it: the package's importers too
+            if os.path.basename(path) == "__init__.py":
+                view.asked_importers.add(path)
+                importers += [other for other in view.project.importers(path) if other not in importers]
         for path in importers:
             text = view.text(path)
             if not text or not any(name.rsplit(".", 1)[-1] in text for name in framework.constructors):

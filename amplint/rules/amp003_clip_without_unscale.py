@@ -14,7 +14,8 @@ from amplint.vocabulary import Effect
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
-from amplint.facts.clips import clamps, covers, first_measured, iterates_parameters, parameter_owners
+from amplint.facts.clips import clamps, covers, first_measured, iterates_parameters, parameter_owners, \
+    scaled_backward_around, scaled_backward_elsewhere
 from amplint.facts import frameworks
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
@@ -59,8 +60,9 @@ class ClipWithoutUnscale(Rule):
     Where a framework scales and unscales (its contract is data in the vocabulary; no safe fix, the message says
     what to change), only when the code shows the precision that scales, in the module or a module importing it
     (`Trainer(precision="16-mixed")`, `Accelerator(mixed_precision="fp16")`, `TrainingArguments(fp16=True)`):
-    a torch clip in a LightningModule's `on_after_backward` (Lightning unscales after it: clip in
-    `on_before_optimizer_step`, or `self.clip_gradients`/`Trainer(gradient_clip_val=...)`); a torch clip after
+    a clip (torch's, or `self.clip_gradients`, which unscales nothing) in a LightningModule's `on_after_backward`
+    (Lightning unscales after it), or in manual optimization after `self.manual_backward(loss)` and before
+    `opt.step()` (Lightning unscales inside it): clip in `on_before_optimizer_step`; a torch clip after
     `accelerator.backward(loss)` (use `accelerator.clip_grad_norm_`, which unscales); in an HF `Trainer`
     subclass's `training_step`, `self.accelerator.clip_grad_norm_` (the Trainer unscales again after it returns,
     and the second `unscale_` raises) or a torch clip after the step's backward (scaled gradients).
@@ -126,7 +128,7 @@ class ClipWithoutUnscale(Rule):
     a computed name (`getattr(scaler, name)`), or the scaler or one of its bound methods handed, between the
     scaled backward and the clip, to a call whose function the analysis cannot read. Silent when no GradScaler
     is involved (bfloat16 training), for `accelerator.clip_grad_norm_` (accelerate
-    unscales first), for Lightning's `self.clip_gradients(...)` (its precision plugin unscales first), for apex
+    unscales first), for Lightning's `self.clip_gradients(...)` where no 16-mixed precision is shown, for apex
     `amp.master_params` (apex unscales on leaving `amp.scale_loss`). A helper is followed only where its function
     is known: same-module calls by name and `self.method()`; other modules only when a folder is linted, through
     the imports and objects the project index resolves. Silent when the helper backpropagates, calls `.step()`
@@ -143,7 +145,7 @@ class ClipWithoutUnscale(Rule):
     requires = (Ask(Summary.mentions, *vocab.CLIP_NAMES) & Ask(Summary.calls_method, vocab.STEP)
                 & Ask(Summary.scaler_possible)) | (Ask(Summary.calls_method, vocab.REGISTER_HOOK)
                                                   & Ask(Summary.mentions, *vocab.CLAMP_METHODS)) \
-        | (Ask(Summary.mentions, *vocab.CLIP_NAMES, *vocab.ACCELERATE_UNSCALES)
+        | (Ask(Summary.mentions, *vocab.CLIP_NAMES, *vocab.FRAMEWORK_CLIPS)
            & (Ask(Summary.mentions, *vocab.FRAMEWORK_WORDS) | Ask(Summary.contains, vocab.ACCELERATE.precision)))
     # a scaled backward here, and a call of this file reaching a clip in another module
     requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
@@ -211,8 +213,11 @@ class ClipWithoutUnscale(Rule):
             if found.kind == frameworks.LIGHTNING_HOOK:
                 message = f"`{clipped}(...)` in `{found.method}` clips gradients Lightning has not unscaled yet"
                 advice = (f"Lightning unscales after `{found.method}` (16-mixed: {shown}): clip in "
-                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or use `self.{vocab.LIGHTNING_CLIP}(...)` or "
-                          f"`Trainer(gradient_clip_val=...)`")
+                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or with `Trainer(gradient_clip_val=...)`")
+            elif found.kind == frameworks.LIGHTNING_MANUAL:
+                message = f"`{clipped}(...)` after `self.{found.method}(...)` clips gradients Lightning has not unscaled"
+                advice = (f"In manual optimization Lightning unscales inside `opt.step()` (16-mixed: {shown}): clip "
+                          f"in `{vocab.LIGHTNING_UNSCALED_HOOK}`, which runs after the unscale")
             elif found.kind == frameworks.ACCELERATE_BACKWARD:
                 message = f"`{clipped}(...)` clips gradients still scaled by `{found.method}.backward(...)` (fp16)"
                 advice = (f"accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
@@ -243,7 +248,7 @@ class ClipWithoutUnscale(Rule):
             if not iterates_parameters(call.receiver, call.frame):
                 continue
             info = facts.function_info(call.frame)
-            where = _scaled_backward_around(facts, info.qualname if info else None)
+            where = scaled_backward_around(facts, info.qualname if info else None, _HELPER_DEPTH)
             if where is None:
                 continue
             hooked = snippet(facts, call.node.func, 32)
@@ -292,7 +297,7 @@ class ClipWithoutUnscale(Rule):
         info = facts.function_info(clip.frame)
         if info is None:
             return None
-        evidence = _scaled_backward_elsewhere(facts, info.qualname)
+        evidence = scaled_backward_elsewhere(facts, info.qualname, _HELPER_DEPTH)
         if evidence is None:
             return None
         where = evidence if isinstance(evidence, str) else None
@@ -1027,85 +1032,6 @@ class _Helpers:
             # A scaler handed in is known by its step and update (the index's `scaler_step`); another `.step()`
             # in that function (a scheduler's) is then no plain optimizer step.
             del found[Effect.STEP]
-
-
-def _scaled_backward_around(facts: ModuleFacts, qualname: str | None) -> str | None:
-    """Where a scaled backward runs that the function's work precedes: the function itself or a caller (a few
-    calls up) reaching one, through the project index ("`train()`, line 9"); None when none is known."""
-    view = facts.project
-    names = view.project.names
-
-    def describe(doer: Target) -> str:
-        summary = view.function(doer)
-        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
-        module = names.get(doer.module) if doer.module != view.path else None
-        return f"`{module + '.' if module else ''}{doer.qualname}()`, line {line}"
-
-    if qualname is None:
-        return None
-    frontier, seen = [Target(view.path, qualname)], set()
-    for _ in range(_HELPER_DEPTH + 1):
-        following = []
-        for current in frontier:
-            if current in seen:
-                continue
-            seen.add(current)
-            reached = view.reaches(current, (Effect.SCALED_BACKWARD,))
-            if reached is not None:
-                return describe(reached[0][-1])
-            following += [site.caller for site in view.callers(current) if site.caller.qualname != "<module>"]
-        frontier = following
-    return None
-
-
-def _scaled_backward_elsewhere(facts: ModuleFacts, qualname: str):
-    """Where the gradients a function's clip sees were scaled, through the project index: "`train()`, line 9"
-    (or "`engine.Trainer.backward()`, line 9") for a caller (three calls up) or a method of its class that runs a
-    scaled backward; True when the function is known not to follow an `unscale_` but no scaled backward is
-    named; None when a caller or a method of the class reaches an `unscale_` (the clip may follow it)."""
-    view = facts.project
-    target = Target(view.path, qualname)
-    record = view.record(view.path)
-    names = view.project.names
-    found = None
-
-    def describe(doer: Target) -> str:
-        summary = view.function(doer)
-        line = summary.lines.get(Effect.SCALED_BACKWARD, summary.line) if summary else 0
-        module = names.get(doer.module) if doer.module != view.path else None
-        name = f"{module}.{doer.qualname}" if module else doer.qualname
-        return f"`{name}()`, line {line}"
-
-    owner = qualname.rsplit(".", 1)[0] if "." in qualname else None
-    if owner is not None and record is not None:
-        for other, summary in record.functions.items():
-            if other == qualname or other.rsplit(".", 1)[0] != owner:
-                continue
-            if Effect.UNSCALE in summary.does:
-                return None
-            if found is None and Effect.SCALED_BACKWARD in summary.does:
-                found = describe(Target(view.path, other))
-    frontier, seen = [target], {target}
-    for _ in range(_HELPER_DEPTH):
-        following = []
-        for current in frontier:
-            for site in view.callers(current):
-                if site.caller in seen:
-                    continue
-                seen.add(site.caller)
-                if site.caller.qualname == "<module>":
-                    continue
-                if view.reaches(site.caller, (Effect.UNSCALE,)) is not None:
-                    return None
-                caller = view.function(site.caller)
-                if caller is not None and Effect.SCALED_BACKWARD in caller.does and current == target:
-                    return None  # the caller runs the scaled backward itself: reported at its call (`clips and steps`)
-                reached = view.reaches(site.caller, (Effect.SCALED_BACKWARD,))
-                if found is None and reached is not None:
-                    found = describe(reached[0][-1])
-                following.append(site.caller)
-        frontier = following
-    return found if found is not None else True
 
 
 MAX_MESSAGE = 120
