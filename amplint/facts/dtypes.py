@@ -390,7 +390,7 @@ def module_output(facts, func: cst.BaseExpression, frame: Frame | None, depth: i
     if isinstance(func, cst.Call):
         last, func = nn_construction(facts, func)
         if last is None:
-            return None
+            return _project_module_output(facts, func, depth)
         if last == "Sequential":
             state = "keep"
             for arg in func.args:
@@ -411,6 +411,34 @@ def module_output(facts, func: cst.BaseExpression, frame: Frame | None, depth: i
     bound = facts.bindings(key, frame)
     kinds = {module_output(facts, a.value, a.frame, depth + 1) if len(a.targets) == 1 else None for a in bound}
     return kinds.pop() if len(kinds) == 1 else None
+
+
+def _project_module_output(facts, call: cst.Call, depth: int) -> str | None:
+    """What autocast makes of the output of a module class this module defines (`Encoder()`): "low" or "float32"
+    when every `return` of its `forward` returns the output of a torch.nn module that autocast makes so
+    (`return self.fc(x)` with `self.fc = nn.Linear(...)`); None otherwise (another return, no `forward` here)."""
+    name = dotted_name(call.func)
+    if name is None or "." in name or facts.imports.qualify(call.func) is not None:
+        return None
+    forward = next((info for info in facts.functions if info.qualname == f"{name}.forward"), None)
+    if forward is None or forward.node.decorators:
+        return None  # a decorator may open or switch off autocast around it
+    kinds = set()
+    pending: list[cst.CSTNode] = [forward.node.body]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.With):
+            return None  # a region of its own may compute the output in float32
+        if isinstance(node, cst.Return):
+            value = node.value
+            kinds.add(module_output(facts, value.func, forward.frame, depth + 1)
+                      if isinstance(value, cst.Call) else None)
+            continue
+        pending.extend(node.children)
+    kind = kinds.pop() if len(kinds) == 1 else None
+    return kind if kind in ("low", vocab.FLOAT32) else None
 
 
 def lowering(facts, frame: Frame | None, scalars: set[str] | None = None) -> Lowering:
@@ -537,6 +565,9 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         # ids of the uses only handed to a function, module or callable of the user's (what it computes is its
         # definition's), and of those an in-place op writes into (`h.mul_(2)`, `torch.relu_(h)`, `inplace=True`)
         self.handed: set[int] = set()
+        # id of a handed use -> (the call, the argument's position or None, its keyword or None): which parameter
+        # of the callee receives it, for a caller that follows the callee's definition
+        self.handed_at: dict[int, tuple[cst.Call, int | None, str | None]] = {}
         self.in_place: set[int] = set()
         self.under_cast: set[int] = set()  # ids of layout calls a cast is applied to
         self.complex: set[str] = set()  # names bound in the block to a complex tensor (`torch.view_as_complex`)
@@ -586,6 +617,12 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
         block to be a floating tensor."""
         return self._uses + [node for node in self._param_uses if node.value in self._evidenced]
 
+    @property
+    def handed_parameters(self) -> list[cst.Name]:
+        """The uses of a parameter only handed to a function, module or callable of the user's (not in `uses`
+        unless the block shows the parameter floating elsewhere): a caller may follow the callee's definition."""
+        return [node for node in self._param_uses if id(node) in self.handed_at]
+
     def _argument_use(self, node: cst.BaseExpression, call: cst.Call, position: int | None,
                       keyword: str | None = None) -> None:
         func = call.func
@@ -603,6 +640,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
                 and not (isinstance(func, cst.Subscript) and isinstance(viewed_name(node), cst.Name)
                          and viewed_name(node).value in self.inferred):
             self._use(node, handed=True)  # a function, module or callable of the user's computes with it
+            if isinstance(viewed_name(node), cst.Name):
+                self.handed_at[id(viewed_name(node))] = (call, position, keyword)
 
     def visit_Expr(self, node: cst.Expr) -> None:
         if isinstance(node.value, cst.Call):
@@ -784,6 +823,10 @@ def ast_low_origin(expr, function, tree, class_name: str | None, depth: int = 0)
         return None  # with a tensor not shown low: promotion may make it float32
     if kind is ast.UnaryOp:
         return ast_low_origin(expr.operand, function, tree, class_name, depth + 1)
+    if kind in (ast.List, ast.Tuple):  # a list or tuple of values each shown low: itself (its items are)
+        return expr if expr.elts and all(
+            type(e) is not ast.Starred and ast_low_origin(e, function, tree, class_name, depth + 1) is not None
+            for e in expr.elts) else None
     if kind is ast.Subscript:
         return ast_low_origin(expr.value, function, tree, class_name, depth + 1)
     if kind is ast.Name:

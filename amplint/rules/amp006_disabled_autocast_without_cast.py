@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -22,7 +22,7 @@ from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
 from amplint.index.functions import ITEM_KEY
 from amplint.index.project import Target
-from amplint.index.summary import Summary
+from amplint.index.summary import Summary, dotted
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import dtype_words
@@ -49,8 +49,12 @@ class DisabledAutocastWithoutCast(Rule):
     autocast the island itself shows on; or it comes from such a value by ops keeping its dtype (views,
     indexing, arithmetic with Python numbers or other low values); or a project caller passes it to the
     parameter (every call site the project index resolves, in this module or another, through `forward`, a few
-    callers up). Each finding's notes say where the value became low precision: the op, the autocast region,
-    the call it came through.
+    callers up). The output of a module class of this module whose `forward` returns a torch.nn module's output
+    (`return self.fc(x)`, `self.fc = nn.Linear(...)`) is what autocast makes of that module's. A value handed
+    whole to a method or function of this module (`self._forward_impl(h)`, `self._project(feats[-1])`) is followed
+    into its definition, two calls deep: reported when that code computes with the receiving parameter uncast.
+    Each finding's notes say where the value became low precision: the op, the autocast region, the call it came
+    through, and the callee's line that computes with it.
 
     ## Why is this bad?
     `autocast(enabled=False)` only stops autocast from casting; it does not cast anything back. PyTorch's docs:
@@ -110,7 +114,8 @@ class DisabledAutocastWithoutCast(Rule):
     What the code does not show is not reported (AMP015, opt-in, reports it: `amplint rule AMP015`): the output
     of a user module or function (`features = encoder(x)`: its definition is not followed), of a library's
     function, a parameter no project caller is seen passing a low value, a value only handed to a function or
-    module of the user's (what it computes is its definition's), a low value combined with a tensor of unknown
+    module of the user's that this module does not define or that does not compute with it (what it computes is
+    its definition's), a module class defined in another module (its `forward` is read in its own module only), a low value combined with a tensor of unknown
     dtype (promotion may make it float32). Not reported, as shown float32 or not floating: values after a float32
     cast (`.float()`, `.double()`, `.to(torch.float32)`, `.type(torch.float32)`, `.type_as(t)` and `.to(t)` with
     `t` float32, a module's `.weight`/`.bias` being float32 unless the code converts the module), after `.to(x)`
@@ -239,7 +244,11 @@ def _reports(facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source]
     walk(body, visitor)
     deliberate = deliberate_paths(facts, body)
     by_name: dict[str, list[cst.Name]] = {}
-    for use in sorted(visitor.uses, key=lambda node: (facts.position(node)[0].line,
+    listed = {id(use) for use in visitor.uses}
+    followed = [use for use in visitor.handed_parameters  # a parameter known low, handed whole to a method here
+                if id(use) not in listed and sources[use.value].state == LOW
+                and computes_with(facts, *visitor.handed_at[id(use)], frame) is not None]
+    for use in sorted([*visitor.uses, *followed], key=lambda node: (facts.position(node)[0].line,
                                                       facts.position(node)[0].column)):
         line = facts.line_of(use)
         if any(start <= line <= end for start, end in deliberate.get(use.value, ())):
@@ -248,9 +257,75 @@ def _reports(facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source]
     for name, uses in by_name.items():
         source = sources[name]
         harmful = [use for use in uses if id(use) not in visitor.handed]
+        if source.state == LOW and not harmful:  # handed whole to methods of this module: what do they do with it?
+            harmful = [use for use in uses if id(use) in visitor.handed_at
+                       and computes_with(facts, *visitor.handed_at[id(use)], frame) is not None]
+            for use in harmful[:1]:
+                where, callee, param = computes_with(facts, *visitor.handed_at[id(use)], frame)
+                source = replace(source, notes=(*source.notes, (where, f"`{name}` is computed with here as "
+                                                                       f"`{param}` of `{callee}()`, uncast")))
         known = source.state == LOW and bool(harmful)
         yield Report(name, uses, harmful[0] if known else uses[0], source, known, name in floats,
                      any(id(use) in visitor.starred for use in uses), any(id(use) in visitor.in_place for use in uses))
+
+
+HANDED_DEPTH = 2  # methods of the module followed from a use in an fp32 region (`forward` -> `_forward_impl` -> ...)
+
+
+def computes_with(facts: ModuleFacts, call: cst.Call, position: int | None, keyword: str | None, frame,
+                  depth: int = HANDED_DEPTH) -> tuple | None:
+    """((None, line, column), function, parameter) where the function of this module that `call` runs (`self._forward_impl(h)`, `project(h)`) uses
+    the parameter receiving the argument as a floating tensor, uncast (an fp32 `nn.Linear`, `F.linear`, a
+    reduction, arithmetic), itself or in a method of the module it hands the parameter on to (`depth` calls
+    deep); None when it does not, or when the callee is not a function of this module. The callee runs where the
+    call is: in the fp32 region, autocast off."""
+    record = _call_records(facts).get(id(call))
+    info = _functions_by_qualname(facts).get(record) if record is not None else None
+    if info is None or depth <= 0:
+        return None
+    params = info.node.params
+    names = [p.name.value for p in (*params.posonly_params, *params.params)]
+    if info.frame.class_name and names and names[0] in ("self", "cls"):
+        names = names[1:]
+    kwonly = {p.name.value for p in params.kwonly_params}
+    name = keyword if keyword in (*names, *kwonly) else (names[position] if position is not None and
+                                                         position < len(names) else None)
+    if name is None or name in scalar_parameters(info.node):
+        return None
+    callee = info.frame
+    visitor = visitor_class(UncastUses)(set(), set(), lambda func: tensor_module(facts, func, callee), {name},
+                                        lambda func: module_output(facts, func, callee) in ("low", vocab.FLOAT32),
+                                        callee_casts(facts, callee))
+    walk(info.node.body, visitor)
+    for use in visitor.uses:
+        if use.value != name:
+            continue
+        if id(use) not in visitor.handed:
+            start = facts.position(use)[0]
+            return (None, start.line, start.column + 1), info.node.name.value, name
+        if id(use) in visitor.handed_at:
+            deeper = computes_with(facts, *visitor.handed_at[id(use)], callee, depth - 1)
+            if deeper is not None:
+                return deeper
+    return None
+
+
+def _call_records(facts: ModuleFacts) -> dict[int, str]:
+    """id of each call node to a function of this module -> that function's qualified name."""
+    found = facts.__dict__.get("_amp006_call_records")
+    if found is None:
+        found = facts.__dict__["_amp006_call_records"] = {
+            id(call.node): qualname for qualname, calls in facts.call_sites.items() for call in calls}
+    return found
+
+
+def _functions_by_qualname(facts: ModuleFacts) -> dict:
+    found = facts.__dict__.get("_amp006_functions")
+    if found is None:
+        found = facts.__dict__["_amp006_functions"] = {}
+        for info in facts.functions:
+            found.setdefault(info.qualname, info)
+    return found
 
 
 def deliberate_paths(facts: ModuleFacts, body: cst.BaseSuite) -> dict[str, list[tuple[int, int]]]:
@@ -533,13 +608,14 @@ def parameter_sources(facts: ModuleFacts, frame: Frame, function: cst.FunctionDe
         f"enters the fp32 region at line {line}"
     found = {}
     for name in names:
-        if name in scalars:
-            continue
+        if name in scalars or callers_pass_float32(facts, frame, name):
+            continue  # a number, or float32 from every project caller: known, not an unknown input
         passed = caller_low(facts, frame, name)
         if passed is not None:
             dtype, notes = passed
             found[name] = Source(f"parameter `{{name}}` {where} without `.float()`: {{dtype}} as its caller passes it",
-                                 dtype=dtype, parameter=True, handed_on=True, state=LOW, notes=notes, line=line)
+                                 dtype=dtype, parameter=True, handed_on=True, state=LOW, notes=notes, line=line,
+                                 container=isinstance(notes, ContainerNotes))
         else:
             found[name] = Source(f"parameter `{{name}}` {where}", parameter=True, handed_on=True, line=line)
     return found
@@ -557,7 +633,56 @@ def caller_low(facts: ModuleFacts, frame: Frame, param: str):
     return ("bfloat16/float16", found) if found is not None else None
 
 
+def callers_pass_float32(facts: ModuleFacts, frame: Frame, param: str) -> bool:
+    """Does every project caller of the function the index resolves (one at least) pass `param` a value shown
+    float32: a float32 cast (`x.float()`, `x.to(torch.float32)`), directly or through a name bound to one in the
+    caller just before the call?"""
+    view = facts.project
+    info = facts.function_info(frame)
+    if view is None or info is None:
+        return False
+    target = Target(view.path, info.qualname)
+    summary = view.function(target)
+    if summary is None or param not in summary.params:
+        return False
+    forward = target.qualname.rsplit(".", 1)[-1] in ("forward", "__call__")
+    sites = list(view.callers(target, any_name=forward))
+    if not sites:
+        return False
+    for site in sites:
+        tree = _tree_of(facts, view, site.caller.module)
+        function = ast_function(tree, site.caller.qualname) if tree is not None else None
+        if function is None:
+            return False
+        params = list(summary.params)
+        if "." in target.qualname and params and params[0] in ("self", "cls") and _bound(site.call.callee, target):
+            params = params[1:]
+        calls = ast_calls_at(function, site.call.line, site.call.callee)
+        if not calls:
+            return False
+        for node in calls:
+            argument = _argument(node, params, param)
+            if type(argument) is ast.Name:
+                argument = _ast_binding(function, argument.id, node.lineno)
+            if argument is None or not _ast_float32_cast(argument):
+                return False
+    return True
+
+
+def _ast_float32_cast(node) -> bool:
+    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `x.type(torch.float32)` (the vocabulary's conversions)."""
+    if type(node) is not ast.Call or type(node.func) is not ast.Attribute:
+        return False
+    dtypes = [dotted(a) for a in node.args] + [dotted(k.value) for k in node.keywords if k.arg == vocab.DTYPE]
+    return vocab.conversion_of(node.func.attr, dtypes) == vocab.CONVERTS_FLOAT32
+
+
 CALLER_DEPTH = 3  # callers followed up from the function (a caller's own parameter, a caller's region)
+
+
+class ContainerNotes(tuple):
+    """The notes of a caller passing a list or tuple of low-precision values (`head([f1, f2])`): the parameter is
+    a container, which `.float()` does not cast."""
 
 
 def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int, seen: set) -> tuple | None:
@@ -596,6 +721,10 @@ def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int
                         else "under the autocast region around this call"
                     made = (filename, origin.lineno, origin.col_offset + 1)
                     passed = (where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` here")
+                    if type(origin) in (ast.List, ast.Tuple):
+                        return ContainerNotes(((where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` "
+                                                       f"here, a {type(origin).__name__.lower()} of values low "
+                                                       f"precision {under}"),))
                     if origin is argument:
                         return ((where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` here, low "
                                         f"precision: an op autocast lowers, run {under}"),)
@@ -605,7 +734,8 @@ def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int
                     _ast_binding(function, argument.id, node.lineno) is None:
                 inner = _passed_low(facts, view, site.caller, argument.id, depth - 1, seen)
                 if inner is not None:
-                    return (*inner, (where, f"passed on as `{param}` here"))
+                    kind = ContainerNotes if isinstance(inner, ContainerNotes) else tuple
+                    return kind((*inner, (where, f"passed on as `{param}` here")))
     return None
 
 

@@ -68,8 +68,9 @@ class IslandInputOfUnknownDtype(Rule):
     The same inputs as AMP006 (see `amplint rule AMP006`): names, not attributes; values shown float32, integer
     or bool, metadata, casts (`.to(x)` with `x` not shown counts as a cast) and values kept low on purpose (a
     branch on the value's own dtype, weights cast to its dtype, the other branch of a float32 cast) are not
-    reported. A parameter is reported only where the region uses it as a floating tensor. A value AMP006
-    reports is not reported here.
+    reported. A parameter is reported only where the region uses it as a floating tensor, and not at all when
+    every project caller the index resolves (one at least) passes it a float32 cast (`h.float()`, or a name bound
+    to one): its dtype is shown. A value AMP006 reports is not reported here.
     """
 
     code = "AMP015"
