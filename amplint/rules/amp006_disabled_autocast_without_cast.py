@@ -290,8 +290,8 @@ def computes_with(facts: ModuleFacts, call: cst.Call, position: int | None, keyw
     kwonly = {p.name.value for p in params.kwonly_params}
     name = keyword if keyword in (*names, *kwonly) else (names[position] if position is not None and
                                                          position < len(names) else None)
-    if name is None or name in scalar_parameters(info.node):
-        return None
+    if name is None or name in scalar_parameters(info.node) or name in deliberate_paths(facts, info.node.body):
+        return None  # a number, or kept low on purpose there (`w.to(x.dtype)`, a branch on `x.dtype`)
     callee = info.frame
     visitor = visitor_class(UncastUses)(set(), set(), lambda func: tensor_module(facts, func, callee), {name},
                                         lambda func: module_output(facts, func, callee) in ("low", vocab.FLOAT32),
