@@ -974,6 +974,17 @@ def test_amp006_an_optimizers_own_update_inside_an_island_is_not_an_island_op(op
 
     assert [(f.code, f.line) for f in _watched(body).findings] == [("AMP006", _line_of("# users-half-op"))]
 
+    from amplint.runtime import watcher
+
+    def raising_then_stepping():
+        for _ in range(3):
+            with pytest.raises(RuntimeError):
+                failing.step()
+        optimizer.step()
+        assert watcher._local.steps == []  # the raising steps' frames were let go at the next step
+
+    _watched(raising_then_stepping)
+
 
 def test_amp006_an_island_in_a_closure_the_step_calls_is_the_users():
     """`optimizer.step(closure)` runs the user's forward (Lightning's automatic optimization does): an island op

@@ -310,7 +310,8 @@ def _wrap_backward(original, what):
 def _optimizer_pre_hook(optimizer, args, kwargs):
     if _compiling():
         return None
-    _local.steps = [*getattr(_local, "steps", ()), sys._getframe(1)]  # the frame that runs the step (see _in_step)
+    steps = getattr(_local, "steps", None)  # a step running already (an optimizer wrapping another), or a stale one
+    _local.steps = [*(_live(steps) if steps else ()), sys._getframe(1)]  # the frame running this step (_in_step)
     active = _enabled_autocast()
     if active is not None:
         frames = _walk()
@@ -335,17 +336,27 @@ def _in_step() -> bool:
     if not steps:
         return False
     pending = {id(step) for step in steps}
-    running, own, user = set(), False, False
+    own, user = False, False
     frame = sys._getframe(1)
     while frame is not None:
-        running.add(id(frame))
         if id(frame) in pending:
             own = own or not user
         elif _owner(frame.f_code.co_filename) == "user":
             user = True
         frame = frame.f_back
-    _local.steps = [step for step in steps if id(step) in running]
+    _local.steps = _live(steps)
     return own
+
+
+def _live(steps: list) -> list:
+    """The step frames still on this thread's stack: a step that raised ran no post hook, and its frame (and the
+    tensors it holds) is let go here."""
+    running = set()
+    frame = sys._getframe(1)
+    while frame is not None:
+        running.add(id(frame))
+        frame = frame.f_back
+    return [step for step in steps if id(step) in running]
 
 
 def _scaler_init(original):
@@ -469,7 +480,6 @@ _CLIP_WITH_NORM = vocab.CLIP_GRADS_WITH_NORM_
 
 
 def _wrap_clip(original, name: str):
-
     def clip(parameters, *args, **kwargs):
         if _compiling():
             return original(parameters, *args, **kwargs)
