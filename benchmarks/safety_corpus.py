@@ -1700,6 +1700,130 @@ for _name, _rule, _kind, _doc, _make, _setup, _body, _imports in (
                     + _program)
     shape(_name, _rule, _kind, _doc, _program, ["w", "scale"], imports=_imports)
 
+for _name, _rule, _kind, _doc, _make, _setup, _body, _imports in (
+    ("update_subclass_method", "AMP010", "class-method",
+     "A GradScaler subclass whose own `finish()` calls `self.update()`; the loop calls it after the step.",
+     "UpdatingScaler(device, growth_interval=1)", "",
+     "scaler.scale(loss).backward()\nscaler.step(optimizer)\nscaler.finish()\noptimizer.zero_grad()", ""),
+    ("scaled_backward_subclass_method", "AMP009", "class-method",
+     "A GradScaler subclass's `backward(loss)` runs `self.scale(loss).backward()`.",
+     "UpdatingScaler(device)", "",
+     "scaler.backward(loss)\nscaler.step(optimizer)\nscaler.update()\noptimizer.zero_grad()", ""),
+    ("step_getattr", "AMP008", "alias",
+     "`getattr(scaler, \"step\")(optimizer)` steps through the scaler.", "torch.amp.GradScaler(device)", "",
+     "scaler.scale(loss).backward()\ngetattr(scaler, \"step\")(optimizer)\nscaler.update()\noptimizer.zero_grad()",
+     ""),
+):
+    _program = _LOOP.replace("MAKE", _make).replace("SETUP", _setup).replace("BODY", textwrap.indent(_body, "    "))
+    _program = ("class UpdatingScaler(torch.amp.GradScaler):\n    def finish(self):\n        self.update()\n\n"
+                "    def backward(self, loss):\n        self.scale(loss).backward()\n\n\n" + _program)
+    shape(_name, _rule, _kind, _doc, _program, ["w", "scale"], imports=_imports)
+
+shape("update_nested_in_method", "AMP010", "class-method, nested-function",
+      "A method's nested `done()` updates the scaler after the step.", """
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2).to(device)
+        self.optimizer = OPT(self.model.parameters())
+        self.scaler = torch.amp.GradScaler(device, growth_interval=1)
+
+    def run(self, x, y):
+        def done():
+            self.scaler.update()
+            self.optimizer.zero_grad()
+
+        with torch.autocast(device, dtype=dtype):
+            loss = nn.functional.mse_loss(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        done()
+
+
+trainer = Trainer()
+for _ in range(3):
+    STEP
+    trainer.run(x, y)
+print(json.dumps({"w": trainer.model.weight.sum().item(), "scale": trainer.scaler.get_scale()}))
+""", ["w", "scale"])
+
+shape("update_hooks_dict_on_self", "AMP010", "class-method, dict-output",
+      "A trainer's dict of lambda hooks updates the scaler after the step.", """
+class Trainer:
+    def __init__(self):
+        self.model = nn.Linear(8, 2).to(device)
+        self.optimizer = OPT(self.model.parameters())
+        self.scaler = torch.amp.GradScaler(device, growth_interval=1)
+        self.after = {"step": lambda: self.scaler.update()}
+
+    def run(self, x, y):
+        with torch.autocast(device, dtype=dtype):
+            loss = nn.functional.mse_loss(self.model(x), y)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.after["step"]()
+        self.optimizer.zero_grad()
+
+
+trainer = Trainer()
+for _ in range(3):
+    STEP
+    trainer.run(x, y)
+print(json.dumps({"w": trainer.model.weight.sum().item(), "scale": trainer.scaler.get_scale()}))
+""", ["w", "scale"])
+
+shape("plain_subclass_optimizer_beside_scaled", "AMP008", "multi-optimizer",
+      "A scaled optimizer of a subclass, and a plain optimizer stepped after its own unscaled backward.", """
+class MyOptimizer(torch.optim.SGD):
+    pass
+
+
+a, b = nn.Linear(8, 2).to(device), nn.Linear(8, 2).to(device)
+opt_a = MyOptimizer(a.parameters(), lr=0.1)
+opt_b = OPT(b.parameters())
+scaler = torch.amp.GradScaler(device)
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype):
+        loss_a = nn.functional.mse_loss(a(x), y)
+    scaler.scale(loss_a).backward()
+    scaler.step(opt_a)
+    scaler.update()
+    opt_a.zero_grad()
+    nn.functional.mse_loss(b(x), y).backward()
+    opt_b.step()
+    opt_b.zero_grad()
+print(json.dumps({"a": a.weight.sum().item(), "b": b.weight.sum().item()}))
+""", ["a", "b"])
+
+shape("scalers_per_model_in_tuples", "AMP004", "loop, multi-model",
+      "One scaler per model, iterated with its model and optimizer in a tuple of triples every step.", """
+models = [nn.Linear(8, 2).to(device) for _ in range(2)]
+triples = [(torch.amp.GradScaler(device, growth_interval=1), m, OPT(m.parameters())) for m in models]
+for _ in range(3):
+    STEP
+    for grad_scaler, model, optimizer in triples:
+        with torch.autocast(device, dtype=dtype):
+            loss = nn.functional.mse_loss(model(x), y)
+        grad_scaler.scale(loss).backward()
+        grad_scaler.step(optimizer)
+        grad_scaler.update()
+        optimizer.zero_grad()
+print(json.dumps({"scales": [s.get_scale() for s, _, _ in triples], "w": [m.weight.sum().item() for m in models]}))
+""", ["scales", "w"])
+
+shape("island_out_argument", "AMP006", "in-place",
+      "`torch.mul(h, 2.0, out=buf)` in the island writes into a buffer of h's own dtype, then cast.", """
+lin = nn.Linear(8, 8).to(device)
+x = torch.randn(4, 8, device=device)
+with torch.no_grad(), torch.autocast(device, dtype=dtype):
+    h = lin(x)
+    with torch.autocast(device, enabled=False):
+        buf = torch.empty_like(h)
+        torch.mul(h, 2.0, out=buf)
+        total = buf.float().sum()
+print(json.dumps({"total": total.item(), "buf_dtype": str(buf.dtype)}))
+""", ["total", "buf_dtype"], variants=("bfloat16", "float16"))
+
 shape("unscale_hooks_dict_on_self", "AMP003", "class-method, dict-output",
       "A trainer keeps a dict of lambda hooks; `self.hooks[\"pre_clip\"]()` unscales before the clip.", """
 class Trainer:

@@ -359,7 +359,7 @@ def test_fixed_generated_code_compiles_is_final_and_keeps_comments(text: str, un
 
 
 # --- the safety corpus: correct CPU programs run before and after the safe fixes --------------------------------
-# fixtures/safe-fixes/corpus/ holds 284 programs written by benchmarks/safety_corpus.py (`--write`); the script runs
+# fixtures/safe-fixes/corpus/ holds 307 programs written by benchmarks/safety_corpus.py (`--write`); the script runs
 # all of them (`python benchmarks/safety_corpus.py`: each original, and each program a safe fix changes, fixed).
 # Here: the files are what the script writes, and a fixed sample is fixed and, when a safe fix changes it, run.
 
@@ -377,10 +377,12 @@ def _corpus_script():
 SAFETY_CORPUS = FIXTURES / "safe-fixes" / "corpus"
 CORPUS_PROGRAMS = sorted(SAFETY_CORPUS.glob("*.py"))
 # Every 16th program, and the shapes a safe fix once broke (AMP003 after an unscale through a lambda, a nested
-# function, a GradScaler subclass's method or a dict of lambda hooks: `unscale_() has already been called`).
+# function, a GradScaler subclass's method or a dict of lambda hooks: `unscale_() has already been called`; AMP010
+# after a subclass's own update: `No inf checks were recorded prior to update`).
 CORPUS_SAMPLE = sorted(set(CORPUS_PROGRAMS[::16]) | {SAFETY_CORPUS / f"amp003_unscale_{shape}_sgd.py" for shape in
                                                       ("lambda", "nested_function", "subclass_method",
-                                                       "hooks_dict_on_self")})
+                                                       "hooks_dict_on_self")}
+                       | {SAFETY_CORPUS / "amp010_update_subclass_method_sgd.py"})
 
 
 def test_safety_corpus_is_what_its_script_writes() -> None:
