@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
@@ -14,6 +15,7 @@ from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.index.project import Target
 from amplint.index.summary import Summary
+from amplint.rules.across import called_per_iteration, stepping_callees
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes, snippet
@@ -43,7 +45,8 @@ def wrapper_built_in_loop(view) -> bool:
     builds a GradScaler (`_wrappers_per_iteration`)? A file that calls no such class (under any name the project
     imports it as) in a loop does not, and its record is not built to say so."""
     names = view.scaler_wrapper_names()
-    return view.calls_in_loop(names) and _builds_wrapper_in_loop(view, names)
+    return (view.calls_in_loop(names) and _builds_wrapper_in_loop(view, names)) \
+        or _builds_wrapper_in_loop(view, names, per_call=True)
 
 
 class ScalerPerIteration(Rule):
@@ -110,9 +113,11 @@ class ScalerPerIteration(Rule):
     loss, optimizer)`, `self.optimize_fn(loss, scaler=scaler)`, through the project index) is reported too, when
     the callee is a per-step function (no loop of its own) or is handed an optimizer the loop does not build.
     A per-step function's own loop that trains nothing (returns, metrics) does not make it a training loop.
-    A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop and
-    called there, or a method of it that steps or updates the scaler, or handed to a function that calls it, is
-    a new scaler every iteration too (no fix).
+    A user class whose `__init__` builds a GradScaler (`NativeScaler`, an AMP helper), built in a loop (or once
+    per call of a function a caller runs in a loop: a per-step function) and called there, or a method of it
+    that steps or updates the scaler, or handed to a function that calls it, is a new scaler every iteration too
+    (no fix). So is a scaler built once per call of a function run per iteration (per epoch) and handed only to
+    project functions that step it (`self.optimize_fn(scaler, loss)` per batch; no fix).
 
     ## Limits
     Silent for a loop over models whose iterations step another optimizer (`for k in models:` around a training
@@ -122,7 +127,8 @@ class ScalerPerIteration(Rule):
     `scaler = scaler or GradScaler()`), for a scaler rebuilt
     and then restored with `load_state_dict` (resuming), for a function that builds the optimizer it steps too
     (a fresh run per call: folds, trials, sweeps), for a scaler the function hands on (returned, stored on an
-    object, passed to a call), for a per-step function whose callers in the project call it outside loops, and
+    object, passed to a call other than one of a project function that steps it), for a per-step function whose
+    callers in the project call it outside loops, and
     for pytest test functions (`test_*`, collected by that name and run once). Callers are followed through the
     project index: module-level functions, methods through `self`, objects whose class is known; not functions
     passed as arguments. A scaler returned by a helper called in the loop is not followed.
@@ -132,7 +138,8 @@ class ScalerPerIteration(Rule):
     name = "scaler-per-iteration"
     fix = "sometimes"
     # `for`/`while`: a loop may build a user class that builds one (`_wrappers_per_iteration`)
-    words = (vocab.GRAD_SCALER, "for", "while")
+    # `def`: a per-step function may build such a class outside any loop of its file (`_wrappers_per_iteration`)
+    words = (vocab.GRAD_SCALER, "for", "while", "def")
     # Built in a loop (and stepped/updated in the same function, or handed there to a callee that steps it); or
     # built and stepped in one function (a per-step function, whoever calls it).
     requires = Ask(Summary.imports_module, vocab.TORCH) & (
@@ -154,7 +161,7 @@ class ScalerPerIteration(Rule):
             uses = [e for e in same_function if e.kind in USES and e.scaler == key]
             if not uses and not self._guarded_or_restored(facts, build, same_function) \
                     and not facts.scaler_disabled(key):
-                handed = self._handed_per_iteration(facts, build)
+                handed = self._handed_per_iteration(facts, build) or _handed_per_call(facts, build)
                 if handed is not None:
                     yield handed
                 continue
@@ -284,21 +291,26 @@ class ScalerPerIteration(Rule):
                 continue
             written = dotted_name(value.func)
             loops = assignment.frame.loops_up_to_function()
-            if written is None or not loops or written.startswith("torch."):
+            if written is None or written.startswith("torch."):
                 continue
             located = view.class_at(view.path, written)
             init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None
             if init is None or Effect.BUILDS_SCALER not in init.does:
                 continue
-            key, loop, function = assignment.targets[0], loops[-1], assignment.frame.function()
+            info = facts.function_info(assignment.frame)
+            caller = info.qualname if info else None
+            # Built in a loop, or once per call of a function a caller runs per iteration (a per-step function).
+            per_call = called_per_iteration(view, Target(view.path, caller)) if not loops and caller else None
+            if not loops and not per_call:
+                continue
+            key, function = assignment.targets[0], assignment.frame.function()
+            loop = loops[-1] if loops else function
             if any(frame.kind is FrameKind.IF and key in code_words(frame.node.test)
                    for frame in _frames_up_to(assignment.frame, loop)):
                 continue  # built lazily (`if wrapper is None:`)
             if any(a.frame.is_within(loop) and len(a.targets) == 1
                    and facts.optimizer_constructed(a.targets[0], a.frame) for a in facts.assignments_in(function)):
                 continue  # a fresh run per iteration
-            info = facts.function_info(assignment.frame)
-            caller = info.qualname if info else None
             for call in facts.calls:
                 if call.index <= assignment.index or call.frame.function() is not function \
                         or not call.frame.is_within(loop) or call.dotted is None:
@@ -321,9 +333,14 @@ class ScalerPerIteration(Rule):
                     used = handed and target is not None and (not _loops(view, [target])
                                                               or _hands_an_optimizer(facts, call, key, loop))
                 if used:
-                    message = (f"`{key}` is a new `{written}`, whose `__init__` builds a GradScaler, every iteration "
-                               f"of the loop at line {facts.line_of(loop.node)}")
-                    yield Finding(value, message, help="Construct it once, before the loop: its GradScaler's loss "
+                    if loops:
+                        message = (f"`{key}` is a new `{written}`, whose `__init__` builds a GradScaler, every "
+                                   f"iteration of the loop at line {facts.line_of(loop.node)}")
+                    else:
+                        message = (f"`{key}` is a new `{written}` (its `__init__` builds a GradScaler) per call of "
+                                   f"`{caller.rsplit('.', 1)[-1]}()`, called in a loop")
+                    where = "before the loop" if loops else "where the loop is, and pass it in"
+                    yield Finding(value, message, help=f"Construct it once, {where}: its GradScaler's loss "
                                                        "scale never adapts")
                     break
 
@@ -401,6 +418,49 @@ class ScalerPerIteration(Rule):
                        Applicability.SAFE if safe else Applicability.UNSAFE)
 
 
+def _handed_per_call(facts: ModuleFacts, build: Event) -> Finding | None:
+    """A scaler built once per call of a function (not in its loop) and handed only to project functions that step
+    it (`self.optimize_fn(scaler, loss)` per batch), never returned, stored or handed elsewhere, when that function
+    runs once per iteration of a caller's loop (per epoch: the project index's `called_per_iteration`). Silent
+    when the function builds an optimizer (a fresh run per call). No fix."""
+    key, function = build.bound_to, build.frame.function()
+    if "." in key or build.frame.loops_up_to_function() or function is None or _returned(function.node, key):
+        return None
+    if any(len(a.targets) == 1 and facts.optimizer_constructed(a.targets[0], a.frame)
+           for a in facts.assignments_in(function)):
+        return None
+    callees = stepping_callees(facts, key, function)
+    info = facts.function_info(build.frame)
+    if not callees or info is None or _pytest_test(info.qualname):
+        return None
+    view = facts.project
+    chain = called_per_iteration(view, Target(view.path, info.qualname))
+    if not chain:
+        return None
+    site = chain[-1]
+    caller = site.caller.qualname if site.caller.module == view.path else \
+        f"{os.path.basename(site.caller.module)}:{site.caller.qualname}"
+    message = (f"`{key}` is a new GradScaler per call of `{info.qualname.rsplit('.', 1)[-1]}()`, which "
+               f"`{caller.rsplit('.', 1)[-1]}()` calls in a loop (line {site.call.line})")
+    return Finding(build.node, message, help=f"`{snippet(facts, callees[0].node.func, 24)}()` steps it: build it once "
+                                             "where the loop is and pass it in (its scale restarts at every call)")
+
+
+def _returned(function: cst.CSTNode, key: str) -> bool:
+    """Does the function return or yield something reading `key`?"""
+    found = []
+
+    class Returns(cst.CSTVisitor):
+        def visit_Return(self, node: cst.Return) -> None:
+            found.append(node.value)
+
+        def visit_Yield(self, node: cst.Yield) -> None:
+            found.append(node.value)
+
+    function.visit(Returns())
+    return any(value is not None and key in code_words(value) for value in found)
+
+
 def build_uses(facts: ModuleFacts, build: Event) -> list[Event]:
     """The `step`/`update` events of the scaler a build binds, in its function."""
     return [e for e in facts.events_in(build.frame.function()) if e.kind in USES and e.scaler == build.bound_to]
@@ -444,15 +504,22 @@ def _reads(value: cst.CSTNode, key: str | None) -> bool:
     return bool(found)
 
 
-def _builds_wrapper_in_loop(view, names) -> bool:
+def _builds_wrapper_in_loop(view, names, per_call: bool = False) -> bool:
     """The screen's question for `_wrappers_per_iteration`: does a loop of the view's file construct a class
-    whose `__init__` builds a GradScaler (written as one of `names`, `ProjectIndex.scaler_wrapper_names`)?"""
+    whose `__init__` builds a GradScaler (written as one of `names`, `ProjectIndex.scaler_wrapper_names`)? With
+    `per_call`: does a function of the file construct one outside its loops, the function called per iteration?"""
+    if per_call and (not names or view.summary is not None and not view.summary.has_token(*names, kind="call")):
+        return False
     record = view.record(view.path)
     if record is None:
         return False
-    calls = [call for summary in record.functions.values() for call in summary.calls] + list(record.module_calls)
-    for call in calls:
-        if not call.in_loop or call.callee.rsplit(".", 1)[-1] not in names:
+    calls = [(qualname, call) for qualname, summary in record.functions.items() for call in summary.calls]
+    if not per_call:
+        calls += [(None, call) for call in record.module_calls]
+    for qualname, call in calls:
+        if call.callee.rsplit(".", 1)[-1] not in names or call.in_loop is per_call:
+            continue
+        if per_call and not called_per_iteration(view, Target(view.path, qualname)):
             continue
         located = view.class_at(view.path, call.callee)
         init = view.function(Target(located[0], f"{located[1]}.__init__")) if located else None

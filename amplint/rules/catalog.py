@@ -11,7 +11,7 @@ CATALOG = (
     ("AMP003", "clip-without-unscale", "amp003_clip_without_unscale", "ClipWithoutUnscale",
      (vocab.CLIP_GRAD, vocab.SCALE, vocab.REGISTER_HOOK), None, "sometimes", "error"),
     ("AMP004", "scaler-per-iteration", "amp004_scaler_per_iteration", "ScalerPerIteration",
-     (vocab.GRAD_SCALER, "for", "while"), None, "sometimes", "error"),
+     (vocab.GRAD_SCALER, "for", "while", "def"), None, "sometimes", "error"),
     ("AMP005", "scaler-in-inference", "amp005_scaler_in_inference", "ScalerInInference",
      (vocab.GRAD_SCALER, vocab.SCALE), None, "sometimes", "error"),
     ("AMP006", "disabled-autocast-without-cast", "amp006_disabled_autocast_without_cast", "DisabledAutocastWithoutCast",
