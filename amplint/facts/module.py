@@ -30,7 +30,7 @@ from amplint.facts.model import (
     Region,
     RegionState,
 )
-from amplint.facts.names import dotted_name
+from amplint.facts.names import code_words, dotted_name
 
 if TYPE_CHECKING:
     from amplint.facts.locate import Point
@@ -862,6 +862,34 @@ class ModuleFacts:
                 last = call.receiver.rsplit(".", 1)[-1]
                 counts[last] = counts.get(last, 0) + 1
         return counts
+
+    def updated_elsewhere(self, scaler: str, function: Frame | None) -> bool:
+        """Does code outside `function` call `.update()` on a receiver ending like `scaler`'s last name, which may
+        be the same object? Not an update on another function's own local scaler (`scaler = GradScaler()` there,
+        never handed to a call, stored, aliased or returned): that one is another object."""
+        last = scaler.rsplit(".", 1)[-1]
+        for call in self.calls:
+            if call.method != vocab.UPDATE or not call.receiver or call.receiver.rsplit(".", 1)[-1] != last:
+                continue
+            other = call.frame.function()
+            if other is function or self.own_local_scaler(call.receiver, other):
+                continue
+            return True
+        return False
+
+    def own_local_scaler(self, name: str, function: Frame | None) -> bool:
+        """Is `name` a local of `function` bound only to GradScaler constructions there and never handed on (passed
+        to a call other than its own methods, assigned to another name, returned or yielded)?"""
+        if function is None or "." in name:
+            return False
+        bound = [a for a in self.assignments_in(function) if name in a.targets]
+        if not bound or not all(len(a.targets) == 1 and self.is_scaler_construction(a.value) for a in bound):
+            return False
+        if self.scaler_handed_over(name, function) or any(
+                dotted_name(a.value) == name for a in self.assignments_in(function)):
+            return False
+        returns, _ = _returns_and_yields(function.node) if isinstance(function.node, cst.FunctionDef) else ([], [])
+        return not any(name in code_words(value) for value in returns)
 
     def block_of(self, statement: cst.CSTNode) -> tuple[tuple, int, bool] | None:
         """(the statements of the indented block or module body that holds `statement`, its position there,

@@ -140,7 +140,7 @@ class StepWithoutUpdate(Rule):
         """(`.update()` calls on this scaler in the steps' own function, whether any other function of the
         module calls `.update()` on a scaler of that name: a helper that may run every iteration)."""
         local = updates.get((scaler, id(function)), [])
-        return local, facts.updates_by_last_name.get(scaler.rsplit(".", 1)[-1], 0) > len(local)
+        return local, facts.updated_elsewhere(scaler, function)
 
     def _update_after_loop(self, facts: ModuleFacts, scaler: str, steps: list[Event], iteration: Frame | None,
                            updates: list) -> Finding | None:
