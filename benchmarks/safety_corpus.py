@@ -1610,6 +1610,63 @@ z = step(torch.randn(4, 8, device=device), torch.randn(4, 2, device=device))
 print(json.dumps({"z_dtype": str(z.dtype), "z": z.float().sum().item(), "g": model.weight.grad.sum().item()}))
 """, ["z_dtype", "z", "g"], variants=("bfloat16", "float16"))
 
+shape("backward_in_named_region_then_forward", "AMP001", "alias",
+      "`with torch.autocast(...) as ac:` holds the backward and a forward after it; the forward must stay low.", """
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+scaler = torch.amp.GradScaler(device)
+sums = []
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype) as ac:
+        loss = nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        z = model(x)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+    sums.append(z.float().sum().item())
+print(json.dumps({"sums": sums, "z_dtype": str(z.dtype), "w": model.weight.sum().item()}))
+""", ["sums", "z_dtype", "w"])
+
+shape("step_in_region_then_forward", "AMP002", "loop",
+      "Step, update and zero_grad inside the region, then a matmul that must stay in the region.", """
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+scaler = torch.amp.GradScaler(device)
+probes = []
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype):
+        loss = nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad()
+        probe = x @ model.weight.t()
+    probes.append(probe.float().sum().item())
+print(json.dumps({"probes": probes, "probe_dtype": str(probe.dtype), "w": model.weight.sum().item()}))
+""", ["probes", "probe_dtype", "w"])
+
+shape("backward_and_log_arithmetic", "AMP001", "loop",
+      "The backward, a logged `loss.item() * 2` and `model.weight * 2` (no autocast op) move out together.", """
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+scaler = torch.amp.GradScaler(device)
+history = []
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype):
+        loss = nn.functional.mse_loss(model(x), y)
+        scaler.scale(loss).backward()
+        history.append(loss.item() * 2)
+        doubled = model.weight * 2
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+print(json.dumps({"history": history, "doubled_dtype": str(doubled.dtype), "w": model.weight.sum().item()}))
+""", ["history", "doubled_dtype", "w"])
+
 shape("float32_autocast_on_cpu", "AMP014", "loop",
       "`torch.autocast(\"cpu\", dtype=torch.float32)` is disabled by torch; its fix says so.", """
 model = nn.Linear(8, 2).to(device)
