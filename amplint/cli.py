@@ -190,10 +190,10 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
             except CacheRefused as error:
                 raise ConfigurationProblem(str(error)) from None
         human = format_name in ("full", "concise", "grouped") and output_file is None or statistics
-        progress = Progress.for_run(len(files), machine_format=not human)
         tune_gc()  # this process lints too (small runs, or after a worker died)
         _apply_levels(outcomes, levels, settings.docs_url)  # missing paths, folders that cannot be listed
         for group_settings, group_rules, group_levels, group_files in groups:
+            progress = Progress.for_run(len(group_files), machine_format=not human)  # each closes its own bar
             linted = lint_paths(group_files, group_rules, group_settings, mode, settings.jobs, cache, progress)
             _apply_levels(linted, group_levels, settings.docs_url)
             outcomes.extend(linted)
