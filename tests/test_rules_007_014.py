@@ -446,6 +446,41 @@ def test_amp007_alias_message_names_the_calls_and_offers_no_fix() -> None:
     assert 'functools.partial(torch.amp.GradScaler, "cuda")' in diagnostic.help
 
 
+def test_amp007_reads_its_table() -> None:
+    """AMP007 from a table: every deprecated spelling, its replacement, device, legacy signature and default dtype
+    is a row of `vocabulary.DEPRECATIONS`; the rule, its facts and its migration spell none of them."""
+    from amplint import vocabulary as vocab
+
+    assert list(vocab.DEPRECATED_AMP) == [s for row in vocab.DEPRECATIONS for s in row.spellings]
+    assert {row.new_name for row in vocab.DEPRECATIONS if row.default_dtype} == {vocab.AUTOCAST}
+    for path in ("amplint/rules/amp007_deprecated_amp_api.py", "amplint/rules/migrate.py", "amplint/facts/legacy.py"):
+        strings = {node.value for node in ast.walk(ast.parse((REPO / path).read_text()))
+                   if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+        assert not strings & set(vocab.DEPRECATED_AMP), path
+    assert len((REPO / "amplint/rules/amp007_deprecated_amp_api.py").read_text().splitlines()) <= 400
+
+
+@pytest.mark.parametrize("line, flagged", [
+    ("register()(torch.cuda.amp.grad_scaler.GradScaler)", True),
+    ("REGISTRY['legacy'] = torch.cuda.amp.GradScaler", True),
+    ("build(torch.cuda.amp.GradScaler, init_scale=2.0**14)", True),
+    ("print(torch.cuda.amp.GradScaler)", False),  # looked at, not called
+    ("ok = isinstance(build, torch.cuda.amp.GradScaler)", False),  # a type
+    ("describe(torch.cuda.amp.GradScaler)", False),  # a project function that never calls its parameter
+    ("TABLE = {'cuda': torch.cuda.amp.GradScaler}", False),  # a table nothing reads
+])
+def test_amp007_a_legacy_class_handed_on_as_a_value(line, flagged) -> None:
+    text = ("import torch\nREGISTRY = {}\n\n\ndef register():\n    return lambda cls: cls\n\n\n"
+            "def build(factory, **kwargs):\n    return factory(**kwargs)\n\n\n"
+            "def describe(factory):\n    return factory.__name__\n\n\n" + line + "\n")
+    found = lint_text(text, "x.py", [RULES_BY_CODE["AMP007"]()]).diagnostics
+    assert [d.location.row for d in found] == ([17] if flagged else [])
+    if flagged:
+        (diagnostic,) = found
+        assert diagnostic.fix is None and "handed on as a value" in diagnostic.message
+        assert '"cuda"' in diagnostic.help and "no fix" in diagnostic.help
+
+
 @pytest.mark.runtime
 def test_amp007_star_exports_are_what_torch_binds() -> None:
     """`STAR_EXPORTS` lists what `from <module> import *` binds of the AMP names, measured on the installed torch;
