@@ -10,11 +10,13 @@ between the two would leave the clip dividing true gradients by a norm of scaled
 
 from __future__ import annotations
 
+import ast
+
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts.model import Call, FrameKind
+from amplint.facts.model import Call, EventKind, FrameKind
 from amplint.facts.module import ModuleFacts, call_argument
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
@@ -229,3 +231,137 @@ def scaled_backward_elsewhere(facts: ModuleFacts, qualname: str, depth: int):
                 following.append(site.caller)
         frontier = following
     return found if found is not None else True
+
+
+# A clip stored on the object by a base class of another module ----------------------------------------------
+def clips_stored_elsewhere(facts: ModuleFacts) -> list[Call]:
+    """Calls `self.x(...)` in a method of a class of this module where `x` is bound by no method of the class
+    here and is no method of it, but a base class of another module of the project binds `self.x` only to
+    torch's clip (`self.grad_clip_fn = partial(clip_grad_norm_, ...)`, or `None` until configured), read from
+    that module's text through the project index."""
+    view = facts.project
+    if view is None:
+        return []
+    found, answers = [], {}
+    own_methods = {info.qualname for info in facts.functions}
+    stepping = {id(e.frame.function()) for e in facts.events if e.kind is EventKind.SCALER_STEP}
+    for call in facts.calls:
+        if call.receiver != "self" or not call.method or call.qualified or id(call.frame.function()) not in stepping:
+            continue
+        info = facts.function_info(call.frame)
+        if info is None or info.qualname.count(".") != 1:
+            continue
+        owner = info.qualname.split(".")[0]
+        key = f"self.{call.method}"
+        if f"{owner}.{call.method}" in own_methods or facts.bindings(key, call.frame):
+            continue
+        if (owner, call.method) not in answers:
+            try:
+                answers[owner, call.method] = _base_stores_clip(view, owner, call.method)
+            except (AttributeError, KeyError, OSError, SyntaxError, ValueError, RecursionError):
+                answers[owner, call.method] = False  # an index question that fails knows nothing
+        if answers[owner, call.method]:
+            found.append(call)
+    return found
+
+
+def _base_stores_clip(view, owner: str, attribute: str, depth: int = 3) -> bool:
+    record = view.record(view.path)
+    located = [(view.path, base) for base in (record.classes.get(owner, ()) if record else ())]
+    for _ in range(depth):
+        following = []
+        for path, written in located:
+            target = view.class_at(path, written)
+            if target is None:
+                continue
+            stored = _stored_in_class(view, target, attribute) if target[0] != view.path else None
+            if stored is not None:
+                return stored
+            base_record = view.record(target[0])
+            following += [(target[0], base) for base in (base_record.classes.get(target[1], ()) if base_record else ())]
+        located = following
+    return False
+
+
+def _stored_in_class(view, target: tuple[str, str], attribute: str) -> bool | None:
+    """Does the class bind `self.<attribute>` only to torch's clip (True), to something else or define it as a
+    method (False), or not at all (None: its bases may)?"""
+    text = view.text(target[0])
+    if not text or attribute not in text:
+        return None
+    tree = ast.parse(text)
+    imported = ast_imports(tree)
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name != target[1]:
+            continue
+        values = []
+        for child in ast.walk(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) and child.name == attribute:
+                return False
+            if isinstance(child, (ast.Assign, ast.AnnAssign)) and child.value is not None:
+                targets = child.targets if isinstance(child, ast.Assign) else [child.target]
+                if any(isinstance(t, ast.Attribute) and t.attr == attribute and isinstance(t.value, ast.Name)
+                       and t.value.id == "self" for t in targets):
+                    values.append(child.value)
+        values = [v for v in values if not (isinstance(v, ast.Constant) and v.value is None)]
+        if not values:
+            return None
+        return all(_ast_clip(v, imported) for v in values)
+    return None
+
+
+def _ast_clip(value: ast.expr, imported: dict[str, str]) -> bool:
+    """torch's clip function, `functools.partial` of it, or a conditional between it and None."""
+    if isinstance(value, ast.IfExp):
+        branches = [b for b in (value.body, value.orelse) if not (isinstance(b, ast.Constant) and b.value is None)]
+        return bool(branches) and all(_ast_clip(b, imported) for b in branches)
+    if isinstance(value, ast.Call):
+        return ast_qualified(value.func, imported) in vocab.PARTIAL and bool(value.args) \
+            and ast_qualified(value.args[0], imported) in vocab.CLIP_FUNCTIONS
+    return ast_qualified(value, imported) in vocab.CLIP_FUNCTIONS
+
+
+def ast_imports(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the qualified name it is bound to by the module's absolute imports."""
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
+                    alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return imported
+
+
+def ast_qualified(node: ast.expr, imported: dict[str, str]) -> str | None:
+    """`torch.nn.utils.clip_grad_norm_` for `nn_utils.clip_grad_norm_` after `import torch.nn.utils as nn_utils`."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in imported:
+        return None
+    return ".".join([imported[node.id], *reversed(parts)])
+
+
+def base_stores_clip(view) -> bool:
+    """The screen's question (from the project index): does a method of a class of the view's file call
+    `self.x(...)` where a base class of another module binds `self.x` to torch's clip?"""
+    record = view.record(view.path)
+    if record is None:
+        return False
+    for qualname, summary in record.functions.items():
+        owner = qualname.split(".")[0] if qualname.count(".") == 1 else None
+        if owner is None or not record.classes.get(owner):
+            continue
+        for call in summary.calls:
+            attribute = call.callee[len("self."):] if call.callee.startswith("self.") else ""
+            if attribute and "." not in attribute and f"{owner}.{attribute}" not in record.functions:
+                try:
+                    if _base_stores_clip(view, owner, attribute):
+                        return True
+                except (AttributeError, KeyError, OSError, SyntaxError, ValueError, RecursionError):
+                    continue
+    return False

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
+from amplint.facts.clips import ast_imports, ast_qualified
 from amplint.facts.model import Call, Event, EventKind
 from amplint.facts.module import ModuleFacts, may_follow
 
@@ -276,27 +277,9 @@ def _importers(facts: ModuleFacts, framework: vocab.Framework) -> list[tuple[str
 def _ast_constructions(tree: ast.Module, constructors: frozenset[str]):
     """(call, literal keywords) of each call in the tree whose callee, through the module's imports, is one of
     `constructors`."""
-    imported: dict[str, str] = {}
+    imported = ast_imports(tree)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                imported[(alias.asname or alias.name).split(".")[0]] = alias.name if alias.asname else \
-                    alias.name.split(".")[0]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            for alias in node.names:
-                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        parts = []
-        func = node.func
-        while isinstance(func, ast.Attribute):
-            parts.append(func.attr)
-            func = func.value
-        if not isinstance(func, ast.Name) or func.id not in imported:
-            continue
-        qualified = ".".join([imported[func.id], *reversed(parts)])
-        if qualified in constructors:
+        if isinstance(node, ast.Call) and ast_qualified(node.func, imported) in constructors:
             keywords = {}
             for keyword in node.keywords:
                 if keyword.arg is None:

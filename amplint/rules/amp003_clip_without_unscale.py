@@ -14,8 +14,8 @@ from amplint.vocabulary import Effect
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.model import Call, FunctionInfo
 from amplint.facts.module import call_argument, loops_within, may_follow
-from amplint.facts.clips import clamps, covers, first_measured, iterates_parameters, parameter_owners, \
-    scaled_backward_around, scaled_backward_elsewhere
+from amplint.facts.clips import base_stores_clip, clamps, covers, first_measured, iterates_parameters, parameter_owners, \
+    clips_stored_elsewhere, scaled_backward_around, scaled_backward_elsewhere
 from amplint.facts import frameworks
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
@@ -149,11 +149,11 @@ class ClipWithoutUnscale(Rule):
            & (Ask(Summary.mentions, *vocab.FRAMEWORK_WORDS) | Ask(Summary.contains, vocab.ACCELERATE.precision)))
     # a scaled backward here, and a call of this file reaching a clip in another module
     requires_across = (Ask(Summary.backward_possible) & Ask(Summary.scaler_possible)
-                       & AskProject(reaches_from_module, (Effect.CLIP,)))
+                       & (AskProject(reaches_from_module, (Effect.CLIP,)) | AskProject(base_stores_clip)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         index = _Index(facts)
-        for clip in facts.events:
+        for clip in [*facts.events, *(Event(EventKind.CLIP, call) for call in clips_stored_elsewhere(facts))]:
             if clip.kind is not EventKind.CLIP:
                 continue
             events = index.function(clip.frame.function())
