@@ -576,7 +576,20 @@ def _only_data(facts: ModuleFacts, function: Frame, event: Event) -> bool:
                 return False
             tainted |= flows.bound
         if len(tainted) == before:
-            return True
+            break
+    nested = _nested_definitions(function.node.body)  # a closure reading one may hand it anywhere
+    return not any(_Flow(facts, tainted)._reads(node) for node in nested)
+
+
+def _nested_definitions(block: cst.CSTNode) -> list[cst.CSTNode]:
+    found, pending = [], [block]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            found.append(node)
+            continue
+        pending.extend(node.children)
+    return found
 
 
 def _simple_statements(block: cst.CSTNode) -> list[cst.CSTNode]:
