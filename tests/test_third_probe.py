@@ -687,3 +687,22 @@ def test_a_report_over_an_ignore_file_the_walk_reads_is_refused(tmp_path, monkey
     result = invoke(tmp_path, ["check", "--no-cache", "--output-file", ignore_file, walked], monkeypatch)
     assert result.exit_code == 2 and "an input of this run" in result.stderr
     assert tree(tmp_path) == before
+
+
+# 11. Nested configurations in every mode: each file's own configuration decides what is reported and fixed ----------
+
+@pytest.mark.parametrize("mode", [["--fix"], ["--diff"], ["--statistics"], ["--fix-only"], ["--output-format", "json"]])
+def test_each_file_is_fixed_and_reported_under_its_own_configuration(tmp_path, monkeypatch, mode):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "amplint.toml").write_text('select = ["AMP007"]\n')
+    (tmp_path / "top.py").write_text(LEGACY)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "amplint.toml").write_text('ignore = ["AMP007"]\n')
+    (tmp_path / "sub" / "inner.py").write_text(LEGACY)
+    result = invoke(tmp_path, ["check", "--no-cache", *mode, "."], monkeypatch)
+    assert (tmp_path / "sub" / "inner.py").read_text() == LEGACY  # its configuration ignores AMP007
+    assert "inner.py" not in result.stdout
+    if mode[0] in ("--fix", "--fix-only"):
+        assert (tmp_path / "top.py").read_text() != LEGACY
+    else:
+        assert "top.py" in result.stdout or "AMP007" in result.stdout
