@@ -201,6 +201,14 @@ class ClipWithoutUnscale(Rule):
                                                                 events.last_update_before(scaler, clip.index),
                                                                 clip.index):
                     fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
+                    unseen = _unread_call_of_the_scalers_module(facts, index, scaler, clip.frame.function(),
+                                                                events.last_update_before(scaler, clip.index),
+                                                                clip.index)
+                    if fix is not None and unseen is not None:
+                        # `from state import scaler, unscale_model`: code of a module the analysis cannot read,
+                        # which holds the scaler, may unscale it; a second `unscale_` would raise
+                        fix = FixPlan(f"{fix.message} (`{unseen}(...)` runs first, unread)", fix.rewrite,
+                                      Applicability.UNSAFE)
             yield Finding(clip.node, message, fix, help=None if fix else advice)
         yield from self._through_calls(facts, index)
         yield from self._clamping_hooks(facts, index)
@@ -619,6 +627,28 @@ def _unfollowed_unscale(facts: ModuleFacts) -> bool:
         _UNFOLLOWED.clear()
     _UNFOLLOWED[id(module)] = (module, visitor.found)
     return visitor.found
+
+
+def _unread_call_of_the_scalers_module(facts: ModuleFacts, index, scaler: str, function, start: int,
+                                       end: int) -> str | None:
+    """A call between `start` and `end` of a function the analysis cannot read (neither this module's nor, through
+    the project index, another's) imported from the module the scaler itself comes from (`from state import
+    scaler, unscale_model`, `scaler = state.scaler`): its code holds the scaler and may unscale it. Its name."""
+    modules = set()
+    for name in {scaler} | facts.same_object_names(scaler):
+        origin = facts.imports.bindings.get(name.split(".", 1)[0])
+        if origin is not None:  # `from state import scaler`: `state`; `import state`, `state.scaler`: `state`
+            modules.add(origin if "." in name else origin.rsplit(".", 1)[0])
+    for binding in [*facts.bindings(scaler, function), *facts.bindings(scaler, None)]:
+        origin = facts.imports.qualify(binding.value)  # `scaler = state.scaler`
+        if origin is not None and "." in origin:
+            modules.add(origin.rsplit(".", 1)[0])
+    for call in index.helpers.calls_in(function, start, end) if modules else ():
+        if call.qualified and any(call.qualified == module or call.qualified.startswith(module + ".")
+                                  for module in modules) \
+                and not index.helpers.is_event(call) and index.helpers.unscales(call) is None:
+            return dotted_name(call.node.func) or call.qualified
+    return None
 
 
 def _hands_over(call: cst.Call, names: set[str]) -> bool:
