@@ -706,3 +706,41 @@ def test_each_file_is_fixed_and_reported_under_its_own_configuration(tmp_path, m
         assert (tmp_path / "top.py").read_text() != LEGACY
     else:
         assert "top.py" in result.stdout or "AMP007" in result.stdout
+
+
+# 12. A scaler that comes from a module the analysis cannot read, with a helper of that module before the clip -------
+
+UNREAD_STATE = """\
+import torch
+from torch import nn
+{imports}
+
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    x, y = torch.randn(4, 8), torch.randn(4, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    {helper}(optimizer)
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+"""
+
+
+@pytest.mark.parametrize(("imports", "helper"), [
+    ("from shared_state import scaler, unscale_model", "unscale_model"),
+    ("import shared_state\nscaler = shared_state.scaler", "shared_state.unscale_model"),
+    ("import shared_state as st\nscaler = st.scaler", "st.unscale_model"),
+])
+def test_an_unread_helper_of_the_scalers_own_module_makes_the_unscale_unsafe(tmp_path, monkeypatch, imports, helper):
+    """`shared_state.py` (not beside: an installed package) may unscale the scaler it holds; a second `unscale_`
+    raises `unscale_() has already been called` (measured)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(UNREAD_STATE.format(imports=imports, helper=helper))
+    safe = invoke(tmp_path, ["check", "--no-cache", "--diff", "train.py"], monkeypatch)
+    assert "unscale_(optimizer)" not in safe.stdout
+    unsafe = invoke(tmp_path, ["check", "--no-cache", "--diff", "--unsafe-fixes", "train.py"], monkeypatch)
+    assert "+    scaler.unscale_(optimizer)" in unsafe.stdout
