@@ -744,3 +744,40 @@ def test_an_unread_helper_of_the_scalers_own_module_makes_the_unscale_unsafe(tmp
     assert "unscale_(optimizer)" not in safe.stdout
     unsafe = invoke(tmp_path, ["check", "--no-cache", "--diff", "--unsafe-fixes", "train.py"], monkeypatch)
     assert "+    scaler.unscale_(optimizer)" in unsafe.stdout
+
+
+UNREAD_UPDATE = """\
+import torch
+from torch import nn
+{imports}
+
+model = nn.Linear(8, 2)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    x, y = torch.randn(4, 8), torch.randn(4, 2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    {helper}()
+    optimizer.zero_grad()
+"""
+SHARED_STATE = 'import torch\nscaler = torch.amp.GradScaler("cpu")\n\n\ndef after_step():\n    scaler.update()\n'
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["unread module", "module beside"])
+@pytest.mark.parametrize(("imports", "helper"), [
+    ("from shared_state import scaler, after_step", "after_step"),
+    ("from shared_state import scaler, after_step as finish", "finish"),
+    ("import shared_state\nscaler = shared_state.scaler", "shared_state.after_step"),
+])
+def test_a_scaler_updated_by_its_own_modules_helper_gets_no_second_update(tmp_path, monkeypatch, imports, helper,
+                                                                          beside):
+    """AMP010 added `scaler.update()` after `after_step()`, which updates: `No inf checks were recorded prior to
+    update` (measured)."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "train.py").write_text(UNREAD_UPDATE.format(imports=imports, helper=helper))
+    if beside:
+        (tmp_path / "shared_state.py").write_text(SHARED_STATE)
+    result = invoke(tmp_path, ["check", "--no-cache", "--diff", "--unsafe-fixes", "."], monkeypatch)
+    assert "scaler.update()" not in result.stdout

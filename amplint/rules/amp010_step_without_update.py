@@ -82,7 +82,10 @@ class StepWithoutUpdate(Rule):
     update), for an update after the loop when the loop can end after one pass
     (`break`, `return`, `raise`), the step is conditional or steps a name the loop rebinds, when the scaler
     is passed to another function (which may update it), when the loop calls methods of the scaler's owner that
-    are not defined in this module, and for a scaler built with `enabled=False`.
+    are not defined in this module, when a method of a class of this module that calls `self.update()` (a
+    GradScaler subclass's own) is called on it, when the scaler comes from another module whose functions this
+    module calls (`from state import scaler`, then `state.after_step()`: that code may update it), and for a
+    scaler built with `enabled=False`.
     """
 
     code = "AMP010"
@@ -258,6 +261,22 @@ def _updated_under_another_spelling(facts: ModuleFacts, updates: dict, scaler: s
     updating = {call.frame.function().name for (receiver, _), calls in updates.items() if receiver == "self"
                 for call in calls if call.frame.function() is not None}
     if updating and any(call.receiver in names and call.method in updating for call in facts.calls):
+        return True
+    # a scaler that comes from another module (`from state import scaler`, `scaler = state.scaler`), whose
+    # functions this module calls (`state.after_step()`): that code holds the scaler and may update it
+    modules = set()
+    for name in names:
+        origin = facts.imports.bindings.get(name.split(".", 1)[0])
+        if origin is not None:
+            modules.add(origin if "." in name else origin.rsplit(".", 1)[0])
+    for assignment in facts.assignments:
+        if scaler in assignment.targets:
+            origin = facts.imports.qualify(assignment.value)
+            if origin is not None and "." in origin:
+                modules.add(origin.rsplit(".", 1)[0])
+    modules = {module for module in modules if module.split(".", 1)[0] != vocab.TORCH}
+    if modules and any(call.qualified and any(call.qualified.startswith(module + ".") for module in modules)
+                       for call in facts.calls):
         return True
     return any(vocab.UPDATE in taken or None in taken for name in names for taken in [facts.methods_taken(name)])
 
