@@ -81,6 +81,8 @@ class ModuleFacts:
         self.functions: list[FunctionInfo] = collector.functions
         self.with_frames = collector.with_frames
         self.function_frames = collector.function_frames
+        if project is not None and "*" in (source or ""):
+            self._star_bindings()
         for call in self.calls:
             call.qualified = self.imports.qualify(call.node.func)
         self._region_cache: dict[int, Region | None] = {}
@@ -90,6 +92,27 @@ class ModuleFacts:
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
         self._asked_one = False  # has `position` run a pass of its own yet
         self._everything = None  # a pass that located every node, once positions are asked for one by one
+
+    def _star_bindings(self) -> None:
+        """`from common import *` of a project module: the names that module imports (`import torch`, `from torch
+        import autocast`) are bound here too, as Python's star import binds them (no `__all__` in that module, a
+        name not starting with `_`); a name this module imports itself keeps its own import."""
+        view = self._project
+        try:
+            record = view.record(view.path)
+            stars = record.star_imports if record is not None else ()
+            for module, level in stars:
+                if not level and module in api.STAR_EXPORTS:
+                    continue
+                path = view._find(view.project.absolute(view.path, module, level), view.path)
+                other = view.record(path) if path is not None and path != view.path else None
+                if other is None or "__all__" in other.globals:
+                    continue
+                for local, (imported, name, relative) in other.imports.items():
+                    if not relative and not local.startswith("_") and local not in self.imports.bindings:
+                        self.imports.bindings[local] = imported if name is None else f"{imported}.{name}"
+        except Exception:  # noqa: BLE001 - an index question that fails binds nothing
+            return
 
     @property
     def project(self):

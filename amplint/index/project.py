@@ -66,9 +66,13 @@ def module_name(path: str) -> str:
 
 @functools.lru_cache(maxsize=4096)
 def _package(folder: str) -> str:
-    """The dotted package a folder is ("" outside packages), asked once per folder."""
+    """The dotted package a folder is ("" outside packages), asked once per folder. A folder without `__init__.py`
+    inside a package is a namespace package of it (`pkg/sub/mod.py` is `pkg.sub.mod`, and `from ..x import f`
+    there reads `pkg.x`), as Python imports it."""
     if not (os.path.isfile(os.path.join(folder, "__init__.py")) or os.path.isfile(os.path.join(folder, "__init__.pyi"))):
-        return ""
+        parent, name = os.path.split(folder)
+        outer = _package(parent) if name.isidentifier() and parent != folder else ""
+        return f"{outer}.{name}" if outer else ""
     parent, name = os.path.split(folder)
     if not name:
         return ""

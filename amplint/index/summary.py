@@ -261,6 +261,7 @@ class Summary:
         self.qualified_imports: dict[str, set[str]] = {}  # local name -> every qualified name an import binds it to
         self._bare_decorators: set[str] = set()  # dotted names used as decorators without a call
         self.device_parameters: set[str] = set()  # parameters annotated `<...>.device`
+        self.star_unknown = False  # a `from m import *` of a module other than torch's: it may bind any name
         self._reachable: set[str] | None = None
         self._capable: dict[int, bool] = {}
 
@@ -437,6 +438,9 @@ class Summary:
                     self.import_bound.setdefault(local, set()).add(parts[-1] if alias.asname else parts[0])
             elif kind is ast.ImportFrom:
                 self.import_nodes.append(node)
+                if any(alias.name == "*" for alias in node.names) and (
+                        node.level or (node.module or "").split(".", 1)[0] != vocab.TORCH):
+                    self.star_unknown = True
                 if node.module and not node.level:
                     for alias in node.names:
                         if alias.name != "*":
@@ -860,7 +864,10 @@ class Summary:
         return self.ask(self.has_token(*lasts), exact)
 
     def imports_module(self, name: str) -> bool:
-        return self.ask(self.has_token(name) and self.has_token("import"), lambda: name in self.imported_modules)
+        """Also for a star import of a module the vocabulary does not know (`from common import *`): it may bind
+        the name (the facts layer asks the project what it binds)."""
+        return self.ask(self.has_token(name) and self.has_token("import"),
+                        lambda: name in self.imported_modules or self.star_unknown)
 
     def written_def_names(self) -> set[str]:
         """The names after `def` in the text (in comments and strings too): a superset of its functions' names."""
