@@ -24,7 +24,14 @@ class BackwardInAutocast(Rule):
     block, a function decorated with `@torch.autocast(...)`, a context reached through a name
     (`ctx = torch.autocast(...)`, `functools.partial(torch.autocast, ...)`, `nullcontext() if ... else
     autocast()`), `accelerator.autocast()`, or a region opened by the caller of a function defined in the same
-    module (followed two calls deep).
+    module (followed two calls deep). A region made by a function of the project is one too: a factory
+    returning `torch.autocast(...)` entered as `with make_ctx():` or through a name, a method (`with
+    self.autocast():`, also a base class's in another module), a `@contextmanager` that yields inside autocast,
+    `nullcontext() if ... else make_ctx()` (maybe enabled), and `stack.enter_context(torch.autocast(...))` at
+    the head of a `with ExitStack() as stack:` block. A call under autocast of a function or an object's
+    method that runs a backward (`self.model.optimize(batch, self)`, the class found through `self.model =
+    Model()`, an annotation or a project base class) is reported at the call, naming the file and line of the
+    backward, with a note there.
 
     ## Why is this bad?
     PyTorch's AMP recipe runs only the forward pass and the loss under autocast; "backward passes under autocast
@@ -73,11 +80,18 @@ class BackwardInAutocast(Rule):
       an autocast op when the left side is a number).
     - No fix when the autocast item is not the last of its `with` (`with a, torch.autocast(...) as ac, b(ac):`:
       items are never reordered); when it is the last, `with a, ac:` is `with a:` around `with ac:` and only the
-      inner block is split. No fix for regions opened by a decorator or by a caller.
+      inner block is split. No fix for regions opened by a decorator or by a caller, nor through an ExitStack.
+    - A region made by a function: safe only for a function of this module that only returns torch's autocast
+      (or a null context) object and when the block need not be reopened; unsafe for a `@contextmanager` (its
+      code after the yield would run before the moved statements), a function of another module, or a reopened
+      block (the function would run again).
 
     ## Limits
     Regions entered through objects amplint cannot see (a context manager passed in as an argument, a
     framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported.
+    A region made by a function of another module is known only as maybe enabled, of unknown device and dtype.
+    A parameter annotated with a class (`model: Model`) is only a hint, read to find the method a call on it
+    runs and nothing else (an annotation may be wrong at run time).
 
     `torch.compile`: a compiled region's backward graph is traced when its forward runs, and whether it computes
     under autocast is fixed by `torch._functorch.config.backward_pass_autocast`, not by where `.backward()` is

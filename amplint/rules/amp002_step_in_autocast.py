@@ -70,8 +70,17 @@ class StepInAutocast(Rule):
       pass, which belongs in the region; open autocast inside the closure instead. No fix where with-items would be
       reordered, nor for regions opened by a decorator or a caller.
 
+    Regions made by a function of the project count too (`with make_ctx():`, `with self.autocast():`, a
+    `@contextmanager` yielding inside autocast, `stack.enter_context(torch.autocast(...))`), as for AMP001; so
+    does a call under autocast of a function or an object's method that steps (`self.model.optimize(batch)`),
+    named with the file and line where it steps.
+
     ## Limits
-    Optimizers held in containers (`optimizers[i].step()`) and objects of unknown type are not reported.
+    Optimizers held in containers by a computed index (`optimizers[i].step()`) and objects of unknown type are
+    not reported; an element by a literal index (`self.optimizer[0].step()`) is, when the code shows it is an
+    optimizer (its `.zero_grad()` called, or the container a list of optimizer constructions). A parameter
+    annotated with a class (`model: Model`) is only a hint: it is read to find the method a call on it runs,
+    nothing else; an annotation may be wrong at run time.
     """
 
     code = "AMP002"
