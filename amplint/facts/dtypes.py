@@ -634,7 +634,8 @@ class UncastUses:  # a libcst visitor once made one with amplint.lazy.visitor_cl
             self._use(node, evidence=True, in_place=position == 0 and _in_place(call))
             return
         if torch_op or (self.tensor_callee is not None and self.tensor_callee(func)):
-            self._use(node, in_place=torch_op and position == 0 and _in_place(call))
+            # `out=h` writes into h as an in-place op does: `.float()` there would write into a copy
+            self._use(node, in_place=torch_op and (position == 0 and _in_place(call) or keyword == "out"))
         elif id(call) not in self.dropped and not (isinstance(func, cst.Attribute) and op in CONTAINER_METHODS) \
                 and not (self.callee_casts is not None and self.callee_casts(call, position, keyword)) \
                 and not (isinstance(func, cst.Subscript) and isinstance(viewed_name(node), cst.Name)
