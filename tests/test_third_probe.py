@@ -781,3 +781,16 @@ def test_a_scaler_updated_by_its_own_modules_helper_gets_no_second_update(tmp_pa
         (tmp_path / "shared_state.py").write_text(SHARED_STATE)
     result = invoke(tmp_path, ["check", "--no-cache", "--diff", "--unsafe-fixes", "."], monkeypatch)
     assert "scaler.update()" not in result.stdout
+
+
+# 13. An fp32 island that writes into the low value with `out=`: `.float()` there would write into a copy ------------
+
+@pytest.mark.parametrize("write", ["torch.add(h, 1.0, out=h)", "torch.mul(h, 0.5, out=h)",
+                                   "torch.clamp(h, -1.0, 1.0, out=h)"])
+def test_an_out_argument_is_an_in_place_write_and_gets_no_cast(write):
+    text = ("import torch\nfrom torch import nn\nlin = nn.Linear(8, 8)\nx = torch.randn(4, 8)\n"
+            "with torch.no_grad(), torch.autocast('cpu', dtype=torch.bfloat16):\n    h = lin(x)\n"
+            f"    with torch.autocast('cpu', enabled=False):\n        {write}\n        total = h.sum()\n")
+    fixed = fixed_is_final(text)
+    assert "out=h.float()" not in fixed and fixed == text  # the finding stays, with the advice to cast before
+    assert "AMP006" in [d.code for d in run_text(text).diagnostics]
