@@ -347,7 +347,9 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
         _start_indexing(max_size, cache)
-        return gather(python, _index_chunk(python), _read_source, max_size, cache)
+        found = _index_chunk(python)
+        return gather(python, [read[0] if read else None for read in found], _read_source, max_size, cache,
+                      texts=[read[1] if read else None for read in found])
     records: list = [None] * len(python)
     _pool_modules()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
@@ -361,7 +363,8 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
             except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                 continue
         here = local_scan(lambda path: _read_source(path, max_size), cache)  # a chunk whose worker was lost
-        return gather(python, records, _read_source, max_size, cache, scan=_pooled_scan(pool, jobs, here))
+        return gather(python, [read[0] if read else None for read in records], _read_source, max_size, cache,
+                      scan=_pooled_scan(pool, jobs, here), texts=[read[1] if read else None for read in records])
 
 
 def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here):
@@ -391,16 +394,17 @@ def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:
 
 
 def _index_chunk(paths: list[str]) -> list:
-    from amplint.index.build import read_python
+    """Each file's (record, `ImportText`) from its one read in phase 1; None for a file that cannot be read."""
+    from amplint.index.build import read_for_index
 
     max_size, cache = _INDEXING
     records = []
     for path in paths:
         try:
-            read = read_python(path, max_size, cache)
+            read = read_for_index(path, max_size, cache)
         except Exception:  # noqa: BLE001 - a file the index cannot read is left out of it; phase 2 reports it
             read = None
-        records.append(read[1] if read is not None else None)
+        records.append(read)
     return records
 
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from amplint import vocabulary as vocab
 from amplint.index.functions import FileIndex, index_text
 from amplint.vocabulary import Effect
-from amplint.index.project import ProjectIndex, Target
+from amplint.index.project import ImportText, ProjectIndex, Target, import_text, line_starts
 
 INDEX_WORDS = (vocab.GRAD_SCALER,)
 
@@ -71,17 +72,24 @@ def _as_source(text: str | None):
 
 
 def gather(paths: list[str], records: list, read: Callable[[str], object], max_size: int = 10 * 1024 * 1024,
-           cache=None, scan: Scan | None = None) -> ProjectIndex:
+           cache=None, scan: Scan | None = None, texts: list[ImportText | None] | None = None) -> ProjectIndex:
     """The project of these files and their phase-1 records (None: known by name only), after the second round
     (`expand`: the others read with `read`, a path's `SourceText` or None, or looked at by `scan`). `cache`: where
-    records read on demand, or in the second round, are kept."""
+    records read on demand, or in the second round, are kept. `texts`: what phase 1's read found of each file's
+    import statements (`read_for_index`), kept by the project so that no question reads the file for them again,
+    and the second round looks at a file's text only when its import statements can reach a function it asks
+    about (`known_first`)."""
     project = ProjectIndex(max_size, cache)
-    for path, record in zip(paths, records):
+    texts = texts if texts is not None else [None] * len(paths)
+    for path, record, text in zip(paths, records, texts, strict=True):
         if record is not None:
-            project.add(path, record)
+            project.add(path, record, text=text)
         else:
             project.know(path)
-    expand(project, [path for path in paths if path not in project.indexed], scan or local_scan(read, cache))
+            if text is not None:
+                project.texts[os.path.abspath(path)] = text
+    expand(project, [path for path in paths if path not in project.indexed],
+           known_first(project, scan or local_scan(read, cache)))
     return project
 
 
@@ -93,6 +101,18 @@ def read_text(path: str, max_size: int):
         return read_source(path, max_size)
     except (SourceError, OSError):
         return None
+
+
+def read_for_index(path: str, max_size: int, cache=None) -> tuple[FileIndex | None, ImportText] | None:
+    """(record, import statements) of a Python file for phase 1, from its one read; None when it cannot be read
+    (phase 2 reports why). The record comes from the cache when it has one for these bytes; the words of the
+    lines of import statements (`import_words`, what the second round looks at first) are kept for a file
+    without a record."""
+    read = read_python(path, max_size, cache)
+    if read is None:
+        return None
+    text, record = read
+    return record, import_text(text, None if record is not None else tuple(import_words(text)))
 
 
 def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | None] | None:
@@ -144,11 +164,53 @@ _RENAMED = re.compile(r"(?<!\w)(\w+)[ \t]+as[ \t]")
 
 def import_words(text: str) -> set[str]:
     """The words (`\\w+`) on the lines of the text's import statements, after `from`/`import`: a module or a name
-    is named by an import statement when its words hold it."""
+    is named by an import statement when its words hold it. (The lines matching `_IMPORT_LINE`, each holds one
+    of the two words: found by substring search, each matched at its start.)"""
     found: set[str] = set()
-    for match in _IMPORT_LINE.finditer(text):
-        found.update(_WORD.findall(text, match.start(1), match.end(1)))
+    intern = sys.intern
+    for line in sorted({*line_starts(text, "import"), *line_starts(text, "from")}):
+        match = _IMPORT_LINE.match(text, line)
+        if match is not None:
+            found.update(intern(word) for word in _WORD.findall(text, match.start(1), match.end(1)))
     return found
+
+
+def called_names(text: str) -> set[str]:
+    """The names `_CALLED` finds in the text (each name followed by the `(` of a call), found from the end: the
+    reversed text searched for `(` (a literal, which the regex engine scans for fast) and the name before it;
+    the name starts where `_CALLED`'s would (the leftmost ASCII letter or `_` of the word not preceded by one)."""
+    if "(" not in text:
+        return set()
+    return {name[::-1] for name in _CALLED_BACKWARDS.findall(text[::-1])}
+
+
+def renamed_names(text: str) -> set[str]:
+    """The names `_RENAMED` finds in the text (`name as`), asked only where ` as ` occurs: the word before it
+    matched there with `_RENAMED` itself, in order and without overlapping a previous match, as `findall` does."""
+    found: set[str] = set()
+    last = 0  # the end of the previous match: `findall` looks on from there
+    position = 0
+    while True:
+        occurrence = _AS.search(text, position)
+        if occurrence is None:
+            return found
+        position = occurrence.start() + 3  # occurrences may overlap (`x as as y`)
+        end = occurrence.start()
+        while end > 0 and text[end - 1] in " \t":
+            end -= 1
+        word, window = None, 64
+        while True:  # the word ending there (looked for in a window of the text, widened for a long word)
+            low = max(0, end - window)
+            word = _WORD_END.search(text, low, end)
+            if word is None or word.start() > low or low == 0:
+                break
+            window *= 4
+        if word is None or word.start() < last:
+            continue
+        match = _RENAMED.match(text, word.start())
+        if match is not None:
+            found.add(match.group(1))
+            last = match.end()
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,7 +246,7 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
 
         def calls(path=path, text=text) -> set[str]:
             if path not in called:
-                called[path] = set(_CALLED.findall(text))
+                called[path] = called_names(text)
             return called[path]
 
         def words(path=path, text=text) -> set[str]:
@@ -194,7 +256,7 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
 
         def aliased(path=path, text=text) -> set[str]:
             if path not in renamed:
-                renamed[path] = set(_RENAMED.findall(text))
+                renamed[path] = renamed_names(text)
             return renamed[path]
 
         if not found.matches(text, calls, words, aliased):
@@ -213,6 +275,26 @@ def local_scan(read: Callable[[str], object], cache=None) -> Scan:
     imported: dict = {}
     renamed: dict = {}
     return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported, renamed)
+
+
+def known_first(project: ProjectIndex, scan: Scan) -> Scan:
+    """`scan`, asked only of the files whose text it must see: a file whose import statements' words phase 1 kept
+    (`ImportText.lines`) and none of which the round looks for (`Round.importing`: the first thing a round asks,
+    `Round.matches`) does not match, and is not read again."""
+    def known(paths: list[str], found: Round) -> list[Found]:
+        results: list[Found | None] = [None] * len(paths)
+        unknown: list[int] = []
+        for position, path in enumerate(paths):
+            text = project.texts.get(os.path.abspath(path))
+            if text is not None and text.lines is not None and found.importing.isdisjoint(text.lines):
+                results[position] = False
+            else:
+                unknown.append(position)
+        if unknown:
+            for position, result in zip(unknown, scan([paths[i] for i in unknown], found), strict=True):
+                results[position] = result
+        return results
+    return known
 
 
 def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
@@ -251,13 +333,18 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             if result is False:
                 remaining.append(path)
             elif result is not None and result[0] is not None:
-                project.add(path, result[0])
+                project.add(path, result[0], text=project.texts.get(os.path.abspath(path)))
         others = remaining
 
 
 # A name followed by the `(` of a call (or of a def: more, fine); the lookbehind as `_RENAMED`'s (a letter after a
 # digit still starts a name, as without it).
 _CALLED = re.compile(r"(?<![A-Za-z_])([A-Za-z_]\w*)\s*\(")
+# `_CALLED` on the reversed text: `(`, spaces, then the name backwards up to its first character (an ASCII letter or
+# `_` not preceded by one: the greedy `\w*` gives it back from the word's far end). `called_names`.
+_CALLED_BACKWARDS = re.compile(r"\(\s*(\w*[A-Za-z_])(?![A-Za-z_])")
+_AS = re.compile(r"[ \t]as[ \t]")  # where `_RENAMED` can match: `renamed_names`
+_WORD_END = re.compile(r"\w+\Z")
 
 
 def _builders(project: ProjectIndex, path: str) -> set[str]:

@@ -28,9 +28,11 @@ never read so.
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -42,6 +44,38 @@ MAX_DEPTH = 3  # calls followed from a function, and callers followed up from on
 _IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import\b|import[ \t])", re.MULTILINE)
 _WORD = re.compile(r"\w+")
 _ALIAS = re.compile(r"(\w+)\s+as\s+(\w+)")  # `x as y` in an import statement
+NOTEBOOK_SUFFIX = ".ipynb"
+KEPT_TEXTS = 64  # texts of other files kept by a project for the answers that read them (`ProjectIndex._text`)
+
+
+@dataclass(frozen=True)
+class ImportText:
+    """What a file's text says of its import statements, found when the file is read for the index (phase 1) and
+    kept, so that no question across modules reads the file again: `words`, each word of its import statements
+    (`_import_statements`: a part of a module's name, an imported name); `aliases`, each `x as y` in them as
+    (x, y); `lines`, each word on a line starting with `from` or `import` (`amplint.index.build.import_words`,
+    what the second round of the index looks for; None when not asked: a file indexed up front)."""
+
+    words: tuple[str, ...]
+    aliases: tuple[tuple[str, str], ...]
+    lines: tuple[str, ...] | None = None
+
+
+NO_IMPORTS = ImportText((), ())
+
+
+def import_text(text: str, lines: tuple[str, ...] | None = None) -> ImportText:
+    """The `ImportText` of a text (its words interned: a project holds the same few words many times)."""
+    intern = sys.intern
+    words: set[str] = set()
+    aliases: set[tuple[str, str]] = set()
+    has_alias = " as" in text
+    for start, end in _import_statements(text):
+        words.update(_WORD.findall(text, start, end))
+        if has_alias:
+            aliases.update(_ALIAS.findall(text, start, end))
+    return ImportText(tuple(sorted(intern(word) for word in words)),
+                      tuple(sorted((intern(a), intern(b)) for a, b in aliases)), lines)
 
 
 @dataclass(frozen=True)
@@ -97,9 +131,18 @@ class ProjectIndex:
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
         self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
+        # What each file's text says of its import statements (`ImportText`): from the read of phase 1, else from
+        # one read when a question first needs it; never read again in this process.
+        self.texts: dict[str, ImportText] = {}
+        self._read_texts: collections.OrderedDict[str, str | None] = collections.OrderedDict()  # `_text`: the last few
+        # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
+        # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
         self._import_words: dict[str, set[str]] | None = None
+        self._aliases: dict[str, set[str]] | None = None  # an imported name -> the names an import binds it as
+        self._pending: list[str] = []  # files known since the tables were built, entered when they are next asked
         self._importers: dict[str, list[str]] = {}
+        self._wrapper_classes: frozenset[str] | None = None  # the scaler-wrapper classes of the indexed files
         self._wrapper_names: frozenset[str] | None = None  # `scaler_wrapper_names`
         self._reaches: dict = {}  # `ModuleView.reaches`: (question) -> (answer, what answering it read)
 
@@ -110,27 +153,34 @@ class ProjectIndex:
             return
         name = name or module_name(path)
         self._forget_answers()
+        if self._import_words is not None or self._aliases is not None:
+            self._pending.append(path)
         self.names[path] = name
         self.by_name.setdefault(name, []).append(path)
         if os.path.basename(path).startswith("__init__."):
             self.packages.add(path)
 
-    def add(self, path: str, index: FileIndex, name: str | None = None) -> None:
+    def add(self, path: str, index: FileIndex, name: str | None = None, text: ImportText | None = None) -> None:
+        """A file indexed up front, with its record; `text`: what its text says of imports, when it was read."""
         path = os.path.abspath(path)
         self.remove(path)
         self.know(path, name)
         self._calls = None
         self._calls_by = {}
-        self._forget_answers()
+        self._forget_answers(tables=True)
         self.files[path] = index
         self.indexed.add(path)
+        if text is not None:
+            self.texts[path] = text
 
     def remove(self, path: str) -> None:
         path = os.path.abspath(path)
         if path in self.names:
             self._calls = None
             self._calls_by = {}
-            self._forget_answers()
+            self._forget_answers(tables=True)
+            self.texts.pop(path, None)
+            self._read_texts.pop(path, None)
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -187,12 +237,58 @@ class ProjectIndex:
             found = self._calls_by[key] = (frozenset(path for path, _, _ in sites), chosen)
         return found
 
-    def _forget_answers(self) -> None:
-        """What is derived from the files known (imports, importers, wrapper names, `reaches`), asked again."""
+    def _forget_answers(self, tables: bool = False) -> None:
+        """What is derived from the files known (importers, wrapper names, `reaches`), asked again; with `tables`
+        (a record added or a file removed), the name-keyed tables too. A file only known by name (`know`) is
+        entered into the tables when they are next asked (`_pending`): they are not built again."""
         self._reaches = {}  # `ModuleView.reaches`: answers kept while the files known stay the same
-        self._import_words = None
         self._importers = {}
         self._wrapper_names = None
+        if tables:
+            self._import_words = None
+            self._aliases = None
+            self._pending = []
+            self._wrapper_classes = None
+
+    def _tables(self) -> None:
+        """The name-keyed tables of the files' import statements (`_import_words`, `_aliases`), built once from
+        what each file's text says (`imports_of`), the files known since entered."""
+        if self._import_words is None or self._aliases is None:
+            self._import_words, self._aliases, self._pending = {}, {}, []
+            for path in sorted(self.names):
+                self._enter(path)
+        elif self._pending:
+            pending, self._pending = self._pending, []
+            for path in pending:
+                if path in self.names:
+                    self._enter(path)
+
+    def _enter(self, path: str) -> None:
+        """The file's words into the tables: each word of its import statements (a part of a module's name, an
+        imported name; its record's as well, when one is built) -> the file; each `x as y` -> y."""
+        text = self.imports_of(path)
+        words = set(text.words)
+        record = self.files.get(path)
+        if record is not None:
+            words.update(word for module, attribute, _ in record.imports.values()
+                         for word in (*module.split("."), attribute or "") if word)
+            words.update(word for module, _ in record.star_imports for word in module.split(".") if word)
+        for word in words:
+            self._import_words.setdefault(word, set()).add(path)
+        for imported, local in text.aliases:
+            self._aliases.setdefault(imported, set()).add(local)
+
+    def imports_of(self, path: str) -> ImportText:
+        """What the file's text says of its import statements: kept from phase 1's read, else read now (once)."""
+        found = self.texts.get(path)
+        if found is None:
+            if path.endswith(NOTEBOOK_SUFFIX):
+                found = NO_IMPORTS  # JSON: no line of it starts with an import statement
+            else:
+                text = self._text(path)
+                found = import_text(text) if text is not None else NO_IMPORTS
+            self.texts[path] = found
+        return found
 
     def scaler_wrapper_names(self) -> frozenset[str]:
         """Every name a file can write a scaler-wrapper class as (a class whose `__init__` builds a GradScaler:
@@ -201,7 +297,10 @@ class ProjectIndex:
         class only through such names, so a file whose text holds none of them builds no wrapper. The classes
         come from the files indexed up front: a file that builds a GradScaler names one (`INDEX_WORDS`)."""
         if self._wrapper_names is None:
-            found = {name for path in self.indexed for name in _scaler_wrappers(self.files[path])}
+            if self._wrapper_classes is None:
+                self._wrapper_classes = frozenset(name for path in self.indexed
+                                                  for name in _scaler_wrappers(self.files[path]))
+            found = set(self._wrapper_classes)
             if found:
                 aliases = self._aliases_of_imports()
                 todo = list(found)
@@ -227,8 +326,7 @@ class ProjectIndex:
         found = self._importers.get(path)
         if found is not None:
             return found
-        if self._import_words is None:
-            self._import_words = self._words_of_imports()
+        self._tables()
         name = self.names.get(path, "")
         found = []
         for candidate in sorted(self._import_words.get(name.rsplit(".", 1)[-1], ())):
@@ -243,48 +341,28 @@ class ProjectIndex:
         text = "\n".join(self.importers(path)) if path in self.names else "?"
         return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
-    def _words_of_imports(self) -> dict[str, set[str]]:
-        """Each word of an import statement (a part of a module's name, an imported name) -> the files holding one:
-        from the records read so far, else from the file's text (not parsed)."""
-        words: dict[str, set[str]] = {}
-        for path in sorted(self.names):
-            record = self.files.get(path)
-            if record is not None:
-                found = {word for module, attribute, _ in record.imports.values()
-                         for word in (*module.split("."), attribute or "") if word}
-                found.update(word for module, _ in record.star_imports for word in module.split(".") if word)
-            else:
-                text = self._text(path)
-                if text is None:
-                    continue
-                found = set()
-                for start, end in _import_statements(text):
-                    found.update(_WORD.findall(text, start, end))
-            for word in found:
-                words.setdefault(word, set()).add(path)
-        return words
-
     def _aliases_of_imports(self) -> dict[str, set[str]]:
         """A name an import statement imports -> the names it binds it as (`x as y`), over the text of every file
         of the project (never its record: the answer is the same in every process, whichever records it built)."""
-        aliases: dict[str, set[str]] = {}
-        for path in sorted(self.names):
-            text = self._text(path)
-            if text is None or " as" not in text:
-                continue
-            for start, end in _import_statements(text):
-                for imported, local in _ALIAS.findall(text, start, end):
-                    aliases.setdefault(imported, set()).add(local)
-        return aliases
+        self._tables()
+        return self._aliases
 
     def _text(self, path: str) -> str | None:
-        """The file's text, read for its import statements (None when it cannot be read)."""
+        """The file's text (None when it cannot be read), for what an answer reads beyond the index's records (a
+        call site's arguments): the last few kept, so that a file asked again is not read again."""
+        if path in self._read_texts:
+            self._read_texts.move_to_end(path)
+            return self._read_texts[path]
         from amplint.source import SourceError, read_source
 
         try:
-            return read_source(path, self.max_size).text
+            text = read_source(path, self.max_size).text
         except (SourceError, OSError):
-            return None
+            text = None
+        self._read_texts[path] = text
+        if len(self._read_texts) > KEPT_TEXTS:
+            self._read_texts.popitem(last=False)
+        return text
 
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
@@ -898,9 +976,27 @@ def functions_doing(view: ModuleView, fact: str) -> list[Target]:
     return [Target(view.path, qualname) for qualname, summary in index.functions.items() if fact in summary.does]
 
 
+def line_starts(text: str, word: str) -> Iterator[int]:
+    """The start of each line of the text holding `word`, in order (each line once): found by plain substring
+    search, much faster than a regex tried at every line start."""
+    position = 0
+    while True:
+        found = text.find(word, position)
+        if found == -1:
+            return
+        yield text.rfind("\n", 0, found) + 1
+        position = text.find("\n", found) + 1
+        if not position:
+            return
+
+
 def _import_statements(text: str) -> Iterator[tuple[int, int]]:
-    """(start, end) of each import statement as the text holds it: its line, or up to `)` when it opens one."""
-    for match in _IMPORT_STATEMENT.finditer(text):
+    """(start, end) of each import statement as the text holds it: its line, or up to `)` when it opens one. The
+    lines matching `_IMPORT_STATEMENT` (every one holds `import`), each matched at its start."""
+    for line in line_starts(text, "import"):
+        match = _IMPORT_STATEMENT.match(text, line)
+        if match is None:
+            continue
         start = match.end()
         end = text.find("\n", start)
         if text[start:end if end != -1 else None].lstrip(" \t").startswith("("):

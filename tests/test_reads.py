@@ -1,0 +1,209 @@
+"""A file is read once for the index and once for its own analysis, whatever the questions asked across modules;
+and a run's work grows with the project, not with the project times its questions.
+
+Counted, never timed: the reads of files (`amplint.source.read_bytes`, through which every read of a source goes)
+and the Python function calls of a whole run (a profile hook), on generated projects of N modules that ask every
+kind of question across modules: helpers calling helpers through chains of imports, GradScalers built in helpers
+and in wrapper classes (some imported under another name), a scaler a module reads and never binds (bound by the
+modules importing it), disabled autocast regions called from other modules, and notebooks (a notebook's view once
+made the project look at every file's text again).
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from amplint import parallel, source
+from amplint.config import Settings
+from amplint.discovery import discover
+from amplint.outcome import Mode
+from amplint.rules import CATALOG
+from samples import notebook_json
+
+READS_PER_FILE = 2  # phase 1 (the index) and phase 2 (the file's own analysis)
+# A script of these projects is read twice more: the second round of the index reads it to see whether it calls
+# the epoch that builds a scaler (its import statements, kept from phase 1, say it may), and AMP006 reads the
+# arguments of its call into the disabled region. Both are one read per call site across modules, never per
+# question asked.
+PER_CALLER = 2
+SLACK = 8  # reads any run may add (configuration)
+LINEAR = 2.6  # the largest growth of the work accepted for twice the modules (linear: a little over 2)
+
+
+def _module(i: int) -> str:
+    """Module i of the package: a helper calling the previous module's helper (a chain of imports), an epoch that
+    builds its own GradScaler (called once per epoch by a script: AMP004), and a disabled autocast region that a
+    script calls under an enabled one with float16 values (AMP006)."""
+    previous = f"from pkg.mod{i - 1} import helper{i - 1}\n" if i else ""
+    call = f"    x = helper{i - 1}(model, x)\n" if i else ""
+    return (f"import torch\n{previous}\n\n"
+            f"def helper{i}(model, x):\n{call}    return model(x)\n\n\n"
+            f"def train_epoch{i}(model, optimizer, loader):\n    scaler = torch.amp.GradScaler('cuda')\n"
+            f"    for x in loader:\n        with torch.autocast('cuda', dtype=torch.float16):\n"
+            f"            loss = helper{i}(model, x).sum()\n        scaler.scale(loss).backward()\n"
+            f"        scaler.step(optimizer)\n        scaler.update()\n\n\n"
+            f"def exact{i}(a, b):\n    with torch.autocast('cuda', enabled=False):\n        return a @ b.T\n")
+
+
+WRAPPER = """\
+import torch
+
+
+class NativeScaler:
+    def __init__(self):
+        self.scaler = torch.amp.GradScaler('cuda')
+
+    def __call__(self, loss, optimizer):
+        self.scaler.scale(loss).backward()
+        self.scaler.step(optimizer)
+        self.scaler.update()
+"""
+
+STEPPER = """\
+def step(loss, optimizer):
+    loss_scaler(loss, optimizer)
+"""
+
+
+def _script(i: int, n: int) -> str:
+    """A training script using module i: its epoch once per epoch, its disabled region under an enabled one, the
+    wrapper (imported under another name every other script), and the stepper whose scaler it binds."""
+    wrapper = "from pkg.amp import NativeScaler as Scaler\n" if i % 2 else "from pkg.amp import NativeScaler\n"
+    name = "Scaler" if i % 2 else "NativeScaler"
+    return (f"import torch\nimport stepper\n{wrapper}from pkg.mod{i} import train_epoch{i}, exact{i}\n\n"
+            f"loss_scaler = {name}()\nstepper.loss_scaler = loss_scaler\n\n\n"
+            f"def main(model, optimizer, loader, x):\n    for epoch in range(10):\n"
+            f"        train_epoch{i}(model, optimizer, loader)\n"
+            f"    with torch.autocast('cuda', dtype=torch.float16):\n        y = torch.mm(x, x)\n"
+            f"        return exact{i}(y, y)\n")
+
+
+def _notebook(i: int) -> str:
+    return notebook_json([["import torch\n", f"from pkg.mod{i} import helper{i}\n"],
+                          ["with torch.autocast('cuda'):\n", f"    loss = helper{i}(model, x).sum()\n",
+                           "    loss.backward()\n"]])
+
+
+def make_project(root: Path, n: int) -> list[str]:
+    """A project of n package modules, n scripts and n // 5 notebooks; its files' paths, as a run discovers them."""
+    package = root / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "amp.py").write_text(WRAPPER)
+    (root / "stepper.py").write_text(STEPPER)
+    for i in range(n):
+        (package / f"mod{i}.py").write_text(_module(i))
+        (root / f"train{i}.py").write_text(_script(i, n))
+    for i in range(n // 5):
+        (root / f"explore{i}.ipynb").write_text(_notebook(i))
+    return list(discover([str(root)], Settings(root=root)))
+
+
+@contextmanager
+def counting_reads():
+    """Every read of a file by amplint while active: path -> reads."""
+    reads: dict[str, int] = {}
+    original = source.read_bytes
+
+    def counted(path, *args, **kwargs):
+        reads[str(path)] = reads.get(str(path), 0) + 1
+        return original(path, *args, **kwargs)
+
+    source.read_bytes = counted
+    try:
+        yield reads
+    finally:
+        source.read_bytes = original
+
+
+def run(paths: list[str], jobs: int = 1):
+    return parallel.lint_paths(paths, CATALOG, Settings(), Mode(), jobs=jobs)
+
+
+def reads_of(tmp_path: Path, n: int) -> tuple[int, int, list]:
+    """(files, reads, outcomes) of a run over a project of n modules, in one process."""
+    paths = make_project(tmp_path / f"project{n}", n)
+    with counting_reads() as reads:
+        outcomes = run(paths)
+    assert all(not outcome.internal_error for outcome in outcomes)
+    assert max(reads.values()) <= READS_PER_FILE + PER_CALLER, max(reads.items(), key=lambda item: item[1])
+    return len(paths), sum(reads.values()), outcomes
+
+
+def bound(files: int, n: int) -> int:
+    return READS_PER_FILE * files + PER_CALLER * n + SLACK
+
+
+def test_the_projects_ask_questions_across_modules(tmp_path):
+    """The generated projects are what the counts below need: findings that only other modules explain."""
+    _, _, outcomes = reads_of(tmp_path, 10)
+    codes = {diagnostic.code for outcome in outcomes for diagnostic in outcome.diagnostics}
+    assert {"AMP004", "AMP006"} <= codes, codes
+
+
+@pytest.mark.parametrize("n", [50, 100, 200])
+def test_each_file_is_read_at_most_twice(tmp_path, n):
+    """Phase 1 reads a file once (its record and what its import statements say), phase 2 once more; no
+    question across modules reads it again, however many modules and notebooks ask."""
+    files, reads, _ = reads_of(tmp_path, n)
+    assert reads <= bound(files, n), (files, reads)
+
+
+def test_reads_grow_as_the_project(tmp_path):
+    small_files, small, _ = reads_of(tmp_path, 50)
+    large_files, large, _ = reads_of(tmp_path, 100)
+    assert large - small <= READS_PER_FILE * (large_files - small_files) + PER_CALLER * 50, \
+        (small_files, small, large_files, large)
+
+
+def test_a_pool_reads_each_file_at_most_twice(tmp_path, monkeypatch):
+    """With worker processes (forked: they count into a file each), a file is read once in phase 1 and once in
+    phase 2, in whichever process: no worker looks at every file's text again for its questions."""
+    if parallel._context().get_start_method() != "fork":
+        pytest.skip("the workers must be forked to count as patched here")
+    paths = make_project(tmp_path / "project", 40)
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    original = source.read_bytes
+
+    def counted(path, *args, **kwargs):
+        with open(counts / str(__import__("os").getpid()), "a", encoding="utf-8") as log:
+            log.write(f"{path}\n")
+        return original(path, *args, **kwargs)
+
+    monkeypatch.setattr(source, "read_bytes", counted)
+    monkeypatch.setattr(parallel, "default_jobs", lambda: 2)
+    outcomes = run(paths, jobs=2)
+    assert all(not outcome.internal_error for outcome in outcomes)
+    reads = sum(len(log.read_text().splitlines()) for log in counts.iterdir())
+    assert reads <= bound(len(paths), 40), (len(paths), reads)
+
+
+def calls_of(tmp_path: Path, n: int) -> int:
+    """The Python function calls of a run over a project of n modules (in one process)."""
+    paths = make_project(tmp_path / f"calls{n}", n)
+    run(paths[:1])  # imports and first-use set-up out of the count
+    calls = 0
+
+    def profile(frame, event, arg):
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(profile)
+    try:
+        run(paths)
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_work_grows_as_the_project(tmp_path):
+    """Twice the modules (and scripts and notebooks): about twice the work. A question answered by looking at
+    every file, once per notebook or per file asking it, grows with the square."""
+    small, large = calls_of(tmp_path, 40), calls_of(tmp_path, 80)
+    assert large <= LINEAR * small, (small, large)
