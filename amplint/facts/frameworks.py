@@ -17,6 +17,7 @@ reported. No framework is imported."""
 from __future__ import annotations
 
 import ast
+import bisect
 import os
 from dataclasses import dataclass
 
@@ -24,7 +25,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.facts.clips import ast_imports, ast_qualified
-from amplint.facts.model import Call, Event, EventKind
+from amplint.facts.model import Call, EventKind
 from amplint.facts.module import ModuleFacts, may_follow
 
 LIGHTNING_HOOK = "lightning"  # a clip in `on_after_backward`
@@ -56,7 +57,7 @@ class FrameworkClip:
 def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
     """The clips of this module that break a framework's contract, as the code shows it."""
     found: list[FrameworkClip] = []
-    clips = [event for event in facts.events if event.kind is EventKind.CLIP]
+    clips = [event.call for event in facts.events if event.kind is EventKind.CLIP]
     shown: dict[str, Shown | None] = {}
 
     def scaling(framework: vocab.Framework) -> Shown | None:
@@ -64,79 +65,81 @@ def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
             shown[framework.name] = _shown(facts, framework)
         return shown[framework.name]
 
-    lightning = _methods(facts, vocab.LIGHTNING.bases, vocab.LIGHTNING_SCALED_HOOK)
-    for call in [clip.call for clip in clips] + _lightning_clips(facts):
-        if id(call.frame.function()) in lightning and scaling(vocab.LIGHTNING):
-            found.append(FrameworkClip(LIGHTNING_HOOK, call, scaling(vocab.LIGHTNING), vocab.LIGHTNING_SCALED_HOOK))
-    found += [FrameworkClip(LIGHTNING_MANUAL, call, scaling(vocab.LIGHTNING), vocab.MANUAL_BACKWARD)
-              for call in _after_manual_backward(facts, clips) if scaling(vocab.LIGHTNING)]
-    found += _after_accelerator_backward(facts, clips)
-    steps = _methods(facts, vocab.HF_TRAINER.bases, vocab.HF_TRAINING_STEP)
-    if steps and scaling(vocab.HF_TRAINER):
+    lightning = _methods(facts, vocab.LIGHTNING.bases, None)
+    if lightning:
+        hooks = _methods(facts, vocab.LIGHTNING.bases, vocab.LIGHTNING_SCALED_HOOK)
+        candidates = clips + [call for call in facts.calls if call.receiver == "self"
+                              and call.method == vocab.LIGHTNING_CLIP]  # Lightning's clip unscales nothing
+        backward = _Ordered(facts, lambda call: call.receiver == "self" and call.method == vocab.MANUAL_BACKWARD)
+        steps = _Ordered(facts, lambda call: call.method == vocab.STEP)
+        for call in candidates:
+            function = call.frame.function()
+            if id(function) not in lightning or not scaling(vocab.LIGHTNING):
+                continue
+            if id(function) in hooks:
+                found.append(FrameworkClip(LIGHTNING_HOOK, call, scaling(vocab.LIGHTNING), vocab.LIGHTNING_SCALED_HOOK))
+                continue
+            last = backward.last_before(function, call.index)  # manual optimization: the unscale is in `opt.step()`
+            if last is not None and may_follow(facts, last.frame, call.frame) \
+                    and steps.last_before(function, call.index, after=last.index) is None:
+                found.append(FrameworkClip(LIGHTNING_MANUAL, call, scaling(vocab.LIGHTNING), vocab.MANUAL_BACKWARD))
+    if any(call.qualified in vocab.ACCELERATE.constructors for call in facts.calls):
+        found += _after_accelerator_backward(facts, clips)
+    methods = _methods(facts, vocab.HF_TRAINER.bases, vocab.HF_TRAINING_STEP)
+    if methods and scaling(vocab.HF_TRAINER):
         hf = scaling(vocab.HF_TRAINER)
         clips_in_trainer = all(vocab.HF_MAX_GRAD_NORM not in keywords
                                or keywords[vocab.HF_MAX_GRAD_NORM] not in vocab.HF_NO_CLIP
                                for keywords in hf.keywords)
         for call in facts.calls:
-            if id(call.frame.function()) in steps and clips_in_trainer \
+            if id(call.frame.function()) in methods and clips_in_trainer \
                     and call.receiver == f"self.{vocab.HF_ACCELERATOR}" and call.method in vocab.ACCELERATE_UNSCALES:
                 found.append(FrameworkClip(HF_UNSCALE, call, hf, vocab.HF_TRAINING_STEP))
+        step_backward = _Ordered(facts, _runs_step_backward)
         for clip in clips:
             function = clip.frame.function()
-            if id(function) in steps and any(_runs_step_backward(call) and call.index < clip.index
-                                             and may_follow(facts, call.frame, clip.frame)
-                                             for call in facts.calls if call.frame.function() is function):
-                found.append(FrameworkClip(HF_CLIP, clip.call, hf, vocab.HF_TRAINING_STEP))
+            last = step_backward.last_before(function, clip.index) if id(function) in methods else None
+            if last is not None and may_follow(facts, last.frame, clip.frame):
+                found.append(FrameworkClip(HF_CLIP, clip, hf, vocab.HF_TRAINING_STEP))
     return found
 
 
-def _after_manual_backward(facts: ModuleFacts, clips: list[Event]) -> list[Call]:
-    """Clips (torch's, `self.clip_gradients(...)`) in a LightningModule's method after `self.manual_backward(...)`
-    there, with no `.step()` between them."""
-    methods = _methods(facts, vocab.LIGHTNING.bases, None)
-    if not methods:
-        return []
-    candidates = [clip.call for clip in clips] + _lightning_clips(facts)
-    found = []
-    for clip in candidates:
-        function = clip.frame.function()
-        if id(function) not in methods:
-            continue
-        before = [call for call in facts.calls if call.frame.function() is function and call.index < clip.index]
-        backward = [call for call in before if call.receiver == "self" and call.method == vocab.MANUAL_BACKWARD
-                    and may_follow(facts, call.frame, clip.frame)]
-        if backward and not any(call.method == vocab.STEP and call.index > backward[-1].index for call in before):
-            found.append(clip)
-    return found
+class _Ordered:
+    """The module's calls that `keep` selects, per function in source order, searched by bisection (a function
+    with N clips costs N lookups, not N scans)."""
+
+    def __init__(self, facts: ModuleFacts, keep) -> None:
+        self._by_function: dict[int, tuple[list[int], list[Call]]] = {}
+        for call in sorted(facts.calls, key=lambda call: call.index):
+            if keep(call):
+                indexes, calls = self._by_function.setdefault(id(call.frame.function()), ([], []))
+                indexes.append(call.index)
+                calls.append(call)
+
+    def last_before(self, function, index: int, after: int = -1) -> Call | None:
+        """The last selected call of the function before `index` (and after `after`), or None."""
+        indexes, calls = self._by_function.get(id(function), ([], []))
+        position = bisect.bisect_left(indexes, index) - 1
+        return calls[position] if position >= 0 and indexes[position] > after else None
 
 
-def _lightning_clips(facts: ModuleFacts) -> list[Call]:
-    """`self.clip_gradients(...)`: Lightning's clip, which does not unscale (its precision plugin unscales in
-    the optimizer step: measured, a clip before it saw the scaled gradients)."""
-    return [call for call in facts.calls if call.receiver == "self" and call.method == vocab.LIGHTNING_CLIP]
-
-
-def _after_accelerator_backward(facts: ModuleFacts, clips: list[Event]) -> list[FrameworkClip]:
+def _after_accelerator_backward(facts: ModuleFacts, clips: list[Call]) -> list[FrameworkClip]:
     """Torch clips after `accelerator.backward(loss)` in the same function, the accelerator built in this module
     with `mixed_precision="fp16"` (every construction of the name), no unscale of it between."""
     found = []
+    backward = _Ordered(facts, lambda call: call.method == vocab.ACCELERATE_BACKWARD and call.receiver is not None)
+    unscales = _Ordered(facts, lambda call: call.method in vocab.ACCELERATE_UNSCALES and call.receiver is not None)
     for clip in clips:
         function = clip.frame.function()
-        if function is None:
+        last = backward.last_before(function, clip.index) if function is not None else None
+        if last is None or not may_follow(facts, last.frame, clip.frame):
             continue
-        calls = [call for call in facts.calls if call.frame.function() is function and call.index < clip.index]
-        backward = None
-        for call in calls:
-            if call.method == vocab.ACCELERATE_BACKWARD and call.receiver and may_follow(facts, call.frame, clip.frame):
-                backward = call
-        if backward is None:
+        unscale = unscales.last_before(function, clip.index, after=last.index)
+        if unscale is not None:  # an unscale between (of this accelerator or another: not known which)
             continue
-        if any(call.receiver == backward.receiver and call.method in vocab.ACCELERATE_UNSCALES
-               and call.index > backward.index for call in calls):
-            continue
-        shown = _accelerator(facts, backward)
+        shown = _accelerator(facts, last)
         if shown is not None:
-            found.append(FrameworkClip(ACCELERATE_BACKWARD, clip.call, shown, backward.receiver))
+            found.append(FrameworkClip(ACCELERATE_BACKWARD, clip, shown, last.receiver))
     return found
 
 
