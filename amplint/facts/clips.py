@@ -242,7 +242,7 @@ def clips_stored_elsewhere(facts: ModuleFacts) -> list[Call]:
     view = facts.project
     if view is None:
         return []
-    found, answers = [], {}
+    found, answers, parsed = [], {}, {}
     own_methods = {info.qualname for info in facts.functions}
     stepping = {id(e.frame.function()) for e in facts.events if e.kind is EventKind.SCALER_STEP}
     for call in facts.calls:
@@ -257,7 +257,7 @@ def clips_stored_elsewhere(facts: ModuleFacts) -> list[Call]:
             continue
         if (owner, call.method) not in answers:
             try:
-                answers[owner, call.method] = _base_stores_clip(view, owner, call.method)
+                answers[owner, call.method] = _base_stores_clip(view, owner, call.method, parsed)
             except (AttributeError, KeyError, OSError, SyntaxError, ValueError, RecursionError):
                 answers[owner, call.method] = False  # an index question that fails knows nothing
         if answers[owner, call.method]:
@@ -265,7 +265,7 @@ def clips_stored_elsewhere(facts: ModuleFacts) -> list[Call]:
     return found
 
 
-def _base_stores_clip(view, owner: str, attribute: str, depth: int = 3) -> bool:
+def _base_stores_clip(view, owner: str, attribute: str, parsed: dict, depth: int = 3) -> bool:
     record = view.record(view.path)
     located = [(view.path, base) for base in (record.classes.get(owner, ()) if record else ())]
     for _ in range(depth):
@@ -274,7 +274,7 @@ def _base_stores_clip(view, owner: str, attribute: str, depth: int = 3) -> bool:
             target = view.class_at(path, written)
             if target is None:
                 continue
-            stored = _stored_in_class(view, target, attribute) if target[0] != view.path else None
+            stored = _stored_in_class(view, target, attribute, parsed) if target[0] != view.path else None
             if stored is not None:
                 return stored
             base_record = view.record(target[0])
@@ -283,14 +283,16 @@ def _base_stores_clip(view, owner: str, attribute: str, depth: int = 3) -> bool:
     return False
 
 
-def _stored_in_class(view, target: tuple[str, str], attribute: str) -> bool | None:
+def _stored_in_class(view, target: tuple[str, str], attribute: str, parsed: dict) -> bool | None:
     """Does the class bind `self.<attribute>` only to torch's clip (True), to something else or define it as a
-    method (False), or not at all (None: its bases may)?"""
-    text = view.text(target[0])
-    if not text or attribute not in text:
+    method (False), or not at all (None: its bases may)? `parsed`: each module's tree and imports, once."""
+    if target[0] not in parsed:
+        text = view.text(target[0])
+        tree = ast.parse(text) if text and vocab.CLIP_GRAD in text else None
+        parsed[target[0]] = (tree, ast_imports(tree)) if tree is not None else None
+    if parsed[target[0]] is None:
         return None
-    tree = ast.parse(text)
-    imported = ast_imports(tree)
+    tree, imported = parsed[target[0]]
     for node in tree.body:
         if not isinstance(node, ast.ClassDef) or node.name != target[1]:
             continue
@@ -352,15 +354,18 @@ def base_stores_clip(view) -> bool:
     record = view.record(view.path)
     if record is None:
         return False
+    asked, parsed = set(), {}
     for qualname, summary in record.functions.items():
         owner = qualname.split(".")[0] if qualname.count(".") == 1 else None
         if owner is None or not record.classes.get(owner):
             continue
         for call in summary.calls:
             attribute = call.callee[len("self."):] if call.callee.startswith("self.") else ""
-            if attribute and "." not in attribute and f"{owner}.{attribute}" not in record.functions:
+            if attribute and "." not in attribute and f"{owner}.{attribute}" not in record.functions \
+                    and (owner, attribute) not in asked:
+                asked.add((owner, attribute))
                 try:
-                    if _base_stores_clip(view, owner, attribute):
+                    if _base_stores_clip(view, owner, attribute, parsed):
                         return True
                 except (AttributeError, KeyError, OSError, SyntaxError, ValueError, RecursionError):
                     continue
