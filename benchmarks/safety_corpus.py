@@ -1471,6 +1471,45 @@ for _ in range(3):
 print(json.dumps({"w": model.weight.sum().item()}))
 """, ["w"])
 
+for _index, _scaler in enumerate(("torch.cpu.amp.GradScaler(2.0**10, 3.0, 0.25, 1, True)",
+                                  "torch.cpu.amp.GradScaler(init_scale=2.0**9, growth_interval=1)",
+                                  "torch.cpu.amp.GradScaler(2.0**10, enabled=True)")):
+    shape(f"deprecated_cpu_scaler_arguments_{_index + 1}", "AMP007", "loop",
+          f"`{_scaler}`: positional and keyword arguments keep their meaning behind the device.", f"""
+model = nn.Linear(8, 2).to(device)
+optimizer = OPT(model.parameters())
+scaler = {_scaler}
+for _ in range(3):
+    STEP
+    with torch.autocast(device, dtype=dtype):
+        loss = nn.functional.mse_loss(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    optimizer.zero_grad()
+print(json.dumps({{"w": model.weight.sum().item(), "state": scaler.state_dict()}}))
+""", ["w", "state"], variants=("sgd",))
+
+for _index, _region in enumerate(("torch.cpu.amp.autocast(True, torch.float16)",
+                                  "torch.cpu.amp.autocast(True, torch.bfloat16, False)",
+                                  "torch.cpu.amp.autocast(enabled=True, cache_enabled=False)",
+                                  "torch.cpu.amp.autocast(False)")):
+    shape(f"deprecated_cpu_autocast_arguments_{_index + 1}", "AMP007", "nested-function",
+          f"`with {_region}:` nested in a float16 region: the enclosing dtype must not leak in.", f"""
+model = nn.Linear(8, 2).to(device)
+x = torch.randn(4, 8, device=device)
+
+
+def forward():
+    with {_region}:
+        return model(x)
+
+
+with torch.autocast(device, dtype=torch.float16):
+    out = forward()
+print(json.dumps({{"out": out.float().sum().item(), "dtype": str(out.dtype)}}))
+""", ["out", "dtype"], variants=("sgd",))
+
 shape("dead_scaler_in_evaluate", "AMP005", "helper",
       "An `evaluate()` helper builds a GradScaler it never uses (dead code a fix may remove).", """
 @torch.no_grad()

@@ -359,7 +359,7 @@ def test_fixed_generated_code_compiles_is_final_and_keeps_comments(text: str, un
 
 
 # --- the safety corpus: correct CPU programs run before and after the safe fixes --------------------------------
-# fixtures/safe-fixes/corpus/ holds 316 programs written by benchmarks/safety_corpus.py (`--write`); the script runs
+# fixtures/safe-fixes/corpus/ holds 323 programs written by benchmarks/safety_corpus.py (`--write`); the script runs
 # all of them (`python benchmarks/safety_corpus.py`: each original, and each program a safe fix changes, fixed).
 # Here: the files are what the script writes, and a fixed sample is fixed and, when a safe fix changes it, run.
 
