@@ -149,3 +149,37 @@ def split_fix(norm: str, total: str, between: str = "") -> str | None:
 def test_the_split_clip_is_fixed_before_its_norm_only(norm, total, between, before):
     got = split_fix(norm, total, between)
     assert got is None if before is None else got is not None and got.startswith(before)
+
+
+# A clip kept on the object: `None` until configured counts as no value; anything else bound there is not a clip.
+STORED = """
+from functools import partial
+import torch
+from torch.nn.utils import clip_grad_norm_
+
+
+class Trainer:
+    def __init__(self, model, optimizer, max_norm):
+        self.model, self.optimizer = model, optimizer
+        self.scaler = torch.amp.GradScaler("cuda")
+        {binding}
+
+    def step(self, loss):
+        self.scaler.scale(loss).backward()
+        if self.clip_fn is not None:
+            self.clip_fn(self.model.parameters())
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+"""
+
+
+@pytest.mark.parametrize("binding, rows", [
+    ("self.clip_fn = partial(clip_grad_norm_, max_norm=max_norm) if max_norm else None", [16]),
+    ("self.clip_fn = None\n        if max_norm:\n            self.clip_fn = partial(clip_grad_norm_, max_norm=1.0)",
+     [18]),
+    ("self.clip_fn = None", []),  # never a clip
+    ("self.clip_fn = partial(clip_grad_norm_, max_norm=1.0) if max_norm else print", []),  # maybe not a clip
+    ("self.clip_fn = None if max_norm else None", []),
+])
+def test_a_stored_clip_none_until_configured(binding, rows):
+    assert codes(STORED.format(binding=binding), "AMP003") == rows
