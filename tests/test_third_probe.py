@@ -794,3 +794,12 @@ def test_an_out_argument_is_an_in_place_write_and_gets_no_cast(write):
     fixed = fixed_is_final(text)
     assert "out=h.float()" not in fixed and fixed == text  # the finding stays, with the advice to cast before
     assert "AMP006" in [d.code for d in run_text(text).diagnostics]
+
+
+# 14. `dir()` reads a function's local names as `locals()` does: AMP005 may not remove a scaler it lists ------------
+
+def test_a_scaler_listed_by_dir_is_not_removed():
+    text = ('import torch\nfrom torch import nn\nmodel = nn.Linear(8, 2)\n\n\n@torch.no_grad()\ndef evaluate(x):\n'
+            '    scaler = torch.amp.GradScaler("cpu")\n    model.eval()\n    assert "scaler" in dir()\n'
+            '    return model(x).sum().item()\n')
+    assert fixed_is_final(text) == text  # the removal made the assertion fail (measured: AssertionError)

@@ -30,7 +30,7 @@ BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
 GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
 USES = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)  # what a training step calls on a scaler
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
-READS_EVERY_LOCAL = frozenset({"locals", "vars", vocab.EVAL, "exec"})
+READS_EVERY_LOCAL = frozenset({"locals", "vars", "dir", vocab.EVAL, "exec"})  # `dir()`: the local names
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 
 
@@ -147,7 +147,7 @@ class ScalerInInference(Rule):
 
     - Removing a construction (`amp_scaler = GradScaler(...)` as a statement of its own) whose name the function
       never reads again is safe: nothing can use the object, and its arguments are names, attributes and literals,
-      never a call whose effect would go with it. A call of `locals()`, `vars()`, `eval()` or `exec()` counts as
+      never a call whose effect would go with it. A call of `locals()`, `vars()`, `dir()`, `eval()` or `exec()` counts as
       reading the name; comments do not. A construction at module level stays (another module may import it).
     - Rewriting `scaler.scale(x)` as `x` is unsafe: it changes the values the code produces (that is the point,
       but code downstream may have compensated). A scaler built in the same function for that call alone goes
