@@ -1792,8 +1792,8 @@ for _name, _rule, _kind, _doc, _make, _setup, _body, _imports in (
 ):
     _program = _LOOP.replace("MAKE", _make).replace("SETUP", _setup).replace("BODY", textwrap.indent(_body, "    "))
     if "MyScaler" in _make:
-        _program = ("class MyScaler(torch.amp.GradScaler):\n    def prepare(self, opt):\n        self.unscale_(opt)\n\n\n"
-                    + _program)
+        _program = ("class MyScaler(torch.amp.GradScaler):\n    def prepare(self, opt):\n"
+                    "        self.unscale_(opt)\n\n\n" + _program)
     shape(_name, _rule, _kind, _doc, _program, ["w", "scale"], imports=_imports)
 
 for _name, _rule, _kind, _doc, _make, _setup, _body, _imports in (

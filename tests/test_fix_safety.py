@@ -390,7 +390,8 @@ def test_safety_corpus_is_what_its_script_writes() -> None:
     assert len(written) >= 150 and sorted(written) == [path.stem for path in CORPUS_PROGRAMS]
     for path in CORPUS_PROGRAMS:
         item = written[path.stem]
-        assert path.read_text(encoding="utf-8") == item.text, f"{path.name}: run `python benchmarks/safety_corpus.py --write`"
+        assert path.read_text(encoding="utf-8") == item.text, \
+            f"{path.name}: run `python benchmarks/safety_corpus.py --write`"
         assert json.loads(path.with_suffix(".expect.json").read_text(encoding="utf-8")) == item.spec
     rules = {item.spec["rule"] for item in written.values()}
     assert {"AMP001", "AMP002", "AMP003", "AMP004", "AMP005", "AMP006", "AMP007", "AMP008", "AMP009", "AMP010",

@@ -147,8 +147,8 @@ class ScalerInInference(Rule):
 
     - Removing a construction (`amp_scaler = GradScaler(...)` as a statement of its own) whose name the function
       never reads again is safe: nothing can use the object, and its arguments are names, attributes and literals,
-      never a call whose effect would go with it. A call of `locals()`, `vars()`, `dir()`, `eval()` or `exec()` counts as
-      reading the name; comments do not. A construction at module level stays (another module may import it).
+      never a call whose effect would go with it. A call of `locals()`, `vars()`, `dir()`, `eval()` or `exec()`
+      counts as reading the name; comments do not. A construction at module level stays (another module may import it).
     - Rewriting `scaler.scale(x)` as `x` is unsafe: it changes the values the code produces (that is the point,
       but code downstream may have compensated). A scaler built in the same function for that call alone goes
       with it.
