@@ -90,6 +90,8 @@ class BackwardInAutocast(Rule):
     Regions entered through objects amplint cannot see (a context manager passed in as an argument, a
     framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported.
     A region made by a function of another module is known only as maybe enabled, of unknown device and dtype.
+    An ExitStack's region is known only when `enter_context` comes first in its `with` block (alone, or under an
+    `if` on a name: maybe enabled); a stack entered without `with`, or later in the block, is not followed.
     A parameter annotated with a class (`model: Model`) is only a hint, read to find the method a call on it
     runs and nothing else (an annotation may be wrong at run time).
 
