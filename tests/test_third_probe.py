@@ -806,3 +806,15 @@ def test_a_scaler_listed_by_dir_is_not_removed():
             '    scaler = torch.amp.GradScaler("cpu")\n    model.eval()\n    assert "scaler" in dir()\n'
             '    return model(x).sum().item()\n')
     assert fixed_is_final(text) == text  # the removal made the assertion fail (measured: AssertionError)
+
+
+# 15. A name the scaler's construction reads that a function rebinds through `global`: no hoist -------------------
+
+def test_a_construction_reading_a_global_a_called_function_rebinds_is_not_hoisted():
+    text = ('import torch\ninit = 2.0**10\n\n\ndef bump():\n    global init\n    init *= 4\n\n\n'
+            'def train(model, loader, optimizer):\n    for epoch in range(2):\n        bump()\n'
+            '        scaler = torch.amp.GradScaler("cpu", init_scale=init)\n        for x in loader:\n'
+            '            scaler.scale(model(x).sum()).backward()\n            scaler.step(optimizer)\n'
+            '            scaler.update()\n')
+    # hoisted, it read `init` before `bump()`: the scales measured were [1024, 1024] instead of [4096, 16384]
+    assert fixed_is_final(text) == text

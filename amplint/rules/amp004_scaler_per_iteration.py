@@ -101,8 +101,9 @@ class ScalerPerIteration(Rule):
       augmented assignment, walrus, `import`, `for`/`with`/`except` targets, `global`/`nonlocal`, `del`, a nested
       `def`/`class`); when a name it reads may change in place there (an attribute or item assigned, a method
       called on it, the object passed to a call other than an imported module's function or a read-only builtin);
-      or when the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or names
-      before they exist.
+      when a function of the module declares a name it reads `global` or `nonlocal` (a call in the loop may rebind
+      it); or when the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or
+      names before they exist.
     - Unsafe when the construction sits under an `if` in the loop (it may never have run there), when its
       arguments call something (the call now runs once instead of every iteration), or when an optimizer it
       steps is read through a name the loop may rebind or change (`self.optimizer` after `self.setup(epoch)`):
@@ -382,6 +383,8 @@ class ScalerPerIteration(Rule):
         read = set(_names(build.node))
         if (read | stored) & changes.bound or read & changes.mutated or build.bound_to in changes.stored:
             return None
+        if read & _declared_global(facts.module):
+            return None  # a function of the module may rebind it (`global init` in `bump()`, called in the loop)
         # Between the loop and the statement only blocks that always run their body (`with`, `try`, inner loops:
         # the construction ran at least once before any use); under an `if` it may never have run.
         around = build.call.statements[build.call.statements.index(loop.node) + 1:-1]
@@ -484,6 +487,21 @@ def _built_when(facts: ModuleFacts, build: Event, loop: Frame, changes: Changes)
             if _has_call([test]) or set(_names(test)) & (changes.bound | changes.mutated):
                 return True
     return False
+
+
+def _declared_global(module: cst.Module) -> set[str]:
+    """The names some function of the module declares `global` or `nonlocal`: any call may rebind them."""
+    found: set[str] = set()
+
+    class Declared(cst.CSTVisitor):
+        def visit_Global(self, node: cst.Global) -> None:
+            found.update(item.name.value for item in node.names)
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            found.update(item.name.value for item in node.names)
+
+    module.visit(Declared())
+    return found
 
 
 def _reads(value: cst.CSTNode, key: str | None) -> bool:
