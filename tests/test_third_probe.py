@@ -818,3 +818,15 @@ def test_a_construction_reading_a_global_a_called_function_rebinds_is_not_hoiste
             '            scaler.update()\n')
     # hoisted, it read `init` before `bump()`: the scales measured were [1024, 1024] instead of [4096, 16384]
     assert fixed_is_final(text) == text
+
+
+def test_a_construction_reading_a_module_attribute_the_loop_may_rebind_is_not_hoisted(tmp_path, monkeypatch):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "cfg.py").write_text("init = 2.0**10\n\n\ndef bump():\n    global init\n    init *= 4\n")
+    text = ('import torch\nimport cfg\n\n\ndef train(model, loader, optimizer):\n    for epoch in range(2):\n'
+            '        cfg.bump()\n        scaler = torch.amp.GradScaler("cpu", init_scale=cfg.init)\n'
+            '        for x in loader:\n            scaler.scale(model(x).sum()).backward()\n'
+            '            scaler.step(optimizer)\n            scaler.update()\n')
+    (tmp_path / "train.py").write_text(text)
+    result = invoke(tmp_path, ["check", "--no-cache", "--diff", "."], monkeypatch)
+    assert "GradScaler" not in result.stdout  # measured hoisted: [1024, 1024] instead of [4096, 16384]

@@ -101,9 +101,10 @@ class ScalerPerIteration(Rule):
       augmented assignment, walrus, `import`, `for`/`with`/`except` targets, `global`/`nonlocal`, `del`, a nested
       `def`/`class`); when a name it reads may change in place there (an attribute or item assigned, a method
       called on it, the object passed to a call other than an imported module's function or a read-only builtin);
-      when a function of the module declares a name it reads `global` or `nonlocal` (a call in the loop may rebind
-      it); or when the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or
-      names before they exist.
+      when a function of the module declares a name it reads `global` or `nonlocal`, or the loop calls a function
+      of a module whose attribute it reads (`cfg.bump()`, `cfg.init`): a call in the loop may rebind it; or when
+      the scaler's attribute is assigned elsewhere in the loop. Hoisting would read other values, or names before
+      they exist.
     - Unsafe when the construction sits under an `if` in the loop (it may never have run there), when its
       arguments call something (the call now runs once instead of every iteration), or when an optimizer it
       steps is read through a name the loop may rebind or change (`self.optimizer` after `self.setup(epoch)`):
@@ -385,6 +386,11 @@ class ScalerPerIteration(Rule):
             return None
         if read & _declared_global(facts.module):
             return None  # a function of the module may rebind it (`global init` in `bump()`, called in the loop)
+        modules = {name for name in read
+                   if facts.imports.bindings.get(name, vocab.TORCH).split(".")[0] != vocab.TORCH}
+        if modules and any(call.frame.is_within(loop) and (call.dotted or "").split(".")[0] in modules
+                           for call in facts.calls):
+            return None  # `cfg.bump()` in the loop may rebind `cfg.init`, which the construction reads
         # Between the loop and the statement only blocks that always run their body (`with`, `try`, inner loops:
         # the construction ran at least once before any use); under an `if` it may never have run.
         around = build.call.statements[build.call.statements.index(loop.node) + 1:-1]
