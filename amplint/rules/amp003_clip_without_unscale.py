@@ -228,7 +228,7 @@ class ClipWithoutUnscale(Rule):
                           f"in `{vocab.LIGHTNING_UNSCALED_HOOK}`, which runs after the unscale")
             elif found.kind == frameworks.ACCELERATE_BACKWARD:
                 message = f"`{clipped}(...)` clips gradients still scaled by `{found.method}.backward(...)` (fp16)"
-                advice = (f"accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
+                advice = (f"Accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
                           f"`{found.method}.{vocab.CLIP_GRAD_NORM_}(...)`, which unscales first")
             elif found.kind == frameworks.HF_UNSCALE:
                 message = f"`{clipped}(...)` in `{found.method}` unscales; the Trainer unscales again after it"

@@ -451,8 +451,9 @@ def _handed_per_call(facts: ModuleFacts, build: Event) -> Finding | None:
         f"{os.path.basename(site.caller.module)}:{site.caller.qualname}"
     message = (f"`{key}` is a new GradScaler per call of `{info.qualname.rsplit('.', 1)[-1]}()`, which "
                f"`{caller.rsplit('.', 1)[-1]}()` calls in a loop (line {site.call.line})")
-    return Finding(build.node, message, help=f"`{snippet(facts, callees[0].node.func, 24)}()` steps it: build it once "
-                                             "where the loop is and pass it in (its scale restarts at every call)")
+    return Finding(build.node, message, help=f"Build it once where the loop is and pass it in: "
+                                             f"`{snippet(facts, callees[0].node.func, 24)}()` steps it, and its scale "
+                                             "restarts at every call")
 
 
 def _returned(function: cst.CSTNode, key: str) -> bool:

@@ -289,8 +289,10 @@ def _alias_message(facts: ModuleFacts, alias: Alias) -> str:
 def _value_message(facts: ModuleFacts, site: Site) -> str:
     warned, used = _public(site.qualified), snippet(facts, site.report, 40)
     kind = "class" if DEPRECATED_AMP[site.qualified][0] in (vocab.AUTOCAST, vocab.GRAD_SCALER) else "function"
-    named = f"`{warned}`" if used == warned else f"`{used}`, the deprecated `{warned}`,"
-    return f"{named} is handed on as a value: the {kind} warns wherever it is called"
+    named = f"`{warned}`" if used == warned else f"`{used}` (`{warned}`)"
+    if len(named) > 60:  # the message stays within 120 characters
+        named = f"`{used}`"
+    return f"{named} is deprecated and handed on as a value: the {kind} warns wherever it is called"
 
 
 def _value_advice(plan: "Migration", site: Site) -> str:
