@@ -890,15 +890,20 @@ class ModuleFacts:
         """Does code outside `function` call `.update()` on a receiver ending like `scaler`'s last name, which may
         be the same object? Not an update on another function's own local scaler (`scaler = GradScaler()` there,
         never handed to a call, stored, aliased or returned): that one is another object."""
-        last = scaler.rsplit(".", 1)[-1]
+        return any(other is not function for other in self._shared_updates.get(scaler.rsplit(".", 1)[-1], ()))
+
+    @cached_property
+    def _shared_updates(self) -> dict[str, list[Frame | None]]:
+        """Last part of a receiver -> the functions calling `.update()` on a receiver ending so that may be shared
+        (not their own local scaler): the index `updated_elsewhere` reads, built once (asked per function, a scan
+        of every call each time was N x N)."""
+        found: dict[str, list[Frame | None]] = {}
         for call in self.calls:
-            if call.method != vocab.UPDATE or not call.receiver or call.receiver.rsplit(".", 1)[-1] != last:
-                continue
-            other = call.frame.function()
-            if other is function or self.own_local_scaler(call.receiver, other):
-                continue
-            return True
-        return False
+            if call.method == vocab.UPDATE and call.receiver:
+                other = call.frame.function()
+                if not self.own_local_scaler(call.receiver, other):
+                    found.setdefault(call.receiver.rsplit(".", 1)[-1], []).append(other)
+        return found
 
     def own_local_scaler(self, name: str, function: Frame | None) -> bool:
         """Is `name` a local of `function` bound only to GradScaler constructions there and never handed on (passed
