@@ -279,6 +279,7 @@ class _Builder:
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
         self.deferred = _Deferred(summary.text, summary.tree)
         self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
+        self.class_nodes: list[ast.ClassDef] = []
 
     def build(self) -> FileIndex:
         tree = self.summary.tree
@@ -315,6 +316,7 @@ class _Builder:
                             self._note(summary, Effect.NO_GRAD, node.lineno)
                     pending.append((node.body, ""))
                 elif kind is ast.ClassDef:
+                    self.class_nodes.append(node)
                     self.index.classes[node.name] = [name for name in map(dotted, node.bases) if name]
                     pending.append((node.body, node.name))
                 else:
@@ -365,9 +367,7 @@ class _Builder:
                 written = _annotation(argument.annotation)
                 if written and argument.arg not in ("self", "cls"):
                     assigned.setdefault(f"{owner.qualname}:{argument.arg}", set()).add(written)
-        for node in ast.walk(self.summary.tree):
-            if type(node) is not ast.ClassDef:
-                continue
+        for node in self.class_nodes:
             for statement in node.body:
                 if type(statement) is ast.AnnAssign and type(statement.target) is ast.Name \
                         and type(statement.value) is not ast.Call:
@@ -381,7 +381,9 @@ class _Builder:
             arguments = self.nodes[function_id].args
             hinted = {argument.arg: _annotation(argument.annotation)
                       for argument in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
-            for node in _own_nodes(self.nodes[function_id]):
+            if not any(hinted.values()) and not any(type(n) is ast.AnnAssign for n in self.nodes[function_id].body):
+                continue
+            for node in self.nodes[function_id].body:  # the method's own statements (`self.model = model`)
                 if type(node) is ast.Assign and len(node.targets) == 1 and type(node.value) is ast.Name \
                         and hinted.get(node.value.id) and type(node.targets[0]) is ast.Attribute \
                         and type(node.targets[0].value) is ast.Name and node.targets[0].value.id == "self":

@@ -11,7 +11,7 @@ from amplint.facts import ModuleFacts
 from amplint.facts.model import Call, Region
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target, calls_leaving
-from amplint.vocabulary import STEP, Effect
+from amplint.vocabulary import AUTOCAST, STEP, Effect
 
 
 # A function whose facts a caller's region does not reach: its body runs with autocast off.
@@ -139,8 +139,11 @@ def opens_through_project(view) -> bool:
             summary.parse_tree()
         except Exception:  # noqa: BLE001 - unparsable: the engine reports it
             return True
-        entered = _entered_names(summary)
-        if not entered:
+        entered = {name for name in _entered_names(summary) if not _outside(view, summary, name)}
+        if any(name.split(".", 1)[0] in ("self", "cls") for name in entered) and not _project_bases(view, summary):
+            # a method of the object: of this file (which shows no region), or of a base class outside the project
+            entered = {name for name in entered if name.split(".", 1)[0] not in ("self", "cls")}
+        if not entered or not _imports_a_region_module(view, summary):
             return False
     record = view.record(view.path)
     if record is None:
@@ -154,6 +157,51 @@ def opens_through_project(view) -> bool:
         function = view.function(target) if target is not None else None
         if function is not None and Effect.RETURNS_AUTOCAST in function.does:
             return True
+    return False
+
+
+def _outside(view, summary, name: str) -> bool:
+    """Is the dotted name surely not a function of the project: a builtin, or read through an absolute import of
+    a module the project does not hold (`torch.no_grad`, `warnings.catch_warnings`)?"""
+    import builtins
+
+    head = name.split(".", 1)[0]
+    if head in ("self", "cls"):
+        return False
+    imported = summary.qualified_imports.get(head)
+    if imported:
+        return all(view.outside(qualified) for qualified in imported)
+    return hasattr(builtins, head) and head not in summary.bound and head not in summary.module_bound
+
+
+def _imports_a_region_module(view, summary) -> bool:
+    """Does the file import a module of the project whose text names `autocast` (a function making a region names
+    it, or an alias of it, where it is defined)? Asked before the file's record is built."""
+    for node in summary.import_nodes:
+        if type(node) is ast.Import:
+            names = [alias.name for alias in node.names]
+        else:
+            base = view.project.absolute(view.path, node.module or "", node.level) if node.level else node.module
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names] if base else \
+                [alias.name for alias in node.names]
+        for name in names:
+            path = view._find(name, view.path) if name else None
+            if path is not None and path != view.path and AUTOCAST in (view.text(path) or ""):
+                return True
+    return False
+
+
+def _project_bases(view, summary) -> bool:
+    """Does a class of the file derive from a class that may be the project's (not read through an absolute import
+    of a module outside the project, such as `nn.Module` or `unittest.TestCase`)?"""
+    from amplint.index.summary import dotted
+
+    for node in ast.walk(summary.tree):
+        if type(node) is ast.ClassDef:
+            for base in node.bases:
+                name = dotted(base)
+                if name is not None and name != "object" and not _outside(view, summary, name):
+                    return True
     return False
 
 

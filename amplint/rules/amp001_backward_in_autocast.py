@@ -115,7 +115,7 @@ class BackwardInAutocast(Rule):
     words = (vocab.AUTOCAST, "with")
     requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
     requires_across = (Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
-                       | Ask(Summary.backward_possible) & AskProject(opens_through_project))
+                       | Ask(Summary.calls_method, vocab.BACKWARD, vocab.GRAD) & AskProject(opens_through_project))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)

@@ -275,7 +275,8 @@ def _updated_under_another_spelling(facts: ModuleFacts, updates: dict, scaler: s
             if origin is not None and "." in origin:
                 modules.add(origin.rsplit(".", 1)[0])
     modules = {module for module in modules if module.split(".", 1)[0] != vocab.TORCH}
-    if modules and any(call.qualified and any(call.qualified.startswith(module + ".") for module in modules)
+    if modules and any(call.qualified and call.receiver not in names  # the scaler's own methods: not that code
+                       and any(call.qualified.startswith(module + ".") for module in modules)
                        for call in facts.calls):
         return True
     return any(vocab.UPDATE in taken or None in taken for name in names for taken in [facts.methods_taken(name)])
