@@ -145,6 +145,7 @@ class ProjectIndex:
         self._wrapper_classes: frozenset[str] | None = None  # the scaler-wrapper classes of the indexed files
         self._wrapper_names: frozenset[str] | None = None  # `scaler_wrapper_names`
         self._reaches: dict = {}  # `ModuleView.reaches`: (question) -> (answer, what answering it read)
+        self._resolved: dict = {}  # `ModuleView._resolved_calls`: callee's last name -> its sites resolved
 
     def know(self, path: str, name: str | None = None) -> None:
         """A file of the project whose record is read when an answer needs it."""
@@ -242,6 +243,7 @@ class ProjectIndex:
         (a record added or a file removed), the name-keyed tables too. A file only known by name (`know`) is
         entered into the tables when they are next asked (`_pending`): they are not built again."""
         self._reaches = {}  # `ModuleView.reaches`: answers kept while the files known stay the same
+        self._resolved = {}  # `ModuleView._resolved_calls`: call sites of a name, resolved, and what that read
         self._importers = {}
         self._wrapper_names = None
         if tables:
@@ -900,10 +902,36 @@ class ModuleView:
         last = target.qualname.rsplit(".", 1)[-1]
         name = last if last != "__call__" and not any_name else None
         self.asked_calls.add(name or "*")
-        for path, caller, call in self.project.calls_named(name):
-            self._file(path)
-            if self._resolve(path, caller, call.callee, MAX_DEPTH) == target:
+        for path, caller, call, resolved in self._resolved_calls(name):
+            if resolved == target:
                 yield CallerSite(Target(path, caller or "<module>"), call)
+
+    def _resolved_calls(self, name: str | None) -> tuple:
+        """(path, calling function, call, the function it runs) of every call site `calls_named(name)` finds, each
+        resolved once per state of the index (a table kept by the project, as `reaches`' answers: what resolving
+        read is recorded as read by each view asking), instead of once per question: a module's `forward` asked
+        for by every module calling a model once resolved every call of the project again."""
+        kept = self.project._resolved.get(name)
+        if kept is None:
+            asking = ModuleView(self.project, self.path)
+            asking._own = self._own
+            sites = []
+            for path, caller, call in self.project.calls_named(name):
+                asking._file(path)
+                sites.append((path, caller, call, asking._resolve(path, caller, call.callee, MAX_DEPTH)))
+            read = asking.read_modules | ({self.path} if asking.read_own else set())
+            kept = self.project._resolved[name] = (tuple(sites), frozenset(read), frozenset(asking.missing),
+                                                   frozenset(asking.asked_calls), frozenset(asking.asked_importers),
+                                                   asking.asked_wrappers)
+        sites, read, missing, calls, importers, wrappers = kept
+        if self.path in read:
+            self.read_own = True
+        self.read_modules.update(read - {self.path})
+        self.missing.update(missing)
+        self.asked_calls.update(calls)
+        self.asked_importers.update(importers)
+        self.asked_wrappers = self.asked_wrappers or wrappers
+        return sites
 
     def method_calls(self, method: str, receiver: str) -> list[CallerSite]:
         """Every call site in the project of `<...>.<receiver>.<method>()` (`scaler.update()`,
