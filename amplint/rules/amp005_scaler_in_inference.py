@@ -321,7 +321,7 @@ class ScalerInInference(Rule):
         # data that reaches no backward (scaled logits sampled into token ids in `generate()`). A function
         # returning or handing on a scaled loss is a training helper (the backward elsewhere).
         if functions.calls_eval(function) or (
-                event.kind is EventKind.SCALER_SCALE and _only_data(facts, function, event)):
+                event.kind is EventKind.SCALER_SCALE and _only_data(facts, function, event, functions)):
             return f"runs in `{function.name}()`, which has no backward"
         if functions.evaluation_script(function):
             return f"runs in `{function.name}()`, called by a script calling `.eval()`"
@@ -350,6 +350,7 @@ class _Functions:
         self.facts = facts
         self._names: dict[int, Counter[str]] = {}
         self._reads: dict[int, _Reads] = {}
+        self._statements: dict[int, tuple[dict[str, list[cst.CSTNode]], set[str]]] = {}
         self._backward: dict[int, bool] = {}
         self._module_backward: dict[str | None, bool] = {}
 
@@ -537,6 +538,19 @@ class _Functions:
                 return statement
         return None
 
+    def statements_reading(self, function: Frame) -> tuple[dict[str, list[cst.CSTNode]], set[str]]:
+        """(name -> the small statements of the function's code reading it, in order; the names its nested
+        functions, classes and lambdas read), for `_only_data`: built once per function."""
+        key = id(function)
+        if key not in self._statements:
+            readers: dict[str, list[cst.CSTNode]] = {}
+            for node in _simple_statements(function.node.body):
+                for name in dict.fromkeys(_name_values(node)):
+                    readers.setdefault(name, []).append(node)
+            nested = {name for node in _nested_definitions(function.node.body) for name in _name_values(node)}
+            self._statements[key] = (readers, nested)
+        return self._statements[key]
+
     def mentions(self, function: Frame, name: str) -> int:
         """How many times `name` appears as a name in the function's code (never in comments or strings)."""
         if id(function) not in self._names:
@@ -555,7 +569,7 @@ def _qualname(facts: ModuleFacts, frame: Frame) -> str | None:
     return info.qualname if info is not None else None
 
 
-def _only_data(facts: ModuleFacts, function: Frame, event: Event) -> bool:
+def _only_data(facts: ModuleFacts, function: Frame, event: Event, functions: _Functions) -> bool:
     """Is `name = scaler.scale(...)` read, in its function, only by tensor methods, torch functions and operators
     whose results are in turn read the same way, ending in integer results (`multinomial`, `argmax`) or nowhere:
     never returned, stored, handed to another call or backwarded? Then the scaled value reaches no backward."""
@@ -567,18 +581,30 @@ def _only_data(facts: ModuleFacts, function: Frame, event: Event) -> bool:
             and isinstance(small.targets[0].target, cst.Name)):
         return False
     tainted = {small.targets[0].target.value}
-    statements = [node for node in _simple_statements(function.node.body) if node is not small]
-    while True:
-        before = len(tainted)
-        for node in statements:
+    # A statement's answer depends only on the tainted names it reads: each is checked again when one of its names
+    # becomes tainted (the statements reading a name are indexed once per function: N scales cost N, not N x N).
+    readers, nested_names = functions.statements_reading(function)
+    pending = list(tainted)
+    while pending:
+        for node in readers.get(pending.pop(), ()):
+            if node is small:
+                continue
             flows = _Flow(facts, tainted)
             if not flows.statement(node):
                 return False
+            pending.extend(flows.bound - tainted)
             tainted |= flows.bound
-        if len(tainted) == before:
-            break
-    nested = _nested_definitions(function.node.body)  # a closure reading one may hand it anywhere
-    return not any(_Flow(facts, tainted)._reads(node) for node in nested)
+    return not tainted & nested_names  # a closure reading one may hand it anywhere
+
+
+def _name_values(node: cst.CSTNode) -> Iterator[str]:
+    """Every `Name` in the node (as `_Flow._reads` sees them: attribute names too)."""
+    pending = [node]
+    while pending:
+        current = pending.pop()
+        if isinstance(current, cst.Name):
+            yield current.value
+        pending.extend(current.children)
 
 
 def _nested_definitions(block: cst.CSTNode) -> list[cst.CSTNode]:
