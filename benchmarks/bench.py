@@ -20,7 +20,9 @@ bytecode (PYTHONDONTWRITEBYTECODE is dropped for them): an installed amplint has
 compiles its ~70 modules every time measures the compiler, not the linter.
 
 `--cold-target` is the ratio to ruff the cold run is judged against (4 for torch's tree, 5 for a tree of public
-training repositories). Last, one more cold run in a single process shows where the time goes, by phase (imports,
+training repositories). `--parts`: the tree holds many repositories (each of its folders); each is also linted
+alone, cold, and the sum of those runs is a row of its own ("the sum of the parts"), against which the whole
+tree's cold run is judged (at most 1.1x: linting repositories together must cost no more than one at a time). Last, one more cold run in a single process shows where the time goes, by phase (imports,
 read, screen, index, parse, facts, rules, locate, output: benchmarks/phases.py); `--phases-only` prints just that.
 """
 
@@ -86,13 +88,29 @@ def amplint_command(paths: list[str], extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "amplint", "check", *paths, "--exit-zero", "--output-format", "json", *extra]
 
 
-def phase_table(tree: Path, select: str | None) -> str:
-    """benchmarks/phases.py on the tree: one cold run in one process, its time by phase."""
+def phases(tree: Path, select: str | None) -> dict:
+    """benchmarks/phases.py on the tree: one cold run in one process, its time by phase and its reads."""
     environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
-    command = [sys.executable, str(REPO / "benchmarks" / "phases.py"), str(tree)] + (
+    command = [sys.executable, str(REPO / "benchmarks" / "phases.py"), str(tree), "--json"] + (
         ["--select", select] if select else [])
-    return subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout.rstrip()
+    output = subprocess.run(command, env=environment, capture_output=True, text=True, check=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def phase_table(tree: Path, select: str | None, result: dict | None = None) -> str:
+    """The table of `phases` (benchmarks/phases.py's own rendering)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from phases import table
+    finally:
+        sys.path.pop(0)
+    return table(result if result is not None else phases(tree, select))
+
+
+def repositories(tree: Path) -> list[Path]:
+    """The tree's folders holding source files, each a repository of a tree of many (`--parts`)."""
+    return [folder for folder in sorted(tree.iterdir()) if folder.is_dir() and source_files(folder)]
 
 
 def find_ruff() -> str:
@@ -192,6 +210,9 @@ def main() -> None:
                         help="the cold run's target, times ruff (4 for torch's tree, 5 for training repositories)")
     parser.add_argument("--phases-only", action="store_true",
                         help="print only where one cold run's time goes (benchmarks/phases.py)")
+    parser.add_argument("--parts", action="store_true",
+                        help="TREE holds many repositories (its folders): also lint each alone, cold, and compare "
+                             "the whole tree's cold run with the sum of the parts")
     args = parser.parse_args()
     if args.phases_only:
         tree = (args.tree or default_tree()).resolve()
@@ -276,6 +297,15 @@ def main() -> None:
                             "amplint_on_sample": ours_median, "extrapolated_seconds": extrapolated}
             results["torchfix"] = torchfix_row
 
+        parts = None
+        if args.parts:  # each repository alone, cold, as many rounds as the whole tree: the sum of the parts
+            folders = repositories(tree)
+            per_round = [sum(measure(amplint_command([str(folder)], ["--no-cache", *extra]), work)["seconds"]
+                             for folder in folders) for _ in range(args.rounds)]
+            parts = {"repositories": len(folders), "median": statistics.median(per_round), "min": min(per_round),
+                     "max": max(per_round)}
+            results["parts"] = parts
+
         scaling = None
         if not args.no_scaling:
             scaling = {"copies": [], "files": []}
@@ -313,6 +343,10 @@ def main() -> None:
         print(f"{label:38} {median(name):8.2f}s {min(seconds):8.2f}s {max(seconds):8.2f}s {human_bytes(peak):>9} "
               f"{median(name) / ruff_median:7.2f}x")
         results[name] = {"median": median(name), "min": min(seconds), "max": max(seconds), "rss_kb": peak}
+    if parts:
+        label = f"amplint, cold, {parts['repositories']} parts alone (sum)"
+        print(f"{label:38} {parts['median']:8.2f}s {parts['min']:8.2f}s {parts['max']:8.2f}s {'':>9} "
+              f"{parts['median'] / ruff_median:7.2f}x")
     singles = results["single_files"]
     for name, seconds in singles.items():
         print(f"{name:38} {seconds:8.3f}s")
@@ -346,7 +380,9 @@ def main() -> None:
               f"the largest {floor['largest']:.2f}s ({largest}); no analysis on libcst's tree can run cold in less "
               f"than {floor['floor']:.2f}s on {os.cpu_count()} cores, {floor['floor'] / ruff_median:.2f}x ruff")
     print("\nwhere a cold run's time goes (one process, so the phases add up; benchmarks/phases.py):")
-    print(phase_table(tree, args.select))
+    phased = phases(tree, args.select)
+    results["phases"] = phased
+    print(phase_table(tree, args.select, phased))
     cold, warm = results["amplint cold"], results["amplint warm"]
     peak = max(cold["rss_kb"], warm["rss_kb"])
     print("\ntargets:")
@@ -365,6 +401,13 @@ def main() -> None:
         print(f"  >= 100x faster than TorchFix: {speedup:.0f}x on the whole tree (TorchFix extrapolated) "
               f"{'met' if speedup >= 100 else 'NOT met'}; {on_sample:.0f}x on the sample alone, where amplint's "
               f"start-up (about 0.3s) is most of its time")
+    if parts:
+        ratio = cold["median"] / parts["median"]
+        print(f"  cold run of the whole tree <= 1.1x the sum of its {parts['repositories']} parts alone: {ratio:.2f}x "
+              f"{'met' if ratio <= 1.1 else 'NOT met'}")
+    if phased.get("files_read"):
+        per_file = phased["reads"] / phased["files_read"]
+        print(f"  reads per file <= 2 (one process): {per_file:.2f} {'met' if per_file <= 2 else 'NOT met'}")
     print(f"  peak memory < 300 MB: {human_bytes(peak)} {'met' if peak < 300 * 1024 else 'NOT met'}")
     if scaling:
         ratio = scaling["files"][1][1] / scaling["files"][0][1]

@@ -4,7 +4,8 @@
 
 Runs `amplint check TREE --no-cache --jobs 1` in this process with a few of amplint's functions wrapped: each
 wrapper adds the wall time spent inside it to its phase, less the time spent in a nested phase (a record the
-screen builds for the index is index time, not screen time). What no phase claims is "other" (start-up and
+screen builds for the index is index time, not screen time). The reads of files are counted too (every read of a
+source goes through `amplint.source.read_bytes`): reads per file, and the most of one file. What no phase claims is "other" (start-up and
 imports, discovery, the pipeline's own bookkeeping). One process and one core, so the phases add up to the run;
 a parallel run divides the analysis among the cores.
 
@@ -44,10 +45,15 @@ class Clock:
         self.spent: dict[str, float] = {name: 0.0 for name, _ in PHASES}
         self.calls: dict[str, int] = {name: 0 for name, _ in PHASES}
         self.stack: list[list] = []  # [phase, started, time spent in nested phases]
+        self.reads: dict[str, int] = {}  # path -> times its bytes were read (`amplint.source:read_bytes`)
 
     def wrap(self, phase: str, function):
+        counts_reads = function.__module__ == "amplint.source" and function.__name__ == "read_bytes"
+
         @functools.wraps(function)
         def timed(*args, **kwargs):
+            if counts_reads and args:
+                self.reads[str(args[0])] = self.reads.get(str(args[0]), 0) + 1
             frame = [phase, time.perf_counter(), 0.0]
             self.stack.append(frame)
             try:
@@ -162,7 +168,8 @@ def measure(tree: str, select: str | None = None) -> dict:
     wrapper.stop()
     claimed = sum(clock.spent.values())
     return {"total": total, "phases": dict(clock.spent), "calls": dict(clock.calls), "other": total - claimed,
-            "missing": wrapper.missing()}
+            "missing": wrapper.missing(), "files_read": len(clock.reads), "reads": sum(clock.reads.values()),
+            "most_reads": max(clock.reads.values(), default=0)}
 
 
 def table(result: dict) -> str:
@@ -173,6 +180,10 @@ def table(result: dict) -> str:
         lines.append(f"{phase:10} {seconds:9.2f} {seconds / total:6.0%} {result['calls'][phase]:8d}")
     lines.append(f"{'other':10} {result['other']:9.2f} {result['other'] / total:6.0%}")
     lines.append(f"{'total':10} {total:9.2f}   (one process, --jobs 1)")
+    files = result.get("files_read", 0)
+    if files:
+        lines.append(f"reads: {result['reads']} of {files} files, {result['reads'] / files:.2f} per file "
+                     f"(at most {result['most_reads']} of one)")
     if result["missing"]:
         lines.append("not found, their time is in other (a phase moved?): " + ", ".join(result["missing"]))
     return "\n".join(lines)
