@@ -43,6 +43,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE_SUFFIXES = (".py", ".pyi")
+CODE = [REPO]  # the checkout of amplint measured (`--code`): this one unless another is named
 
 # Runs one command and prints {"seconds": wall time, "rss_kb": largest resident set of any process it started}.
 WRAPPER = textwrap.dedent("""\
@@ -76,7 +77,7 @@ def source_files(tree: Path) -> list[Path]:
 
 def measure(command: list[str], cwd: Path, limit: float = 0.0) -> dict:
     """Wall time and peak memory of one run, in a fresh wrapper process."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    environment = {**os.environ, "PYTHONPATH": str(CODE[0]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     environment.pop("CI", None)
     environment.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed amplint has its bytecode (see above)
     output = subprocess.run([sys.executable, "-c", WRAPPER, str(limit), *command], cwd=cwd, env=environment,
@@ -90,7 +91,7 @@ def amplint_command(paths: list[str], extra: list[str]) -> list[str]:
 
 def phases(tree: Path, select: str | None) -> dict:
     """benchmarks/phases.py on the tree: one cold run in one process, its time by phase and its reads."""
-    environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    environment = {**os.environ, "PYTHONPATH": str(CODE[0]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     environment.pop("PYTHONDONTWRITEBYTECODE", None)
     command = [sys.executable, str(REPO / "benchmarks" / "phases.py"), str(tree), "--json"] + (
         ["--select", select] if select else [])
@@ -186,7 +187,7 @@ def parse_floor(paths: list[str], cores: int) -> dict | None:
     parsed, whatever the prefilter does): one file is parsed on one core, the others shared among the cores."""
     if not paths:
         return None
-    environment = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    environment = {**os.environ, "PYTHONPATH": str(CODE[0]) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     output = subprocess.run([sys.executable, "-c", PARSE_TIMER, *paths], env=environment, capture_output=True,
                             text=True, check=True).stdout
     seconds = json.loads(output.strip().splitlines()[-1])
@@ -210,10 +211,15 @@ def main() -> None:
                         help="the cold run's target, times ruff (4 for torch's tree, 5 for training repositories)")
     parser.add_argument("--phases-only", action="store_true",
                         help="print only where one cold run's time goes (benchmarks/phases.py)")
+    parser.add_argument("--code", type=Path, default=None,
+                        help="the amplint checkout to measure (default: this one), e.g. an older commit's clone "
+                             "for a before/after table")
     parser.add_argument("--parts", action="store_true",
                         help="TREE holds many repositories (its folders): also lint each alone, cold, and compare "
                              "the whole tree's cold run with the sum of the parts")
     args = parser.parse_args()
+    if args.code is not None:
+        CODE[0] = args.code.resolve()
     if args.phases_only:
         tree = (args.tree or default_tree()).resolve()
         print(f"tree: {tree}\n{phase_table(tree, args.select)}")
@@ -230,7 +236,7 @@ def main() -> None:
     load_before = os.getloadavg()
     results: dict = {"tree": str(tree), "files": len(files), "bytes": total_bytes, "cores": os.cpu_count(),
                      "python": platform.python_version(), "select": args.select or "all rules"}
-    print(f"tree: {tree} ({len(files)} files, {total_bytes / 1e6:.1f} MB); {os.cpu_count()} cores; "
+    print(f"amplint: {CODE[0]}\ntree: {tree} ({len(files)} files, {total_bytes / 1e6:.1f} MB); {os.cpu_count()} cores; "
           f"Python {platform.python_version()}; rules: {results['select']}; load average before: "
           f"{load_before[0]:.2f}")
 
@@ -240,7 +246,7 @@ def main() -> None:
 
         # Everything gets a result, and nothing crashes.
         check = subprocess.run(amplint_command([str(tree)], ["--no-cache", *extra]), cwd=work, capture_output=True,
-                               text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+                               text=True, env={**os.environ, "PYTHONPATH": str(CODE[0])})
         diagnostics = json.loads(check.stdout or "[]")
         counts: dict[str, int] = {}
         for diagnostic in diagnostics:
