@@ -51,8 +51,10 @@ def is_float32_cast(call: cst.Call) -> bool:
 def casts_away(call: cst.Call) -> bool:
     """Is the call a conversion whose result is not shown low precision: a float32 cast, or `.to(x)`/`.type(x)`
     with `x` unknown (perhaps a dtype: what it gives is unknown, never taken as low)? Its receiver is not computed
-    with, as written."""
-    return conversion(call) in (vocab.CONVERTS_FLOAT32, vocab.CONVERTS_UNKNOWN)
+    with, as written. `.type_as(t)` converts to `t`'s dtype: it computes nothing with its receiver either (what it
+    gives is `low_state`'s question)."""
+    return conversion(call) in (vocab.CONVERTS_FLOAT32, vocab.CONVERTS_UNKNOWN) or (
+        _op_name(call) == "type_as" and isinstance(call.func, cst.Attribute) and bool(call.args))
 
 
 def has_float32_dtype_keyword(call: cst.Call) -> bool:
