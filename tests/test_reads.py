@@ -36,8 +36,9 @@ LINEAR = 2.6  # the largest growth of the work accepted for twice the modules (l
 
 def _module(i: int) -> str:
     """Module i of the package: a helper calling the previous module's helper (a chain of imports), an epoch that
-    builds its own GradScaler (called once per epoch by a script: AMP004), and a disabled autocast region that a
-    script calls under an enabled one with float16 values (AMP006)."""
+    builds its own GradScaler (called once per epoch by a script: AMP004), a disabled autocast region that a
+    script calls under an enabled one with float16 values (AMP006), and a module whose `forward` holds one (its
+    callers are every call of the project: a module is called by any name)."""
     previous = f"from pkg.mod{i - 1} import helper{i - 1}\n" if i else ""
     call = f"    x = helper{i - 1}(model, x)\n" if i else ""
     return (f"import torch\n{previous}\n\n"
@@ -46,7 +47,9 @@ def _module(i: int) -> str:
             f"    for x in loader:\n        with torch.autocast('cuda', dtype=torch.float16):\n"
             f"            loss = helper{i}(model, x).sum()\n        scaler.scale(loss).backward()\n"
             f"        scaler.step(optimizer)\n        scaler.update()\n\n\n"
-            f"def exact{i}(a, b):\n    with torch.autocast('cuda', enabled=False):\n        return a @ b.T\n")
+            f"def exact{i}(a, b):\n    with torch.autocast('cuda', enabled=False):\n        return a @ b.T\n\n\n"
+            f"class Block{i}(torch.nn.Module):\n    def forward(self, a):\n"
+            f"        with torch.autocast('cuda', enabled=False):\n            return a @ a.T\n")
 
 
 WRAPPER = """\
@@ -74,12 +77,12 @@ def _script(i: int, n: int) -> str:
     wrapper (imported under another name every other script), and the stepper whose scaler it binds."""
     wrapper = "from pkg.amp import NativeScaler as Scaler\n" if i % 2 else "from pkg.amp import NativeScaler\n"
     name = "Scaler" if i % 2 else "NativeScaler"
-    return (f"import torch\nimport stepper\n{wrapper}from pkg.mod{i} import train_epoch{i}, exact{i}\n\n"
+    return (f"import torch\nimport stepper\n{wrapper}from pkg.mod{i} import train_epoch{i}, exact{i}, Block{i}\n\n"
             f"loss_scaler = {name}()\nstepper.loss_scaler = loss_scaler\n\n\n"
-            f"def main(model, optimizer, loader, x):\n    for epoch in range(10):\n"
+            f"def main(model, optimizer, loader, x):\n    block = Block{i}()\n    for epoch in range(10):\n"
             f"        train_epoch{i}(model, optimizer, loader)\n"
             f"    with torch.autocast('cuda', dtype=torch.float16):\n        y = torch.mm(x, x)\n"
-            f"        return exact{i}(y, y)\n")
+            f"        z = block(y)\n        return exact{i}(y, z)\n")
 
 
 def _notebook(i: int) -> str:
