@@ -11,7 +11,7 @@ from amplint.facts import ModuleFacts
 from amplint.facts.model import Call, Region
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target, calls_leaving
-from amplint.vocabulary import AUTOCAST, STEP, Effect
+from amplint.vocabulary import AUTOCAST, STEP, TORCH, Effect
 
 
 # A function whose facts a caller's region does not reach: its body runs with autocast off.
@@ -145,6 +145,9 @@ def opens_through_project(view) -> bool:
             entered = {name for name in entered if name.split(".", 1)[0] not in ("self", "cls")}
         if not entered or not _imports_a_region_module(view, summary):
             return False
+        imported = _imported_factory(view, summary, entered)
+        if imported is not None:
+            return imported  # answered from the modules the names come from, without this file's record
     record = view.record(view.path)
     if record is None:
         return False
@@ -160,6 +163,9 @@ def opens_through_project(view) -> bool:
     return False
 
 
+_NO_FACTORIES = frozenset({TORCH, "contextlib", "functools"})
+
+
 def _outside(view, summary, name: str) -> bool:
     """Is the dotted name surely not a function of the project: a builtin, or read through an absolute import of
     a module the project does not hold (`torch.no_grad`, `warnings.catch_warnings`)?"""
@@ -169,8 +175,8 @@ def _outside(view, summary, name: str) -> bool:
     if head in ("self", "cls"):
         return False
     imported = summary.qualified_imports.get(head)
-    if imported:
-        return all(view.outside(qualified) for qualified in imported)
+    if imported:  # torch's own API, contextlib's, functools': never a region the project makes (as the facts layer)
+        return all(qualified.split(".", 1)[0] in _NO_FACTORIES or view.outside(qualified) for qualified in imported)
     return hasattr(builtins, head) and head not in summary.bound and head not in summary.module_bound
 
 
@@ -188,6 +194,47 @@ def _imports_a_region_module(view, summary) -> bool:
             path = view._find(name, view.path) if name else None
             if path is not None and path != view.path and AUTOCAST in (view.text(path) or ""):
                 return True
+    return False
+
+
+def _imported_factory(view, summary, entered: set[str]) -> bool | None:
+    """For entered names all read through imports (no `self.` method): does one name a function making a region in
+    the module it comes from (followed through one re-export)? None when a name is not read so: the file's record
+    answers."""
+    bound: dict[str, tuple[str, str | None, int]] = {}
+    for node in summary.import_nodes:
+        for alias in node.names:
+            if type(node) is ast.Import:
+                bound[alias.asname or alias.name.split(".")[0]] = (alias.name if alias.asname else
+                                                                   alias.name.split(".")[0], None, 0)
+            elif alias.name != "*":
+                bound[alias.asname or alias.name] = (node.module or "", alias.name, node.level)
+    for name in entered:
+        head, *rest = name.split(".")
+        if head not in bound:
+            if head in ("self", "cls"):
+                return None  # a method (of a project base class): the record resolves it
+            continue  # a local name: its bound values are among the names (`_entered_names`)
+        module, attribute, level = bound[head]
+        module = view.project.absolute(view.path, module, level) if level else module
+        parts = ([attribute] if attribute else []) + rest
+        if not parts:
+            continue
+        for depth in range(2):
+            path = view._find(".".join(filter(None, [module, *parts[:-1]])), view.path)
+            record = view.record(path) if path is not None and path != view.path else None
+            if record is None:
+                break
+            function = record.functions.get(parts[-1])
+            if function is not None:
+                if Effect.RETURNS_AUTOCAST in function.does:
+                    return True
+                break
+            again = record.imports.get(parts[-1])  # a re-export: `from .utils import make_ctx` in a package
+            if again is None or again[1] is None:
+                break
+            module = view.project.absolute(path, again[0], again[2]) if again[2] else again[0]
+            parts = [again[1]]
     return False
 
 
