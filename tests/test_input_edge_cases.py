@@ -1,4 +1,4 @@
-"""What a second probe of bad input broke (issue 28): extended attributes kept by `--fix`, a configuration file
+"""Edge cases of input and fixes: extended attributes kept by `--fix`, a configuration file
 with a BOM or broken TOML, form feeds in indentation, NFKC identifiers, long `elif` chains, large files, fixes
 that would remove a binding another fix reads. Each test failed before its fix."""
 
