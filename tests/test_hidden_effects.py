@@ -1,4 +1,4 @@
-"""Round 4 of what real training code hides: autocast regions made by functions, objects that train, helpers
+"""What real training code hides behind calls: autocast regions made by functions, objects that train, helpers
 across modules, module names as Python resolves them. Each test states one fact of the model below the rules
 (facts, index); the fixtures (fixtures/AMP*/) hold the rules' findings."""
 
