@@ -118,6 +118,7 @@ import torch
 
 @torch.no_grad()
 def evaluate(model, loader, optimizer, scaler):
+    model.eval()
     for x in loader:
         with torch.autocast("cuda", dtype=torch.float16):
             out = model(x)

@@ -194,6 +194,27 @@ def _imports_a_region_module(view, summary) -> bool:
             path = view._find(name, view.path) if name else None
             if path is not None and path != view.path and AUTOCAST in (view.text(path) or ""):
                 return True
+        if type(node) is ast.ImportFrom and base and _reexports_a_region_module(view, base, node.names):
+            return True
+    return False
+
+
+def _reexports_a_region_module(view, base: str, aliases) -> bool:
+    """Does the module `base` re-export one of the imported names from a module of the project whose text names
+    `autocast` (`from .helpers import make_ctx` in a package's `__init__`: one re-export followed, as
+    `_imported_factory` follows it)?"""
+    path = view._find(base, view.path)
+    record = view.record(path) if path is not None and path != view.path else None
+    if record is None:
+        return False
+    for alias in aliases:
+        again = record.imports.get(alias.name)
+        if again is None or again[1] is None:
+            continue
+        module = view.project.absolute(path, again[0], again[2]) if again[2] else again[0]
+        source = view._find(module, path)
+        if source is not None and source != view.path and AUTOCAST in (view.text(source) or ""):
+            return True
     return False
 
 
