@@ -376,10 +376,10 @@ def _corpus_script():
 
 SAFETY_CORPUS = FIXTURES / "safe-fixes" / "corpus"
 CORPUS_PROGRAMS = sorted(SAFETY_CORPUS.glob("*.py"))
-# Every 16th program, and the shapes a safe fix once broke (AMP003 after an unscale through a lambda, a nested
+# Every 32nd program, and the shapes a safe fix once broke (AMP003 after an unscale through a lambda, a nested
 # function, a GradScaler subclass's method or a dict of lambda hooks: `unscale_() has already been called`; AMP010
 # after a subclass's own update: `No inf checks were recorded prior to update`).
-CORPUS_SAMPLE = sorted(set(CORPUS_PROGRAMS[::16]) | {SAFETY_CORPUS / f"amp003_unscale_{shape}_sgd.py" for shape in
+CORPUS_SAMPLE = sorted(set(CORPUS_PROGRAMS[::32]) | {SAFETY_CORPUS / f"amp003_unscale_{shape}_sgd.py" for shape in
                                                       ("lambda", "nested_function", "subclass_method",
                                                        "hooks_dict_on_self")}
                        | {SAFETY_CORPUS / "amp010_update_subclass_method_sgd.py"})

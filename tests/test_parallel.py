@@ -23,6 +23,9 @@ from samples import amplint_process
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "fixtures"
+# The rules' fixtures (single files, projects across modules) and the notebooks: the pool is compared with a serial
+# run on them (the safety corpus's generated programs add time, not cases).
+TREES = [str(path.relative_to(REPO)) for path in sorted(FIXTURES.glob("AMP*-*"))] + ["fixtures/notebooks"]
 
 
 def _amplint(*args: str) -> subprocess.CompletedProcess:
@@ -32,8 +35,8 @@ def _amplint(*args: str) -> subprocess.CompletedProcess:
 def test_jobs_1_and_jobs_2_print_the_same():
     """JSON holds every field of every finding (the other formats render the same outcomes: compared with their
     source lines in-process below)."""
-    serial = _amplint("check", "fixtures", "--no-cache", "--jobs", "1", "--output-format", "json")
-    pooled = _amplint("check", "fixtures", "--no-cache", "--jobs", "2", "--output-format", "json")
+    serial = _amplint("check", *TREES, "--no-cache", "--jobs", "1", "--output-format", "json")
+    pooled = _amplint("check", *TREES, "--no-cache", "--jobs", "2", "--output-format", "json")
     assert serial.returncode == pooled.returncode
     assert serial.stdout == pooled.stdout
     assert serial.stdout.strip()
@@ -41,7 +44,7 @@ def test_jobs_1_and_jobs_2_print_the_same():
 
 def test_pool_outcomes_are_those_of_a_serial_run_in_order():
     settings = Settings(root=REPO)
-    files = list(discover([str(FIXTURES)], settings))
+    files = list(discover([str(REPO / tree) for tree in TREES], settings))
     assert len(files) >= parallel.SERIAL_BELOW
     serial = lint_paths(files, ALL_RULES, settings, Mode(), jobs=1)
     pooled = lint_paths(files, ALL_RULES, settings, Mode(), jobs=2)
@@ -156,7 +159,7 @@ def test_short_runs_never_draw():
 
 
 def test_cli_prints_no_bar_when_stderr_is_captured():
-    result = _amplint("check", "fixtures", "--no-cache", "--output-format", "concise", "--exit-zero")
+    result = _amplint("check", TREES[0], "--no-cache", "--output-format", "concise", "--exit-zero")
     assert "\r" not in result.stderr and "files" not in result.stderr
 
 
