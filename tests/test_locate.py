@@ -45,9 +45,11 @@ def source_ids():
     return [str(path.relative_to(FIXTURES)) for path in SOURCES]
 
 
-@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES), *LAYOUTS.values()],
-                         ids=[*source_ids(), *LAYOUTS])
+@pytest.mark.parametrize("text", [*(p.read_text() for p in SOURCES[::2]), *LAYOUTS.values()],
+                         ids=[*source_ids()[::2], *LAYOUTS])
 def test_every_node_is_where_position_provider_puts_it(text):
+    """Every 2nd fixture (the other half is compared with the same provider's ranges statement by statement below,
+    `test_statements_located_alone_give_position_providers_ranges`)."""
     module = cst.parse_module(text)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     nodes = list(expected)
