@@ -16,8 +16,9 @@
 2. **Who may import whom.** Every `import` and `from ... import` of an amplint module, at any depth (function-
    level imports too) and `importlib.import_module("amplint....")` calls, is checked against `MAY_IMPORT`:
    the modules a layer's modules may import. The layers (see the README's Architecture section):
-   - foundation: `vocabulary` (AMP names, imports nothing of amplint), `lazy`, `diagnostics`, `source`,
-     `parsing`, `outcome`;
+   - foundation: `vocabulary` (AMP names, imports nothing of amplint), `calls` (the neutral call shape both
+     walkers build and the one classifier of what a call does; the vocabulary only), `lazy`, `diagnostics`,
+     `source`, `parsing`, `outcome`;
    - Python structure: `index` (modules, imports, definitions, bindings, call sites; AMP names from the
      vocabulary only);
    - AMP knowledge: `facts` (libcst facts: order, regions, events), `rules` (one file per rule; nothing of
@@ -66,6 +67,7 @@ MAY_IMPORT = {
     # foundation
     "amplint": (),
     "amplint.vocabulary": (),
+    "amplint.calls": ("amplint.vocabulary",),
     "amplint.lazy": (),
     "amplint.diagnostics": (),
     "amplint.source": (),
@@ -73,11 +75,11 @@ MAY_IMPORT = {
     "amplint.parsing": ("amplint.lazy",),
     "amplint.outcome": ("amplint.diagnostics",),
     # Python structure
-    "amplint.index": ("amplint.index", "amplint.parsing", "amplint.source", "amplint.vocabulary"),
+    "amplint.index": ("amplint.calls", "amplint.index", "amplint.parsing", "amplint.source", "amplint.vocabulary"),
     # AMP knowledge
-    "amplint.facts": ("amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary"),
-    "amplint.rules": ("amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary",
-                      "amplint.diagnostics"),
+    "amplint.facts": ("amplint.calls", "amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary"),
+    "amplint.rules": ("amplint.calls", "amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy",
+                      "amplint.vocabulary", "amplint.diagnostics"),
     # running
     "amplint.prefilter": ("amplint.index", "amplint.parsing", "amplint.rules.base", "amplint.suppression"),
     "amplint.engine": ("amplint.diagnostics", "amplint.facts", "amplint.facts.slicing", "amplint.lazy",

@@ -43,10 +43,12 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
+from amplint.calls import is_float32_cast
+from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, \
     INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
 from amplint.index.flows import Scope, argument_flows
+from amplint.index.shapes import call_shape
 from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
@@ -713,10 +715,6 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
                and id(node) not in method_receivers for node in ast.walk(function))
 
 
-_FLOAT32_CASTS = frozenset({"float", "double"})
-_FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
-
-
 def _returns_autocast_dtype(function: ast.AST, params: tuple[str, ...]) -> bool:
     """`returns_autocast_dtype`: the function casts what it returns on purpose to the autocast dtype
     (`tensor.to(dtype=torch.get_autocast_gpu_dtype())`, the dtype perhaps through a name), or returns a parameter
@@ -864,7 +862,7 @@ def _cast_wherever_used(function: ast.AST, names: set[str]) -> set[str]:
             loads[node.id] = loads.get(node.id, 0) + 1
         elif type(node) is ast.Name and node.id in names:
             loads[node.id] = loads.get(node.id, 0) + 10 ** 6  # rebound: not what the caller handed in
-        elif type(node) is ast.Call and type(node.func) is ast.Attribute and _is_float32_cast(node):
+        elif type(node) is ast.Call and type(node.func) is ast.Attribute and is_float32_cast(call_shape(node)):
             for inner in ast.walk(node.func.value):
                 if type(inner) is ast.Name and type(inner.ctx) is ast.Load and inner.id in names:
                     under_cast[inner.id] = under_cast.get(inner.id, 0) + 1
@@ -923,26 +921,12 @@ def _constant(value: ast.expr) -> bool:
         type(value) is ast.Dict and not value.keys)
 
 
-def _is_float32_cast(call: ast.Call) -> bool:
-    """`vocabulary.conversion_of` (the facts layer's definition too) says float32, from this tree's texts."""
-    dtypes = [_dtype_text(arg) for arg in call.args] + [_dtype_text(k.value) for k in call.keywords
-                                                          if k.arg == vocab.DTYPE]
-    return vocab.conversion_of(call.func.attr, dtypes) == vocab.CONVERTS_FLOAT32
-
-
-def _dtype_text(node: ast.AST) -> str | None:
-    """What `conversion_of` reads of an argument: its dotted text, a quote for a string, else None."""
-    if type(node) in (ast.JoinedStr,) or (type(node) is ast.Constant and isinstance(node.value, str)):
-        return '"'
-    return dotted(node)
-
-
 def _float32_cast_of(value: ast.expr) -> str | None:
     """The name `value` casts to float32 (`x.float()`, `x.to(torch.float32)`, `x.type(torch.float64)`,
     `x.float().contiguous()`), if it is one."""
     while type(value) is ast.Call and type(value.func) is ast.Attribute:
         receiver = value.func.value
-        if _is_float32_cast(value):
+        if is_float32_cast(call_shape(value)):
             return receiver.id if type(receiver) is ast.Name else None
         value = receiver  # a method after the cast (`.float().contiguous()`): look at what it is called on
     return None
@@ -1071,7 +1055,7 @@ def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
         if kind is ast.Call:
             func = node.func
             if type(func) is ast.Attribute:
-                if func.attr in INTEGER_OPS or _is_float32_cast(node):
+                if func.attr in INTEGER_OPS or is_float32_cast(call_shape(node)):
                     return []
                 return known(func.value, seen) if func.attr in LAYOUT_METHODS else None
             return [] if type(func) is ast.Name and func.id in _NUMBER_BUILTINS else None

@@ -16,13 +16,16 @@ from amplint.facts import ModuleFacts, Region, RegionState
 from amplint.facts.module import exclusive
 from amplint.diagnostics import Applicability
 from amplint.facts.dtypes import (FLOAT_PRESERVING, LOW, UNKNOWN, Lowering, UncastUses, conversion, deliberately_low,
-                                  floating_names, is_float32_cast, is_scalar, low_state, lowering, module_output,
+                                  floating_names, is_scalar, low_state, lowering, module_output,
                                   tensor_module, LibraryArguments, ast_function, ast_calls_at, ast_low_origin, _ast_binding)
+from amplint.calls import is_float32_cast
 from amplint.facts.model import EventKind, Frame
 from amplint.facts.names import dotted_name
+from amplint.facts.shapes import call_shape
 from amplint.index.functions import ITEM_KEY
 from amplint.index.project import Target
-from amplint.index.summary import Summary, dotted
+from amplint.index.shapes import call_shape as ast_call_shape
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import dtype_words
@@ -375,7 +378,7 @@ def _cast_names(block: cst.CSTNode) -> set[str]:
     """The names a block casts to float32 (`x = x.float()`, `x.float()` anywhere in it)."""
     return {node.func.value.value for node in _descendants(block) if isinstance(node, cst.Call)
             and isinstance(node.func, cst.Attribute) and isinstance(node.func.value, cst.Name)
-            and is_float32_cast(node)}
+            and is_float32_cast(call_shape(node))}
 
 
 def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
@@ -670,11 +673,8 @@ def callers_pass_float32(facts: ModuleFacts, frame: Frame, param: str) -> bool:
 
 
 def _ast_float32_cast(node) -> bool:
-    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `x.type(torch.float32)` (the vocabulary's conversions)."""
-    if type(node) is not ast.Call or type(node.func) is not ast.Attribute:
-        return False
-    dtypes = [dotted(a) for a in node.args] + [dotted(k.value) for k in node.keywords if k.arg == vocab.DTYPE]
-    return vocab.conversion_of(node.func.attr, dtypes) == vocab.CONVERTS_FLOAT32
+    """`x.float()`, `x.double()`, `x.to(torch.float32)`, `x.type(torch.float32)` (the classifier's float32 casts)."""
+    return type(node) is ast.Call and is_float32_cast(ast_call_shape(node))
 
 
 CALLER_DEPTH = 3  # callers followed up from the function (a caller's own parameter, a caller's region)
