@@ -153,6 +153,9 @@ def converts_to_half(shape: CallShape) -> bool:
 
 # --- gradient mode ----------------------------------------------------------------------------------------------
 
+GRAD_MODE_CALLEES = NO_GRAD_CONTEXTS | ENABLE_GRAD_CONTEXTS | SET_GRAD_ENABLED_FUNCTIONS  # all `grad_mode` reads
+
+
 def grad_mode(shape: CallShape) -> bool | None:
     """The gradient mode a context or decorator sets: False for `no_grad`, `inference_mode()`,
     `set_grad_enabled(False)`; True for `enable_grad`, `set_grad_enabled(True)`, `inference_mode(False)` (which

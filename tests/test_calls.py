@@ -108,3 +108,61 @@ def test_the_index_and_the_facts_name_dotted_expressions_alike():
         from amplint.index.summary import dotted
 
         assert dotted(tree) == dotted_name(cst.parse_expression(code))
+
+
+GRAD_MODES = '''import torch
+from torch import set_grad_enabled as sge
+
+
+def off(x):
+    with torch.set_grad_enabled(False):
+        helper(x)
+
+
+def back_on(x):
+    with torch.no_grad():
+        with torch.enable_grad():
+            helper(x)
+
+
+@torch.inference_mode()
+def decorated(x):
+    helper(x)
+
+
+@torch.no_grad()
+@torch.enable_grad()
+def innermost_decorator(x):
+    helper(x)
+
+
+def run_time(x, flag):
+    with torch.no_grad(), torch.set_grad_enabled(flag):
+        helper(x)
+
+
+def alias(x):
+    with sge(False):
+        helper(x)
+'''
+
+
+def test_the_index_and_the_facts_agree_on_the_grad_mode():
+    """One definition: a call under no_grad in the facts layer (`no_grad_opener`) is one in the index's record,
+    and a context turning gradients off is the index's `no_grad` fact (set_grad_enabled(False) and an alias too)."""
+    from amplint.facts.module import ModuleFacts
+    from amplint.index.functions import index_text
+    from amplint.vocabulary import Effect
+
+    index = index_text(GRAD_MODES)
+    facts = ModuleFacts(cst.parse_module(GRAD_MODES))
+    expected = {"off": True, "back_on": False, "decorated": True, "innermost_decorator": False, "run_time": True,
+                "alias": True}
+    for call in facts.calls:
+        if call.dotted == "helper":
+            function = call.frame.function().name
+            record = index.functions[function].calls[0]
+            assert (facts.no_grad_opener(call.frame) is not None) is record.no_grad is expected[function], function
+    assert Effect.NO_GRAD in index.functions["off"].does and Effect.ENABLE_GRAD not in index.functions["off"].does
+    assert Effect.NO_GRAD in index.functions["alias"].does
+    assert Effect.ENABLE_GRAD in index.functions["back_on"].does

@@ -200,12 +200,9 @@ def test_the_vocabulary_names_every_api_word_once():
     assert vocabulary.API_WORDS <= set(spelled)
     from amplint.facts import names
 
-    for key in names.__all__:  # what code written against the facts layer imports from it still comes from here
+    for key in names.__all__:  # one word per idea: what the facts layer re-exports is the vocabulary's, same name
         value = getattr(names, key)
-        assert value is getattr(vocabulary, key, value) or callable(value) or key in (
-            "ENABLE_GRAD", "SET_GRAD_ENABLED")
-    assert names.ENABLE_GRAD is vocabulary.ENABLE_GRAD_CONTEXTS
-    assert names.SET_GRAD_ENABLED is vocabulary.SET_GRAD_ENABLED_FUNCTIONS
+        assert value is getattr(vocabulary, key, None) or callable(value) or key in ("EXIT_STACKS", "ENTER_CONTEXT")
     assert names.GRAD_SCALERS is vocabulary.GRAD_SCALERS
 
 

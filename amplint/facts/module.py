@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from amplint.lazy import libcst as cst
 from amplint.lazy import visitor_class
 
+from amplint import calls
 from amplint import vocabulary as vocab
 from amplint.facts import names as api
 from amplint.facts.collect import Collector, target_names
@@ -31,6 +32,7 @@ from amplint.facts.model import (
     RegionState,
 )
 from amplint.facts.names import code_words, dotted_name
+from amplint.facts.shapes import call_shape
 
 if TYPE_CHECKING:
     from amplint.facts.locate import Point
@@ -63,6 +65,20 @@ def call_argument(call: cst.Call | list[cst.Arg], position: int | None, keyword:
     if position is not None and position < len(positional):
         return positional[position].value
     return None
+
+
+def _grad_openers(frame: Frame | None):
+    """The with-items and decorators around `frame` that may set the gradient mode, innermost first, up to the
+    function it runs in (its decorators included)."""
+    for current in frame.ancestors() if frame is not None else ():
+        if current.kind is FrameKind.WITH:
+            for item in reversed(current.node.items):
+                yield item.item
+        elif current.kind is FrameKind.FUNCTION:
+            if isinstance(current.node, cst.FunctionDef):
+                for decorator in reversed(current.node.decorators):
+                    yield decorator.decorator
+            return
 
 
 class ModuleFacts:
@@ -545,36 +561,12 @@ class ModuleFacts:
 
     # grad mode --------------------------------------------------------------------------------------
     def no_grad_opener(self, frame: Frame | None) -> cst.CSTNode | None:
-        """The `with torch.no_grad()`/`inference_mode()` item or decorator the code runs under, if any."""
-        for current in frame.ancestors() if frame is not None else ():
-            # The innermost grad-mode context decides: `enable_grad()` inside `no_grad()` turns gradients back on.
-            if current.kind is FrameKind.WITH:
-                for item in reversed(current.node.items):
-                    mode = self._grad_mode(item.item)
-                    if mode is not None:
-                        return item.item if mode is False else None
-            elif current.kind is FrameKind.FUNCTION:
-                if isinstance(current.node, cst.FunctionDef):
-                    for decorator in reversed(current.node.decorators):
-                        mode = self._grad_mode(decorator.decorator)
-                        if mode is not None:
-                            return decorator.decorator if mode is False else None
-                return None
-        return None
-
-    def _grad_mode(self, expr: cst.BaseExpression) -> bool | None:
-        """False for no_grad/inference_mode/set_grad_enabled(False), True for enable_grad/set_grad_enabled(True),
-        None for anything else (or a mode only known at run time)."""
-        target = expr.func if isinstance(expr, cst.Call) else expr
-        qualified = self.imports.qualify(target)
-        if qualified in api.NO_GRAD_CONTEXTS:
-            disabled = isinstance(expr, cst.Call) and literal_bool(call_argument(expr, 0, "mode")) is False
-            return True if disabled else False
-        if qualified in api.ENABLE_GRAD:
-            return True
-        if qualified in api.SET_GRAD_ENABLED and isinstance(expr, cst.Call):
-            return literal_bool(call_argument(expr, 0, "mode"))
-        return None
+        """The `with torch.no_grad()`/`inference_mode()`/`set_grad_enabled(False)` item or decorator the code runs
+        under, if any: the innermost one setting a known mode decides (`calls.innermost_grad_mode`; `enable_grad()`
+        inside `no_grad()` turns gradients back on)."""
+        openers = list(_grad_openers(frame))
+        decided = calls.innermost_grad_mode(call_shape(opener, self.imports) for opener in openers)
+        return openers[decided[0]] if decided is not None and decided[1] is False else None
 
     # scalers and optimizers -------------------------------------------------------------------------
     def is_scaler_construction(self, value: cst.BaseExpression) -> bool:

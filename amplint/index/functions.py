@@ -43,10 +43,9 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.calls import is_float32_cast
-from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, \
-    INTEGER_OPS, LAYOUT_METHODS, \
-    GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
+from amplint.calls import GRAD_MODE_CALLEES, grad_mode, innermost_grad_mode, is_float32_cast
+from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, INTEGER_OPS, LAYOUT_METHODS, \
+    GRAD_SCALERS, Effect
 from amplint.index.flows import Scope, argument_flows
 from amplint.index.shapes import call_shape
 from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
@@ -55,9 +54,6 @@ FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
 # The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = vocab.last_names(CLIP_FUNCTIONS)
-NO_GRAD_NAMES = vocab.last_names(NO_GRAD_CONTEXTS)
-GRAD_ON = ENABLE_GRAD_CONTEXTS | SET_GRAD_ENABLED_FUNCTIONS
-GRAD_ON_NAMES = vocab.last_names(GRAD_ON)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
@@ -281,6 +277,8 @@ class _Builder:
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
         self.deferred = _Deferred(summary.text, summary.tree)
         self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
+        self._shapes: dict[int, object] = {}  # id of a call or callee -> its shape, if it may set a grad mode
+        self._no_grads: dict[tuple, bool] = {}  # (function, withs around a call) -> `_no_grad`
         self.class_nodes: list[ast.ClassDef] = []
 
     def build(self) -> FileIndex:
@@ -314,7 +312,7 @@ class _Builder:
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
                     for decorator in node.decorator_list:
-                        if self._grad_mode(decorator) == vocab.NO_GRAD:
+                        if self._grad_mode(decorator) is False:
                             self._note(summary, Effect.NO_GRAD, node.lineno)
                     pending.append((node.body, ""))
                 elif kind is ast.ClassDef:
@@ -492,7 +490,7 @@ class _Builder:
             self._note(owner, Effect.HALF_MODEL, line)
         elif name == vocab.EVAL and method and not call.args:
             self._note(owner, Effect.EVAL, line)
-        elif self.summary.resolves(call.func, GRAD_ON):
+        elif self._grad_mode(call) is True:
             self._note(owner, Effect.ENABLE_GRAD, line)
 
     def _used_as_optimizer(self) -> set[str]:
@@ -522,21 +520,31 @@ class _Builder:
                    for _, withs, _, _, call in self.summary.call_sites_by_name.get(ENTER_CONTEXT, ()))
 
     def _no_grad(self, function, withs) -> bool:
-        if any(self._grad_mode(item.context_expr) == vocab.NO_GRAD
-               for with_node in withs for item in with_node.items):
-            return True
-        owner = self._owner(function)
-        return owner is not None and Effect.NO_GRAD in owner.does
+        """Does the code run with gradients off: the innermost with-item or decorator of its function setting a
+        known mode turns them off (`calls.innermost_grad_mode`, as the facts layer's `no_grad_opener`)?"""
+        key = (id(function), *map(id, withs))
+        if key not in self._no_grads:
+            openers = [item.context_expr for with_node in reversed(withs) for item in reversed(with_node.items)]
+            if type(function) in FUNCTIONS:
+                openers += reversed(function.decorator_list)
+            decided = innermost_grad_mode(shape for shape in map(self._grad_shape, openers) if shape is not None)
+            self._no_grads[key] = decided is not None and decided[1] is False
+        return self._no_grads[key]
 
-    def _grad_mode(self, expr: ast.AST) -> str | None:
-        """"no_grad" for a context or decorator resolving to torch's no_grad/inference_mode, "enable_grad" for
-        enable_grad/set_grad_enabled (the facts layer's definitions), else None."""
-        func = expr.func if type(expr) is ast.Call else expr
-        if (dotted(func) or "").rsplit(".", 1)[-1] not in NO_GRAD_NAMES | GRAD_ON_NAMES:
-            return None
-        if self.summary.resolves(func, NO_GRAD_CONTEXTS):
-            return vocab.NO_GRAD
-        return vocab.ENABLE_GRAD if self.summary.resolves(func, GRAD_ON) else None
+    def _grad_mode(self, expr: ast.AST) -> bool | None:
+        """The gradient mode a with-item, decorator or call sets (`calls.grad_mode`, the facts layer's too)."""
+        shape = self._grad_shape(expr)
+        return grad_mode(shape) if shape is not None else None
+
+    def _grad_shape(self, expr: ast.AST):
+        """The shape of a callee that may set the gradient mode (`calls.GRAD_MODE_CALLEES`), built once; None for
+        any other (whose mode is none: no shape is built)."""
+        key = id(expr)
+        if key not in self._shapes:
+            func = expr.func if type(expr) is ast.Call else expr
+            self._shapes[key] = call_shape(expr, self.summary) if self.summary.resolves(
+                func, GRAD_MODE_CALLEES) else None
+        return self._shapes[key]
 
     def _regions(self) -> None:
         for with_node, function, _ in self.summary.withs:
@@ -551,7 +559,7 @@ class _Builder:
                         self._note(owner, self._region_dtype(expr), with_node.lineno)
                 mode = self._grad_mode(expr)
                 if mode is not None:
-                    self._note(owner, mode, with_node.lineno)
+                    self._note(owner, Effect.ENABLE_GRAD if mode else Effect.NO_GRAD, with_node.lineno)
         for function_id, decorators in self.summary.call_decorators.items():
             owner = self.by_id.get(function_id)
             if owner is None:
