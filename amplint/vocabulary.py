@@ -166,7 +166,11 @@ AUTOCAST_METHOD = AUTOCAST
 REGISTER_HOOK = "register_hook"  # `tensor.register_hook(fn)`: fn runs on the gradient during backward
 CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_"})  # `g.clamp(-c, c)`: clips values
 CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
-PARAMETERS_METHODS = frozenset({"parameters"})
+PARAMETERS = "parameters"
+NAMED_PARAMETERS = "named_parameters"
+PARAMETERS_METHODS = frozenset({PARAMETERS})  # `for p in model.parameters()`: yields the parameters themselves
+# The methods that read a module's parameters (`named_parameters()` yields (name, parameter) pairs).
+PARAMETER_READING_METHODS = PARAMETERS_METHODS | {NAMED_PARAMETERS}
 STEP_METHOD = STEP  # `optimizer.step()`, `scaler.step(optimizer)`
 EVAL_METHOD = EVAL  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
@@ -393,7 +397,7 @@ NOT_TENSORS = frozenset({
     "item", "tolist", "size", "dim", "numel", "len", "int", "float", "bool", "str", "range", "list", "tuple",
     "dict", "isinstance", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "linspace",
     "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like", "full_like", "eye", "numpy",
-    "cpu", "detach_", "stride", "data_ptr", GET_SCALE, "parameters", "named_parameters", "state_dict",
+    "cpu", "detach_", "stride", "data_ptr", GET_SCALE, PARAMETERS, NAMED_PARAMETERS, "state_dict",
 })
 # Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
 # be a module or function of the user's, whose output autocast lowers.

@@ -97,7 +97,7 @@ def parameter_owners(facts: ModuleFacts, expr, frame, depth: int = 0) -> set[str
         return None
     if isinstance(expr, cst.Call):
         func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+        if isinstance(func, cst.Attribute) and func.attr.value in vocab.PARAMETER_READING_METHODS:
             owner = dotted_name(func.value)
             return {owner} if owner else None
         callee = dotted_name(func) or ""

@@ -105,6 +105,7 @@ class ModuleFacts:
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
         self._scaled_cache: dict[tuple[str, int], str | None] = {}  # (name, id of its function) -> `_scaled_by`
+        self._shapes: dict[int, tuple[cst.CSTNode, calls.CallShape]] = {}  # id -> (node kept alive, its shape)
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
         self._asked_one = False  # has `position` run a pass of its own yet
         self._everything = None  # a pass that located every node, once positions are asked for one by one
@@ -559,13 +560,22 @@ class ModuleFacts:
                     best = (outer, [site, *chain])
         return best
 
+    # what calls do ----------------------------------------------------------------------------------
+    def shape(self, node: cst.BaseExpression) -> calls.CallShape:
+        """The neutral shape of a call, or of a callee named without one, qualified through this module's imports
+        (amplint/facts/shapes.py): what the classifier (amplint/calls.py) reads. Built once per node."""
+        key = id(node)
+        if key not in self._shapes:
+            self._shapes[key] = (node, call_shape(node, self.imports))
+        return self._shapes[key][1]
+
     # grad mode --------------------------------------------------------------------------------------
     def no_grad_opener(self, frame: Frame | None) -> cst.CSTNode | None:
         """The `with torch.no_grad()`/`inference_mode()`/`set_grad_enabled(False)` item or decorator the code runs
         under, if any: the innermost one setting a known mode decides (`calls.innermost_grad_mode`; `enable_grad()`
         inside `no_grad()` turns gradients back on)."""
         openers = list(_grad_openers(frame))
-        decided = calls.innermost_grad_mode(call_shape(opener, self.imports) for opener in openers)
+        decided = calls.innermost_grad_mode(self.shape(opener) for opener in openers)
         return openers[decided[0]] if decided is not None and decided[1] is False else None
 
     # scalers and optimizers -------------------------------------------------------------------------

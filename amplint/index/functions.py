@@ -43,7 +43,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.calls import GRAD_MODE_CALLEES, grad_mode, innermost_grad_mode, is_float32_cast
+from amplint.calls import GRAD_MODE_CALLEES, converts_to_half, grad_mode, innermost_grad_mode, is_float32_cast
 from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, INTEGER_OPS, LAYOUT_METHODS, \
     GRAD_SCALERS, Effect
 from amplint.index.flows import Scope, argument_flows
@@ -482,11 +482,7 @@ class _Builder:
                 self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
         elif name == vocab.UPDATE and method and receiver in scalers:
             self._note(owner, Effect.SCALER_UPDATE, line)
-        elif name == vocab.HALF and method and not call.args and not call.keywords:
-            self._note(owner, Effect.HALF_MODEL, line)
-        elif name in ("to", "type") and method and any(
-                self.summary.resolves(value, vocab.HALF_DTYPES)
-                for value in (*call.args, *(keyword.value for keyword in call.keywords))):
+        elif name in vocab.HALF_CONVERTERS and method and converts_to_half(call_shape(call, self.summary)):
             self._note(owner, Effect.HALF_MODEL, line)
         elif name == vocab.EVAL and method and not call.args:
             self._note(owner, Effect.EVAL, line)

@@ -29,8 +29,8 @@ PHASE_EVENTS = (*UPDATE_EVENTS, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE
 # Methods that read a value or record it, on any receiver: no autocast op, no call into a model.
 READING_METHODS = frozenset({
     vocab.ZERO_GRAD, "item", "tolist", "detach", "cpu", "float", vocab.GET_SCALE, "get_last_lr", "state_dict", "append",
-    "parameters", "named_parameters",
-    "format", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description",
+    *vocab.PARAMETER_READING_METHODS, "format", "info", "debug", "warning", "add_scalar", "set_postfix",
+    "set_description",
 })
 # Methods that read or record only when called on an imported module (`wandb.log({...})`; `x.log()` is an op).
 MODULE_READING_METHODS = frozenset({"log"})
