@@ -528,6 +528,17 @@ class ModuleFacts:
             infos.setdefault(id(info.frame), info)  # the first, as a search in order would find
         return infos
 
+    def project_function(self, func: cst.BaseExpression, frame: Frame | None):
+        """(target, what the index records of it) for the project function a call of `func` in `frame` runs, in
+        this module or another, as the project index resolves it; (None, None) when it is not known."""
+        view = self.project
+        callee = dotted_name(func)
+        if view is None or callee is None:
+            return None, None
+        info = self.function_info(frame)
+        target = view.resolve(info.qualname if info else None, callee)
+        return target, (view.function(target) if target is not None else None)
+
     def calling_loop(self, frame: Frame) -> Frame | None:
         """The innermost loop around a same-module call site of the function that runs `frame`, if any
         (the function then runs once per iteration of that loop)."""

@@ -20,7 +20,6 @@ from amplint.facts.dtypes import (FLOAT_PRESERVING, LOW, UNKNOWN, Lowering, Unca
                                   tensor_module, LibraryArguments, ast_function, ast_calls_at, ast_low_origin, _ast_binding)
 from amplint.calls import is_float32_cast
 from amplint.facts.model import EventKind, Frame
-from amplint.facts.names import dotted_name
 from amplint.facts.shapes import call_shape
 from amplint.index.functions import ITEM_KEY
 from amplint.index.project import Target
@@ -384,16 +383,12 @@ def _cast_names(block: cst.CSTNode) -> set[str]:
 def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
     """`module_output`, and "float32" for a project function whose every return is computed with autocast off
     (the index's `returns_float32`: `return self.head(tok.float())` in its own fp32 region)."""
-    view = facts.project
-    info = facts.function_info(frame)
 
     def output(func: cst.BaseExpression) -> str | None:
         kind = module_output(func)
-        if kind is not None or view is None:
+        if kind is not None:
             return kind
-        callee = dotted_name(func)
-        target = view.resolve(info.qualname if info else None, callee) if callee else None
-        summary = view.function(target) if target is not None else None
+        summary = facts.project_function(func, frame)[1]
         return vocab.FLOAT32 if summary is not None and Effect.RETURNS_FLOAT32 in summary.does else None
 
     return output
@@ -402,16 +397,18 @@ def returns_float32(facts: ModuleFacts, module_output, frame: Frame):
 def returns_autocast_dtype(facts: ModuleFacts, frame: Frame):
     """Is a value the result of a project function that casts what it returns to the autocast dtype on purpose
     (the index's `returns_autocast_dtype`: `downcast_x = cast_if_autocast_enabled(x)` for a fused kernel)?"""
-    view = facts.project
-    info = facts.function_info(frame)
 
     def cast(value: cst.BaseExpression) -> bool:
-        callee = dotted_name(value.func) if isinstance(value, cst.Call) and view is not None else None
-        target = view.resolve(info.qualname if info else None, callee) if callee else None
-        summary = view.function(target) if target is not None else None
+        summary = facts.project_function(value.func, frame)[1] if isinstance(value, cst.Call) else None
         return summary is not None and Effect.RETURNS_AUTOCAST_DTYPE in summary.does
 
     return cast
+
+
+def _parameters(target: Target, summary) -> list[str]:
+    """The parameters a call's arguments bind, by position: a method's first (`self`, `cls`) left out."""
+    params = list(summary.params)
+    return params[1:] if "." in target.qualname and params and params[0] in ("self", "cls") else params
 
 
 def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
@@ -420,7 +417,6 @@ def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
     (no autocast region in view), a library's function, imported from a module the project does not hold
     (`import k2`: all its arguments). None for any other call, and without the project's index."""
     view = facts.project
-    info = facts.function_info(frame)
 
     def carried(call: cst.Call) -> list[cst.BaseExpression] | None:
         if view is None:
@@ -428,14 +424,10 @@ def dtype_keeping(facts: ModuleFacts, frame: Frame, libraries: bool):
         qualified = facts.imports.qualify(call.func)
         if libraries and qualified is not None and qualified.split(".")[0] != "torch" and view.outside(qualified):
             return LibraryArguments(arg.value for arg in call.args)  # what it returns is not shown
-        callee = dotted_name(call.func)
-        target = view.resolve(info.qualname if info else None, callee) if callee else None
-        summary = view.function(target) if target is not None else None
+        target, summary = facts.project_function(call.func, frame)
         if summary is None or Effect.LOWERS_NOTHING not in summary.does:
             return None
-        params = list(summary.params)
-        if "." in target.qualname and params and params[0] in ("self", "cls"):
-            params = params[1:]
+        params = _parameters(target, summary)
         found, position = [], 0
         for arg in call.args:
             if arg.star:
@@ -456,15 +448,10 @@ def mapping_entry(facts: ModuleFacts, frame: Frame):
     float32 (the index's `items`, followed through the functions it takes the entry from), False when the
     function is followed and that is not shown, None when the callee is not known at all (built from a
     configuration by a registry, a parameter, a library's)."""
-    view = facts.project
-    info = facts.function_info(frame)
 
     def entry(call: cst.Call, key: str) -> bool | None:
-        callee = dotted_name(call.func)
-        target = view.resolve(info.qualname if info else None, callee) if view is not None and callee else None
-        if target is None:
-            return None
-        return view.plain_item(target, f"{ITEM_KEY}{key}")
+        target = facts.project_function(call.func, frame)[0]
+        return facts.project.plain_item(target, f"{ITEM_KEY}{key}") if target is not None else None
 
     return entry
 
@@ -483,18 +470,12 @@ def item_key(value: cst.BaseExpression) -> tuple[str, str] | None:
 def callee_casts(facts: ModuleFacts, frame: Frame):
     """Does the project function a call in `frame` runs cast the parameter an argument is bound to (by position
     or keyword) to float32 first thing (the index's `casts`, in this module or another)?"""
-    view = facts.project
-    info = facts.function_info(frame)
 
     def casts(call: cst.Call, position: int | None, keyword: str | None) -> bool:
-        callee = dotted_name(call.func)
-        target = view.resolve(info.qualname if info else None, callee) if view is not None and callee else None
-        summary = view.function(target) if target is not None else None
+        target, summary = facts.project_function(call.func, frame)
         if summary is None or not summary.casts:
             return False
-        params = list(summary.params)
-        if "." in target.qualname and params and params[0] in ("self", "cls"):
-            params = params[1:]
+        params = _parameters(target, summary)
         name = keyword if keyword is not None else (params[position] if position is not None and
                                                     position < len(params) else None)
         return name in summary.casts
