@@ -13,6 +13,7 @@ from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.facts.loops import frames_between
 from amplint.index.project import Target
 from amplint.index.summary import Summary
 from amplint.rules.across import called_per_iteration, stepping_callees
@@ -308,7 +309,7 @@ class ScalerPerIteration(Rule):
             key, function = assignment.targets[0], assignment.frame.function()
             loop = loops[-1] if loops else function
             if any(frame.kind is FrameKind.IF and key in code_words(frame.node.test)
-                   for frame in _frames_up_to(assignment.frame, loop)):
+                   for frame in frames_between(assignment.frame, loop)):
                 continue  # built lazily (`if wrapper is None:`)
             if any(a.frame.is_within(loop) and len(a.targets) == 1
                    and facts.optimizer_constructed(a.targets[0], a.frame) for a in facts.assignments_in(function)):
@@ -488,7 +489,7 @@ def _per_object(uses: list[Event], changes: Changes) -> bool:
 def _built_when(facts: ModuleFacts, build: Event, loop: Frame, changes: Changes) -> bool:
     """Is the construction under an `if` in the loop whose test may differ between iterations (it reads a name
     the loop binds or changes, or calls something: `if i == 0:`)? Then it may run once, not per iteration."""
-    for frame in _frames_up_to(build.frame, loop):
+    for frame in frames_between(build.frame, loop):
         if frame.kind is FrameKind.IF:
             test = frame.node.test
             if _has_call([test]) or set(_names(test)) & (changes.bound | changes.mutated):
@@ -585,14 +586,6 @@ def _hands_an_optimizer(facts: ModuleFacts, call, key: str, loop: Frame) -> bool
 def _loops(view, chain) -> bool:
     """Does a function of the chain (project index targets) run a loop?"""
     return any(Effect.LOOP in (view.function(target).does if view.function(target) else ()) for target in chain)
-
-
-def _frames_up_to(frame: Frame, stop: Frame) -> list[Frame]:
-    found = []
-    while frame is not None and frame is not stop:
-        found.append(frame)
-        frame = frame.parent
-    return found
 
 
 def _handed_to_caller_of(facts: ModuleFacts, call, key: str) -> bool:
