@@ -1,7 +1,9 @@
 """What a module's calls reach: for a call of a function of this module (by name, or `self.method()`), the
 events of that function and of the functions it calls, a few calls deep (the facts layer); for a call of another
 module's function, what the project index says it reaches. Each fact is answered with where it is done (`Doer`):
-the function, its module and line, so that a message can name the helper that clips."""
+the function, its module and line, so that a message can name the helper that clips. And what a project function
+does with what a call hands it (steps or zeroes an optimizer, calls the scaler it receives), and whether a loop
+of a function trains (a backward or a step, itself or through a call the index resolves)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from dataclasses import dataclass
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts.model import Call, EventKind, FunctionInfo
+from amplint.facts.model import Call, EventKind, Frame, FunctionInfo
 from amplint.facts.module import ModuleFacts
+from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 
 HELPER_FACTS = (Effect.CLIP, Effect.UNSCALE, Effect.BACKWARD, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.STEP)
@@ -169,3 +172,78 @@ def clips_then_steps(does: dict[str, Doer]) -> bool:
     clip, step = does.get(Effect.CLIP), does.get(Effect.SCALER_STEP)
     return clip is not None and step is not None and (clip.qualname, clip.module) == (step.qualname, step.module) \
         and clip.order < step.order
+
+
+# what the project function a call runs does with what it is handed ---------------------------------------------
+def _callee_parameters(facts: ModuleFacts, call: Call):
+    """The project function a call runs (through the project index) and its parameters as the call's arguments
+    fill them (a method's `self` dropped); None when the index does not know the function."""
+    view = facts.project
+    info = facts.function_info(call.frame)
+    target = view.resolve(info.qualname if info else None, call.dotted)
+    summary = view.function(target) if target is not None else None
+    if summary is None:
+        return None
+    params = list(summary.params)
+    if call.method is not None and params and "." in summary.qualname:
+        params = params[1:]
+    return summary, params
+
+
+def hands_an_optimizer(facts: ModuleFacts, call, key: str, loop: Frame) -> bool:
+    """Does the call hand, beside `key`, an optimizer the loop does not build: a name built from an optimizer
+    class in the function, or one the callee (through the project index) steps or zeroes (`optimizer.zero_grad()`
+    on the parameter receiving it)? Then the callee is one stretch of a longer run, not a run of its own."""
+    found = _callee_parameters(facts, call)
+    if found is None:
+        return False
+    summary, params = found
+    built_in_loop = {name for a in facts.assignments_in(call.frame.function()) if a.frame.is_within(loop)
+                     for name in a.targets}
+    used = {record.callee for record in summary.calls}
+    for position, arg in enumerate(call.node.args):
+        name = dotted_name(arg.value)
+        if name is None or name == key or name in built_in_loop or arg.star:
+            continue
+        if facts.optimizer_constructed(name, call.frame):
+            return True
+        param = arg.keyword.value if arg.keyword is not None else (params[position] if position < len(params)
+                                                                     else None)
+        if param is not None and {f"{param}.{vocab.ZERO_GRAD}", f"{param}.{vocab.STEP}"} & used:
+            return True
+    return False
+
+
+def handed_to_caller_of(facts: ModuleFacts, call, key: str) -> bool:
+    """Does the call pass `key` (by position or keyword) to a project function that calls the parameter
+    receiving it (`loss_scaler(loss, optimizer)`)?"""
+    passed = [(position, arg.keyword.value if arg.keyword is not None else None)
+              for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == key and not arg.star]
+    if not passed or (call.qualified or "").startswith("torch."):
+        return False
+    found = _callee_parameters(facts, call)
+    if found is None:
+        return False
+    summary, params = found
+    called = {record.callee for record in summary.calls}
+    return any((keyword or (params[position] if position < len(params) else None)) in called
+               for position, keyword in passed)
+
+
+def loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
+    """Does a loop of the function run a backward or a step (itself, or through a call the project index
+    resolves)? A loop that computes returns or metrics (GAE) does not make a per-step function a training loop."""
+    function = frame.function()
+    view = facts.project
+    info = facts.function_info(frame)
+    for event in facts.events_in(function):
+        if event.kind in (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP) \
+                and event.frame.loops_up_to_function():
+            return True
+    for call in facts.calls:
+        if call.frame.function() is not function or not call.frame.loops_up_to_function() or call.dotted is None:
+            continue
+        target = view.resolve(info.qualname if info else None, call.dotted)
+        if target is not None and view.reaches(target, (Effect.BACKWARD, Effect.STEP, Effect.SCALER_STEP)) is not None:
+            return True
+    return False
