@@ -10,7 +10,15 @@ so that a call means one thing in a module and across modules:
 - `float32_dtype_keyword`: an op given a float32 `dtype=` (`torch.sum(x, dtype=torch.float32)`);
 - `converts_to_half`: makes what it is called on float16 (`model.half()`, `model.to(torch.float16)`);
 - `grad_mode`: the gradient mode a context or decorator sets (no_grad, inference_mode, enable_grad,
-  set_grad_enabled).
+  set_grad_enabled);
+- `effect`: what the call is in a training step (`Effect`: a backward, a clip, an unscale, a scaler's or an
+  optimizer's step...), given what only the walker can know of the names involved (is the receiver a GradScaler,
+  an optimizer, is the callee bound to a clip) as plain data; `function_effects`: what a function making the
+  call does, in the project index's terms.
+
+An object is known by what the code does with it, never by its spelling: a name an `import` statement binds is a
+module (`CallShape.on_module`), so `hm.backward(scaler, loss)` of `import helpers as hm` is a call of the module's
+function, never a tensor's `backward`, and `hm.step()` no optimizer's.
 
 A walker decides only how its tree spells a call (`amplint/facts/shapes.py`, `amplint/index/shapes.py`). What
 the code does not show stays unknown: `.to(x)` with `x` not shown is no float32 cast, `set_grad_enabled(flag)`
@@ -22,9 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amplint import vocabulary as vocab
-from amplint.vocabulary import (BFLOAT16, CONVERT_METHODS, CONVERTS_FLOAT32, CONVERTS_LOW, CONVERTS_UNKNOWN,
-                                ENABLE_GRAD_CONTEXTS, FLOAT, FLOAT16, FLOAT32_CASTS, FLOAT32_DTYPES, FLOAT32_WORDS,
-                                HALF, HALF_DTYPES, LOW_CASTS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS)
+from amplint.vocabulary import (AUTOGRAD_BACKWARD, BFLOAT16, CLIP_FUNCTIONS, CONVERT_METHODS, CONVERTS_FLOAT32,
+                                CONVERTS_LOW, CONVERTS_UNKNOWN, ENABLE_GRAD_CONTEXTS, FLOAT, FLOAT16, FLOAT32_CASTS,
+                                FLOAT32_DTYPES, FLOAT32_WORDS, GRAD_SCALERS, HALF, HALF_CONVERTERS, HALF_DTYPES,
+                                LOW_CASTS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect)
 
 NOT_LITERAL = object()  # `Value.literal` of an argument that is no literal
 
@@ -58,7 +67,11 @@ class CallShape:
     `method`: the attribute called (`to` of `x.to(...)`, also of `f().to(...)`), None for a plain name;
     `receiver`: the dotted text a method is called on, None when it is no dotted name;
     `args`: the positional arguments in order; `keywords`: (name, value) in order, `**kwargs` as (None, starred);
-    `called`: False for a callee named without a call."""
+    `called`: False for a callee named without a call;
+    `on_module`: the receiver is a module, a name an `import` statement binds (`hm` of `import helpers as hm`,
+    `a` or `a.b` of `import a.b`) and no `from` import binds: the method is a function of the module;
+    `inner`: for a method called on the result of a call (`scaler.scale(loss).backward()`), that call's shape (one
+    level: its own `inner` is not built)."""
 
     dotted: str | None = None
     qualified: tuple[str, ...] = ()
@@ -67,6 +80,8 @@ class CallShape:
     args: tuple[Value, ...] = ()
     keywords: tuple[tuple[str | None, Value], ...] = ()
     called: bool = True
+    on_module: bool = False
+    inner: CallShape | None = None
 
     def argument(self, position: int | None, keyword: str) -> Value | None:
         """The argument passed as `keyword=`, else the one at `position` among the positional arguments not
@@ -181,3 +196,88 @@ def innermost_grad_mode(shapes) -> tuple[int, bool] | None:
         if mode is not None:
             return position, mode
     return None
+
+
+# --- what a call is in a training step --------------------------------------------------------------------------
+
+# A GradScaler's methods (other than `unscale_`, which only a scaler has) and what a call of one is: the methods
+# whose receiver a walker asks about (is it a GradScaler?) before `effect`.
+SCALER_METHOD_EFFECTS = {vocab.STEP: Effect.SCALER_STEP, vocab.UPDATE: Effect.SCALER_UPDATE,
+                         vocab.SCALE: Effect.SCALER_SCALE, vocab.LOAD_STATE_DICT: Effect.SCALER_LOAD}
+# The methods and the callees (qualified) `effect` may classify: a walker builds no shape for any other call.
+EFFECT_METHODS = frozenset({vocab.BACKWARD, vocab.MANUAL_BACKWARD, vocab.UNSCALE, vocab.EVAL, *SCALER_METHOD_EFFECTS,
+                            *HALF_CONVERTERS})
+EFFECT_CALLEES = CLIP_FUNCTIONS | GRAD_SCALERS | AUTOGRAD_BACKWARD | GRAD_MODE_CALLEES
+
+
+def effect(shape: CallShape, scaler: bool = False, optimizer: bool = False, clip: bool = False) -> str | None:
+    """What the call is in a training step (an `Effect`), None when it is none of these:
+
+    - `CLIP`: torch's clip function (`clip_grad_norm_`, ...) under any spelling, or a callee the walker knows is
+      bound to one (`clip`: `self.clip_fn = partial(clip_grad_norm_, max_norm=1)`, then `self.clip_fn(params)`);
+    - `BUILDS_SCALER`: a GradScaler constructed (`enabled=False` too: `scaler_disabled` tells);
+    - `BACKWARD`: `torch.autograd.backward(...)`, `torch.autograd.grad(...)`, a method `x.backward()` (not
+      `torch.backward`, `autograd.backward` spelled as a method of the module); `MANUAL_BACKWARD`:
+      `self.manual_backward(loss)` (Lightning's, which scales the loss itself);
+    - `UNSCALE`: `x.unscale_(...)` (only a GradScaler has the method);
+    - on a receiver the walker knows holds a GradScaler (`scaler`): `SCALER_STEP`, `SCALER_UPDATE`, `SCALER_SCALE`,
+      `SCALER_LOAD` (`load_state_dict`); any other `x.step(...)`: `OPTIMIZER_STEP` on a receiver the walker knows is
+      an optimizer (`optimizer`), else `STEP` (a scheduler's, or an optimizer's not shown to be one);
+    - `HALF_MODEL`: `converts_to_half`; `EVAL`: `x.eval()`; `ENABLE_GRAD`: a call setting gradients on
+      (`grad_mode`).
+
+    A method of a module (`on_module`: `hm.backward(scaler, loss)`, `hm.step()` of `import helpers as hm`) is a
+    function the module defines: none of the methods above, whatever its name; torch's functions are known by
+    their qualified names (`torch.autograd.backward(...)` of `import torch.autograd`)."""
+    if clip or shape.is_named(CLIP_FUNCTIONS):
+        return Effect.CLIP
+    if shape.is_named(GRAD_SCALERS):
+        return Effect.BUILDS_SCALER
+    if shape.is_named(AUTOGRAD_BACKWARD):
+        return Effect.BACKWARD
+    method = shape.method
+    if method is not None and not shape.on_module:
+        if method == vocab.BACKWARD:
+            if (shape.receiver or "").rsplit(".", 1)[-1] not in (vocab.TORCH, vocab.AUTOGRAD):
+                return Effect.BACKWARD
+        elif method == vocab.MANUAL_BACKWARD:
+            return Effect.MANUAL_BACKWARD
+        elif method == vocab.UNSCALE:
+            return Effect.UNSCALE
+        elif scaler and method in SCALER_METHOD_EFFECTS:
+            return SCALER_METHOD_EFFECTS[method]
+        elif method == vocab.STEP:
+            return Effect.OPTIMIZER_STEP if optimizer else Effect.STEP
+        elif method in HALF_CONVERTERS:
+            if converts_to_half(shape):
+                return Effect.HALF_MODEL
+        elif method == vocab.EVAL:
+            if not shape.args:
+                return Effect.EVAL
+    return Effect.ENABLE_GRAD if grad_mode(shape) is True else None
+
+
+def may_have_effect(method: str | None, qualified) -> bool:
+    """Can `effect` classify a call of this method (None: a plain function) or callee (its qualified names)? A
+    walker asks before it builds a shape; a callee bound to a clip is the walker's to know."""
+    return method in EFFECT_METHODS or any(name in EFFECT_CALLEES for name in qualified)
+
+
+# What a function making a call of the effect does, in the project index's terms (`Effect`, amplint/index/): an
+# optimizer's step is a step; Lightning's `manual_backward` runs a backward; a scaler's `scale`, `load_state_dict`
+# and its construction (the index's `builds_scaler` is its own: not written disabled) are no fact of a function.
+_FUNCTION_EFFECTS = {Effect.OPTIMIZER_STEP: (Effect.STEP, Effect.OPTIMIZER_STEP),
+                     Effect.MANUAL_BACKWARD: (Effect.BACKWARD,), Effect.SCALER_SCALE: (), Effect.SCALER_LOAD: (),
+                     Effect.BUILDS_SCALER: (), None: ()}
+
+
+def function_effects(kind: str | None) -> tuple[str, ...]:
+    """What a function does by making a call that is `kind` (an `effect`): the facts the project index records of
+    it and the facts layer's helpers read (amplint/facts/reach.py)."""
+    return _FUNCTION_EFFECTS.get(kind, (kind,))
+
+
+def scale_call(shape: CallShape | None) -> bool:
+    """`scaler.scale(loss)`: a call of a method `scale` (a GradScaler's when its receiver is one), not a module's
+    function; what a backward's receiver (`shape.inner`) is for the backward to be scaled."""
+    return shape is not None and shape.called and shape.method == vocab.SCALE and not shape.on_module

@@ -281,12 +281,14 @@ OPTIMIZER_FUNCTIONS = frozenset({
 
 
 class Effect:
-    """What a function does, in AMP terms: the names of the per-function facts the project index records
-    (amplint/index/functions.py) and the rules ask about."""
+    """What a call or a function does, in AMP terms: what a call is (amplint/calls.py: `effect`, the facts layer's
+    events), and the names of the per-function facts the project index records (amplint/index/functions.py,
+    `EFFECTS`) and the rules ask about."""
 
     BUILDS_SCALER = "builds_scaler"
     KEEPS_SCALER = "keeps_scaler"
     BACKWARD = BACKWARD
+    MANUAL_BACKWARD = MANUAL_BACKWARD  # a call only: Lightning's `self.manual_backward(loss)`, a backward it scales
     SCALED_BACKWARD = "scaled_backward"
     UNSCALE = "unscale"
     CLIP = "clip"
@@ -294,6 +296,8 @@ class Effect:
     OPTIMIZER_STEP = "optimizer_step"
     SCALER_STEP = "scaler_step"
     SCALER_UPDATE = "scaler_update"
+    SCALER_SCALE = "scaler_scale"  # a call only: `scaler.scale(loss)`
+    SCALER_LOAD = "scaler_load"  # a call only: `scaler.load_state_dict(state)`
     REGION = "region"
     DISABLED_REGION = "disabled_region"
     AUTOCAST_OFF = "autocast_off"

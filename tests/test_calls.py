@@ -14,7 +14,8 @@ from amplint.facts.shapes import call_shape as cst_shape
 from amplint.index.shapes import call_shape as ast_shape
 from amplint.index.summary import Summary
 
-IMPORTS = "import torch\nimport torch as th\nfrom torch import no_grad as ng, float16\nfrom torch.cuda import amp\n"
+IMPORTS = ("import torch\nimport torch as th\nfrom torch import no_grad as ng, float16\nfrom torch.cuda import amp\n"
+           "import helpers as hm\nimport pkg.sub\nfrom pkg import sub2\nimport both\nfrom other import both\n")
 CALLS = [
     "x.float()", "x.double()", "x.half()", "x.bfloat16()", "x.to(torch.float32)", "x.to(dtype=torch.float32)",
     "x.type(torch.float64)", "x.to(th.double)", "x.to(float)", "x.to(torch.float16)", "x.to(device, torch.half)",
@@ -26,6 +27,9 @@ CALLS = [
     "torch.set_grad_enabled(mode=True)", "torch.set_grad_enabled(flag)", "torch.set_grad_enabled(0)",
     "torch.autograd.grad_mode.no_grad()", "amp.autocast(enabled=False)", "x.to(None)", "x.to(3)", "x.to(b'x')",
     "x.to('a' 'b')", "(a + b).to(torch.float32)", "x[0].half()", "model.to(torch.bfloat16)",
+    "hm.backward(scaler, loss)", "hm.step()", "pkg.unscale_(opt)", "pkg.sub.step(opt)", "pkg.sub.model.step()",
+    "sub2.backward(loss)", "scaler.scale(loss).backward()", "hm.scale(loss).backward()",
+    "f(x).g(y).backward()", "torch.autograd.backward(loss)",
 ]
 
 
@@ -166,3 +170,97 @@ def test_the_index_and_the_facts_agree_on_the_grad_mode():
     assert Effect.NO_GRAD in index.functions["off"].does and Effect.ENABLE_GRAD not in index.functions["off"].does
     assert Effect.NO_GRAD in index.functions["alias"].does
     assert Effect.ENABLE_GRAD in index.functions["back_on"].does
+
+
+@pytest.mark.parametrize("code, module", [
+    ("hm.backward(scaler, loss)", True), ("pkg.unscale_(opt)", True), ("pkg.sub.step(opt)", True),
+    ("torch.no_grad()", True), ("pkg.sub.model.step()", False), ("sub2.backward(loss)", False),
+    ("both.backward()", False), ("loss.backward()", False), ("f().backward()", False),
+])
+def test_a_name_an_import_statement_binds_is_a_module(code, module):
+    """`import helpers as hm`, `import pkg.sub`: `hm`, `pkg`, `pkg.sub` are modules; an attribute of one
+    (`pkg.sub.model`) may be any object, and a `from` import (`from pkg import sub2`) may bind one too."""
+    assert cst_call(code).on_module is module
+    assert ast_call(code).on_module is module
+
+
+E = calls.Effect
+EFFECTS = [  # (call, the receiver is a GradScaler, an optimizer, what the call is)
+    ("loss.backward()", False, False, E.BACKWARD), ("scaler.scale(loss).backward()", False, False, E.BACKWARD),
+    ("f(x).g(y).backward()", False, False, E.BACKWARD), ("torch.autograd.backward(loss)", False, False, E.BACKWARD),
+    ("torch.autograd.grad(loss, x)", False, False, E.BACKWARD), ("torch.backward(loss)", False, False, None),
+    ("self.manual_backward(loss)", False, False, E.MANUAL_BACKWARD),
+    ("torch.nn.utils.clip_grad_norm_(p, 1.0)", False, False, E.CLIP), ("scaler.unscale_(opt)", False, False, E.UNSCALE),
+    ("scaler.step(opt)", True, False, E.SCALER_STEP), ("scaler.update()", True, False, E.SCALER_UPDATE),
+    ("scaler.scale(loss)", True, False, E.SCALER_SCALE), ("scaler.load_state_dict(state)", True, False, E.SCALER_LOAD),
+    ("scaler.update()", False, False, None), ("opt.step()", False, True, E.OPTIMIZER_STEP),
+    ("sched.step()", False, False, E.STEP), ("torch.amp.GradScaler('cuda')", False, False, E.BUILDS_SCALER),
+    ("model.half()", False, False, E.HALF_MODEL), ("model.eval()", False, False, E.EVAL),
+    ("x.eval(y)", False, False, None),
+    ("torch.enable_grad()", False, False, E.ENABLE_GRAD), ("torch.no_grad()", False, False, None),
+    # a function of a module, whatever its name and whatever the walker takes the module for
+    ("hm.backward(scaler, loss)", False, False, None), ("hm.step()", False, True, None),
+    ("pkg.sub.step(opt)", True, False, None), ("pkg.unscale_(opt)", False, False, None),
+    ("hm.eval()", False, False, None),
+    # an object a module holds, or a name a `from` import binds, may be anything: its method is what it says
+    ("pkg.sub.model.step()", False, True, E.OPTIMIZER_STEP), ("sub2.backward(loss)", False, False, E.BACKWARD),
+]
+
+
+@pytest.mark.parametrize("code, scaler, optimizer, effect", EFFECTS)
+def test_what_a_call_is_is_one_answer_for_both_walkers(code, scaler, optimizer, effect):
+    assert calls.effect(cst_call(code), scaler, optimizer) == effect
+    assert calls.effect(ast_call(code), scaler, optimizer) == effect
+
+
+def test_a_callee_bound_to_a_clip_is_a_clip():
+    assert calls.effect(ast_call("self.clip_fn(params)")) is None
+    assert calls.effect(ast_call("self.clip_fn(params)"), clip=True) == E.CLIP
+
+
+def test_what_a_function_making_a_call_does():
+    assert calls.function_effects(E.OPTIMIZER_STEP) == (E.STEP, E.OPTIMIZER_STEP)
+    assert calls.function_effects(E.MANUAL_BACKWARD) == (E.BACKWARD,)
+    assert calls.function_effects(E.SCALER_SCALE) == calls.function_effects(None) == ()
+    assert calls.function_effects(E.UNSCALE) == (E.UNSCALE,)
+
+
+def test_a_backward_on_a_scale_is_scaled_unless_the_scale_is_a_modules():
+    assert calls.scale_call(cst_call("scaler.scale(loss).backward()").inner)
+    assert calls.scale_call(ast_call("scaler.scale(loss).backward()").inner)
+    assert not calls.scale_call(ast_call("hm.scale(loss).backward()").inner)
+    assert not calls.scale_call(ast_call("loss.backward()").inner)
+
+
+MODULE_FUNCTIONS = '''import torch
+import helpers as hm
+
+
+def train(model, loader, optimizer):
+    scaler = torch.amp.GradScaler("cuda")
+    for x, y in loader:
+        loss = model(x)
+        hm.backward(scaler, loss)
+        hm.unscale_(optimizer)
+        hm.step(optimizer)
+        hm.update()
+        optimizer.zero_grad()
+
+
+def plain(loss):
+    loss.backward()
+'''
+
+
+def test_the_index_and_the_facts_agree_a_modules_function_is_no_training_step():
+    """`hm.backward(scaler, loss)` of `import helpers as hm` runs the module's function: no backward, unscale,
+    scaler step or update of the caller, in the facts layer's events and in the index's record alike."""
+    from amplint.facts.module import ModuleFacts
+    from amplint.index.functions import index_text
+
+    facts = ModuleFacts(cst.parse_module(MODULE_FUNCTIONS))
+    assert [(event.kind, event.call.dotted) for event in facts.events] == [
+        (E.BUILDS_SCALER, "torch.amp.GradScaler"), (E.BACKWARD, "loss.backward")]
+    index = index_text(MODULE_FUNCTIONS)
+    assert index.functions["train"].does & {E.BACKWARD, E.UNSCALE, E.STEP, E.SCALER_STEP, E.SCALER_UPDATE} == set()
+    assert E.BACKWARD in index.functions["plain"].does

@@ -7,7 +7,8 @@ import textwrap
 import libcst as cst
 import pytest
 
-from amplint.facts import EventKind, ModuleFacts, RegionState
+from amplint.facts import ModuleFacts, RegionState
+from amplint.vocabulary import Effect
 
 
 def facts_of(source: str) -> ModuleFacts:
@@ -16,7 +17,7 @@ def facts_of(source: str) -> ModuleFacts:
 
 def region_at_backward(source: str):
     facts = facts_of(source)
-    backward = [e for e in facts.events if e.kind is EventKind.BACKWARD]
+    backward = [e for e in facts.events if e.kind == Effect.BACKWARD]
     assert backward, "no backward event recorded"
     return facts.effective_region(backward[0].frame)[0]
 
@@ -158,7 +159,7 @@ def test_region_followed_through_same_module_calls():
             with torch.autocast("cuda"):
                 middle(loss)
     """)
-    backward = next(e for e in facts.events if e.kind is EventKind.BACKWARD)
+    backward = next(e for e in facts.events if e.kind == Effect.BACKWARD)
     region, chain = facts.effective_region(backward.frame)
     assert region is not None and [c.dotted for c in chain] == ["inner", "middle"]
 
@@ -173,7 +174,7 @@ def test_methods_on_self_are_followed():
             def train_step(self):
                 self.loss.backward()
     """)
-    backward = next(e for e in facts.events if e.kind is EventKind.BACKWARD)
+    backward = next(e for e in facts.events if e.kind == Effect.BACKWARD)
     assert facts.effective_region(backward.frame)[0] is not None
 
 
@@ -193,8 +194,8 @@ def test_scaler_spellings(imports, construction):
         scaler.step(optimizer)
     """)
     kinds = [e.kind for e in facts.events]
-    assert EventKind.SCALER_BUILD in kinds and EventKind.SCALER_STEP in kinds
-    build = next(e for e in facts.events if e.kind is EventKind.SCALER_BUILD)
+    assert Effect.BUILDS_SCALER in kinds and Effect.SCALER_STEP in kinds
+    build = next(e for e in facts.events if e.kind == Effect.BUILDS_SCALER)
     assert build.bound_to == "scaler"
 
 
@@ -224,9 +225,9 @@ def test_scaler_known_by_usage_and_self_attributes():
             scaler.step(opt)
     """)
     kinds = [(e.kind, e.scaler, e.optimizer) for e in facts.events]
-    assert (EventKind.SCALER_UNSCALE, "self.scaler", "self.optimizer") in kinds
-    assert (EventKind.SCALER_STEP, "scaler", "opt") in kinds
-    scaled = [e for e in facts.events if e.kind is EventKind.BACKWARD]
+    assert (Effect.UNSCALE, "self.scaler", "self.optimizer") in kinds
+    assert (Effect.SCALER_STEP, "scaler", "opt") in kinds
+    scaled = [e for e in facts.events if e.kind == Effect.BACKWARD]
     assert all(e.scaled for e in scaled)
 
 
@@ -250,7 +251,7 @@ def test_optimizer_identity(line, is_step):
         scaler = torch.amp.GradScaler("cuda")
         {line}
     """)
-    assert any(e.kind is EventKind.OPTIMIZER_STEP for e in facts.events) is is_step
+    assert any(e.kind == Effect.OPTIMIZER_STEP for e in facts.events) is is_step
 
 
 @pytest.mark.parametrize("spelling", [
@@ -262,7 +263,7 @@ def test_optimizer_identity(line, is_step):
     "from torch.nn.utils.clip_grad import clip_grad_norm_\nclip_grad_norm_(p, 1.0)",
 ])
 def test_clip_spellings(spelling):
-    assert [e.kind for e in facts_of(spelling).events] == [EventKind.CLIP]
+    assert [e.kind for e in facts_of(spelling).events] == [Effect.CLIP]
 
 
 def test_accelerator_clip_is_not_a_torch_clip():
@@ -284,8 +285,8 @@ def test_events_in_source_order_with_loops():
     train = next(f for f in facts.functions if f.qualname == "train")
     events = facts.events_in(train.frame)
     assert [e.kind for e in events] == [
-        EventKind.BACKWARD, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE, EventKind.CLIP, EventKind.SCALER_STEP,
-        EventKind.SCALER_UPDATE,
+        Effect.BACKWARD, Effect.SCALER_SCALE, Effect.UNSCALE, Effect.CLIP, Effect.SCALER_STEP,
+        Effect.SCALER_UPDATE,
     ]
     assert all(e.frame.loops_up_to_function() for e in events)
 
@@ -324,5 +325,5 @@ def test_imports_late_in_the_file_still_resolve():
                 loss.backward()
         from torch.cuda.amp import autocast
     """)
-    backward = next(e for e in facts.events if e.kind is EventKind.BACKWARD)
+    backward = next(e for e in facts.events if e.kind == Effect.BACKWARD)
     assert facts.effective_region(backward.frame)[0] is not None

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from amplint.diagnostics import Applicability
 from amplint.engine import lint_text
-from amplint.facts import EventKind, ModuleFacts, RegionState
+from amplint.facts import ModuleFacts, RegionState
 from amplint.index.build import build_index
 from amplint.index.functions import index_text
 from amplint.index.project import module_name
@@ -179,7 +179,7 @@ def test_an_element_known_as_an_optimizer_steps_as_one():
                 self.others[1].zero_grad()
                 self.others[1].step()
     """)
-    steps = [e.optimizer for e in facts.events if e.kind is EventKind.OPTIMIZER_STEP]
+    steps = [e.optimizer for e in facts.events if e.kind == Effect.OPTIMIZER_STEP]
     assert steps == ["self.optimizer[0]", "self.others[1]"]
 
 

@@ -11,12 +11,12 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from amplint.facts.model import Event, EventKind, Frame, FrameKind, Region, RegionState
+    from amplint.facts.model import Event, Frame, FrameKind, Region, RegionState
     from amplint.facts.module import ModuleFacts
 
-_HOMES = {"Event": "model", "EventKind": "model", "Frame": "model", "FrameKind": "model", "Region": "model",
+_HOMES = {"Event": "model", "Frame": "model", "FrameKind": "model", "Region": "model",
           "RegionState": "model", "ModuleFacts": "module"}
-__all__ = ["Event", "EventKind", "Frame", "FrameKind", "ModuleFacts", "Region", "RegionState"]
+__all__ = ["Event", "Frame", "FrameKind", "ModuleFacts", "Region", "RegionState"]
 
 
 def __getattr__(name: str):

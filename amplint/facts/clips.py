@@ -16,7 +16,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts.model import Call, EventKind, FrameKind
+from amplint.facts.model import Call, FrameKind
 from amplint.facts.module import ModuleFacts, call_argument
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
@@ -245,7 +245,7 @@ def clips_stored_elsewhere(facts: ModuleFacts) -> list[Call]:
         return []
     found, answers, parsed = [], {}, {}
     own_methods = {info.qualname for info in facts.functions}
-    stepping = {id(e.frame.function()) for e in facts.events if e.kind is EventKind.SCALER_STEP}
+    stepping = {id(e.frame.function()) for e in facts.events if e.kind == Effect.SCALER_STEP}
     for call in facts.calls:
         if call.receiver != "self" or not call.method or call.qualified or id(call.frame.function()) not in stepping:
             continue

@@ -15,7 +15,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts.model import Event, EventKind, Frame, FrameKind
+from amplint.facts.model import Event, Frame, FrameKind
 from amplint.facts.module import ModuleFacts
 
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
@@ -94,7 +94,7 @@ class EvaluationQueries:
     @cached_property
     def _backward_calls(self) -> set[int]:
         """ids of the calls that run a backward (events, and every method `backward`/`manual_backward`)."""
-        found = {id(e.call) for e in self.facts.events if e.kind is EventKind.BACKWARD}
+        found = {id(e.call) for e in self.facts.events if e.kind == Effect.BACKWARD}
         return found | {id(c) for c in self.facts.calls if c.method in (vocab.BACKWARD, vocab.MANUAL_BACKWARD)}
 
     @cached_property

@@ -25,8 +25,9 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.facts.clips import ast_imports, ast_qualified
-from amplint.facts.model import Call, EventKind
+from amplint.facts.model import Call
 from amplint.facts.module import ModuleFacts, may_follow
+from amplint.vocabulary import Effect
 
 LIGHTNING_HOOK = "lightning"  # a clip in `on_after_backward`
 LIGHTNING_MANUAL = "lightning-manual"  # a clip after `self.manual_backward(loss)`, before `opt.step()` unscales
@@ -57,7 +58,7 @@ class FrameworkClip:
 def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
     """The clips of this module that break a framework's contract, as the code shows it."""
     found: list[FrameworkClip] = []
-    clips = [event.call for event in facts.events if event.kind is EventKind.CLIP]
+    clips = [event.call for event in facts.events if event.kind == Effect.CLIP]
     shown: dict[str, Shown | None] = {}
 
     def scaling(framework: vocab.Framework) -> Shown | None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
+from amplint.vocabulary import Effect
 
 
 class FrameKind(enum.Enum):
@@ -117,23 +118,19 @@ class Assignment:
     index: int
 
 
-class EventKind(enum.Enum):
-    BACKWARD = vocab.BACKWARD  # x.backward(), torch.autograd.backward/grad, accelerator.backward(loss)
-    OPTIMIZER_STEP = f"optimizer.{vocab.STEP}"
-    SCALER_STEP = f"scaler.{vocab.STEP}"
-    SCALER_UPDATE = f"scaler.{vocab.UPDATE}"
-    SCALER_UNSCALE = f"scaler.{vocab.UNSCALE}"
-    SCALER_SCALE = f"scaler.{vocab.SCALE}"
-    CLIP = "clip"
-    SCALER_BUILD = f"{vocab.GRAD_SCALER}()"
-    SCALER_LOAD = f"scaler.{vocab.LOAD_STATE_DICT}"
+# The calls the facts layer records as events (amplint/calls.py: `effect`): `loss.backward()` and torch's autograd
+# (Lightning's `manual_backward` is the framework's, amplint/facts/frameworks.py), torch's clip, a GradScaler built,
+# its `scale`, `unscale_`, `step`, `update`, `load_state_dict`, an optimizer's step.
+EVENT_KINDS = frozenset({Effect.BACKWARD, Effect.CLIP, Effect.BUILDS_SCALER, Effect.SCALER_SCALE, Effect.UNSCALE,
+                         Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.SCALER_LOAD, Effect.OPTIMIZER_STEP})
 
 
 @dataclass(eq=False)
 class Event:
-    """One step of mixed-precision training, located in the code."""
+    """One step of mixed-precision training, located in the code. `kind`: what the call is (`calls.effect`), one of
+    `EVENT_KINDS`."""
 
-    kind: EventKind
+    kind: str
     call: Call
     scaler: str | None = None  # the scaler's dotted name, e.g. "scaler" or "self.scaler"
     optimizer: str | None = None  # the optimizer's dotted name, when one is named

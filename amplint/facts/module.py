@@ -21,10 +21,10 @@ from amplint.facts import names as api
 from amplint.facts.collect import Collector, target_names
 from amplint.facts.walk import walk
 from amplint.facts.model import (
+    EVENT_KINDS,
     Assignment,
     Call,
     Event,
-    EventKind,
     Frame,
     FrameKind,
     FunctionInfo,
@@ -33,6 +33,7 @@ from amplint.facts.model import (
 )
 from amplint.facts.names import code_words, dotted_name
 from amplint.facts.shapes import call_shape
+from amplint.vocabulary import Effect
 
 if TYPE_CHECKING:
     from amplint.facts.locate import Point
@@ -776,9 +777,9 @@ class ModuleFacts:
 
     def _scaled_by(self, expr: cst.BaseExpression, frame: Frame) -> str | None:
         """The scaler whose `.scale(...)` produced `expr` (directly, or through a local name)."""
-        if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == vocab.SCALE:
-            receiver = dotted_name(expr.func.value)
-            return receiver if self.is_scaler(receiver, frame) else None
+        if isinstance(expr, cst.Call):
+            shape = self.shape(expr)
+            return shape.receiver if calls.scale_call(shape) and self.is_scaler(shape.receiver, frame) else None
         key = dotted_name(expr)
         if key is None:
             return None
@@ -796,46 +797,46 @@ class ModuleFacts:
         return self._scaled_cache[cache_key]
 
     def _event(self, call: Call) -> Event | None:
+        """The call as a training-step event: what it is (`calls.effect`), given what this module knows of its
+        names (is the callee bound to a clip, the receiver a GradScaler or an optimizer); None for any other call.
+        A scaler's event names its scaler: one called on no dotted name (`get_scaler().step(opt)`) is none."""
         node, method, receiver, frame = call.node, call.method, call.receiver, call.frame
-        if call.qualified in api.CLIP_FUNCTIONS or self._stored_clip(call):
-            return Event(EventKind.CLIP, call)
-        if call.qualified in api.GRAD_SCALERS:
+        clip = call.qualified not in api.CLIP_FUNCTIONS and self._stored_clip(call)
+        if not clip and not calls.may_have_effect(method, (call.qualified,) if call.qualified else ()):
+            return None
+        scaler = method in calls.SCALER_METHOD_EFFECTS and self.is_scaler(receiver, frame)
+        optimizer = None  # the optimizer a step is called on, as this module knows one
+        if method == vocab.STEP and not scaler:
+            if receiver is not None:
+                optimizer = receiver if self.is_optimizer(receiver, frame) else None
+            elif not node.args:
+                element = self.element_key(node.func.value)  # `self.optimizer[0].step()`
+                optimizer = element if element is not None and self.element_optimizer(element, frame) else None
+        kind = calls.effect(self.shape(node), scaler, optimizer is not None, clip)
+        if kind not in EVENT_KINDS:
+            return None
+        if kind == Effect.CLIP:
+            return Event(kind, call)
+        if kind == Effect.BUILDS_SCALER:
             bound = None
             for assignment in self.assignments:
                 if assignment.statement is call.statement and len(assignment.targets) == 1:
                     bound = assignment.targets[0]
-            return Event(EventKind.SCALER_BUILD, call, bound_to=bound)
-        if call.qualified in api.AUTOGRAD_BACKWARD:
-            first = call_argument(node, 0, "tensors" if call.qualified.endswith(vocab.BACKWARD) else "outputs")
-            scaler = self._scaled_by(first, frame) if first is not None else None
-            return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
-        if method == vocab.BACKWARD and isinstance(node.func, cst.Attribute):
-            if receiver is not None and receiver.rsplit(".", 1)[-1] in ("torch", vocab.AUTOGRAD):
-                return None
-            scaler = self._scaled_by(node.func.value, frame)
-            return Event(EventKind.BACKWARD, call, scaler=scaler, scaled=scaler is not None)
-        if method == vocab.STEP and receiver is None and isinstance(node.func, cst.Attribute) and not node.args:
-            element = self.element_key(node.func.value)  # `self.optimizer[0].step()`
-            if element is not None and self.element_optimizer(element, frame):
-                return Event(EventKind.OPTIMIZER_STEP, call, optimizer=element)
-        if method is None or receiver is None:
+            return Event(kind, call, bound_to=bound)
+        if kind == Effect.BACKWARD:  # scaled: the loss it runs on is a scaler's `scale(...)`
+            if call.qualified in api.AUTOGRAD_BACKWARD:
+                loss = call_argument(node, 0, "tensors" if call.qualified.endswith(vocab.BACKWARD) else "outputs")
+            else:
+                loss = node.func.value
+            scaler_name = self._scaled_by(loss, frame) if loss is not None else None
+            return Event(kind, call, scaler=scaler_name, scaled=scaler_name is not None)
+        if kind == Effect.OPTIMIZER_STEP:
+            return Event(kind, call, optimizer=optimizer)
+        if receiver is None:
             return None
         first_arg = dotted_name(node.args[0].value) if node.args else None
-        if self.is_scaler(receiver, frame):
-            kind = {
-                vocab.STEP: EventKind.SCALER_STEP,
-                vocab.UPDATE: EventKind.SCALER_UPDATE,
-                vocab.UNSCALE: EventKind.SCALER_UNSCALE,
-                vocab.SCALE: EventKind.SCALER_SCALE,
-                vocab.LOAD_STATE_DICT: EventKind.SCALER_LOAD,
-            }.get(method)
-            if kind is None:
-                return None
-            optimizer = first_arg if kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) else None
-            return Event(kind, call, scaler=receiver, optimizer=optimizer)
-        if method == vocab.STEP and self.is_optimizer(receiver, frame):
-            return Event(EventKind.OPTIMIZER_STEP, call, optimizer=receiver)
-        return None
+        return Event(kind, call, scaler=receiver,
+                     optimizer=first_arg if kind in (Effect.SCALER_STEP, Effect.UNSCALE) else None)
 
     def is_clip_function(self, value: cst.BaseExpression | None, frame: Frame | None, depth: int = 0) -> bool:
         """Does `value` evaluate to torch's clip function: the function itself under any spelling,
@@ -1068,7 +1069,7 @@ class ModuleFacts:
         """SCALER_BUILD events by the name they are bound to (None: not bound), in source order."""
         builds: dict[str | None, list[Event]] = {}
         for event in self.events:
-            if event.kind is EventKind.SCALER_BUILD:
+            if event.kind == Effect.BUILDS_SCALER:
                 builds.setdefault(event.bound_to, []).append(event)
         return builds
 
@@ -1078,7 +1079,7 @@ class ModuleFacts:
         level), in source order (an index: rules ask per scaler event)."""
         builds: dict[tuple[str | None, int], list[Event]] = {}
         for event in self.events:
-            if event.kind is EventKind.SCALER_BUILD:
+            if event.kind == Effect.BUILDS_SCALER:
                 builds.setdefault((event.bound_to, id(event.frame.function())), []).append(event)
         return builds
 
@@ -1107,7 +1108,7 @@ class ModuleFacts:
 
     @cached_property
     def module_has_backward(self) -> bool:
-        return any(e.kind is EventKind.BACKWARD for e in self.events) or any(
+        return any(e.kind == Effect.BACKWARD for e in self.events) or any(
             c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD) for c in self.calls)
 
     def has_backward(self, function: Frame | None) -> bool:
@@ -1116,7 +1117,7 @@ class ModuleFacts:
     @cached_property
     def _functions_with_backward(self) -> set[int]:
         """ids of the functions (None: module level) whose code runs a backward (an index: rules ask per event)."""
-        return {id(e.frame.function()) for e in self.events if e.kind is EventKind.BACKWARD} | {
+        return {id(e.frame.function()) for e in self.events if e.kind == Effect.BACKWARD} | {
             id(c.frame.function()) for c in self.calls if c.method in (vocab.MANUAL_BACKWARD, vocab.BACKWARD)}
 
 

@@ -124,6 +124,24 @@ class ImportMap:
             return None
         return f"{target}.{rest}" if rest else target
 
+    def is_module(self, dotted: str | None) -> bool:
+        """Is the dotted name a module an `import` statement binds (`hm` of `import helpers as hm`, `a` or `a.b` of
+        `import a.b`), its head bound by no `from` import? A method called on it is a function of the module (the
+        index's `amplint/index/shapes.py: modules` reads the same)."""
+        if not dotted:
+            return False
+        head = dotted.partition(".")[0]
+        records = self.records.get(head)
+        if not records or any(not isinstance(record.statement, cst.Import) for record in records):
+            return False
+        for record in records:
+            if record.alias.asname is not None:
+                if dotted == record.local:
+                    return True
+            elif f"{dotted_name(record.alias.name)}.".startswith(f"{dotted}."):
+                return True
+        return False
+
     def star_imports(self) -> list[cst.ImportFrom]:
         """The `from <module> import *` statements whose names are known (STAR_EXPORTS), in source order."""
         found = {id(r.statement): r.statement for records in self.records.values() for r in records

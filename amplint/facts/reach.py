@@ -10,17 +10,15 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass
 
+from amplint import calls
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts.model import Call, EventKind, Frame, FunctionInfo
+from amplint.facts.model import Call, Frame, FunctionInfo
 from amplint.facts.module import ModuleFacts
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
 
 HELPER_FACTS = (Effect.CLIP, Effect.UNSCALE, Effect.BACKWARD, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.STEP)
-_EVENT_FACTS = {EventKind.CLIP: Effect.CLIP, EventKind.SCALER_UNSCALE: Effect.UNSCALE, EventKind.BACKWARD: Effect.BACKWARD,
-                EventKind.SCALER_STEP: Effect.SCALER_STEP, EventKind.SCALER_UPDATE: Effect.SCALER_UPDATE,
-                EventKind.OPTIMIZER_STEP: Effect.STEP}
 HELPER_DEPTH = 3  # calls followed from the called helper, as the project index does (MAX_DEPTH)
 
 
@@ -116,15 +114,17 @@ class CallReach:
                 if info is None:
                     continue
                 for event in self.facts.events_in(info.frame):
-                    fact = _EVENT_FACTS.get(event.kind)
-                    if fact is not None and fact not in found:
-                        found[fact] = Doer(current, None, self.facts.line_of(event.node), event.index)
+                    for fact in calls.function_effects(event.kind):
+                        if fact in HELPER_FACTS and fact not in found:
+                            found[fact] = Doer(current, None, self.facts.line_of(event.node), event.index)
                 for inner in self.calls_in(info.frame):
-                    # Any `x.unscale_()` or `x.backward()` counts, whatever the facts layer knows `x` to be.
-                    fact = {vocab.UNSCALE: Effect.UNSCALE, vocab.BACKWARD: Effect.BACKWARD,
-                            vocab.MANUAL_BACKWARD: Effect.BACKWARD}.get(inner.method or "")
-                    if fact is not None and fact not in found:
-                        found[fact] = Doer(current, None, self.facts.line_of(inner.node), inner.index)
+                    # Any unscale or backward counts (`x.unscale_()`, `x.manual_backward(loss)`), whatever the
+                    # facts layer knows `x` to be: what the call is needs no knowledge of its names.
+                    kind = calls.effect(self.facts.shape(inner.node)) if calls.may_have_effect(
+                        inner.method, (inner.qualified,) if inner.qualified else ()) else None
+                    for fact in calls.function_effects(kind):
+                        if fact in (Effect.UNSCALE, Effect.BACKWARD) and fact not in found:
+                            found[fact] = Doer(current, None, self.facts.line_of(inner.node), inner.index)
                     callee = self._targets.get(id(inner.node))
                     if callee is not None:
                         if callee not in seen:
@@ -237,7 +237,7 @@ def loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
     view = facts.project
     info = facts.function_info(frame)
     for event in facts.events_in(function):
-        if event.kind in (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP) \
+        if event.kind in (Effect.BACKWARD, Effect.SCALER_STEP, Effect.OPTIMIZER_STEP) \
                 and event.frame.loops_up_to_function():
             return True
     for call in facts.calls:

@@ -17,12 +17,18 @@ _CONSTANTS = {"True": True, "False": False, "None": None}
 def call_shape(expr: cst.BaseExpression, imports: ImportMap | None = None) -> CallShape:
     """The shape of a call, or of a callee named without a call (`@torch.no_grad`); `imports` qualifies the callee
     and the arguments' dotted names (none without it)."""
+    return _shape(expr, imports, inner=True)
+
+
+def _shape(expr: cst.BaseExpression, imports: ImportMap | None, inner: bool) -> CallShape:
     called = isinstance(expr, cst.Call)
     func = expr.func if called else expr
-    method = receiver = None
+    method = receiver = on = None
     if isinstance(func, cst.Attribute):
         method = func.attr.value
         receiver = dotted_name(func.value)
+        if inner and isinstance(func.value, cst.Call):
+            on = _shape(func.value, imports, inner=False)
     qualified = imports.qualify(func) if imports is not None else None
     args: list[Value] = []
     keywords: list[tuple[str | None, Value]] = []
@@ -33,8 +39,9 @@ def call_shape(expr: cst.BaseExpression, imports: ImportMap | None = None) -> Ca
             keywords.append((None, STARRED))
         else:
             args.append(STARRED if arg.star else value_of(arg.value, imports))
+    on_module = receiver is not None and imports is not None and imports.is_module(receiver)
     return CallShape(dotted_name(func), (qualified,) if qualified else (), method, receiver, tuple(args),
-                     tuple(keywords), called)
+                     tuple(keywords), called, on_module, on)
 
 
 def value_of(node: cst.BaseExpression, imports: ImportMap | None = None) -> Value:

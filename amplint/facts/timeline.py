@@ -8,8 +8,9 @@ from __future__ import annotations
 import bisect
 from typing import Iterator
 
-from amplint.facts.model import Event, EventKind
+from amplint.facts.model import Event
 from amplint.facts.module import ModuleFacts
+from amplint.vocabulary import Effect
 
 
 class Ordered:
@@ -48,30 +49,30 @@ class FunctionEvents:
         self._by_key: dict[tuple, Ordered] = {}  # (kind, scaler) and (kind, scaler, optimizer) -> events
         self._optimizers: dict[str | None, set[str]] = {}  # scaler -> the optimizers it steps or unscales
         for event in events:
-            if event.kind is EventKind.BACKWARD and event.scaled:
+            if event.kind == Effect.BACKWARD and event.scaled:
                 self._backwards.add(event)
             optimizers = [event.optimizer]
-            if event.kind is EventKind.SCALER_UNSCALE:
+            if event.kind == Effect.UNSCALE:
                 # `for opt in (opt_a, opt_b): scaler.unscale_(opt)` unscales each of them; over values not known
                 # (`self.optimizers`), any optimizer (None)
                 optimizers = facts.loop_values(event.optimizer, event.frame) or optimizers
             keys = [(event.kind, event.scaler)] + [(event.kind, event.scaler, o) for o in dict.fromkeys(optimizers)]
             for key in keys:
                 self._by_key.setdefault(key, Ordered()).add(event)
-            if event.optimizer and event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE):
+            if event.optimizer and event.kind in (Effect.SCALER_STEP, Effect.UNSCALE):
                 self._optimizers.setdefault(event.scaler, set()).add(event.optimizer)
         self._scaler_events: dict[str | None, Ordered] = {}  # steps and updates of each scaler, in order
         for event in events:
-            if event.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE):
+            if event.kind in (Effect.SCALER_STEP, Effect.SCALER_UPDATE):
                 self._scaler_events.setdefault(event.scaler, Ordered()).add(event)
 
-    def _of(self, kind: EventKind, scaler: str | None, *optimizer: str | None) -> Ordered:
+    def _of(self, kind: str, scaler: str | None, *optimizer: str | None) -> Ordered:
         return self._by_key.get((kind, scaler, *optimizer), _EMPTY)
 
     def last_scaled_backward(self, index: int) -> Event | None:
         return self._backwards.last_before(index)
 
-    def first_after(self, kind: EventKind, scaler: str | None, index: int, *optimizer: str | None) -> Event | None:
+    def first_after(self, kind: str, scaler: str | None, index: int, *optimizer: str | None) -> Event | None:
         """The first event of `kind` of `scaler` after `index` (of that optimizer, when one is given)."""
         return self._of(kind, scaler, *optimizer).first_after(index)
 
@@ -84,7 +85,7 @@ class FunctionEvents:
         order: the only ones whose gradients the clip can still affect."""
         found: list[str] = []
         for event in self._scaler_events.get(scaler, _EMPTY).after(clip.index):
-            if event.kind is EventKind.SCALER_UPDATE:
+            if event.kind == Effect.SCALER_UPDATE:
                 break
             if event.optimizer and event.optimizer not in found:
                 found.append(event.optimizer)
@@ -95,21 +96,21 @@ class FunctionEvents:
         """The first `scaler.unscale_(...)` after `start` and before `end`, of one of `optimizers` (None among
         them: an unscale_ of no named optimizer; `optimizers` None: of any optimizer)."""
         if optimizers is None:
-            found = self.first_after(EventKind.SCALER_UNSCALE, scaler, start)
+            found = self.first_after(Effect.UNSCALE, scaler, start)
         else:
-            firsts = [self.first_after(EventKind.SCALER_UNSCALE, scaler, start, o) for o in optimizers]
+            firsts = [self.first_after(Effect.UNSCALE, scaler, start, o) for o in optimizers]
             found = min((e for e in firsts if e is not None), key=lambda e: e.index, default=None)
         return found if found is not None and found.index < end else None
 
     def last_update_before(self, scaler: str | None, index: int) -> int:
         """The index of the scaler's last `update()` before `index` (-1: none in the function)."""
-        update = self._of(EventKind.SCALER_UPDATE, scaler).last_before(index)
+        update = self._of(Effect.SCALER_UPDATE, scaler).last_before(index)
         return update.index if update is not None else -1
 
     def unscaled_before(self, scaler: str | None, optimizer: str | None, index: int) -> bool:
         """Is there an `unscale_` of this optimizer before `index` with no `update()` between it and `index`? A
         second `unscale_` would raise `unscale_() has already been called on this optimizer since the last
         update().`"""
-        update = self._of(EventKind.SCALER_UPDATE, scaler).last_before(index)
+        update = self._of(Effect.SCALER_UPDATE, scaler).last_before(index)
         since = update.index if update is not None else -1
         return self.unscale_between(scaler, {optimizer, None}, since, index) is not None

@@ -2,16 +2,19 @@
 
 Built from the same `ast` walk as the screen's `Summary` (amplint/index/summary.py): one parse per file. What a
 function does is a set of facts, named once here (`FACTS`), from the same definitions the screen and the libcst
-facts layer use (a GradScaler is a call resolving to `GRAD_SCALERS`; a scaled backward is
-`<scaler>.scale(loss).backward()`; an autocast region is a with-item the screen's `can_open` accepts):
+facts layer use: what a call is, the one classifier's (amplint/calls.py: `effect`, `function_effects`) given what
+the file knows of the receiver (a GradScaler: `Summary.scaler_names`; an optimizer: `_used_as_optimizer`); a
+scaled backward is `<scaler>.scale(loss).backward()`; an autocast region is a with-item the screen's `can_open`
+accepts:
 
 - `builds_scaler`: constructs a GradScaler (not with a literal `enabled=False`); `keeps_scaler`: returns it,
   stores it on an object (`self.scaler = ...`), passes it to a call, or restores it with `load_state_dict`;
-- `backward` (a method `backward()`/`manual_backward()` or `torch.autograd.backward`), `scaled_backward`;
+- `backward` (a method `backward()`/`manual_backward()` or `torch.autograd.backward`/`grad`; a function of a
+  module, `hm.backward(...)` of `import helpers as hm`, is none), `scaled_backward`;
 - `unscale`, `clip` (`clip_grad_norm_`/`clip_grad_value_`, a torch clip, not a framework's method), `step`
   (a method `step()`), `optimizer_step` (also, on an object used as an optimizer is: `zero_grad()` on it in the
-  file, or handed to a scaler's `step`/`unscale_`, as the facts layer's `is_optimizer`), `scaler_step`,
-  `scaler_update` (on something that can hold a GradScaler);
+  file, or handed to a scaler's `step`/`unscale_`, as the facts layer's `is_optimizer`; not in a region written
+  disabled), `scaler_step`, `scaler_update` (on something that can hold a GradScaler);
 - `region` (opens an autocast region not written disabled), `disabled_region`, `autocast_off` (decorated
   `@autocast(enabled=False)`: nothing it does or calls runs in a caller's region), `returns_float32` (every
   return is computed with autocast off), `no_grad`
@@ -43,17 +46,14 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.calls import GRAD_MODE_CALLEES, converts_to_half, grad_mode, innermost_grad_mode, is_float32_cast
-from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, INTEGER_OPS, LAYOUT_METHODS, \
-    GRAD_SCALERS, Effect
+from amplint.calls import (EFFECT_CALLEES, EFFECT_METHODS, GRAD_MODE_CALLEES, effect, function_effects, grad_mode,
+                           innermost_grad_mode, is_float32_cast, scale_call)
+from amplint.vocabulary import EFFECTS, INTEGER_OPS, LAYOUT_METHODS, GRAD_SCALERS, Effect
 from amplint.index.flows import Scope, argument_flows
 from amplint.index.shapes import call_shape
 from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
-# The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
-# it resolves to the qualified name through the file's imports.
-CLIP_NAMES = vocab.last_names(CLIP_FUNCTIONS)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
@@ -460,34 +460,23 @@ class _Builder:
 
     def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers,
                       withs=()) -> None:
-        method = receiver is not None
-        if name in vocab.BACKWARD_METHODS and method and receiver.rsplit(".", 1)[-1] not in (vocab.TORCH,
-                                                                                             vocab.AUTOGRAD):
-            self._note(owner, Effect.BACKWARD, line)
-            inner = call.func.value
-            if type(inner) is ast.Call and type(inner.func) is ast.Attribute and inner.func.attr == vocab.SCALE:
-                self._note(owner, Effect.SCALED_BACKWARD, line)
-        elif self.summary.resolves(call.func, AUTOGRAD_BACKWARD):
-            self._note(owner, Effect.BACKWARD, line)
-        elif name == vocab.UNSCALE and method:
-            self._note(owner, Effect.UNSCALE, line)
-        elif name in CLIP_NAMES and self.summary.resolves(call.func, CLIP_FUNCTIONS):
-            self._note(owner, Effect.CLIP, line)  # torch's clip; a framework's (`accelerator.clip_grad_norm_`) unscales
-        elif name == vocab.STEP and method:
-            scaler = receiver in scalers  # also `x.step(arg)` with `x.update()` in one function: a scaler handed in
-            self._note(owner, Effect.SCALER_STEP if scaler else Effect.STEP, line)
-            if not scaler and receiver in self._used_as_optimizer() and not any(
-                    self.summary.can_open(item.context_expr) and _disabled(item.context_expr)
-                    for with_node in withs for item in with_node.items):
-                self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
-        elif name == vocab.UPDATE and method and receiver in scalers:
-            self._note(owner, Effect.SCALER_UPDATE, line)
-        elif name in vocab.HALF_CONVERTERS and method and converts_to_half(call_shape(call, self.summary)):
-            self._note(owner, Effect.HALF_MODEL, line)
-        elif name == vocab.EVAL and method and not call.args:
-            self._note(owner, Effect.EVAL, line)
-        elif self._grad_mode(call) is True:
-            self._note(owner, Effect.ENABLE_GRAD, line)
+        """What the function does by making the call (`calls.effect`, `calls.function_effects`), given what the
+        file knows of the receiver: a GradScaler (`scalers`, `Summary.scaler_names`), an optimizer
+        (`_used_as_optimizer`); a backward on a scaler's `scale(...)` is a scaled one."""
+        if not (receiver is not None and name in EFFECT_METHODS) and not self.summary.resolves(call.func,
+                                                                                             EFFECT_CALLEES):
+            return
+        scaler = receiver in scalers  # also `x.step(arg)` with `x.update()` in one function: a scaler handed in
+        optimizer = name == vocab.STEP and not scaler and receiver in self._used_as_optimizer()
+        shape = call_shape(call, self.summary)
+        kind = effect(shape, scaler, optimizer)
+        for fact in function_effects(kind):
+            if fact == Effect.OPTIMIZER_STEP and any(self.summary.can_open(item.context_expr) and _disabled(
+                    item.context_expr) for with_node in withs for item in with_node.items):
+                continue  # a step in `autocast(enabled=False)` runs in no region
+            self._note(owner, fact, line)
+        if kind in (Effect.BACKWARD, Effect.MANUAL_BACKWARD) and scale_call(shape.inner):
+            self._note(owner, Effect.SCALED_BACKWARD, line)
 
     def _used_as_optimizer(self) -> set[str]:
         """Receivers the file uses as only an optimizer is used: `x.zero_grad()`, or handed to a scaler's

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import EventKind, ModuleFacts
+from amplint.facts import ModuleFacts
 from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
@@ -129,7 +129,7 @@ class BackwardInAutocast(Rule):
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
-            if event.kind is not EventKind.BACKWARD:
+            if event.kind != Effect.BACKWARD:
                 continue
             region, chain = facts.effective_region(event.frame)
             if region is None or not region.active:

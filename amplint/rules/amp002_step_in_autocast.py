@@ -6,14 +6,14 @@ from typing import Iterator
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import EventKind, ModuleFacts
+from amplint.facts import ModuleFacts
 from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
-STEP_EVENTS = (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+STEP_EVENTS = (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE)
 # The index's facts for a function that steps an optimizer (known by use, as the facts layer knows one) or steps
 # or updates a GradScaler itself.
 SCALER_UPDATES = (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE)
@@ -120,6 +120,6 @@ class StepInAutocast(Rule):
 
     @staticmethod
     def _advice(event) -> str:
-        if event.kind is EventKind.OPTIMIZER_STEP and event.node.args:
+        if event.kind == Effect.OPTIMIZER_STEP and event.node.args:
             return "Its closure is the forward pass: open autocast inside the closure instead"
         return "Step after the autocast block"

@@ -8,7 +8,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, ModuleFacts
 from amplint.facts.model import Call
 from amplint.facts.module import loops_within, may_follow
 from amplint.facts.clips import base_stores_clip, clamps, first_measured, iterates_parameters, clips_stored_elsewhere, \
@@ -151,8 +151,8 @@ class ClipWithoutUnscale(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         index = ClipQueries(facts)
-        for clip in [*facts.events, *(Event(EventKind.CLIP, call) for call in clips_stored_elsewhere(facts))]:
-            if clip.kind is not EventKind.CLIP:
+        for clip in [*facts.events, *(Event(Effect.CLIP, call) for call in clips_stored_elsewhere(facts))]:
+            if clip.kind != Effect.CLIP:
                 continue
             events = index.function(clip.frame.function())
             backward = events.last_scaled_backward(clip.index)
@@ -164,7 +164,7 @@ class ClipWithoutUnscale(Rule):
             scaler = backward.scaler
             if index.scaler_disabled(scaler) or index.unscale_taken(scaler):
                 continue  # GradScaler(enabled=False) scales nothing; an `unscale_` run under another name
-            step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index)
+            step = events.first_after(Effect.SCALER_STEP, scaler, clip.index)
             if step is None:
                 continue
             candidates = events.stepped_after(clip, scaler)
@@ -192,7 +192,7 @@ class ClipWithoutUnscale(Rule):
                               f"(one of {', '.join(f'`{c}`' for c in candidates)})")
                 else:
                     advice = f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters"
-                tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
+                tied_step = events.first_after(Effect.SCALER_STEP, scaler, clip.index, tied)
                 fix = None
                 if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index) \
                         and not index.may_unscale_through_calls(scaler, clip.frame.function(),
@@ -242,7 +242,7 @@ class ClipWithoutUnscale(Rule):
         """Gradient hooks that clip (`p.register_hook(lambda g: g.clamp(-c, c))` on each of `model.parameters()`)
         in a module whose backward is scaled: a hook runs during the backward, on gradients scaled by the loss
         scale, before any `unscale_` can run."""
-        if any(e.kind is EventKind.BACKWARD and e.scaled and e.scaler and index.scaler_disabled(e.scaler)
+        if any(e.kind == Effect.BACKWARD and e.scaled and e.scaler and index.scaler_disabled(e.scaler)
                for e in facts.events):
             return  # a scaler built with `enabled=False` here: its `scale()` multiplies nothing
         for call in facts.calls:
@@ -274,22 +274,22 @@ class ClipWithoutUnscale(Rule):
         if function is None:
             return None
         own = facts.events_in(function)
-        if any(e.kind is EventKind.BACKWARD and e.index < clip.index for e in own):
+        if any(e.kind == Effect.BACKWARD and e.index < clip.index for e in own):
             return None
         step = None
         for event in own:
             if event.index <= clip.index:
                 continue
-            if event.kind is EventKind.BACKWARD or event.kind is EventKind.SCALER_UPDATE:
+            if event.kind == Effect.BACKWARD or event.kind == Effect.SCALER_UPDATE:
                 return None
-            if event.kind is EventKind.SCALER_STEP:
+            if event.kind == Effect.SCALER_STEP:
                 step = event
                 break
         if step is None or step.scaler is None or index.scaler_disabled(step.scaler) \
                 or index.unscale_taken(step.scaler):
             return None
         scaler = step.scaler
-        if any(e.kind is EventKind.SCALER_UNSCALE and e.index < clip.index for e in own):
+        if any(e.kind == Effect.UNSCALE and e.index < clip.index for e in own):
             return None
         helpers = index.helpers
         for call in helpers.calls_in(function):
@@ -321,7 +321,7 @@ class ClipWithoutUnscale(Rule):
                                "scaled backward:")
         fix = None
         if tied is not None:
-            tied_step = events.first_after(EventKind.SCALER_STEP, scaler, clip.index, tied)
+            tied_step = events.first_after(Effect.SCALER_STEP, scaler, clip.index, tied)
             if tied_step is not None:
                 fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
                 if fix is not None:
@@ -339,7 +339,7 @@ class ClipWithoutUnscale(Rule):
         steps the scaler itself. Reported at the call."""
         helpers = None
         functions = {id(e.frame.function()): e.frame.function() for e in facts.events
-                     if e.kind is EventKind.BACKWARD and e.scaled}
+                     if e.kind == Effect.BACKWARD and e.scaled}
         for function in functions.values():
             helpers = helpers or index.helpers
             events = index.function(function)
@@ -360,8 +360,8 @@ class ClipWithoutUnscale(Rule):
         if index.scaler_disabled(scaler) or index.unscale_taken(scaler) \
                 or events.unscale_between(scaler, None, backward.index, call.index) \
                 or index.may_unscale_through_calls(scaler, call.frame.function(), backward.index, call.index) \
-                or events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index) is not None \
-                and events.first_after(EventKind.SCALER_UPDATE, scaler, backward.index).index < call.index:
+                or events.first_after(Effect.SCALER_UPDATE, scaler, backward.index) is not None \
+                and events.first_after(Effect.SCALER_UPDATE, scaler, backward.index).index < call.index:
             return None
         does = helpers.does(call)
         if not does or Effect.CLIP not in does or any(fact in does for fact in _HELPER_SILENCERS):
@@ -372,17 +372,17 @@ class ClipWithoutUnscale(Rule):
             message = _bounded(f"`{callee}(...)` clips and steps gradients still scaled by `{scaler}`", where, "in")
             return Finding(call.node, message, help=f"Unscale before the clip in {where}: "
                                                      f"`scaler.unscale_(optimizer)`")
-        step = events.first_after(EventKind.SCALER_STEP, scaler, call.index)
+        step = events.first_after(Effect.SCALER_STEP, scaler, call.index)
         if Effect.SCALER_STEP in does or Effect.SCALER_UPDATE in does or step is None \
                 or not may_follow(facts, call.frame, step.frame):
             return None
         message = _bounded(f"`{callee}(...)` clips gradients still scaled by `{scaler}`", where)
-        placed = Event(EventKind.CLIP, call)
+        placed = Event(Effect.CLIP, call)
         candidates = events.stepped_after(placed, scaler)
         tied = candidates[0] if len(candidates) == 1 and events.optimizers(scaler) <= set(candidates) else None
         fix = None
         if tied is not None:
-            tied_step = events.first_after(EventKind.SCALER_STEP, scaler, call.index, tied)
+            tied_step = events.first_after(Effect.SCALER_STEP, scaler, call.index, tied)
             function = call.frame.function()
             if tied_step is not None and not events.unscaled_before(scaler, tied, call.index) \
                     and events.unscale_between(scaler, None, call.index, tied_step.index) is None \
@@ -445,8 +445,8 @@ class ClipWithoutUnscale(Rule):
 # Events that must keep their order against an `unscale_`: gradients added, zeroed or consumed, the scaler's
 # record of what it unscaled. A clip is not among them: a clip between the two sees scaled gradients too, and
 # unscaling first is its fix as well.
-REORDERED_EVENTS = frozenset({EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP,
-                              EventKind.SCALER_UPDATE, EventKind.SCALER_UNSCALE, EventKind.SCALER_SCALE})
+REORDERED_EVENTS = frozenset({Effect.BACKWARD, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP,
+                              Effect.SCALER_UPDATE, Effect.UNSCALE, Effect.SCALER_SCALE})
 
 
 def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event, index: ClipQueries) -> Applicability | None:

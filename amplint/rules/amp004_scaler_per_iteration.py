@@ -11,7 +11,7 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts import Event, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.facts.loops import frames_between
 from amplint.facts.reach import handed_to_caller_of, hands_an_optimizer, loop_trains
@@ -22,7 +22,7 @@ from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import Changes, snippet
 
-USES = (EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+USES = (Effect.SCALER_STEP, Effect.SCALER_UPDATE)
 
 
 def builder_called_per_iteration(view) -> bool:
@@ -158,7 +158,7 @@ class ScalerPerIteration(Rule):
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._wrappers_per_iteration(facts)
         for build in facts.events:
-            if build.kind is not EventKind.SCALER_BUILD or build.bound_to is None:
+            if build.kind != Effect.BUILDS_SCALER or build.bound_to is None:
                 continue
             key = build.bound_to
             same_function = facts.events_in(build.frame.function())
@@ -225,7 +225,7 @@ class ScalerPerIteration(Rule):
         chain = view.called_per_iteration(target)
         if chain is None:
             alone = per_step and not loop_trains(facts, build.frame) \
-                and any(use.kind is EventKind.SCALER_STEP for use in uses)
+                and any(use.kind == Effect.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
             message = (f"`{build.bound_to}` is built and stepped once per call of `{info.qualname}()`: it never "
@@ -364,7 +364,7 @@ class ScalerPerIteration(Rule):
                 test = " ".join(code_words(frame.node.test))  # the test's code: a comment says nothing
                 if build.bound_to in test and (re.search(r"\bNone\b|hasattr", test) or _negates(frame.node.test)):
                     return True
-        return any(e.kind is EventKind.SCALER_LOAD and e.scaler == build.bound_to and e.index > build.index
+        return any(e.kind == Effect.SCALER_LOAD and e.scaler == build.bound_to and e.index > build.index
                    for e in events)
 
     @staticmethod
@@ -482,7 +482,7 @@ def _per_object(uses: list[Event], changes: Changes) -> bool:
     """Is every optimizer the scaler steps read through a name the loop binds (`opts[k]` in `for k in models`,
     `optim` in `for member, optim in zip(members, optims)`)? Then each iteration may train another model with
     its own optimizer, and a scaler per iteration is one per model: its state belongs to that model's run."""
-    steps = [use for use in uses if use.kind is EventKind.SCALER_STEP]
+    steps = [use for use in uses if use.kind == Effect.SCALER_STEP]
     return bool(steps) and all(use.node.args and set(_names(use.node.args[0].value)) & changes.bound
                                for use in steps)
 

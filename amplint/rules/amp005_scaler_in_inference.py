@@ -9,16 +9,17 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, Frame, ModuleFacts
+from amplint.facts import Event, Frame, ModuleFacts
 from amplint.facts.model import FrameKind
 from amplint.facts.evaluation import EvaluationQueries, Kept, only_data
 from amplint.index.summary import FUNCTIONS, Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
+from amplint.vocabulary import Effect
 
-SCALER_EVENTS = (EventKind.SCALER_BUILD, EventKind.SCALER_SCALE, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE,
-                 EventKind.SCALER_UNSCALE)
+SCALER_EVENTS = (Effect.BUILDS_SCALER, Effect.SCALER_SCALE, Effect.SCALER_STEP, Effect.SCALER_UPDATE,
+                 Effect.UNSCALE)
 # A function's name is never evidence (what the code does is): the screen asks about functions by what they call.
 NO_NAME = re.compile(r"(?!)")
 ANY_NAME = re.compile("")
@@ -30,15 +31,15 @@ USES = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)  # what a training
 
 # What each scaler call does where no backward runs, in a message's few words (the docstring says more).
 CONSEQUENCE = {
-    EventKind.SCALER_SCALE: "it multiplies by the loss scale",
-    EventKind.SCALER_STEP: "it raises AssertionError",
-    EventKind.SCALER_UPDATE: "it raises AssertionError",
-    EventKind.SCALER_UNSCALE: "there are no gradients to unscale",
+    Effect.SCALER_SCALE: "it multiplies by the loss scale",
+    Effect.SCALER_STEP: "it raises AssertionError",
+    Effect.SCALER_UPDATE: "it raises AssertionError",
+    Effect.UNSCALE: "there are no gradients to unscale",
 }
 # What to do when there is no fix.
 ADVICE = {
-    EventKind.SCALER_BUILD: "Remove it: a GradScaler serves only a training step's backward",
-    EventKind.SCALER_SCALE: "Use the unscaled value",
+    Effect.BUILDS_SCALER: "Remove it: a GradScaler serves only a training step's backward",
+    Effect.SCALER_SCALE: "Use the unscaled value",
 }
 
 
@@ -185,7 +186,7 @@ class ScalerInInference(Rule):
         for event in facts.events:
             if event.kind not in SCALER_EVENTS:
                 continue
-            if event.kind is EventKind.SCALER_BUILD:
+            if event.kind == Effect.BUILDS_SCALER:
                 finding = self._construction(facts, event, functions)
                 if finding is not None:
                     yield finding
@@ -196,7 +197,7 @@ class ScalerInInference(Rule):
             what = snippet(facts, event.node)
             message = f"`{snippet(facts, event.node, 32)}` {where}: {CONSEQUENCE[event.kind]}"
             fix = None
-            if event.kind is EventKind.SCALER_SCALE and len(event.node.args) == 1 \
+            if event.kind == Effect.SCALER_SCALE and len(event.node.args) == 1 \
                     and event.node.args[0].keyword is None and not event.node.args[0].star:
                 argument = event.node.args[0].value
                 fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
@@ -232,7 +233,7 @@ class ScalerInInference(Rule):
                           lambda statement=statement: replace_nodes(facts.module,
                                                                     {statement: cst.RemoveFromParent()}),
                           Applicability.SAFE)
-        return Finding(event.node, message, fix, help=None if fix else ADVICE[EventKind.SCALER_BUILD])
+        return Finding(event.node, message, fix, help=None if fix else ADVICE[Effect.BUILDS_SCALER])
 
     @staticmethod
     def _build_evidence(facts: ModuleFacts, event: Event, function: Frame | None, kept: Kept,
@@ -297,7 +298,7 @@ class ScalerInInference(Rule):
         opener = facts.no_grad_opener(event.frame)
         if opener is not None:
             # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
-            if event.kind is EventKind.SCALER_SCALE or not module_has_backward:
+            if event.kind == Effect.SCALER_SCALE or not module_has_backward:
                 return f"runs under `{snippet(facts, opener, 24)}` (line {facts.line_of(opener)})"
         function = event.frame.function()
         if function is None:
@@ -310,7 +311,7 @@ class ScalerInInference(Rule):
         # data that reaches no backward (scaled logits sampled into token ids in `generate()`). A function
         # returning or handing on a scaled loss is a training helper (the backward elsewhere).
         if functions.calls_eval(function) or (
-                event.kind is EventKind.SCALER_SCALE and only_data(facts, function, event, functions)):
+                event.kind == Effect.SCALER_SCALE and only_data(facts, function, event, functions)):
             return f"runs in `{function.name}()`, which has no backward"
         if functions.evaluation_script(function):
             return f"runs in `{function.name}()`, called by a script calling `.eval()`"

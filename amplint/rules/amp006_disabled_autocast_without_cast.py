@@ -19,7 +19,7 @@ from amplint.facts.dtypes import (FLOAT_PRESERVING, LOW, UNKNOWN, Lowering, Unca
                                   floating_names, is_scalar, low_state, lowering, module_output,
                                   tensor_module, LibraryArguments, ast_function, ast_calls_at, ast_low_origin, _ast_binding)
 from amplint.calls import is_float32_cast
-from amplint.facts.model import EventKind, Frame
+from amplint.facts.model import Frame
 from amplint.facts.shapes import call_shape
 from amplint.index.functions import ITEM_KEY
 from amplint.index.project import Target
@@ -536,14 +536,14 @@ def switched_off(facts: ModuleFacts, frame: Frame, region: Region) -> bool:
     """Is the region mixed precision switched off rather than an fp32 island: written with a low-precision dtype
     (`autocast("cuda", dtype=torch.float16, enabled=False)`), or running a training step's backward? Then it
     says nothing of its callers' autocast."""
-    return region.dtype is not None or any(event.kind is EventKind.BACKWARD and event.frame.is_within(frame)
+    return region.dtype is not None or any(event.kind == Effect.BACKWARD and event.frame.is_within(frame)
                                            for event in facts.events)
 
 
 def only_autograd(facts: ModuleFacts, frame: Frame) -> bool:
     """Does the region only run autograd (`torch.autograd.grad(...)`, `loss.backward()`), to keep it out of
     autocast? Every call in it is a backward or inside one's arguments."""
-    backwards = [event.node for event in facts.events if event.kind is EventKind.BACKWARD
+    backwards = [event.node for event in facts.events if event.kind == Effect.BACKWARD
                  and event.frame.is_within(frame)]
     if not backwards:
         return False

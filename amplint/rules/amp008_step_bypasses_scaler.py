@@ -10,7 +10,7 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
 from amplint.facts.switches import guarded_by_amp_test
 from amplint.index.summary import Summary
@@ -137,7 +137,7 @@ class StepBypassesScaler(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         for step in facts.events:
-            if step.kind is not EventKind.OPTIMIZER_STEP or step.optimizer is None:
+            if step.kind != Effect.OPTIMIZER_STEP or step.optimizer is None:
                 continue
             events = facts.events_in(step.frame.function())
             backward = _last_backward(facts, events, step)
@@ -153,10 +153,10 @@ class StepBypassesScaler(Rule):
                 continue
             if facts.no_grad_opener(step.frame) is not None or facts.no_grad_opener(backward.frame) is not None:
                 continue  # code under no_grad/inference_mode is AMP005's business
-            if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE) and e.optimizer == step.optimizer
+            if any(e.kind in (Effect.SCALER_STEP, Effect.UNSCALE) and e.optimizer == step.optimizer
                    for e in events):
                 continue  # this optimizer goes through the scaler elsewhere in the function: another code path
-            updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == scaler]
+            updates = [e for e in events if e.kind == Effect.SCALER_UPDATE and e.scaler == scaler]
             has_update = bool(updates)
             per_step = not updates or any(_updates_every_step(facts, step, update) for update in updates)
             optimizer = step.optimizer
@@ -198,7 +198,7 @@ def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) ->
     through the project index, a few calls deep. Silent when the helper also steps, unscales or updates a scaler,
     or runs a plain backward first; when the function goes through a scaler itself (`scaler.step`,
     `scaler.unscale_` of any optimizer: another code path) or the step is guarded by an AMP test."""
-    if any(e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE, EventKind.SCALER_UPDATE) for e in events):
+    if any(e.kind in (Effect.SCALER_STEP, Effect.UNSCALE, Effect.SCALER_UPDATE) for e in events):
         return None
     if facts.no_grad_opener(step.frame) is not None or not facts.optimizer_known(step.optimizer, step.frame) \
             and not facts.is_optimizer(step.optimizer, step.frame):
@@ -224,7 +224,7 @@ def _scaled_in_a_callee(facts: ModuleFacts, events: list[Event], step: Event) ->
     if found is None:
         return None
     call, doing, line = found
-    if guarded_by_amp_test(facts, step, Event(EventKind.BACKWARD, call), "scaler"):
+    if guarded_by_amp_test(facts, step, Event(Effect.BACKWARD, call), "scaler"):
         return None
     other = doing.module != view.path
     where = f"`{doing.qualname}()` at " + (f"{os.path.basename(doing.module)}:{line}" if other else f"line {line}")
@@ -259,7 +259,7 @@ def _last_backward(facts: ModuleFacts, events: list[Event], step: Event) -> Even
     """The backward whose gradients this step uses: the last one before it on a path that can reach it, in a
     loop that does not repeat the step more often than the backward."""
     for event in reversed([e for e in events if e.index < step.index]):
-        if event.kind is EventKind.BACKWARD and may_follow(facts, event.frame, step.frame) \
+        if event.kind == Effect.BACKWARD and may_follow(facts, event.frame, step.frame) \
                 and loops_within(event.frame, step.frame):
             return event
     return None

@@ -8,7 +8,7 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
-from amplint.facts import Event, EventKind, ModuleFacts
+from amplint.facts import Event, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.facts.switches import guarded_by_amp_test
@@ -20,6 +20,7 @@ from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+from amplint.vocabulary import Effect
 
 # Receivers of `.backward(...)` that are not tensors: frameworks that scale the loss themselves.
 FRAMEWORK_RECEIVERS = re.compile(r"(^|_)(accelerator|fabric|engine|trainer|deepspeed|amp|self|model)$")
@@ -102,7 +103,7 @@ class UnscaledBackward(Rule):
         scaling_names: dict[tuple[str, int], bool] = {}  # (name, id of function) -> bound to something that scales
         located: Located | None = None  # the module's `ast` tree, for the flows of the losses (built when asked)
         for backward in facts.events:
-            if backward.kind is not EventKind.BACKWARD or backward.scaled \
+            if backward.kind != Effect.BACKWARD or backward.scaled \
                     or not self._plain(facts, backward, scaling_names):
                 continue
             if facts.no_grad_opener(backward.frame) is not None:
@@ -161,7 +162,7 @@ class UnscaledBackward(Rule):
         """Another backward here is scaled: then this one is the non-AMP path of `if use_amp: ... else: ...`,
         or a separate graph (a reference model) that amplint cannot tell apart; silent. Unless the scaled one
         keeps its graph (`retain_graph=True`) for this backward to reuse: then both losses feed one model."""
-        if other.kind is not EventKind.BACKWARD or not other.scaled or other.scaler != scaler:
+        if other.kind != Effect.BACKWARD or not other.scaled or other.scaler != scaler:
             return False
         if exclusive(facts, other.frame, backward.frame):
             return True
@@ -199,9 +200,9 @@ class UnscaledBackward(Rule):
         for event in indexed.steps_after(backward.index):
             if not may_follow(facts, backward.frame, event.frame):
                 continue
-            if event.kind is EventKind.OPTIMIZER_STEP:
+            if event.kind == Effect.OPTIMIZER_STEP:
                 return None
-            if event.kind is EventKind.SCALER_STEP and event.scaler and loops_within(backward.frame, event.frame):
+            if event.kind == Effect.SCALER_STEP and event.scaler and loops_within(backward.frame, event.frame):
                 if scaler_enabled(facts, event.scaler, event.frame) is False:
                     return None
                 return event
@@ -225,11 +226,11 @@ class _FunctionEvents:
     def __init__(self, facts: ModuleFacts, events: list[Event]) -> None:
         self.steps = Ordered()
         for event in events:
-            if event.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
+            if event.kind in (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP):
                 self.steps.add(event)
         self._scaled: dict[str | None, list[Event]] = {}
         for event in events:
-            if event.kind is EventKind.BACKWARD and event.scaled:
+            if event.kind == Effect.BACKWARD and event.scaled:
                 self._scaled.setdefault(event.scaler, []).append(event)
         for key, scaled in self._scaled.items():
             # The order `_separate_scaled_backward` settles soonest in: a backward that keeps no graph answers for

@@ -8,7 +8,7 @@ from amplint.lazy import libcst as cst
 from amplint.lazy import visitor_class
 
 from amplint import vocabulary as vocab
-from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts import Event, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.module import scaler_enabled
 from amplint.facts.walk import walk
@@ -16,6 +16,7 @@ from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+from amplint.vocabulary import Effect
 
 
 class StepWithoutUpdate(Rule):
@@ -98,7 +99,7 @@ class StepWithoutUpdate(Rule):
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         steps_by_scaler: dict[tuple[str, int], list[Event]] = {}
         for event in facts.events:
-            if event.kind is EventKind.SCALER_STEP and event.scaler:
+            if event.kind == Effect.SCALER_STEP and event.scaler:
                 key = (event.scaler, id(event.frame.function()))
                 steps_by_scaler.setdefault(key, []).append(event)
         updates = _update_calls(facts)

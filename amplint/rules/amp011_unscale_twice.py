@@ -10,7 +10,7 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
-from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
+from amplint.facts import Event, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
 from amplint.facts.module import branch_condition, may_follow, scaler_enabled
@@ -20,6 +20,7 @@ from amplint.index.summary import Summary, names_in
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
+from amplint.vocabulary import Effect
 
 
 def can_run_again(summary, *names: str) -> bool:
@@ -119,7 +120,7 @@ class UnscaleTwice(Rule):
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
         stores = Stores(facts.module)  # what the module binds, collected on the first question
         for unscale in facts.events:
-            if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
+            if unscale.kind != Effect.UNSCALE or not unscale.optimizer or not unscale.scaler:
                 continue
             if scaler_enabled(facts, unscale.scaler, unscale.frame) is False \
                     or facts.no_grad_opener(unscale.frame) is not None:
@@ -132,7 +133,7 @@ class UnscaleTwice(Rule):
             scaler, optimizer = unscale.scaler, unscale.optimizer
             earlier = self._earlier(facts, events, indexes, unscale)
             if earlier is not None:
-                after_step = earlier.kind is EventKind.SCALER_STEP
+                after_step = earlier.kind == Effect.SCALER_STEP
                 earlier_call = f"`{scaler}.step(...)`" if after_step else "`unscale_`"
                 message = (f"`{snippet(facts, unscale.node, MESSAGE_SNIPPET)}` raises: {earlier_call} at line "
                            f"{facts.line_of(earlier.node)} came first, with no `update()` between")
@@ -158,9 +159,9 @@ class UnscaleTwice(Rule):
             event = events[position]
             if not may_follow(facts, event.frame, unscale.frame):
                 continue
-            if event.kind is EventKind.SCALER_UPDATE and event.scaler == scaler:
+            if event.kind == Effect.SCALER_UPDATE and event.scaler == scaler:
                 return None
-            if event.kind in (EventKind.SCALER_UNSCALE, EventKind.SCALER_STEP) and event.scaler == scaler \
+            if event.kind in (Effect.UNSCALE, Effect.SCALER_STEP) and event.scaler == scaler \
                     and event.optimizer == optimizer:
                 # An update between them that is only conditional still leaves a path: flag only when the
                 # earlier call is not inside a loop the second one is outside of (handled as a loop case).
@@ -194,7 +195,7 @@ class UnscaleTwice(Rule):
             return None
         if ifs and not all(same_every_iteration(facts, frame, loop, stores) for frame in ifs):
             return None
-        updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
+        updates = [e for e in events if e.kind == Effect.SCALER_UPDATE and e.scaler == unscale.scaler
                    and e.frame.is_within(loop) and not continue_between(loop, unscale, e)]
         if always_reached(updates, loop):
             return None
@@ -208,7 +209,7 @@ class UnscaleTwice(Rule):
             if any(set().union(*(conjuncts(frame) for frame in frames_between(update.frame, loop)
                                  if frame.kind is FrameKind.IF)) <= atoms for update in updates):
                 return None
-        if not updates and not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
+        if not updates and not any(e.kind == Effect.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
             return None  # no update in this function at all: the update lives elsewhere, stay silent
         return loop
 
@@ -223,18 +224,18 @@ class UnscaleTwice(Rule):
 
     @staticmethod
     def _move(facts: ModuleFacts, events: list[Event], unscale: Event, loop: Frame) -> FixPlan | None:
-        step = next((e for e in events if e.kind is EventKind.SCALER_STEP and e.index > unscale.index
+        step = next((e for e in events if e.kind == Effect.SCALER_STEP and e.index > unscale.index
                      and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer), None)
         statement = unscale.call.statement
         if step is None or not _single_call_statement(statement, unscale.node):
             return None
-        if sum(1 for e in events if e.kind is EventKind.SCALER_STEP and e.index > unscale.index
+        if sum(1 for e in events if e.kind == Effect.SCALER_STEP and e.index > unscale.index
                and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer) > 1:
             return None  # a step on each side of an `if`: moving it before one would leave the other unclipped
         target = step.call.statement
         if not isinstance(target, cst.SimpleStatementLine) or len(target.body) != 1:
             return None
-        clips = {id(e.call.statement) for e in events if e.kind is EventKind.CLIP}
+        clips = {id(e.call.statement) for e in events if e.kind == Effect.CLIP}
         if unscale.frame.kind is FrameKind.IF:
             # `if clip_grad:` holding only the unscale_ and its clips: the whole `if` moves (its test is the same
             # in every iteration, `_repeating_loop` checked), so the clip runs under the same flag, at the boundary.

@@ -7,7 +7,7 @@ from typing import Iterator
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
-from amplint.facts import EventKind, ModuleFacts
+from amplint.facts import ModuleFacts
 from amplint.facts.model import Assignment, Call
 from amplint.calls import converts_to_half
 from amplint.facts.module import scaler_enabled
@@ -132,7 +132,7 @@ class HalfModelWithScaler(Rule):
     fix = "none"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        uses = [e for e in facts.events if e.kind in (EventKind.SCALER_STEP, EventKind.SCALER_UNSCALE)
+        uses = [e for e in facts.events if e.kind in (Effect.SCALER_STEP, Effect.UNSCALE)
                 and e.optimizer and e.scaler and scaler_enabled(facts, e.scaler, e.frame) is not False]
         if not uses and not any(_to_half(facts, call) for call in facts.calls):
             return

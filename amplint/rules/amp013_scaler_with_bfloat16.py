@@ -13,7 +13,7 @@ from amplint.facts.walk import walk
 from amplint.lazy import visitor_class
 
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
+from amplint.facts import Event, ModuleFacts, Region, RegionState
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
 from amplint.index.summary import Summary
@@ -151,7 +151,7 @@ class ScalerWithBfloat16(Rule):
     fix = "unsafe"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        builds = [e for e in facts.events if e.kind is EventKind.SCALER_BUILD and e.bound_to]
+        builds = [e for e in facts.events if e.kind == Effect.BUILDS_SCALER and e.bound_to]
         if not builds:
             return
         regions = self._regions(facts)
@@ -231,7 +231,7 @@ class _Index:
     referenced, the calls of each receiver, the block of each statement, the `from ... import` lines of each
     local name. So N scalers cost N lookups, not N walks of the module."""
 
-    USES = (EventKind.SCALER_STEP, EventKind.SCALER_SCALE, EventKind.BACKWARD, EventKind.SCALER_UPDATE)
+    USES = (Effect.SCALER_STEP, Effect.SCALER_SCALE, Effect.BACKWARD, Effect.SCALER_UPDATE)
 
     def __init__(self, facts: ModuleFacts, builds: list[Event]) -> None:
         self.facts = facts

@@ -17,15 +17,16 @@ from amplint.lazy import libcst as cst, visitor_class
 
 from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, ModuleFacts, Region, RegionState
+from amplint.facts import Event, ModuleFacts, Region, RegionState
 from amplint.facts.model import Call
 from amplint.facts.names import AUTOCAST_LEGACY, AUTOCAST_NEW, dotted_name
 from amplint.rules.base import FixPlan, replace_nodes
+from amplint.vocabulary import Effect
 
 # The events that must not run under autocast; their presence marks the update phase of a step.
-UPDATE_EVENTS = (EventKind.BACKWARD, EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP, EventKind.SCALER_UPDATE)
+UPDATE_EVENTS = (Effect.BACKWARD, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE)
 # Events of the update phase that compute nothing of the forward pass (given inert arguments).
-PHASE_EVENTS = (*UPDATE_EVENTS, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE, EventKind.CLIP)
+PHASE_EVENTS = (*UPDATE_EVENTS, Effect.SCALER_SCALE, Effect.UNSCALE, Effect.CLIP)
 # Methods that read a value or record it, on any receiver: no autocast op, no call into a model.
 READING_METHODS = frozenset({
     vocab.ZERO_GRAD, "item", "tolist", "detach", "cpu", "float", vocab.GET_SCALE, "get_last_lr", "state_dict", "append",
@@ -149,8 +150,8 @@ class UpdatePhase:
 
             def visit_Call(self, node: cst.Call) -> None:
                 event = events.get(id(node))
-                if event is not None and event.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP) \
-                        and len(node.args) > (event.kind is EventKind.SCALER_STEP):
+                if event is not None and event.kind in (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP) \
+                        and len(node.args) > (event.kind == Effect.SCALER_STEP):
                     found.append(node)
 
         statement.visit(Stays())
@@ -211,9 +212,9 @@ class UpdatePhase:
         event = self.events.get(id(call))
         func = call.func
         if event is not None:
-            if event.kind is EventKind.OPTIMIZER_STEP:
+            if event.kind == Effect.OPTIMIZER_STEP:
                 return not call.args  # `step(closure)` runs the closure's forward
-            if event.kind is EventKind.SCALER_STEP:
+            if event.kind == Effect.SCALER_STEP:
                 return len(call.args) == 1 and call.args[0].keyword is None and not call.args[0].star
             return not isinstance(func, cst.Attribute) or self.inert(func.value)
         if isinstance(func, cst.Name):
