@@ -11,6 +11,8 @@ so that a call means one thing in a module and across modules:
 - `converts_to_half`: makes what it is called on float16 (`model.half()`, `model.to(torch.float16)`);
 - `grad_mode`: the gradient mode a context or decorator sets (no_grad, inference_mode, enable_grad,
   set_grad_enabled);
+- `autocast_call`: what a call of torch's autocast opens (enabled, device, dtype, by its signature);
+  `written_disabled`: an autocast opener written disabled; `scaler_enabled`: a GradScaler construction's flag;
 - `effect`: what the call is in a training step (`Effect`: a backward, a clip, an unscale, a scaler's or an
   optimizer's step...), given what only the walker can know of the names involved (is the receiver a GradScaler,
   an optimizer, is the callee bound to a clip) as plain data; `function_effects`: what a function making the
@@ -198,6 +200,87 @@ def innermost_grad_mode(shapes) -> tuple[int, bool] | None:
     return None
 
 
+# --- autocast and GradScaler flags -------------------------------------------------------------------------------
+
+def _flag(value: Value | None) -> bool | None:
+    """A flag argument: its literal True or False, True when it is not given (the default), None when the code
+    does not show it (a name, an expression)."""
+    if value is None:
+        return True
+    return value.literal if isinstance(value.literal, bool) else None
+
+
+@dataclass(frozen=True)
+class Autocast:
+    """What a call of torch's autocast opens, as its arguments show it: `enabled` (`_flag`), `device` (the literal
+    `device_type`, or the legacy spelling's own: `torch.cpu.amp.autocast`), `dtype` (the argument, None when not
+    given), `low` (the low dtype it names: "bfloat16", "float16", else None), `kwargs` (`**kwargs` passed: any
+    argument may be in it)."""
+
+    enabled: bool | None
+    device: str | None
+    dtype: Value | None
+    low: str | None
+    kwargs: bool
+
+    @property
+    def runs_in(self) -> str | None:
+        """The low dtype the region runs ops in: the one named, else (no dtype given, and none in `**kwargs`) the
+        device's default (CPU's bfloat16, CUDA's float16); None when the code does not show it."""
+        if self.dtype is not None:
+            return self.low
+        return None if self.kwargs else vocab.DEFAULT_LOW_DTYPE.get(self.device)
+
+
+def torch_autocast(shape: CallShape) -> str | None:
+    """The qualified name of torch's autocast the callee stands for, if it is one (`vocab.is_autocast`)."""
+    return next((name for name in shape.qualified if vocab.is_autocast(name)), None)
+
+
+def autocast_call(shape: CallShape, qualified: str | None = None) -> Autocast:
+    """The call read by torch's autocast signature: the legacy one (`torch.cuda.amp.autocast(enabled, dtype)`)
+    when `qualified` (by default the callee's own name, `torch_autocast`) is a legacy spelling, else
+    `torch.autocast(device_type, dtype, enabled)` (also for an opener of another name: a partial of torch's
+    autocast, its arguments first in `shape` (`bound`), a framework's or the project's opener)."""
+    qualified = qualified if qualified is not None else torch_autocast(shape)
+    legacy = vocab.AUTOCAST_LEGACY.get(qualified) if qualified is not None else None
+    if legacy is not None:
+        enabled, device = shape.argument(0, vocab.ENABLED), legacy
+    else:
+        enabled = shape.argument(2, vocab.ENABLED)
+        given = shape.argument(0, vocab.DEVICE_TYPE)
+        device = given.literal if given is not None and given.string and isinstance(given.literal, str) else None
+    dtype = shape.argument(1, vocab.DTYPE)
+    low = next((vocab.LOW_DTYPES[name] for name in dtype.qualified if name in vocab.LOW_DTYPES), None) \
+        if dtype is not None else None
+    kwargs = any(name is None for name, _ in shape.keywords)
+    return Autocast(_flag(enabled), device, dtype, low, kwargs)
+
+
+def bound(partial: CallShape, call: CallShape) -> CallShape:
+    """The call of `functools.partial(f, *args, **kwargs)` (`partial`) as a call of `f`: the partial's arguments
+    after `f`, then the call's own (keywords in that order too)."""
+    return CallShape(call.dotted, call.qualified, call.method, call.receiver, partial.args[1:] + call.args,
+                     partial.keywords + call.keywords, call.called, call.on_module, call.inner)
+
+
+def written_disabled(shape: CallShape) -> bool:
+    """An autocast opener written disabled: torch's autocast given a literal `enabled=False` (where its signature
+    takes it, `autocast_call`); any other opener (a partial of it, a framework's, a factory of the project: where
+    its arguments land is not shown) given a literal False, as `enabled=` or positionally."""
+    if torch_autocast(shape) is not None:
+        return autocast_call(shape).enabled is False
+    return any(name == vocab.ENABLED and value.literal is False for name, value in shape.keywords) or any(
+        value.literal is False for value in shape.args)
+
+
+def scaler_enabled(shape: CallShape) -> bool | None:
+    """The `enabled` flag of a GradScaler construction (`_flag`): the sixth positional argument (the fifth of the
+    deprecated `torch.cuda.amp.GradScaler`, which takes no device) or `enabled=`."""
+    deprecated = any(name.startswith(tuple(vocab.DEPRECATED_AMP_MODULES)) for name in shape.qualified)
+    return _flag(shape.argument(4 if deprecated else 5, vocab.ENABLED))
+
+
 # --- what a call is in a training step --------------------------------------------------------------------------
 
 # A GradScaler's methods (other than `unscale_`, which only a scaler has) and what a call of one is: the methods
@@ -216,7 +299,8 @@ def effect(shape: CallShape, scaler: bool = False, optimizer: bool = False, clip
     - `CLIP`: torch's clip function (`clip_grad_norm_`, ...) under any spelling, or a callee the walker knows is
       bound to one (`clip`: `self.clip_fn = partial(clip_grad_norm_, max_norm=1)`, then `self.clip_fn(params)`);
     - `BUILDS_SCALER`: a GradScaler constructed (`enabled=False` too: `scaler_disabled` tells);
-    - `BACKWARD`: `torch.autograd.backward(...)`, `torch.autograd.grad(...)`, a method `x.backward()` (not
+    - `BACKWARD`: `torch.autograd.backward(...)`, `torch.autograd.grad(...)`,
+      `torch.distributed.autograd.backward(...)` (`AUTOGRAD_BACKWARD`), a method `x.backward()` (not
       `torch.backward`, `autograd.backward` spelled as a method of the module); `MANUAL_BACKWARD`:
       `self.manual_backward(loss)` (Lightning's, which scales the loss itself);
     - `UNSCALE`: `x.unscale_(...)` (only a GradScaler has the method);

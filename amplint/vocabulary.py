@@ -131,7 +131,11 @@ CLIP_FUNCTIONS = frozenset({
 })
 # The norm `clip_grads_with_norm_` divides by: computed from the gradients as they are when it runs.
 TOTAL_NORM_FUNCTIONS = frozenset({"torch.nn.utils.get_total_norm", "torch.nn.utils.clip_grad._get_total_norm"})
-AUTOGRAD_BACKWARD = frozenset({"torch.autograd.backward", "torch.autograd.grad"})
+# torch's functions that run a backward pass -> (position, keyword) of the argument holding the tensors it starts
+# from (the loss): `torch.distributed.autograd.backward(context_id, [loss])` is the distributed one.
+AUTOGRAD_ROOTS = {"torch.autograd.backward": (0, "tensors"), "torch.autograd.grad": (0, "outputs"),
+                  "torch.distributed.autograd.backward": (1, "roots")}
+AUTOGRAD_BACKWARD = frozenset(AUTOGRAD_ROOTS)
 NO_GRAD_CONTEXTS = frozenset({
     "torch.no_grad",
     "torch.inference_mode",

@@ -15,7 +15,8 @@ from amplint.index.shapes import call_shape as ast_shape
 from amplint.index.summary import Summary
 
 IMPORTS = ("import torch\nimport torch as th\nfrom torch import no_grad as ng, float16\nfrom torch.cuda import amp\n"
-           "import helpers as hm\nimport pkg.sub\nfrom pkg import sub2\nimport both\nfrom other import both\n")
+           "import helpers as hm\nimport pkg.sub\nfrom pkg import sub2\nimport both\nfrom other import both\n"
+           "import torch.distributed.autograd as dist_autograd\n")
 CALLS = [
     "x.float()", "x.double()", "x.half()", "x.bfloat16()", "x.to(torch.float32)", "x.to(dtype=torch.float32)",
     "x.type(torch.float64)", "x.to(th.double)", "x.to(float)", "x.to(torch.float16)", "x.to(device, torch.half)",
@@ -189,6 +190,7 @@ EFFECTS = [  # (call, the receiver is a GradScaler, an optimizer, what the call 
     ("loss.backward()", False, False, E.BACKWARD), ("scaler.scale(loss).backward()", False, False, E.BACKWARD),
     ("f(x).g(y).backward()", False, False, E.BACKWARD), ("torch.autograd.backward(loss)", False, False, E.BACKWARD),
     ("torch.autograd.grad(loss, x)", False, False, E.BACKWARD), ("torch.backward(loss)", False, False, None),
+    ("dist_autograd.backward(context, [loss])", False, False, E.BACKWARD),
     ("self.manual_backward(loss)", False, False, E.MANUAL_BACKWARD),
     ("torch.nn.utils.clip_grad_norm_(p, 1.0)", False, False, E.CLIP), ("scaler.unscale_(opt)", False, False, E.UNSCALE),
     ("scaler.step(opt)", True, False, E.SCALER_STEP), ("scaler.update()", True, False, E.SCALER_UPDATE),

@@ -256,7 +256,7 @@ class ModuleFacts:
         if qualified in api.NULL_CONTEXTS:
             return NULL_CONTEXT
         if qualified in api.AUTOCAST_NEW or qualified in api.AUTOCAST_LEGACY:
-            return self._autocast_region(call, qualified, list(call.args))
+            return self._autocast_region(call, qualified, self.shape(call))
         if isinstance(call.func, cst.Attribute) and call.func.attr.value == vocab.AUTOCAST:
             receiver = dotted_name(call.func.value) or ""
             if receiver.rsplit(".", 1)[-1].lower().endswith(api.ACCELERATOR_NAMES):
@@ -276,16 +276,16 @@ class ModuleFacts:
                 if isinstance(value, cst.Call) and self.imports.qualify(value.func) in api.PARTIAL and value.args:
                     target = self.imports.qualify(value.args[0].value)
                     if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
-                        return self._autocast_region(call, target, list(value.args[1:]) + list(call.args))
+                        return self._autocast_region(call, target, calls.bound(self.shape(value), self.shape(call)))
                 target = self.imports.qualify(value)
                 if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
-                    return self._autocast_region(call, target, list(call.args))
+                    return self._autocast_region(call, target, self.shape(call))
                 if isinstance(value, cst.IfExp):
                     # `ctx_class = torch.autocast if use_amp else contextlib.suppress`, then `ctx_class(...)`.
                     for branch in (value.body, value.orelse):
                         target = self.imports.qualify(branch)
                         if target in api.AUTOCAST_NEW or target in api.AUTOCAST_LEGACY:
-                            region = self._autocast_region(call, target, list(call.args))
+                            region = self._autocast_region(call, target, self.shape(call))
                             if region.state is RegionState.ON:
                                 region.state = RegionState.MAYBE
                             return region
@@ -439,20 +439,12 @@ class ModuleFacts:
                 return branch
         return None
 
-    def _autocast_region(self, call: cst.Call, qualified: str, args: list[cst.Arg]) -> Region:
-        merged = args
-        if qualified in api.AUTOCAST_LEGACY:
-            device = api.AUTOCAST_LEGACY[qualified]
-            enabled = call_argument(merged, 0, vocab.ENABLED)
-            dtype = call_argument(merged, 1, vocab.DTYPE)
-        else:
-            device = literal_string(call_argument(merged, 0, vocab.DEVICE_TYPE))
-            dtype = call_argument(merged, 1, vocab.DTYPE)
-            enabled = call_argument(merged, 2, vocab.ENABLED)
-        flag = literal_bool(enabled) if enabled is not None else True
-        state = RegionState.MAYBE if flag is None else (RegionState.ON if flag else RegionState.OFF)
-        dtype_name = api.LOW_DTYPES.get(self.imports.qualify(dtype)) if dtype is not None else None
-        return Region(call, state, self.code(call), device, dtype_name)
+    def _autocast_region(self, call: cst.Call, qualified: str, shape: calls.CallShape) -> Region:
+        """The region a call of torch's autocast (`qualified`) opens, its arguments as `shape` holds them (a
+        partial's first): `calls.autocast_call`."""
+        opened = calls.autocast_call(shape, qualified)
+        state = RegionState.MAYBE if opened.enabled is None else RegionState.ON if opened.enabled else RegionState.OFF
+        return Region(call, state, self.code(call), opened.device, opened.low)
 
     def _decorator_region(self, function: cst.FunctionDef | cst.Lambda) -> Region | None:
         if not isinstance(function, cst.FunctionDef):
@@ -825,7 +817,7 @@ class ModuleFacts:
             return Event(kind, call, bound_to=bound)
         if kind == Effect.BACKWARD:  # scaled: the loss it runs on is a scaler's `scale(...)`
             if call.qualified in api.AUTOGRAD_BACKWARD:
-                loss = call_argument(node, 0, "tensors" if call.qualified.endswith(vocab.BACKWARD) else "outputs")
+                loss = call_argument(node, *vocab.AUTOGRAD_ROOTS[call.qualified])
             else:
                 loss = node.func.value
             scaler_name = self._scaled_by(loss, frame) if loss is not None else None
@@ -1308,12 +1300,7 @@ def scaler_enabled(facts: ModuleFacts, key: str, frame: Frame | None = None) -> 
     if frame is not None and "." not in key:
         by_function = facts.scaler_builds_by_function
         builds = by_function.get((key, id(frame.function()))) or by_function.get((key, id(None)), [])
-    flags = []
-    for event in builds:
-        qualified = event.call.qualified or ""
-        position = 4 if qualified.startswith(tuple(vocab.DEPRECATED_AMP_MODULES)) else 5
-        enabled = call_argument(event.node, position, vocab.ENABLED)
-        flags.append(True if enabled is None else literal_bool(enabled))
+    flags = [calls.scaler_enabled(facts.shape(event.node)) for event in builds]
     if not flags or any(flag is None for flag in flags):
         return None
     if all(flag is False for flag in flags):

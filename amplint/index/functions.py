@@ -46,8 +46,9 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.calls import (EFFECT_CALLEES, EFFECT_METHODS, GRAD_MODE_CALLEES, effect, function_effects, grad_mode,
-                           innermost_grad_mode, is_float32_cast, scale_call)
+from amplint.calls import (EFFECT_CALLEES, EFFECT_METHODS, GRAD_MODE_CALLEES, autocast_call, effect,
+                           function_effects, grad_mode, innermost_grad_mode, is_float32_cast, scale_call,
+                           scaler_enabled, written_disabled)
 from amplint.vocabulary import EFFECTS, INTEGER_OPS, LAYOUT_METHODS, GRAD_SCALERS, Effect
 from amplint.index.flows import Scope, argument_flows
 from amplint.index.shapes import call_shape
@@ -279,6 +280,7 @@ class _Builder:
         self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
         self._shapes: dict[int, object] = {}  # id of a call or callee -> its shape, if it may set a grad mode
         self._no_grads: dict[tuple, bool] = {}  # (function, withs around a call) -> `_no_grad`
+        self._written_disabled: dict[int, bool] = {}  # id of an opener -> `_disabled`
         self.class_nodes: list[ast.ClassDef] = []
 
     def build(self) -> FileIndex:
@@ -471,7 +473,7 @@ class _Builder:
         shape = call_shape(call, self.summary)
         kind = effect(shape, scaler, optimizer)
         for fact in function_effects(kind):
-            if fact == Effect.OPTIMIZER_STEP and any(self.summary.can_open(item.context_expr) and _disabled(
+            if fact == Effect.OPTIMIZER_STEP and any(self.summary.can_open(item.context_expr) and self._disabled(
                     item.context_expr) for with_node in withs for item in with_node.items):
                 continue  # a step in `autocast(enabled=False)` runs in no region
             self._note(owner, fact, line)
@@ -494,14 +496,14 @@ class _Builder:
     def _in_region(self, function, withs) -> bool:
         summary = self.summary
         return any(self._enabled_opener(with_node) for with_node in withs) or (
-            function is not None and any(summary.can_open(d) and not _disabled(d)
+            function is not None and any(summary.can_open(d) and not self._disabled(d)
                                          for d in summary.call_decorators.get(id(function), ())))
 
     def _enabled_opener(self, with_node) -> bool:
         can_open = self.summary.can_open
-        return any(can_open(item.context_expr) and not _disabled(item.context_expr) for item in with_node.items) \
+        return any(can_open(item.context_expr) and not self._disabled(item.context_expr) for item in with_node.items) \
             or any(withs and withs[-1] is with_node and call.args and can_open(call.args[0])
-                   and not _disabled(call.args[0])  # `with ExitStack() as s: s.enter_context(autocast(...))`
+                   and not self._disabled(call.args[0])  # `with ExitStack() as s: s.enter_context(autocast(...))`
                    for _, withs, _, _, call in self.summary.call_sites_by_name.get(ENTER_CONTEXT, ()))
 
     def _no_grad(self, function, withs) -> bool:
@@ -539,8 +541,9 @@ class _Builder:
             for item in with_node.items:
                 expr = item.context_expr
                 if self.summary.can_open(expr):
-                    self._note(owner, Effect.DISABLED_REGION if _disabled(expr) else Effect.REGION, with_node.lineno)
-                    if not _disabled(expr):
+                    disabled = self._disabled(expr)
+                    self._note(owner, Effect.DISABLED_REGION if disabled else Effect.REGION, with_node.lineno)
+                    if not disabled:
                         self._note(owner, self._region_dtype(expr), with_node.lineno)
                 mode = self._grad_mode(expr)
                 if mode is not None:
@@ -550,10 +553,10 @@ class _Builder:
             if owner is None:
                 continue
             openers = [d for d in decorators if self.summary.can_open(d)]
-            if any(not _disabled(d) for d in openers):
+            if any(not self._disabled(d) for d in openers):
                 self._note(owner, Effect.REGION, owner.line)
                 for opener in openers:
-                    if not _disabled(opener):
+                    if not self._disabled(opener):
                         self._note(owner, self._region_dtype(opener), owner.line)
             elif openers:  # `@autocast(enabled=False)`: its whole body, and what it calls, runs with autocast off
                 self._note(owner, Effect.AUTOCAST_OFF, owner.line)
@@ -577,7 +580,7 @@ class _Builder:
             yields = [node for node in own if type(node) in (ast.Yield, ast.YieldFrom)]
             if yields:
                 inside = {id(node) for with_node in own if type(with_node) in (ast.With, ast.AsyncWith)
-                          and any(summary.can_open(item.context_expr) and not _disabled(item.context_expr)
+                          and any(summary.can_open(item.context_expr) and not self._disabled(item.context_expr)
                                   for item in with_node.items)
                           for node in _own_nodes(with_node)}
                 found = [node for node in yields if id(node) in inside]
@@ -585,24 +588,27 @@ class _Builder:
                     self._note(owner, Effect.RETURNS_AUTOCAST, min(node.lineno for node in found))
                 continue
             opening = [node for node in own if type(node) is ast.Return and node.value is not None
-                       and summary.can_open(node.value) and not _disabled(node.value)]
+                       and summary.can_open(node.value) and not self._disabled(node.value)]
             if opening:
                 self._note(owner, Effect.RETURNS_AUTOCAST, min(node.lineno for node in opening))
 
     def _region_dtype(self, expr: ast.AST) -> str:
-        """`bfloat16_region` for an opener whose dtype is bfloat16 (`dtype=torch.bfloat16`, the second positional
-        argument, or a CPU region with no dtype: its default), else `other_region` (float16, or not known)."""
+        """`bfloat16_region` for an opener whose region runs in bfloat16 (`dtype=torch.bfloat16`, the second
+        positional argument, or a CPU region with no dtype: its default; `calls.Autocast.runs_in`), else
+        `other_region` (float16, or not known)."""
         if type(expr) is not ast.Call:
             return Effect.OTHER_REGION
-        dtype = next((k.value for k in expr.keywords if k.arg == vocab.DTYPE), None)
-        if dtype is None and len(expr.args) > 1:
-            dtype = expr.args[1]
-        if dtype is not None:
-            return Effect.BFLOAT16_REGION if self.summary.resolves(dtype, vocab.BFLOAT16_DTYPES) else Effect.OTHER_REGION
-        device = next((k.value for k in expr.keywords if k.arg == vocab.DEVICE_TYPE), expr.args[0] if expr.args else None)
-        if type(device) is ast.Constant and device.value == vocab.CPU and not any(k.arg is None for k in expr.keywords):
-            return Effect.BFLOAT16_REGION
-        return Effect.OTHER_REGION
+        runs_in = autocast_call(call_shape(expr, self.summary)).runs_in
+        return Effect.BFLOAT16_REGION if runs_in == vocab.BFLOAT16 else Effect.OTHER_REGION
+
+    def _disabled(self, expr: ast.AST) -> bool:
+        """An opener written disabled (`calls.written_disabled`: `autocast(enabled=False)`), read once per node."""
+        if type(expr) is not ast.Call:
+            return False
+        key = id(expr)
+        if key not in self._written_disabled:
+            self._written_disabled[key] = written_disabled(call_shape(expr, self.summary))
+        return self._written_disabled[key]
 
     def _lowering(self) -> None:
         """`lowers_nothing`: the function runs no op autocast casts to a low dtype (no matmul, linear, conv, no
@@ -633,7 +639,7 @@ class _Builder:
                     returns.append(disabled and statement.value is not None)
                     continue
                 inner = disabled or (kind in (ast.With, ast.AsyncWith) and any(
-                    self.summary.can_open(item.context_expr) and _disabled(item.context_expr)
+                    self.summary.can_open(item.context_expr) and self._disabled(item.context_expr)
                     for item in statement.items))
                 for name in ("body", "orelse", "finalbody"):
                     if isinstance(getattr(statement, name, None), list):
@@ -645,9 +651,9 @@ class _Builder:
     def _scaler_builds(self) -> None:
         """GradScaler constructions (resolved through the imports, as the facts layer's `GRAD_SCALERS`), and
         whether the function keeps the scaler beyond its call."""
-        for call in self.summary.api_calls(GRAD_SCALERS):
-            if any(k.arg == vocab.ENABLED and type(k.value) is ast.Constant and k.value.value is False
-                   for k in call.keywords):
+        # in source order: the first construction of a function is the line it is known by (`lines`)
+        for call in sorted(self.summary.api_calls(GRAD_SCALERS), key=lambda call: (call.lineno, call.col_offset)):
+            if scaler_enabled(call_shape(call, self.summary)) is False:
                 continue
             for function, _, _, _, site in self.summary.call_sites_by_name.get(call.func.attr if type(
                     call.func) is ast.Attribute else getattr(call.func, "id", ""), ()):
@@ -666,14 +672,6 @@ def _annotation(annotation: ast.AST | None) -> str | None:
             part.isidentifier() for part in annotation.value.split(".")):
         return annotation.value
     return dotted(annotation) if annotation is not None else None
-
-
-def _disabled(expr: ast.AST) -> bool:
-    """Written disabled: a literal `enabled=False`, or a literal False passed positionally."""
-    if type(expr) is not ast.Call:
-        return False
-    return any(k.arg == vocab.ENABLED and type(k.value) is ast.Constant and k.value.value is False
-               for k in expr.keywords) or any(type(a) is ast.Constant and a.value is False for a in expr.args)
 
 
 def _keeps(function: ast.AST, build: ast.Call) -> bool:
