@@ -288,8 +288,8 @@ def scaler_enabled(shape: CallShape) -> bool | None:
 SCALER_METHOD_EFFECTS = {vocab.STEP: Effect.SCALER_STEP, vocab.UPDATE: Effect.SCALER_UPDATE,
                          vocab.SCALE: Effect.SCALER_SCALE, vocab.LOAD_STATE_DICT: Effect.SCALER_LOAD}
 # The methods and the callees (qualified) `effect` may classify: a walker builds no shape for any other call.
-EFFECT_METHODS = frozenset({vocab.BACKWARD, vocab.MANUAL_BACKWARD, vocab.UNSCALE, vocab.EVAL, *SCALER_METHOD_EFFECTS,
-                            *HALF_CONVERTERS})
+EFFECT_METHODS = frozenset({vocab.BACKWARD, vocab.MANUAL_BACKWARD, vocab.UNSCALE, vocab.ZERO_GRAD, vocab.EVAL,
+                            *SCALER_METHOD_EFFECTS, *HALF_CONVERTERS})
 EFFECT_CALLEES = CLIP_FUNCTIONS | GRAD_SCALERS | AUTOGRAD_BACKWARD | GRAD_MODE_CALLEES
 
 
@@ -307,6 +307,7 @@ def effect(shape: CallShape, scaler: bool = False, optimizer: bool = False, clip
     - on a receiver the walker knows holds a GradScaler (`scaler`): `SCALER_STEP`, `SCALER_UPDATE`, `SCALER_SCALE`,
       `SCALER_LOAD` (`load_state_dict`); any other `x.step(...)`: `OPTIMIZER_STEP` on a receiver the walker knows is
       an optimizer (`optimizer`), else `STEP` (a scheduler's, or an optimizer's not shown to be one);
+    - `ZERO_GRAD`: `x.zero_grad()` (an optimizer's, or a module's: what shows an optimizer by its use);
     - `HALF_MODEL`: `converts_to_half`; `EVAL`: `x.eval()`; `ENABLE_GRAD`: a call setting gradients on
       (`grad_mode`).
 
@@ -328,6 +329,8 @@ def effect(shape: CallShape, scaler: bool = False, optimizer: bool = False, clip
             return Effect.MANUAL_BACKWARD
         elif method == vocab.UNSCALE:
             return Effect.UNSCALE
+        elif method == vocab.ZERO_GRAD:
+            return Effect.ZERO_GRAD
         elif scaler and method in SCALER_METHOD_EFFECTS:
             return SCALER_METHOD_EFFECTS[method]
         elif method == vocab.STEP:
@@ -349,10 +352,11 @@ def may_have_effect(method: str | None, qualified) -> bool:
 
 # What a function making a call of the effect does, in the project index's terms (`Effect`, amplint/index/): an
 # optimizer's step is a step; Lightning's `manual_backward` runs a backward; a scaler's `scale`, `load_state_dict`
-# and its construction (the index's `builds_scaler` is its own: not written disabled) are no fact of a function.
+# its construction (the index's `builds_scaler` is its own: not written disabled) and a `zero_grad()` are no fact of
+# a function.
 _FUNCTION_EFFECTS = {Effect.OPTIMIZER_STEP: (Effect.STEP, Effect.OPTIMIZER_STEP),
                      Effect.MANUAL_BACKWARD: (Effect.BACKWARD,), Effect.SCALER_SCALE: (), Effect.SCALER_LOAD: (),
-                     Effect.BUILDS_SCALER: (), None: ()}
+                     Effect.BUILDS_SCALER: (), Effect.ZERO_GRAD: (), None: ()}
 
 
 def function_effects(kind: str | None) -> tuple[str, ...]:

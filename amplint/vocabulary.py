@@ -302,6 +302,7 @@ class Effect:
     SCALER_UPDATE = "scaler_update"
     SCALER_SCALE = "scaler_scale"  # a call only: `scaler.scale(loss)`
     SCALER_LOAD = "scaler_load"  # a call only: `scaler.load_state_dict(state)`
+    ZERO_GRAD = ZERO_GRAD  # a call only: `optimizer.zero_grad()` (shows an optimizer, or a module)
     REGION = "region"
     DISABLED_REGION = "disabled_region"
     AUTOCAST_OFF = "autocast_off"

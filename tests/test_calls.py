@@ -197,6 +197,7 @@ EFFECTS = [  # (call, the receiver is a GradScaler, an optimizer, what the call 
     ("scaler.scale(loss)", True, False, E.SCALER_SCALE), ("scaler.load_state_dict(state)", True, False, E.SCALER_LOAD),
     ("scaler.update()", False, False, None), ("opt.step()", False, True, E.OPTIMIZER_STEP),
     ("sched.step()", False, False, E.STEP), ("torch.amp.GradScaler('cuda')", False, False, E.BUILDS_SCALER),
+    ("opt.zero_grad()", False, False, E.ZERO_GRAD), ("hm.zero_grad()", False, False, None),
     ("model.half()", False, False, E.HALF_MODEL), ("model.eval()", False, False, E.EVAL),
     ("x.eval(y)", False, False, None),
     ("torch.enable_grad()", False, False, E.ENABLE_GRAD), ("torch.no_grad()", False, False, None),

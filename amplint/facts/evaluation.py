@@ -13,6 +13,7 @@ from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
+from amplint import calls
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts.model import Event, Frame, FrameKind
@@ -54,7 +55,8 @@ class EvaluationQueries:
 
     @cached_property
     def _calling_eval(self) -> set[int]:
-        return {id(c.frame.function()) for c in self.facts.calls if c.method == vocab.EVAL and not c.node.args}
+        return {id(c.frame.function()) for c in self.facts.calls
+                if c.method == vocab.EVAL and calls.effect(self.facts.shape(c.node)) == Effect.EVAL}
 
     def calls_eval(self, function: Frame | None) -> bool:
         """Does the function's own code (None: the module's) call `x.eval()`?"""

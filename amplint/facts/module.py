@@ -38,6 +38,7 @@ from amplint.vocabulary import Effect
 if TYPE_CHECKING:
     from amplint.facts.locate import Point
 
+_HANDED_OPTIMIZER = (Effect.SCALER_STEP, Effect.UNSCALE)  # a scaler's calls handed the optimizer they act on
 NULL_CONTEXT = object()  # sentinel: an expression known to be a no-op context (nullcontext())
 MAX_CALL_DEPTH = 2  # how many levels of same-module calls regions are followed through
 
@@ -664,8 +665,8 @@ class ModuleFacts:
         """Names passed to a GradScaler's `step`/`unscale_` -> ids of the functions that pass them."""
         sites: dict[str, set[int]] = {}
         for call in self.calls:
-            if call.method in (vocab.STEP, vocab.UNSCALE) and call.node.args and \
-                    self.is_scaler(call.receiver, call.frame):
+            if call.method in (vocab.STEP, vocab.UNSCALE) and call.node.args and call.receiver is not None and \
+                    calls.effect(self.shape(call.node), self.is_scaler(call.receiver, call.frame)) in _HANDED_OPTIMIZER:
                 key = dotted_name(call.node.args[0].value)
                 if key:
                     sites.setdefault(key, set()).add(id(call.frame.function()))
@@ -682,7 +683,8 @@ class ModuleFacts:
     @cached_property
     def _zero_grad_keys(self) -> set[str]:
         """Names whose `.zero_grad()` is called: with a `.step()`, only an optimizer has both."""
-        return {call.receiver for call in self.calls if call.method == vocab.ZERO_GRAD and call.receiver}
+        return {call.receiver for call in self.calls if call.method == vocab.ZERO_GRAD and call.receiver
+                and calls.effect(self.shape(call.node)) == Effect.ZERO_GRAD}
 
     @cached_property
     def _param_groups_keys(self) -> set[str]:
@@ -713,7 +715,7 @@ class ModuleFacts:
     def _element_zero_grads(self) -> set[str]:
         """Elements (`opts[0]`) whose `.zero_grad()` is called."""
         return {key for call in self.calls if call.method == vocab.ZERO_GRAD and call.receiver is None
-                for key in [self.element_key(call.node.func.value)] if key}
+                for key in [self.element_key(call.node.func.value)] if key}  # no module: `receiver` is None
 
     def element_optimizer(self, key: str, frame: Frame | None) -> bool:
         """Is the element `key` (`self.optimizer[0]`) an optimizer by what the code does: its `.zero_grad()`

@@ -482,13 +482,14 @@ class _Builder:
 
     def _used_as_optimizer(self) -> set[str]:
         """Receivers the file uses as only an optimizer is used: `x.zero_grad()`, or handed to a scaler's
-        `step`/`unscale_` (the facts layer's `is_optimizer`, by use and never by name)."""
+        `step`/`unscale_` (`calls.effect`: the facts layer's `is_optimizer`, by use and never by name)."""
         if self._optimizers is None:
-            found = {receiver for _, _, receiver, _, _ in self.summary.call_sites_by_name.get(vocab.ZERO_GRAD, ())
-                     if receiver}
+            found = {receiver for _, _, receiver, _, call in self.summary.call_sites_by_name.get(vocab.ZERO_GRAD, ())
+                     if receiver and effect(call_shape(call, self.summary)) == Effect.ZERO_GRAD}
             for method in (vocab.STEP, vocab.UNSCALE):
                 for _, _, receiver, _, call in self.summary.call_sites_by_name.get(method, ()):
-                    if receiver and receiver in self.scalers:
+                    if receiver and effect(call_shape(call, self.summary), receiver in self.scalers) in (
+                            Effect.SCALER_STEP, Effect.UNSCALE):
                         found.update(name for name in map(dotted, call.args) if name)
             self._optimizers = found
         return self._optimizers
