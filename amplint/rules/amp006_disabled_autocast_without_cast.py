@@ -340,7 +340,6 @@ def deliberate_paths(facts: ModuleFacts, body: cst.BaseSuite) -> dict[str, list[
     start, end = facts.position(body)
     for node in _descendants(body):
         if isinstance(node, cst.If):
-            span = facts.position(node)
             for name in _dtype_tested(node.test):  # the code decides the value's precision itself
                 found.setdefault(name, []).append((start.line, end.line))
             if node.orelse is not None:
