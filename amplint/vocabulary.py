@@ -85,7 +85,8 @@ LOW_DTYPE_NAMES = (BFLOAT16, FLOAT16)  # the dtypes autocast runs ops in
 FLOAT32_CASTS = frozenset({FLOAT, DOUBLE})  # `x.float()`, `x.double()`: a tensor in float32 (or wider) after
 FLOAT32_WORDS = frozenset({FLOAT32, FLOAT, FLOAT64, DOUBLE})  # the last names of the float32-or-wider dtypes
 DTYPE_WORDS = FLOAT32_WORDS | {FLOAT16, BFLOAT16, HALF}
-HALF_CONVERTERS = frozenset({HALF, "to", "type"})  # the calls that can make a model half precision
+CONVERT_METHODS = frozenset({"to", "type"})  # `x.to(...)`, `x.type(...)`: convert to the dtype an argument names
+HALF_CONVERTERS = frozenset({HALF}) | CONVERT_METHODS  # the calls that can make a model half precision
 
 # Devices autocast runs on, and the low dtype each one's autocast uses by default.
 CUDA = "cuda"
@@ -165,7 +166,11 @@ AUTOCAST_METHOD = AUTOCAST
 REGISTER_HOOK = "register_hook"  # `tensor.register_hook(fn)`: fn runs on the gradient during backward
 CLAMP_METHODS = frozenset({"clamp", "clamp_", "clip", "clip_"})  # `g.clamp(-c, c)`: clips values
 CLAMP_FUNCTIONS = frozenset({"torch.clamp", "torch.clip"})
-PARAMETERS_METHODS = frozenset({"parameters"})
+PARAMETERS = "parameters"
+NAMED_PARAMETERS = "named_parameters"
+PARAMETERS_METHODS = frozenset({PARAMETERS})  # `for p in model.parameters()`: yields the parameters themselves
+# The methods that read a module's parameters (`named_parameters()` yields (name, parameter) pairs).
+PARAMETER_READING_METHODS = PARAMETERS_METHODS | {NAMED_PARAMETERS}
 STEP_METHOD = STEP  # `optimizer.step()`, `scaler.step(optimizer)`
 EVAL_METHOD = EVAL  # `model.eval()`: the module is put in evaluation mode
 FLOAT32_DTYPES = frozenset({"torch.float32", "torch.float", "torch.float64", "torch.double"})
@@ -173,41 +178,13 @@ LOW_DTYPES = {"torch.bfloat16": BFLOAT16, "torch.float16": FLOAT16, "torch.half"
 HALF_DTYPES = frozenset(name for name, low in LOW_DTYPES.items() if low == FLOAT16)
 BFLOAT16_DTYPES = frozenset(name for name, low in LOW_DTYPES.items() if low == BFLOAT16)
 
-# What a conversion sets a tensor's dtype to (`conversion_of`): float32 (or wider), low precision, or not shown.
+# What a conversion sets a tensor's dtype to (amplint/calls.py, `conversion`): float32 (or wider), low precision,
+# or not shown.
 CONVERTS_FLOAT32 = FLOAT32
 CONVERTS_LOW = "low"
 CONVERTS_UNKNOWN = "unknown"
-CONVERT_METHODS = frozenset({"to", "type"})
 LOW_CASTS = frozenset({HALF, BFLOAT16})  # `x.half()`, `x.bfloat16()`
 
-
-def conversion_of(method: str, dtypes: list) -> str | None:
-    """What the tensor method `method` makes of its receiver's dtype, given the dotted texts of the arguments it
-    may read a dtype from (its positional arguments and `dtype=`; None for one that is no dotted name, a string
-    for a string literal, written with its quotes): `CONVERTS_FLOAT32` (`.float()`, `.double()`,
-    `.to(torch.float32)`, `.type(torch.float64)`), `CONVERTS_LOW` (`.half()`, `.to(torch.bfloat16)`),
-    `CONVERTS_UNKNOWN` (`.to(x)`, `.type(x)` with `x` not shown to be a device: it may be a dtype, which one is
-    not shown), None when the method converts no dtype (`.to("cuda")`, `.to(device)`, any other method).
-    One definition for the libcst facts and the `ast` index: each passes what its tree writes."""
-    if method in FLOAT32_CASTS:
-        return CONVERTS_FLOAT32
-    if method in LOW_CASTS:
-        return CONVERTS_LOW
-    if method not in CONVERT_METHODS or not dtypes:
-        return None
-    for text in dtypes:
-        last = (text or "").rsplit(".", 1)[-1]
-        if text and ("." in text or text == FLOAT) and last in FLOAT32_WORDS:
-            return CONVERTS_FLOAT32  # `torch.float32`, `th.double`, the builtin `float` (float64)
-        if text and "." in text and last in (BFLOAT16, FLOAT16, HALF):
-            return CONVERTS_LOW
-    first = dtypes[0]
-    if first is None:
-        return CONVERTS_UNKNOWN
-    if first[:1] in ("'", '"') or first.lower().rsplit(".", 1)[-1] in ("dev", "device") or \
-            "device" in first.lower():
-        return None  # `.to("cuda")`, `.to(device)`, `.to(self.device)`: placement only
-    return CONVERTS_UNKNOWN
 
 # What `from <module> import *` binds, for the modules whose AMP names a rule asks about (their `__all__`, or
 # their public names where they have none: torch 2.13). A star import from any other module binds names nobody
@@ -420,7 +397,7 @@ NOT_TENSORS = frozenset({
     "item", "tolist", "size", "dim", "numel", "len", "int", "float", "bool", "str", "range", "list", "tuple",
     "dict", "isinstance", "zeros", "ones", "empty", "full", "randn", "rand", "randint", "arange", "linspace",
     "tensor", "as_tensor", "from_numpy", "zeros_like", "ones_like", "empty_like", "full_like", "eye", "numpy",
-    "cpu", "detach_", "stride", "data_ptr", GET_SCALE, "parameters", "named_parameters", "state_dict",
+    "cpu", "detach_", "stride", "data_ptr", GET_SCALE, PARAMETERS, NAMED_PARAMETERS, "state_dict",
 })
 # Methods that make a plain name a tensor; any other method on a plain name (`model.encoder(x)`) is taken to
 # be a module or function of the user's, whose output autocast lowers.
@@ -482,7 +459,7 @@ TENSOR_MODULES = frozenset({
 DTYPE_KEEPING_CALLS = (FLOAT_PRESERVING | NOT_TENSORS | INTEGER_OPS | TENSOR_METHODS | frozenset({
     "new_zeros", "new_ones", "new_full", "new_empty", "new_tensor", "copy_", "index_put_", "scatter", "scatter_",
     "masked_scatter", "masked_select", "take_along_dim", "pad", "interpolate"})) - LOW_OPS - frozenset({
-    HALF, BFLOAT16, "type_as", "to", "type", "cuda"})
+    HALF, BFLOAT16, "type_as", "cuda"}) - CONVERT_METHODS
 # Tensor methods that only move, select or copy data: the result has the receiver's dtype, whatever it is (an
 # integer tensor stays integer, a float32 one float32), autocast or not (the index's `items`).
 LAYOUT_METHODS = frozenset({

@@ -16,8 +16,9 @@
 2. **Who may import whom.** Every `import` and `from ... import` of an amplint module, at any depth (function-
    level imports too) and `importlib.import_module("amplint....")` calls, is checked against `MAY_IMPORT`:
    the modules a layer's modules may import. The layers (see the README's Architecture section):
-   - foundation: `vocabulary` (AMP names, imports nothing of amplint), `lazy`, `diagnostics`, `source`,
-     `parsing`, `outcome`;
+   - foundation: `vocabulary` (AMP names, imports nothing of amplint), `calls` (the neutral call shape both
+     walkers build and the one classifier of what a call does; the vocabulary only), `lazy`, `diagnostics`,
+     `source`, `parsing`, `outcome`;
    - Python structure: `index` (modules, imports, definitions, bindings, call sites; AMP names from the
      vocabulary only);
    - AMP knowledge: `facts` (libcst facts: order, regions, events), `rules` (one file per rule; nothing of
@@ -66,6 +67,7 @@ MAY_IMPORT = {
     # foundation
     "amplint": (),
     "amplint.vocabulary": (),
+    "amplint.calls": ("amplint.vocabulary",),
     "amplint.lazy": (),
     "amplint.diagnostics": (),
     "amplint.source": (),
@@ -73,11 +75,11 @@ MAY_IMPORT = {
     "amplint.parsing": ("amplint.lazy",),
     "amplint.outcome": ("amplint.diagnostics",),
     # Python structure
-    "amplint.index": ("amplint.index", "amplint.parsing", "amplint.source", "amplint.vocabulary"),
+    "amplint.index": ("amplint.calls", "amplint.index", "amplint.parsing", "amplint.source", "amplint.vocabulary"),
     # AMP knowledge
-    "amplint.facts": ("amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary"),
-    "amplint.rules": ("amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary",
-                      "amplint.diagnostics"),
+    "amplint.facts": ("amplint.calls", "amplint.facts", "amplint.index", "amplint.lazy", "amplint.vocabulary"),
+    "amplint.rules": ("amplint.calls", "amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy",
+                      "amplint.vocabulary", "amplint.diagnostics"),
     # running
     "amplint.prefilter": ("amplint.index", "amplint.parsing", "amplint.rules.base", "amplint.suppression"),
     "amplint.engine": ("amplint.diagnostics", "amplint.facts", "amplint.facts.slicing", "amplint.lazy",
@@ -198,12 +200,9 @@ def test_the_vocabulary_names_every_api_word_once():
     assert vocabulary.API_WORDS <= set(spelled)
     from amplint.facts import names
 
-    for key in names.__all__:  # what code written against the facts layer imports from it still comes from here
+    for key in names.__all__:  # one word per idea: what the facts layer re-exports is the vocabulary's, same name
         value = getattr(names, key)
-        assert value is getattr(vocabulary, key, value) or callable(value) or key in (
-            "ENABLE_GRAD", "SET_GRAD_ENABLED")
-    assert names.ENABLE_GRAD is vocabulary.ENABLE_GRAD_CONTEXTS
-    assert names.SET_GRAD_ENABLED is vocabulary.SET_GRAD_ENABLED_FUNCTIONS
+        assert value is getattr(vocabulary, key, None) or callable(value) or key in ("EXIT_STACKS", "ENTER_CONTEXT")
     assert names.GRAD_SCALERS is vocabulary.GRAD_SCALERS
 
 
@@ -290,6 +289,16 @@ def test_the_vocabulary_and_the_engine_import_what_the_table_says():
     assert imports_of("amplint.vocabulary", MODULES["amplint.vocabulary"]) == set()
     engine = imports_of("amplint.engine", MODULES["amplint.engine"])
     assert "amplint.vocabulary" not in engine and not any(within(m, "amplint.rules.amp") for m in engine)
+
+
+def test_no_rule_imports_another_rule():
+    """A rule reads facts, never another rule: what two rules share is a fact (amplint/facts/) or a shared
+    reporting module of amplint/rules/ (islands.py, scopes.py), so that each rule's file reads on its own."""
+    rules = [name for name in MODULES if within(name, "amplint.rules") and name.rpartition(".")[2].startswith("amp0")]
+    assert len(rules) >= 15
+    wrong = {name: sorted(target for target in imports_of(name, MODULES[name]) if target in rules and target != name)
+             for name in rules}
+    assert not {name: targets for name, targets in wrong.items() if targets}
 
 
 def test_module_level_imports_form_no_cycle():

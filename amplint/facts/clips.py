@@ -20,6 +20,7 @@ from amplint.facts.model import Call, EventKind, FrameKind
 from amplint.facts.module import ModuleFacts, call_argument
 from amplint.facts.names import dotted_name
 from amplint.index.project import Target
+from amplint.index.summary import dotted
 
 _CLIP_WITH_NORM = frozenset(name for name in vocab.CLIP_FUNCTIONS
                             if vocab.last_name(name).strip("_") == vocab.CLIP_GRADS_WITH_NORM_.strip("_"))
@@ -97,7 +98,7 @@ def parameter_owners(facts: ModuleFacts, expr, frame, depth: int = 0) -> set[str
         return None
     if isinstance(expr, cst.Call):
         func = expr.func
-        if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters"):
+        if isinstance(func, cst.Attribute) and func.attr.value in vocab.PARAMETER_READING_METHODS:
             owner = dotted_name(func.value)
             return {owner} if owner else None
         callee = dotted_name(func) or ""
@@ -339,13 +340,10 @@ def ast_imports(tree: ast.Module) -> dict[str, str]:
 
 def ast_qualified(node: ast.expr, imported: dict[str, str]) -> str | None:
     """`torch.nn.utils.clip_grad_norm_` for `nn_utils.clip_grad_norm_` after `import torch.nn.utils as nn_utils`."""
-    parts = []
-    while isinstance(node, ast.Attribute):
-        parts.append(node.attr)
-        node = node.value
-    if not isinstance(node, ast.Name) or node.id not in imported:
+    head, _, rest = (dotted(node) or "").partition(".")
+    if head not in imported:
         return None
-    return ".".join([imported[node.id], *reversed(parts)])
+    return f"{imported[head]}.{rest}" if rest else imported[head]
 
 
 def base_stores_clip(view) -> bool:

@@ -13,13 +13,15 @@ from typing import Callable
 
 from amplint.lazy import libcst as cst
 
+from amplint import calls
 from amplint import vocabulary as vocab
 from amplint.facts.model import Assignment, Frame
-from amplint.facts.names import FLOAT32_DTYPES, dotted_name
+from amplint.facts.names import dotted_name
+from amplint.facts.shapes import call_shape
+from amplint.index.shapes import call_shape as ast_call_shape
+from amplint.index.summary import dotted as ast_dotted
 from amplint.vocabulary import (AUTOCAST_DTYPE_QUERIES, DTYPE_KEEPING_CALLS, FLOAT32_OPS, FLOAT_ONLY_OPS, FLOAT_PRESERVING, INTEGER_OPS, LOW_OPS, NOT_TENSORS, NOT_TENSOR_METHODS, TENSOR_METHODS, TENSOR_MODULES)  # noqa: F401  (what torch ops do to dtypes)
 
-CAST_METHODS = vocab.FLOAT32_CASTS
-CONVERT_METHODS = frozenset({"to", "type"})
 BUILTIN_NAMES = frozenset(dir(builtins))
 UNCAST_SAFE_FUNCTIONS = frozenset({"isinstance", "len", "print", "type", "id", "hasattr", "getattr", "repr", "str"})
 _FLOAT_FROM_FLOAT = FLOAT_PRESERVING | LOW_OPS
@@ -28,24 +30,9 @@ MODULE_PLACEMENT = frozenset({"to", "cuda", "cpu", "float", "double", "train", v
 
 
 def conversion(call: cst.Call) -> str | None:
-    """What a tensor method call makes of its receiver's dtype (`vocabulary.conversion_of`, the index's definition
-    too): "float32", "low", "unknown" (`.to(x)` with `x` not shown to be a device), None (no conversion)."""
-    if not isinstance(call.func, cst.Attribute):
-        return None
-    dtypes = [_dtype_text(arg.value) for arg in call.args if arg.keyword is None or arg.keyword.value == vocab.DTYPE]
-    return vocab.conversion_of(call.func.attr.value, dtypes)
-
-
-def _dtype_text(node: cst.BaseExpression) -> str | None:
-    if isinstance(node, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
-        return '"'
-    return dotted_name(node)
-
-
-def is_float32_cast(call: cst.Call) -> bool:
-    """`.float()`, `.double()`, `.to(torch.float32)`, `.to(dtype=torch.float32)`, `.type(torch.float32)`: shown to
-    give float32 (or wider). A `.to(x)` whose `x` the code does not show is not one (see `casts_away`)."""
-    return conversion(call) == vocab.CONVERTS_FLOAT32
+    """What a tensor method call makes of its receiver's dtype (`calls.conversion`, the index's definition too):
+    "float32", "low", "unknown" (`.to(x)` with `x` not shown to be a device), None (no conversion)."""
+    return calls.conversion(call_shape(call)) if isinstance(call.func, cst.Attribute) else None
 
 
 def casts_away(call: cst.Call) -> bool:
@@ -59,8 +46,7 @@ def casts_away(call: cst.Call) -> bool:
 
 def has_float32_dtype_keyword(call: cst.Call) -> bool:
     """`torch.sum(x, dtype=torch.float32)`: the op converts its input itself (deliberate, not autocast)."""
-    return any(arg.keyword is not None and arg.keyword.value == vocab.DTYPE
-               and (dotted_name(arg.value) or "") in FLOAT32_DTYPES for arg in call.args)
+    return calls.float32_dtype_keyword(call_shape(call))
 
 
 def _op_name(call: cst.Call) -> str:
@@ -130,7 +116,7 @@ def is_float32_value(value: cst.BaseExpression, float32: set[str] | frozenset = 
     if isinstance(value, cst.Attribute):
         return value.attr.value in MODULE_TENSORS and isinstance(value.value, (cst.Attribute, cst.Name))
     if isinstance(value, cst.Call):
-        return is_float32_cast(value) or has_float32_dtype_keyword(value)
+        return calls.is_float32_cast(call_shape(value)) or has_float32_dtype_keyword(value)
     return False
 
 
@@ -795,7 +781,7 @@ def ast_calls_at(function, line: int, callee: str) -> list:
         node = pending.pop()
         if type(node) in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef):
             continue
-        if type(node) is ast.Call and node.lineno == line and _ast_dotted(node.func) == callee:
+        if type(node) is ast.Call and node.lineno == line and ast_dotted(node.func) == callee:
             found.append(node)
         pending.extend(ast.iter_child_nodes(node))
     return found
@@ -838,12 +824,10 @@ def ast_low_origin(expr, function, tree, class_name: str | None, depth: int = 0)
     if kind is not ast.Call:
         return None
     func = expr.func
-    dotted = _ast_dotted(func) or ""
+    dotted = ast_dotted(func) or ""
     last = dotted.rsplit(".", 1)[-1]
     if type(func) is ast.Attribute:
-        dtypes = [_ast_dtype_text(a) for a in expr.args] + [_ast_dtype_text(k.value) for k in expr.keywords
-                                                             if k.arg == vocab.DTYPE]
-        if vocab.conversion_of(func.attr, dtypes) is not None or func.attr in INTEGER_OPS or func.attr in FLOAT32_OPS:
+        if calls.conversion(ast_call_shape(expr)) is not None or func.attr in INTEGER_OPS or func.attr in FLOAT32_OPS:
             return None
         if func.attr in LOW_OPS:
             return expr
@@ -859,24 +843,6 @@ def ast_low_origin(expr, function, tree, class_name: str | None, depth: int = 0)
     if type(func) is ast.Name and last in LOW_OPS:
         return expr
     return None
-
-
-def _ast_dotted(node) -> str | None:
-    import ast
-
-    parts = []
-    while type(node) is ast.Attribute:
-        parts.append(node.attr)
-        node = node.value
-    return ".".join([node.id, *reversed(parts)]) if type(node) is ast.Name else None
-
-
-def _ast_dtype_text(node) -> str | None:
-    import ast
-
-    if type(node) is ast.JoinedStr or (type(node) is ast.Constant and isinstance(node.value, str)):
-        return '"'
-    return _ast_dotted(node)
 
 
 def _ast_binding(function, name: str, line: int):
@@ -912,7 +878,7 @@ def _ast_builds_lowering(tree, class_name: str, attribute: str) -> bool:
     if cls is None:
         return False
     values = [node.value for node in ast.walk(cls) if type(node) is ast.Assign and len(node.targets) == 1
-              and _ast_dotted(node.targets[0]) == f"self.{attribute}"]
-    return bool(values) and all(type(v) is ast.Call and (_ast_dotted(v.func) or "").startswith(("nn.", "torch.nn."))
-                                and (_ast_dotted(v.func) or "").rsplit(".", 1)[-1] in LOWERING_MODULES
+              and ast_dotted(node.targets[0]) == f"self.{attribute}"]
+    return bool(values) and all(type(v) is ast.Call and (ast_dotted(v.func) or "").startswith(("nn.", "torch.nn."))
+                                and (ast_dotted(v.func) or "").rsplit(".", 1)[-1] in LOWERING_MODULES
                                 for v in values)

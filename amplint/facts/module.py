@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from amplint.lazy import libcst as cst
 from amplint.lazy import visitor_class
 
+from amplint import calls
 from amplint import vocabulary as vocab
 from amplint.facts import names as api
 from amplint.facts.collect import Collector, target_names
@@ -31,6 +32,7 @@ from amplint.facts.model import (
     RegionState,
 )
 from amplint.facts.names import code_words, dotted_name
+from amplint.facts.shapes import call_shape
 
 if TYPE_CHECKING:
     from amplint.facts.locate import Point
@@ -65,6 +67,20 @@ def call_argument(call: cst.Call | list[cst.Arg], position: int | None, keyword:
     return None
 
 
+def _grad_openers(frame: Frame | None):
+    """The with-items and decorators around `frame` that may set the gradient mode, innermost first, up to the
+    function it runs in (its decorators included)."""
+    for current in frame.ancestors() if frame is not None else ():
+        if current.kind is FrameKind.WITH:
+            for item in reversed(current.node.items):
+                yield item.item
+        elif current.kind is FrameKind.FUNCTION:
+            if isinstance(current.node, cst.FunctionDef):
+                for decorator in reversed(current.node.decorators):
+                    yield decorator.decorator
+            return
+
+
 class ModuleFacts:
     def __init__(self, module: cst.Module, source: str | None = None, project=None) -> None:
         """`source`: the text `module` was parsed from, when the caller has it (else it is regenerated).
@@ -89,6 +105,7 @@ class ModuleFacts:
         self._context_cache: dict[int, object] = {}
         self._scaler_cache: dict[tuple[str, int], bool] = {}
         self._scaled_cache: dict[tuple[str, int], str | None] = {}  # (name, id of its function) -> `_scaled_by`
+        self._shapes: dict[int, tuple[cst.CSTNode, calls.CallShape]] = {}  # id -> (node kept alive, its shape)
         self._spans: dict[int, tuple[cst.CSTNode, tuple[Point, Point]]] = {}  # id -> (node kept alive, span)
         self._asked_one = False  # has `position` run a pass of its own yet
         self._everything = None  # a pass that located every node, once positions are asked for one by one
@@ -511,6 +528,17 @@ class ModuleFacts:
             infos.setdefault(id(info.frame), info)  # the first, as a search in order would find
         return infos
 
+    def project_function(self, func: cst.BaseExpression, frame: Frame | None):
+        """(target, what the index records of it) for the project function a call of `func` in `frame` runs, in
+        this module or another, as the project index resolves it; (None, None) when it is not known."""
+        view = self.project
+        callee = dotted_name(func)
+        if view is None or callee is None:
+            return None, None
+        info = self.function_info(frame)
+        target = view.resolve(info.qualname if info else None, callee)
+        return target, (view.function(target) if target is not None else None)
+
     def calling_loop(self, frame: Frame) -> Frame | None:
         """The innermost loop around a same-module call site of the function that runs `frame`, if any
         (the function then runs once per iteration of that loop)."""
@@ -543,38 +571,23 @@ class ModuleFacts:
                     best = (outer, [site, *chain])
         return best
 
+    # what calls do ----------------------------------------------------------------------------------
+    def shape(self, node: cst.BaseExpression) -> calls.CallShape:
+        """The neutral shape of a call, or of a callee named without one, qualified through this module's imports
+        (amplint/facts/shapes.py): what the classifier (amplint/calls.py) reads. Built once per node."""
+        key = id(node)
+        if key not in self._shapes:
+            self._shapes[key] = (node, call_shape(node, self.imports))
+        return self._shapes[key][1]
+
     # grad mode --------------------------------------------------------------------------------------
     def no_grad_opener(self, frame: Frame | None) -> cst.CSTNode | None:
-        """The `with torch.no_grad()`/`inference_mode()` item or decorator the code runs under, if any."""
-        for current in frame.ancestors() if frame is not None else ():
-            # The innermost grad-mode context decides: `enable_grad()` inside `no_grad()` turns gradients back on.
-            if current.kind is FrameKind.WITH:
-                for item in reversed(current.node.items):
-                    mode = self._grad_mode(item.item)
-                    if mode is not None:
-                        return item.item if mode is False else None
-            elif current.kind is FrameKind.FUNCTION:
-                if isinstance(current.node, cst.FunctionDef):
-                    for decorator in reversed(current.node.decorators):
-                        mode = self._grad_mode(decorator.decorator)
-                        if mode is not None:
-                            return decorator.decorator if mode is False else None
-                return None
-        return None
-
-    def _grad_mode(self, expr: cst.BaseExpression) -> bool | None:
-        """False for no_grad/inference_mode/set_grad_enabled(False), True for enable_grad/set_grad_enabled(True),
-        None for anything else (or a mode only known at run time)."""
-        target = expr.func if isinstance(expr, cst.Call) else expr
-        qualified = self.imports.qualify(target)
-        if qualified in api.NO_GRAD_CONTEXTS:
-            disabled = isinstance(expr, cst.Call) and literal_bool(call_argument(expr, 0, "mode")) is False
-            return True if disabled else False
-        if qualified in api.ENABLE_GRAD:
-            return True
-        if qualified in api.SET_GRAD_ENABLED and isinstance(expr, cst.Call):
-            return literal_bool(call_argument(expr, 0, "mode"))
-        return None
+        """The `with torch.no_grad()`/`inference_mode()`/`set_grad_enabled(False)` item or decorator the code runs
+        under, if any: the innermost one setting a known mode decides (`calls.innermost_grad_mode`; `enable_grad()`
+        inside `no_grad()` turns gradients back on)."""
+        openers = list(_grad_openers(frame))
+        decided = calls.innermost_grad_mode(self.shape(opener) for opener in openers)
+        return openers[decided[0]] if decided is not None and decided[1] is False else None
 
     # scalers and optimizers -------------------------------------------------------------------------
     def is_scaler_construction(self, value: cst.BaseExpression) -> bool:

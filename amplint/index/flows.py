@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 
 from amplint import vocabulary as vocab
+from amplint.index.summary import dotted
 
 SCALED = "s"
 UNSCALED = "u"
@@ -133,7 +134,7 @@ class Scope:
         if kind is ast.Name:
             self._value(target.id, value) if value is not None else self._unknown(target.id)
         elif kind is ast.Attribute and _root(target) == "self":
-            name = _dotted(target)  # `self.loss = ...` in the method: what the method's later reads see
+            name = dotted(target)  # `self.loss = ...` in the method: what the method's later reads see
             if name is not None:
                 self._value(name, value) if value is not None else self._unknown(name)
         elif kind in (ast.Tuple, ast.List):
@@ -164,9 +165,9 @@ class Scope:
             return self._name(expr.id, depth, visiting)
         if kind is ast.Constant:
             return UNSCALED
-        if kind is ast.Attribute and _dotted(expr) in self.bindings:
+        if kind is ast.Attribute and dotted(expr) in self.bindings:
             return combine([None if value is _UNKNOWN or value is _IMPORTED else self.flow(value, depth + 1, visiting)
-                            for value in self.bindings[_dotted(expr)]])
+                            for value in self.bindings[dotted(expr)]])
         if kind in (ast.Attribute, ast.Subscript):
             root = _root(expr)
             if root is None or root == "self" or not self._local(root):
@@ -216,14 +217,6 @@ class Scope:
                                for value in values])
         self._names[key] = found
         return found
-
-
-def _dotted(node: ast.AST) -> str | None:
-    parts = []
-    while type(node) is ast.Attribute:
-        parts.append(node.attr)
-        node = node.value
-    return ".".join([node.id, *reversed(parts)]) if type(node) is ast.Name else None
 
 
 def _root(node: ast.AST) -> str | None:

@@ -43,19 +43,17 @@ import weakref
 from dataclasses import dataclass, field
 
 from amplint import vocabulary as vocab
-from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, ENABLE_GRAD_CONTEXTS, FLOAT32_DTYPES, \
-    INTEGER_OPS, LAYOUT_METHODS, \
-    GRAD_SCALERS, NO_GRAD_CONTEXTS, SET_GRAD_ENABLED_FUNCTIONS, Effect
+from amplint.calls import GRAD_MODE_CALLEES, converts_to_half, grad_mode, innermost_grad_mode, is_float32_cast
+from amplint.vocabulary import AUTOGRAD_BACKWARD, CLIP_FUNCTIONS, EFFECTS, INTEGER_OPS, LAYOUT_METHODS, \
+    GRAD_SCALERS, Effect
 from amplint.index.flows import Scope, argument_flows
+from amplint.index.shapes import call_shape
 from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
 
 FACTS = EFFECTS  # what a function does (amplint/vocabulary.py)
 # The last names of the definitions (amplint/vocabulary.py, as the facts layer): a call is one of them when
 # it resolves to the qualified name through the file's imports.
 CLIP_NAMES = vocab.last_names(CLIP_FUNCTIONS)
-NO_GRAD_NAMES = vocab.last_names(NO_GRAD_CONTEXTS)
-GRAD_ON = ENABLE_GRAD_CONTEXTS | SET_GRAD_ENABLED_FUNCTIONS
-GRAD_ON_NAMES = vocab.last_names(GRAD_ON)
 # Calls that never reach project code: builtins and the methods every tensor or container has are not kept.
 _NOT_PROJECT = frozenset({
     "print", "len", "range", "enumerate", "zip", "isinstance", "getattr", "setattr", "hasattr", "super", "int",
@@ -279,6 +277,8 @@ class _Builder:
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
         self.deferred = _Deferred(summary.text, summary.tree)
         self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
+        self._shapes: dict[int, object] = {}  # id of a call or callee -> its shape, if it may set a grad mode
+        self._no_grads: dict[tuple, bool] = {}  # (function, withs around a call) -> `_no_grad`
         self.class_nodes: list[ast.ClassDef] = []
 
     def build(self) -> FileIndex:
@@ -312,7 +312,7 @@ class _Builder:
                     self.by_id[id(node)] = summary
                     self.nodes[id(node)] = node
                     for decorator in node.decorator_list:
-                        if self._grad_mode(decorator) == vocab.NO_GRAD:
+                        if self._grad_mode(decorator) is False:
                             self._note(summary, Effect.NO_GRAD, node.lineno)
                     pending.append((node.body, ""))
                 elif kind is ast.ClassDef:
@@ -482,15 +482,11 @@ class _Builder:
                 self._note(owner, Effect.OPTIMIZER_STEP, line)  # a step in `autocast(enabled=False)` runs in no region
         elif name == vocab.UPDATE and method and receiver in scalers:
             self._note(owner, Effect.SCALER_UPDATE, line)
-        elif name == vocab.HALF and method and not call.args and not call.keywords:
-            self._note(owner, Effect.HALF_MODEL, line)
-        elif name in ("to", "type") and method and any(
-                self.summary.resolves(value, vocab.HALF_DTYPES)
-                for value in (*call.args, *(keyword.value for keyword in call.keywords))):
+        elif name in vocab.HALF_CONVERTERS and method and converts_to_half(call_shape(call, self.summary)):
             self._note(owner, Effect.HALF_MODEL, line)
         elif name == vocab.EVAL and method and not call.args:
             self._note(owner, Effect.EVAL, line)
-        elif self.summary.resolves(call.func, GRAD_ON):
+        elif self._grad_mode(call) is True:
             self._note(owner, Effect.ENABLE_GRAD, line)
 
     def _used_as_optimizer(self) -> set[str]:
@@ -520,21 +516,31 @@ class _Builder:
                    for _, withs, _, _, call in self.summary.call_sites_by_name.get(ENTER_CONTEXT, ()))
 
     def _no_grad(self, function, withs) -> bool:
-        if any(self._grad_mode(item.context_expr) == vocab.NO_GRAD
-               for with_node in withs for item in with_node.items):
-            return True
-        owner = self._owner(function)
-        return owner is not None and Effect.NO_GRAD in owner.does
+        """Does the code run with gradients off: the innermost with-item or decorator of its function setting a
+        known mode turns them off (`calls.innermost_grad_mode`, as the facts layer's `no_grad_opener`)?"""
+        key = (id(function), *map(id, withs))
+        if key not in self._no_grads:
+            openers = [item.context_expr for with_node in reversed(withs) for item in reversed(with_node.items)]
+            if type(function) in FUNCTIONS:
+                openers += reversed(function.decorator_list)
+            decided = innermost_grad_mode(shape for shape in map(self._grad_shape, openers) if shape is not None)
+            self._no_grads[key] = decided is not None and decided[1] is False
+        return self._no_grads[key]
 
-    def _grad_mode(self, expr: ast.AST) -> str | None:
-        """"no_grad" for a context or decorator resolving to torch's no_grad/inference_mode, "enable_grad" for
-        enable_grad/set_grad_enabled (the facts layer's definitions), else None."""
-        func = expr.func if type(expr) is ast.Call else expr
-        if (dotted(func) or "").rsplit(".", 1)[-1] not in NO_GRAD_NAMES | GRAD_ON_NAMES:
-            return None
-        if self.summary.resolves(func, NO_GRAD_CONTEXTS):
-            return vocab.NO_GRAD
-        return vocab.ENABLE_GRAD if self.summary.resolves(func, GRAD_ON) else None
+    def _grad_mode(self, expr: ast.AST) -> bool | None:
+        """The gradient mode a with-item, decorator or call sets (`calls.grad_mode`, the facts layer's too)."""
+        shape = self._grad_shape(expr)
+        return grad_mode(shape) if shape is not None else None
+
+    def _grad_shape(self, expr: ast.AST):
+        """The shape of a callee that may set the gradient mode (`calls.GRAD_MODE_CALLEES`), built once; None for
+        any other (whose mode is none: no shape is built)."""
+        key = id(expr)
+        if key not in self._shapes:
+            func = expr.func if type(expr) is ast.Call else expr
+            self._shapes[key] = call_shape(expr, self.summary) if self.summary.resolves(
+                func, GRAD_MODE_CALLEES) else None
+        return self._shapes[key]
 
     def _regions(self) -> None:
         for with_node, function, _ in self.summary.withs:
@@ -549,7 +555,7 @@ class _Builder:
                         self._note(owner, self._region_dtype(expr), with_node.lineno)
                 mode = self._grad_mode(expr)
                 if mode is not None:
-                    self._note(owner, mode, with_node.lineno)
+                    self._note(owner, Effect.ENABLE_GRAD if mode else Effect.NO_GRAD, with_node.lineno)
         for function_id, decorators in self.summary.call_decorators.items():
             owner = self.by_id.get(function_id)
             if owner is None:
@@ -713,10 +719,6 @@ def _keeps(function: ast.AST, build: ast.Call) -> bool:
                and id(node) not in method_receivers for node in ast.walk(function))
 
 
-_FLOAT32_CASTS = frozenset({"float", "double"})
-_FLOAT32_DTYPES = frozenset(name.rsplit(".", 1)[-1] for name in FLOAT32_DTYPES)
-
-
 def _returns_autocast_dtype(function: ast.AST, params: tuple[str, ...]) -> bool:
     """`returns_autocast_dtype`: the function casts what it returns on purpose to the autocast dtype
     (`tensor.to(dtype=torch.get_autocast_gpu_dtype())`, the dtype perhaps through a name), or returns a parameter
@@ -864,7 +866,7 @@ def _cast_wherever_used(function: ast.AST, names: set[str]) -> set[str]:
             loads[node.id] = loads.get(node.id, 0) + 1
         elif type(node) is ast.Name and node.id in names:
             loads[node.id] = loads.get(node.id, 0) + 10 ** 6  # rebound: not what the caller handed in
-        elif type(node) is ast.Call and type(node.func) is ast.Attribute and _is_float32_cast(node):
+        elif type(node) is ast.Call and type(node.func) is ast.Attribute and is_float32_cast(call_shape(node)):
             for inner in ast.walk(node.func.value):
                 if type(inner) is ast.Name and type(inner.ctx) is ast.Load and inner.id in names:
                     under_cast[inner.id] = under_cast.get(inner.id, 0) + 1
@@ -923,26 +925,12 @@ def _constant(value: ast.expr) -> bool:
         type(value) is ast.Dict and not value.keys)
 
 
-def _is_float32_cast(call: ast.Call) -> bool:
-    """`vocabulary.conversion_of` (the facts layer's definition too) says float32, from this tree's texts."""
-    dtypes = [_dtype_text(arg) for arg in call.args] + [_dtype_text(k.value) for k in call.keywords
-                                                          if k.arg == vocab.DTYPE]
-    return vocab.conversion_of(call.func.attr, dtypes) == vocab.CONVERTS_FLOAT32
-
-
-def _dtype_text(node: ast.AST) -> str | None:
-    """What `conversion_of` reads of an argument: its dotted text, a quote for a string, else None."""
-    if type(node) in (ast.JoinedStr,) or (type(node) is ast.Constant and isinstance(node.value, str)):
-        return '"'
-    return dotted(node)
-
-
 def _float32_cast_of(value: ast.expr) -> str | None:
     """The name `value` casts to float32 (`x.float()`, `x.to(torch.float32)`, `x.type(torch.float64)`,
     `x.float().contiguous()`), if it is one."""
     while type(value) is ast.Call and type(value.func) is ast.Attribute:
         receiver = value.func.value
-        if _is_float32_cast(value):
+        if is_float32_cast(call_shape(value)):
             return receiver.id if type(receiver) is ast.Name else None
         value = receiver  # a method after the cast (`.float().contiguous()`): look at what it is called on
     return None
@@ -1071,7 +1059,7 @@ def returned_items(function: ast.FunctionDef | ast.AsyncFunctionDef,
         if kind is ast.Call:
             func = node.func
             if type(func) is ast.Attribute:
-                if func.attr in INTEGER_OPS or _is_float32_cast(node):
+                if func.attr in INTEGER_OPS or is_float32_cast(call_shape(node)):
                     return []
                 return known(func.value, seen) if func.attr in LAYOUT_METHODS else None
             return [] if type(func) is ast.Name and func.id in _NUMBER_BUILTINS else None

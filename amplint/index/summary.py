@@ -83,8 +83,8 @@ def last_name(node: ast.AST) -> str | None:
 
 
 PARTIAL_API = frozenset({"functools.partial"})
-_FLOAT32_NAMES = frozenset({vocab.FLOAT32, "float", vocab.FLOAT64, "double"})
-DTYPE_NAMES = _FLOAT32_NAMES | {vocab.FLOAT16, vocab.BFLOAT16, vocab.HALF}
+_FLOAT32_NAMES = vocab.FLOAT32_WORDS
+DTYPE_NAMES = vocab.DTYPE_WORDS
 
 
 def argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:

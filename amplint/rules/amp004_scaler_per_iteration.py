@@ -13,6 +13,8 @@ from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
 from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.facts.loops import frames_between
+from amplint.facts.reach import handed_to_caller_of, hands_an_optimizer, loop_trains
 from amplint.index.project import Target
 from amplint.index.summary import Summary
 from amplint.rules.across import called_per_iteration, stepping_callees
@@ -222,7 +224,7 @@ class ScalerPerIteration(Rule):
             return None  # a fresh optimizer each call: a new run, a new scaler is right
         chain = view.called_per_iteration(target)
         if chain is None:
-            alone = per_step and not _loop_trains(facts, build.frame) \
+            alone = per_step and not loop_trains(facts, build.frame) \
                 and any(use.kind is EventKind.SCALER_STEP for use in uses)
             if not alone or any(view.callers(target)) or _pytest_test(info.qualname):
                 return None
@@ -270,7 +272,7 @@ class ScalerPerIteration(Rule):
                 continue
             chain = reached[0]
             per_step = not any(Effect.LOOP in (view.function(t).does if view.function(t) else ()) for t in chain)
-            optimizer = _hands_an_optimizer(facts, call, key, loop)
+            optimizer = hands_an_optimizer(facts, call, key, loop)
             if not per_step and not optimizer:
                 continue
             callee = snippet(facts, call.node.func, 32)
@@ -308,7 +310,7 @@ class ScalerPerIteration(Rule):
             key, function = assignment.targets[0], assignment.frame.function()
             loop = loops[-1] if loops else function
             if any(frame.kind is FrameKind.IF and key in code_words(frame.node.test)
-                   for frame in _frames_up_to(assignment.frame, loop)):
+                   for frame in frames_between(assignment.frame, loop)):
                 continue  # built lazily (`if wrapper is None:`)
             if any(a.frame.is_within(loop) and len(a.targets) == 1
                    and facts.optimizer_constructed(a.targets[0], a.frame) for a in facts.assignments_in(function)):
@@ -328,12 +330,12 @@ class ScalerPerIteration(Rule):
                     reached = view.reaches(Target(located[0], f"{located[1]}.__call__"),
                                            (Effect.SCALER_STEP, Effect.SCALER_UPDATE)) if located is not None else None
                     handed = reached is not None and not _loops(view, reached[0]) \
-                        and _handed_to_caller_of(facts, call, key)
+                        and handed_to_caller_of(facts, call, key)
                     # handed to a function that calls it: once per step there; per step of a run when the loop
                     # hands it the optimizer the loop does not build (per epoch), or the function has no loop
                     target = view.resolve(caller, call.dotted) if handed else None
                     used = handed and target is not None and (not _loops(view, [target])
-                                                              or _hands_an_optimizer(facts, call, key, loop))
+                                                              or hands_an_optimizer(facts, call, key, loop))
                 if used:
                     if loops:
                         message = (f"`{key}` is a new `{written}`, whose `__init__` builds a GradScaler, every "
@@ -488,7 +490,7 @@ def _per_object(uses: list[Event], changes: Changes) -> bool:
 def _built_when(facts: ModuleFacts, build: Event, loop: Frame, changes: Changes) -> bool:
     """Is the construction under an `if` in the loop whose test may differ between iterations (it reads a name
     the loop binds or changes, or calls something: `if i == 0:`)? Then it may run once, not per iteration."""
-    for frame in _frames_up_to(build.frame, loop):
+    for frame in frames_between(build.frame, loop):
         if frame.kind is FrameKind.IF:
             test = frame.node.test
             if _has_call([test]) or set(_names(test)) & (changes.bound | changes.mutated):
@@ -553,86 +555,9 @@ def _builds_wrapper_in_loop(view, names, per_call: bool = False) -> bool:
     return False
 
 
-def _hands_an_optimizer(facts: ModuleFacts, call, key: str, loop: Frame) -> bool:
-    """Does the call hand, beside `key`, an optimizer the loop does not build: a name built from an optimizer
-    class in the function, or one the callee (through the project index) steps or zeroes (`optimizer.zero_grad()`
-    on the parameter receiving it)? Then the callee is one stretch of a longer run, not a run of its own."""
-    view = facts.project
-    info = facts.function_info(call.frame)
-    target = view.resolve(info.qualname if info else None, call.dotted)
-    summary = view.function(target) if target is not None else None
-    if summary is None:
-        return False
-    built_in_loop = {name for a in facts.assignments_in(call.frame.function()) if a.frame.is_within(loop)
-                     for name in a.targets}
-    params = list(summary.params)
-    if call.method is not None and params and "." in summary.qualname:
-        params = params[1:]
-    used = {record.callee for record in summary.calls}
-    for position, arg in enumerate(call.node.args):
-        name = dotted_name(arg.value)
-        if name is None or name == key or name in built_in_loop or arg.star:
-            continue
-        if facts.optimizer_constructed(name, call.frame):
-            return True
-        param = arg.keyword.value if arg.keyword is not None else (params[position] if position < len(params)
-                                                                     else None)
-        if param is not None and {f"{param}.{vocab.ZERO_GRAD}", f"{param}.{vocab.STEP}"} & used:
-            return True
-    return False
-
-
 def _loops(view, chain) -> bool:
     """Does a function of the chain (project index targets) run a loop?"""
     return any(Effect.LOOP in (view.function(target).does if view.function(target) else ()) for target in chain)
-
-
-def _frames_up_to(frame: Frame, stop: Frame) -> list[Frame]:
-    found = []
-    while frame is not None and frame is not stop:
-        found.append(frame)
-        frame = frame.parent
-    return found
-
-
-def _handed_to_caller_of(facts: ModuleFacts, call, key: str) -> bool:
-    """Does the call pass `key` (by position or keyword) to a project function that calls the parameter
-    receiving it (`loss_scaler(loss, optimizer)`)?"""
-    passed = [(position, arg.keyword.value if arg.keyword is not None else None)
-              for position, arg in enumerate(call.node.args) if dotted_name(arg.value) == key and not arg.star]
-    if not passed or (call.qualified or "").startswith("torch."):
-        return False
-    view = facts.project
-    info = facts.function_info(call.frame)
-    target = view.resolve(info.qualname if info else None, call.dotted)
-    summary = view.function(target) if target is not None else None
-    if summary is None:
-        return False
-    params = list(summary.params)
-    if call.method is not None and params and "." in summary.qualname:
-        params = params[1:]
-    called = {record.callee for record in summary.calls}
-    return any((keyword or (params[position] if position < len(params) else None)) in called
-               for position, keyword in passed)
-
-
-def _loop_trains(facts: ModuleFacts, frame: Frame) -> bool:
-    """Does a loop of the function run a backward or a step (itself, or through a call the project index
-    resolves)? A loop that computes returns or metrics (GAE) does not make a per-step function a training loop."""
-    function = frame.function()
-    view = facts.project
-    info = facts.function_info(frame)
-    for event in facts.events_in(function):
-        if event.kind in (EventKind.BACKWARD, EventKind.SCALER_STEP, EventKind.OPTIMIZER_STEP) \
-                and event.frame.loops_up_to_function():
-            return True
-    for call in facts.calls:
-        if call.frame.function() is not function or not call.frame.loops_up_to_function() or call.dotted is None:
-            continue
-        target = view.resolve(info.qualname if info else None, call.dotted)
-        if target is not None and view.reaches(target, (Effect.BACKWARD, Effect.STEP, Effect.SCALER_STEP)) is not None:
-            return True
-    return False
 
 
 def _pytest_test(qualname: str) -> bool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -11,9 +10,9 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, EventKind, FrameKind, ModuleFacts
+from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import loops_within, may_follow, scaler_enabled
-from amplint.facts.names import code_words
+from amplint.facts.switches import guarded_by_amp_test
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.across import calls_beside_a_step
@@ -264,20 +263,3 @@ def _last_backward(facts: ModuleFacts, events: list[Event], step: Event) -> Even
                 and loops_within(event.frame, step.frame):
             return event
     return None
-
-
-AMP_SWITCH = re.compile(r"(?<![a-z])(amp|fp16|bf16|half|mixed|precision|scaler|scaling|autocast)(?![a-z])")
-
-
-def guarded_by_amp_test(facts: ModuleFacts, code: Event, other: Event, scaler: str) -> bool:
-    """Is `code` inside an `if` (that `other` is not in) testing the scaler or an AMP switch (`use_amp`,
-    `args.fp16`, `scaler is not None`, `self.mixed_precision`...)?"""
-    name = scaler.rsplit(".", 1)[-1].lower()
-    for frame in code.frame.ancestors():
-        if frame.kind is FrameKind.FUNCTION:
-            break
-        if frame.kind is FrameKind.IF and not other.frame.is_within(frame):
-            test = " ".join(code_words(frame.node.test)).lower()  # the test's code: a comment says nothing
-            if AMP_SWITCH.search(test.replace("_", " ")) or re.search(rf"(?<![\w.]){re.escape(name)}\b", test):
-                return True
-    return False

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import bisect
 import re
 from typing import Iterator
 
@@ -12,7 +11,8 @@ from amplint import vocabulary as vocab
 from amplint.facts import Event, EventKind, ModuleFacts
 from amplint.facts.module import exclusive, loops_within, may_follow, scaler_enabled
 from amplint.facts.names import code_words, dotted_name
-from amplint.rules.amp008_step_bypasses_scaler import guarded_by_amp_test
+from amplint.facts.switches import guarded_by_amp_test
+from amplint.facts.timeline import Ordered
 from amplint.diagnostics import Applicability
 from amplint.index.flows import UNSCALED, Located, parameter_flow, parameters_of
 from amplint.index.project import Target
@@ -223,8 +223,10 @@ class _FunctionEvents:
     scaled backwards of a scaler. Built once per function, so that N backwards cost N lookups, not N scans."""
 
     def __init__(self, facts: ModuleFacts, events: list[Event]) -> None:
-        self.steps = [e for e in events if e.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP)]
-        self.step_indexes = [e.index for e in self.steps]  # source order
+        self.steps = Ordered()
+        for event in events:
+            if event.kind in (EventKind.OPTIMIZER_STEP, EventKind.SCALER_STEP):
+                self.steps.add(event)
         self._scaled: dict[str | None, list[Event]] = {}
         for event in events:
             if event.kind is EventKind.BACKWARD and event.scaled:
@@ -238,8 +240,7 @@ class _FunctionEvents:
 
     def steps_after(self, index: int) -> Iterator[Event]:
         """The steps after `index`, in order (found by bisection, read lazily: most searches end at the first)."""
-        for position in range(bisect.bisect_right(self.step_indexes, index), len(self.steps)):
-            yield self.steps[position]
+        return self.steps.after(index)
 
     def scaled(self, scaler: str) -> list[Event]:
         return self._scaled.get(scaler, [])

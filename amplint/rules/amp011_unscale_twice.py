@@ -14,6 +14,8 @@ from amplint.facts import Event, EventKind, Frame, FrameKind, ModuleFacts
 from amplint.facts.collect import target_names
 from amplint.facts.names import dotted_name
 from amplint.facts.module import branch_condition, may_follow, scaler_enabled
+from amplint.facts.loops import Stores, always_reached, block_of_frame, conjuncts, continue_between, frames_between, \
+    same_every_iteration
 from amplint.index.summary import Summary, names_in
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
@@ -115,7 +117,7 @@ class UnscaleTwice(Rule):
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         by_function: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
-        stores = _Stores(facts.module)  # what the module binds, collected on the first question
+        stores = Stores(facts.module)  # what the module binds, collected on the first question
         for unscale in facts.events:
             if unscale.kind is not EventKind.SCALER_UNSCALE or not unscale.optimizer or not unscale.scaler:
                 continue
@@ -168,7 +170,7 @@ class UnscaleTwice(Rule):
         return None
 
     @staticmethod
-    def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event, stores: _Stores) -> Frame | None:
+    def _repeating_loop(facts: ModuleFacts, events: list[Event], unscale: Event, stores: Stores) -> Frame | None:
         """The innermost loop (not over optimizers) that runs this unscale_ every iteration while not every
         iteration reaches an update of the scaler.
 
@@ -190,20 +192,20 @@ class UnscaleTwice(Rule):
                 break
         if loop is None:
             return None
-        if ifs and not all(_same_every_iteration(facts, frame, loop, stores) for frame in ifs):
+        if ifs and not all(same_every_iteration(facts, frame, loop, stores) for frame in ifs):
             return None
         updates = [e for e in events if e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler
-                   and e.frame.is_within(loop) and not _continue_between(loop, unscale, e)]
-        if _always_reached(updates, loop):
+                   and e.frame.is_within(loop) and not continue_between(loop, unscale, e)]
+        if always_reached(updates, loop):
             return None
         if ifs:
             tests = {branch_condition(facts, frame) for frame in ifs}
-            if any({branch_condition(facts, frame) for frame in _frames_between(update.frame, loop)
+            if any({branch_condition(facts, frame) for frame in frames_between(update.frame, loop)
                     if frame.kind is FrameKind.IF} <= tests for update in updates):
                 return None  # the update runs under the unscale_'s own tests: whenever it does
             # the same tests written two ways: `if fp16: if mode == "torch":` and `if fp16 and mode == "torch":`
-            atoms = set().union(*(_conjuncts(frame) for frame in ifs))
-            if any(set().union(*(_conjuncts(frame) for frame in _frames_between(update.frame, loop)
+            atoms = set().union(*(conjuncts(frame) for frame in ifs))
+            if any(set().union(*(conjuncts(frame) for frame in frames_between(update.frame, loop)
                                  if frame.kind is FrameKind.IF)) <= atoms for update in updates):
                 return None
         if not updates and not any(e.kind is EventKind.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
@@ -213,7 +215,7 @@ class UnscaleTwice(Rule):
     @staticmethod
     def _remove(facts: ModuleFacts, unscale: Event) -> FixPlan | None:
         statement = unscale.call.statement
-        body = _block_of(unscale.frame)
+        body = block_of_frame(unscale.frame)
         if not _single_call_statement(statement, unscale.node) or body is None or len(body) < 2:
             return None
         return FixPlan("Remove the second `unscale_`",
@@ -237,13 +239,13 @@ class UnscaleTwice(Rule):
             # `if clip_grad:` holding only the unscale_ and its clips: the whole `if` moves (its test is the same
             # in every iteration, `_repeating_loop` checked), so the clip runs under the same flag, at the boundary.
             guard = _guard_to_move(unscale.frame, statement, clips)
-            if guard is None or sum(f.kind is FrameKind.IF for f in _frames_between(unscale.frame, loop)) != 1:
+            if guard is None or sum(f.kind is FrameKind.IF for f in frames_between(unscale.frame, loop)) != 1:
                 return None
-            body, moved, clip_lines = _block_of(unscale.frame.parent), [guard], list(guard.body.body[1:])
+            body, moved, clip_lines = block_of_frame(unscale.frame.parent), [guard], list(guard.body.body[1:])
             if body is None or not any(s is guard for s in body):
                 return None
         else:
-            body = _block_of(unscale.frame)
+            body = block_of_frame(unscale.frame)
             if body is None or not any(s is statement for s in body):
                 return None
             moved = [statement]
@@ -302,268 +304,6 @@ def _guard_to_move(branch: Frame, statement: cst.CSTNode, clips: set[int]) -> cs
     if not all(id(line) in clips and isinstance(line, cst.SimpleStatementLine) for line in lines[1:]):
         return None
     return guard
-
-
-def _continue_between(loop: Frame, unscale: Event, update: Event) -> bool:
-    """Can an iteration that ran the `unscale_` skip the update with a `continue` of this loop, written in a
-    statement of the loop's body between the two (`if (i + 1) % accum != 0: continue`, `if not finite: continue`)?"""
-    body = _block_of(loop)
-    if body is None:
-        return False
-    positions = {id(statement): position for position, statement in enumerate(body)}
-    start = next((positions[id(s)] for s in unscale.call.statements if id(s) in positions), None)
-    end = next((positions[id(s)] for s in update.call.statements if id(s) in positions), None)
-    if start is None or end is None or start == end:
-        return False  # one statement holds both: a `continue` before it skips both (one inside it: not seen)
-    between = body[start + 1:end] if start < end else [*body[start + 1:], *body[:end]]
-    return any(_continues(statement) for statement in between)
-
-
-def _continues(statement: cst.CSTNode) -> bool:
-    """Does the statement hold a `continue` of the loop around it (not of a loop or function inside it)?"""
-    found = []
-
-    class Continues(cst.CSTVisitor):
-        def visit_Continue(self, node: cst.Continue) -> None:
-            found.append(node)
-
-        def visit_For(self, node) -> bool:
-            return False
-
-        def visit_While(self, node) -> bool:
-            return False
-
-        def visit_FunctionDef(self, node) -> bool:
-            return False
-
-        def visit_ClassDef(self, node) -> bool:
-            return False
-
-    statement.visit(Continues())
-    return bool(found)
-
-
-def _always_reached(updates: list[Event], loop: Frame) -> bool:
-    """Does every iteration of `loop` reach one of `updates`? (unconditionally, or in both branches of an `if`,
-    each branch reaching one in every pass: a test nested in one side, `if accum > 1: if (i + 1) % accum == 0:
-    update` against `else: update`, leaves a path without one)"""
-    paths = [[f for f in reversed(_frames_between(update.frame, loop)) if f.kind is FrameKind.IF]
-             for update in updates]  # the `if`s around each update, outermost first
-
-    def covered(paths: list[list[Frame]]) -> bool:
-        if any(not path for path in paths):
-            return True
-        sides: dict[int, dict[bool, list[list[Frame]]]] = {}
-        for path in paths:
-            sides.setdefault(id(path[0].node), {}).setdefault(path[0].in_else, []).append(path[1:])
-        return any(len(both) == 2 and all(covered(rest) for rest in both.values()) for both in sides.values())
-
-    return covered(paths)
-
-
-def _conjuncts(frame: Frame) -> set[tuple[str, bool]]:
-    """The tests an `if` side requires, as (code without `not`/`!=`/`is not` and spaces, polarity): each operand
-    of an `and` on its true side, the whole test otherwise (its false side of an `and` requires none of them)."""
-    test = frame.node.test
-    if frame.in_else:
-        return {_atom(test, False)}
-    found, pending = set(), [test]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
-            pending += [node.left, node.right]
-        else:
-            found.add(_atom(node, True))
-    return found
-
-
-def _atom(test: cst.BaseExpression, positive: bool) -> tuple[str, bool]:
-    while True:
-        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            test, positive = test.expression, not positive
-        elif isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and isinstance(
-                test.comparisons[0].operator, (cst.IsNot, cst.NotEqual)):
-            target = test.comparisons[0]
-            operator = cst.Is() if isinstance(target.operator, cst.IsNot) else cst.Equal()
-            test = test.with_changes(comparisons=[target.with_changes(operator=operator)])
-            positive = not positive
-        else:
-            break
-    text = cst.Module(body=[]).code_for_node(test.with_changes(lpar=[], rpar=[]) if hasattr(test, "lpar") else test)
-    return "".join(text.split()), positive
-
-
-def _same_every_iteration(facts: ModuleFacts, branch: Frame, loop: Frame, stores: _Stores) -> bool:
-    """Is the test of the `if` the same in every iteration of `loop`? Only when it calls nothing, subscripts only
-    with literals, and reads no name the loop binds (its target, an assignment, a `with ... as`, a `:=`) and no
-    attribute chain (`self.clip`) that any code of the module other than an `__init__` assigns: such a test
-    (a flag, a threshold) cannot be the accumulation boundary."""
-    test = branch.node.test
-    read, opaque = _test_reads(test)
-    if opaque:
-        return False
-    stored = stores.within(loop.node)
-    if isinstance(loop.node, cst.For):
-        stored = stored | set(target_names(loop.node.target))
-    for name in read:
-        parts = name.split(".")
-        prefixes = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
-        if prefixes & stored:
-            return False
-        if len(parts) > 1 and prefixes & stores.attributes_outside_init():
-            return False
-    return True
-
-
-def _test_reads(test: cst.BaseExpression) -> tuple[set[str], bool]:
-    """(the names and attribute chains a test reads, whether it does anything else: a call, a non-literal
-    subscript, an await, a `:=`, a lambda or a comprehension)."""
-    read: set[str] = set()
-    opaque: list[cst.CSTNode] = []
-
-    class Reads(cst.CSTVisitor):
-        def visit_Call(self, node: cst.Call) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_Subscript(self, node: cst.Subscript) -> bool:
-            if not all(isinstance(e.slice, cst.Index) and isinstance(e.slice.value, (cst.SimpleString, cst.Integer))
-                       for e in node.slice):
-                opaque.append(node)
-            return True
-
-        def visit_Await(self, node) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_NamedExpr(self, node) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_Lambda(self, node) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_GeneratorExp(self, node) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_ListComp(self, node) -> bool:
-            opaque.append(node)
-            return False
-
-        def visit_Attribute(self, node: cst.Attribute) -> bool:
-            name = dotted_name(node)
-            if name is not None:
-                read.add(name)
-                return False
-            return True
-
-        def visit_Name(self, node: cst.Name) -> None:
-            read.add(node.value)
-
-    test.visit(Reads())
-    return read, bool(opaque)
-
-
-_STORE_TYPES = ("AssignTarget", "AugAssign", "AnnAssign", "For", "AsName", "NamedExpr", "Del")
-
-
-class _Stores:
-    """The names and attribute chains the module's code binds (assignments, augmented and annotated too, `for`
-    targets, `with ... as` names, `:=` targets and `del`), from one pass over the module made on the first
-    question: in the order of the pass, with the span of that order each loop covers, so that a loop's stores are
-    a slice of one list, not a walk of the loop per question."""
-
-    def __init__(self, module: cst.Module) -> None:
-        self.module = module
-        self._names: list[tuple[str, ...]] | None = None  # the stores' names, in the order of the pass
-        self._spans: dict[int, tuple[int, int]] = {}  # id of a loop -> (its first store, past its last)
-        self._within: dict[int, frozenset[str]] = {}
-        self._outside: list[bool] = []
-        self._outside_init: set[str] | None = None
-
-    def _collect(self) -> None:
-        from amplint.facts.walk import children_of, trivia_types
-
-        store_types = {getattr(cst, name) for name in _STORE_TYPES}
-        loop_types = (cst.For, cst.While)
-        skipped = trivia_types()
-        names: list[tuple[str, ...]] = []
-        outside: list[bool] = []  # for each store: is it outside an `__init__` (see `attributes_outside_init`)
-        spans = self._spans
-        # (node, whether its stores are outside an `__init__`), or (id of a loop, None) where the loop ends. Counted
-        # outside: a module-level statement, a member of a module-level class but its `__init__`; not: a class's own
-        # decorators, bases and keywords.
-        stack: list = []
-        for statement in reversed(self.module.body):
-            if isinstance(statement, cst.ClassDef):
-                body = statement.body
-                stack.extend((member, not (isinstance(member, cst.FunctionDef) and member.name.value == "__init__"))
-                             for member in reversed(body.body))
-                stack.extend((child, False) for child in reversed(children_of(statement)) if child is not body)
-            else:
-                stack.append((statement, True))
-        pop, push = stack.pop, stack.append
-        while stack:
-            item, counts = pop()
-            if counts is None:  # the end of a loop
-                spans[item] = (spans[item][0], len(names))
-                continue
-            kind = type(item)
-            if kind in skipped:
-                continue
-            if kind in loop_types:
-                spans[id(item)] = (len(names), -1)
-                push((id(item), None))
-            if kind in store_types:
-                names.append(tuple(target_names(item.name if kind is cst.AsName else item.target)))
-                outside.append(counts)
-            for child in reversed(children_of(item)):
-                push((child, counts))
-        self._names = names
-        self._outside = outside
-
-    def within(self, node: cst.CSTNode) -> frozenset[str]:
-        """What the code of a loop binds, its own target included."""
-        if id(node) in self._within:
-            return self._within[id(node)]
-        if self._names is None:
-            self._collect()
-        span = self._spans.get(id(node))
-        found = frozenset(name for names in self._names[span[0]:span[1]] for name in names) if span else frozenset()
-        self._within[id(node)] = found
-        return found
-
-    def attributes_outside_init(self) -> set[str]:
-        """Attribute chains (`self.clip`) assigned anywhere in the module outside an `__init__`."""
-        if self._outside_init is None:
-            if self._names is None:
-                self._collect()
-            self._outside_init = {name for names, counts in zip(self._names, self._outside) if counts
-                                  for name in names if "." in name}
-        return self._outside_init
-
-
-def _frames_between(frame: Frame | None, stop: Frame) -> list[Frame]:
-    found = []
-    while frame is not None and frame is not stop:
-        found.append(frame)
-        frame = frame.parent
-    return found
-
-
-def _block_of(frame: Frame) -> list | None:
-    """The statements of the block that `frame` stands for."""
-    node = frame.node
-    if isinstance(node, cst.Module):
-        return list(node.body)
-    if frame.kind is FrameKind.IF and frame.in_else:
-        orelse = node.orelse
-        return list(orelse.body.body) if isinstance(orelse, cst.Else) and isinstance(
-            orelse.body, cst.IndentedBlock) else None
-    body = getattr(node, "body", None)
-    return list(body.body) if isinstance(body, cst.IndentedBlock) else None
 
 
 def _single_call_statement(statement: cst.CSTNode, call: cst.Call) -> bool:

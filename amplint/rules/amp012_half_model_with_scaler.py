@@ -9,7 +9,8 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.facts import EventKind, ModuleFacts
 from amplint.facts.model import Assignment, Call
-from amplint.facts.module import call_argument, scaler_enabled
+from amplint.calls import converts_to_half
+from amplint.facts.module import scaler_enabled
 from amplint.facts.names import code_words, dotted_name
 from amplint.index.summary import Summary
 from amplint.vocabulary import Effect
@@ -17,7 +18,8 @@ from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
-HALF_DTYPES = vocab.HALF_DTYPES
+CONVERTERS = sorted(vocab.HALF_CONVERTERS)  # `.half()`, `.to(...)`, `.type(...)`
+CONVERSIONS = vocab.CONVERT_METHODS | {vocab.FLOAT}  # `.float()`, `.to(...)`, `.type(...)`: may undo a `.half()`
 
 
 def caller_steps_a_half_factory(view) -> bool:
@@ -124,8 +126,8 @@ class HalfModelWithScaler(Rule):
     code = "AMP012"
     name = "half-model-with-scaler"
     words = (vocab.HALF, vocab.FLOAT16)
-    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, vocab.HALF, "to", "type")
-    requires_across = Ask(Summary.calls_method, vocab.HALF, "to", "type") & AskProject(caller_steps_a_half_factory)
+    requires = Ask(Summary.scaler_possible) & Ask(Summary.calls_method, *CONVERTERS)
+    requires_across = Ask(Summary.calls_method, *CONVERTERS) & AskProject(caller_steps_a_half_factory)
     min_torch = "1.6"
     fix = "none"
 
@@ -138,7 +140,7 @@ class HalfModelWithScaler(Rule):
         optimizers: dict[str, list[tuple[str, Assignment]]] = {}
         conversions: dict[str, list[Call]] = {}  # receiver -> its `.float()`/`.to()`/`.type()` calls, in order
         for call in facts.calls:
-            if call.method in ("float", "to", "type") and call.receiver:
+            if call.method in CONVERSIONS and call.receiver:
                 conversions.setdefault(call.receiver, []).append(call)
         for call in facts.calls:
             if not _to_half(facts, call):
@@ -259,14 +261,7 @@ def _returns_name(function: cst.CSTNode, name: str) -> bool:
 
 def _to_half(facts: ModuleFacts, call: Call) -> bool:
     """`x.half()`, `x.to(torch.float16)`, `x.to(device, torch.half)`, `x.to(dtype=torch.float16)`, `x.type(...)`."""
-    node = call.node
-    if call.method == vocab.HALF and not node.args:
-        return True
-    if call.method in ("to", "type"):
-        dtype = call_argument(node, None, vocab.DTYPE)
-        candidates = [dtype] if dtype is not None else [a.value for a in node.args if a.keyword is None]
-        return any(facts.imports.qualify(c) in HALF_DTYPES for c in candidates if c is not None)
-    return False
+    return call.method in vocab.HALF_CONVERTERS and converts_to_half(facts.shape(call.node))
 
 
 def _tail(facts: ModuleFacts, node: cst.CSTNode, limit: int = 60) -> str:
@@ -283,7 +278,7 @@ def _reads_parameters(node: cst.CSTNode, model: str) -> bool:
     class Parameters(cst.CSTVisitor):
         def visit_Call(self, call: cst.Call) -> None:
             func = call.func
-            if isinstance(func, cst.Attribute) and func.attr.value in ("parameters", "named_parameters") \
+            if isinstance(func, cst.Attribute) and func.attr.value in vocab.PARAMETER_READING_METHODS \
                     and not call.args and dotted_name(func.value) == model:
                 found.append(call)
 

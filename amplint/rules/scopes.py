@@ -29,8 +29,8 @@ PHASE_EVENTS = (*UPDATE_EVENTS, EventKind.SCALER_SCALE, EventKind.SCALER_UNSCALE
 # Methods that read a value or record it, on any receiver: no autocast op, no call into a model.
 READING_METHODS = frozenset({
     vocab.ZERO_GRAD, "item", "tolist", "detach", "cpu", "float", vocab.GET_SCALE, "get_last_lr", "state_dict", "append",
-    "parameters", "named_parameters",
-    "format", "info", "debug", "warning", "add_scalar", "set_postfix", "set_description",
+    *vocab.PARAMETER_READING_METHODS, "format", "info", "debug", "warning", "add_scalar", "set_postfix",
+    "set_description",
 })
 # Methods that read or record only when called on an imported module (`wandb.log({...})`; `x.log()` is an op).
 MODULE_READING_METHODS = frozenset({"log"})
@@ -64,13 +64,6 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
     if region.state is RegionState.MAYBE:
         text += " (maybe enabled)"
     return text
-
-
-def dtype_words(region: Region) -> str:
-    """The region's low-precision dtype in words: as written, else the device's default (CUDA float16, CPU
-    bfloat16), else "bfloat16/float16"."""
-    dtype = region.dtype or {"cuda": vocab.FLOAT16, "cpu": vocab.BFLOAT16}.get(region.device or "")
-    return {vocab.BFLOAT16: vocab.BFLOAT16, vocab.FLOAT16: vocab.FLOAT16}.get(dtype or "", "bfloat16/float16")
 
 
 def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
