@@ -23,7 +23,7 @@ LAYOUTS = [
 def reference(node: cst.CSTNode) -> set[str]:
     stored: set[str] = set()
 
-    class Stores(cst.CSTVisitor):
+    class Reference(cst.CSTVisitor):
         def visit_AssignTarget(self, target):
             stored.update(target_names(target.target))
 
@@ -45,7 +45,7 @@ def reference(node: cst.CSTNode) -> set[str]:
         def visit_Del(self, statement):
             stored.update(target_names(statement.target))
 
-    node.visit(Stores())
+    node.visit(Reference())
     return stored
 
 
