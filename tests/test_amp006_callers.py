@@ -18,7 +18,7 @@ from amplint.cli import main
 from amplint.facts import ModuleFacts
 from amplint.facts.dtypes import is_scalar, module_output
 from amplint.index.functions import FunctionSummary, returned_items
-from amplint.rules.amp006_disabled_autocast_without_cast import scalar_parameters
+from amplint.facts.islands import scalar_parameters
 
 REPO = Path(__file__).resolve().parents[1]
 CASE = REPO / "fixtures" / "AMP006-disabled-autocast-without-cast" / "projects" / "forward_called_from_train"
@@ -80,7 +80,7 @@ def test_module_output(construction, expected):
 
 def test_long_names_get_a_shorter_message():
     """The message keeps within 120 characters: long names drop the cast's spelling, then the reason."""
-    from amplint.rules.amp006_disabled_autocast_without_cast import Source
+    from amplint.facts.islands import Source
 
     source = Source("`{name}` enters the fp32 region at line 12 without `.float()`: {dtype} under the callers' "
                     "autocast")

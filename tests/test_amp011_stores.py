@@ -8,7 +8,7 @@ import libcst as cst
 import pytest
 
 from amplint.facts.collect import target_names
-from amplint.rules.amp011_unscale_twice import _Stores
+from amplint.facts.loops import Stores
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SOURCES = sorted(FIXTURES.glob("AMP*/*/*.py"))[::3]
@@ -23,7 +23,7 @@ LAYOUTS = [
 def reference(node: cst.CSTNode) -> set[str]:
     stored: set[str] = set()
 
-    class Stores(cst.CSTVisitor):
+    class Reference(cst.CSTVisitor):
         def visit_AssignTarget(self, target):
             stored.update(target_names(target.target))
 
@@ -45,7 +45,7 @@ def reference(node: cst.CSTNode) -> set[str]:
         def visit_Del(self, statement):
             stored.update(target_names(statement.target))
 
-    node.visit(Stores())
+    node.visit(Reference())
     return stored
 
 
@@ -75,12 +75,12 @@ def test_the_table_binds_what_a_visitor_finds(text):
             loops.append(node)
 
     module.visit(Loops())
-    stores = _Stores(module)
+    stores = Stores(module)
     for loop in loops:
         assert stores.within(loop) == reference(loop)
     assert stores.attributes_outside_init() == outside_init(module)
 
 
 def test_the_layouts_bind_what_they_say():
-    stores = _Stores(cst.parse_module(LAYOUTS[1]))
+    stores = Stores(cst.parse_module(LAYOUTS[1]))
     assert stores.attributes_outside_init() == {"self.i", "self.j"}

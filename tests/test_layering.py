@@ -291,6 +291,16 @@ def test_the_vocabulary_and_the_engine_import_what_the_table_says():
     assert "amplint.vocabulary" not in engine and not any(within(m, "amplint.rules.amp") for m in engine)
 
 
+def test_no_rule_imports_another_rule():
+    """A rule reads facts, never another rule: what two rules share is a fact (amplint/facts/) or a shared
+    reporting module of amplint/rules/ (islands.py, scopes.py), so that each rule's file reads on its own."""
+    rules = [name for name in MODULES if within(name, "amplint.rules") and name.rpartition(".")[2].startswith("amp0")]
+    assert len(rules) >= 15
+    wrong = {name: sorted(target for target in imports_of(name, MODULES[name]) if target in rules and target != name)
+             for name in rules}
+    assert not {name: targets for name, targets in wrong.items() if targets}
+
+
 def test_module_level_imports_form_no_cycle():
     graph = {name: {target for target in imports_of(name, path, top_level_only=True) if target in MODULES}
              for name, path in MODULES.items()}

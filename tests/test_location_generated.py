@@ -131,3 +131,16 @@ def test_a_function_imported_under_an_alias_has_its_callers(fixture, moved, tmp_
     lay_out(text, names.index(moved), "alias", tmp_path)
     assert ALIAS in (tmp_path / "main.py").read_text()
     assert codes(tmp_path) == codes(case) != set()
+
+
+def test_generated_examples_do_not_depend_on_the_modules_a_worker_imported(tmp_path, monkeypatch):
+    """The cases above are derandomized: they must be the same whichever tests a pytest-xdist worker ran first.
+    Hypothesis would mix constants of this repository's already imported modules into its draws (conftest.py
+    leaves them out): a module imported now adds none."""
+    from hypothesis.internal.conjecture import providers
+
+    (tmp_path / "late_module.py").write_text("MARKER = 987654321\nNAME = 'late-module-marker'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    __import__("late_module")
+    constants = providers._get_local_constants()
+    assert 987654321 not in constants.integers and "late-module-marker" not in constants.strings

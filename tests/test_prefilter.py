@@ -21,7 +21,7 @@ from amplint import pipeline
 from amplint.engine import lint_text
 from amplint.index.summary import Summary
 from amplint.prefilter import Prefilter, Verdict, prefilter_for
-from amplint.rules.amp006_disabled_autocast_without_cast import disabled_region_possible
+from amplint.rules.islands import disabled_region_possible
 from amplint.rules import ALL_RULES
 from amplint.rules.base import Rule
 from amplint.outcome import Mode

@@ -644,6 +644,38 @@ def test_amp006_an_ops_float32_dtype_argument_is_a_cast(dtype):
     assert [(f.code, f.line) for f in report.findings] == [("AMP006", _line_of("# kept-half"))]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_amp006_a_half_tensor_promoted_by_a_float32_tensor_computes_in_float32(dtype):
+    """torch promotes a half tensor combined with a float32 one (of at least as many dimensions) and computes in
+    float32: the island's purpose is served, as after `.float()` (the static rule's reading: promotion is no
+    harm). What keeps the half precision is still an island op: a 0-dim float32 tensor does not promote a
+    dimensioned half one, an in-place op writes into the half tensor, a reduction returns it."""
+    dtype = getattr(torch, dtype)
+    model = _model()
+
+    def body(promoted):
+        with torch.autocast("cpu", dtype=dtype):
+            hidden = model[0](torch.randn(4, 8))
+            target, weight = torch.randn(4, 8), torch.randn(8)
+            with torch.autocast("cpu", enabled=False):
+                if promoted:  # each op returns float32: torch computed it in float32
+                    assert (hidden - target).dtype == torch.float32
+                    assert torch.nn.functional.mse_loss(hidden, target).dtype == torch.float32
+                    assert (hidden * weight).dtype == torch.cat([hidden, target]).dtype == torch.float32
+                    assert torch.zeros(4, 8).add_(hidden).dtype == torch.float32  # into a float32 tensor
+                    assert (hidden[0, 0] + target.sum()).dtype == torch.float32  # both zero-dim
+                else:
+                    hidden * torch.tensor(2.0)  # zero-dim-float32
+                    hidden.clone().add_(weight)  # in-place-into-half
+                    torch.max(hidden, dim=0)  # reduction-kept-half
+
+    assert codes(_watched(lambda: body(True))) == []
+    report = _watched(lambda: body(False))
+    assert [(f.code, f.line) for f in report.findings] == [
+        ("AMP006", _line_of(f"# {marker}")) for marker in ("zero-dim-float32", "in-place-into-half",
+                                                           "reduction-kept-half")]
+
+
 def test_amp006_backward_and_the_scalers_multiply_inside_an_island_are_not_island_ops():
     """The measured fix for a backward started under a framework's autocast: an `autocast(enabled=False)` region
     around the backward and the step. The backward of a half loss and the scaler's multiply run there, and they

@@ -1,7 +1,7 @@
-"""The run-time watch inside the real frameworks, Lightning and accelerate: a few CPU steps each, the framework's
-own code opening autocast, scaling and stepping. Each finding is the user's line (a `training_step`, a loop),
-the framework's frame its context (`via`). A test skips where its framework is not installed (the `test` extra
-brings both); the CUDA variant skips without a GPU."""
+"""The run-time watch inside the real frameworks, Lightning, accelerate and the HF Trainer: a few CPU steps each,
+the framework's own code opening autocast, scaling and stepping. Each finding is the user's line (a
+`training_step`, a loop, a model's forward), the framework's frame its context (`via`). A test skips where its
+framework is not installed (the `test` extra brings them); the CUDA variant skips without a GPU."""
 
 from __future__ import annotations
 
@@ -28,6 +28,14 @@ def _lightning():
 def _accelerate():
     _torch()
     return pytest.importorskip("accelerate")
+
+
+def _transformers():
+    torch = _torch()
+    transformers = pytest.importorskip("transformers")
+    if not transformers.is_torch_available():  # (transformers 5 needs torch >= 2.6)
+        pytest.skip(f"transformers {transformers.__version__} does not run with torch {torch.__version__}")
+    return transformers
 
 
 def _line_of(marker: str) -> int:
@@ -257,11 +265,127 @@ def test_accelerate_fp16_torch_clip_after_backward_sees_scaled_gradients(acceler
     assert _sites(report) == ([("AMP003", _line_of("# torch-clip-after-backward"))] if clip == "torch" else [])
 
 
+# --- the HF Trainer -------------------------------------------------------------------------------------------
+
+@functools.cache
+def _hf_classes():
+    """The model, Trainer and callback of the HF Trainer tests (classes built at first use, transformers being
+    imported then)."""
+    torch, transformers = _torch(), _transformers()
+
+    class Regressor(torch.nn.Module):
+        """A model as the Trainer takes one: `forward(x, labels)` returns {"loss": ...}, the loss computed in an
+        fp32 island of the model's own (its input cast, or not)."""
+
+        def __init__(self, cast: bool = True):
+            super().__init__()
+            self.net = torch.nn.Linear(8, 1)
+            self.cast = cast
+            self.dtypes = []  # what the linear returned: the region the Trainer runs the forward in
+
+        def forward(self, x, labels):
+            scores = self.net(x).squeeze(-1)
+            self.dtypes.append(scores.dtype)
+            with torch.autocast("cpu", enabled=False):
+                if self.cast:
+                    scores = scores.float()
+                penalty = scores.abs().mean()  # hf-island-op
+                return {"loss": (scores - labels).pow(2).mean() + penalty}  # float32 labels: promoted
+
+    class ClippingTrainer(transformers.Trainer):
+        """A `training_step` override clipping with torch after the Trainer's own step (its backward)."""
+
+        def __init__(self, *args, norms: list, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.norms = norms
+
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            self.norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))  # hf-clip-scaled
+            return loss
+
+    class ClipBeforeStep(transformers.TrainerCallback):
+        """A torch clip in `on_pre_optimizer_step`, which the Trainer calls after its own clip (`max_grad_norm`,
+        accelerate's clip_grad_norm_, which unscales first)."""
+
+        def __init__(self, norms: list):
+            self.norms = norms
+
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            self.norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+
+    return Regressor, ClippingTrainer, ClipBeforeStep
+
+
+def _train(tmp_path, model, trainer_class=None, callbacks=(), scaler=False, **arguments):
+    """Two steps of the real `transformers.Trainer` on the CPU, under the watch: (trainer, report)."""
+    torch, transformers = _torch(), _transformers()
+    torch.manual_seed(0)
+    data = [{"x": x, "labels": y} for x, y in zip(torch.randn(8, 8), torch.randn(8))]
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, max_steps=2,
+                                          per_device_train_batch_size=4, report_to=[], save_strategy="no",
+                                          logging_strategy="no", disable_tqdm=True, **arguments)
+    trainer = (trainer_class or transformers.Trainer)(model=model, args=args, train_dataset=data,
+                                                      callbacks=list(callbacks))
+    if scaler:
+        # accelerate builds its GradScaler and wraps the forward in float16 autocast on a GPU only (on the CPU,
+        # fp16 trains in float32): hand it a CPU GradScaler and turn its autocast on, as it does on CUDA, before
+        # train() prepares the model and the optimizer (its backward, clip and step use them from then). The
+        # initial scale 2**12 (`GradScalerKwargs(init_scale=...)` sets it on a GPU) keeps the float16 gradients
+        # of these losses finite: no step is skipped.
+        trainer.accelerator.native_amp = True
+        trainer.accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 12)
+    report = _watched(trainer.train)
+    assert trainer.state.global_step == 2
+    return trainer, report
+
+
+@pytest.mark.parametrize("cast", [True, False], ids=["clean", "island-without-cast"])
+def test_hf_trainer_runs_the_models_forward_under_autocast_and_an_island_there_is_the_users(
+        tmp_path, accelerator_state, cast):
+    """`TrainingArguments(bf16=True, use_cpu=True)`: the Trainer opens no region of its own; accelerate runs the
+    model's forward under bfloat16 autocast (the linear returns bfloat16), and the Trainer's backward, clip
+    (`max_grad_norm`) and step run outside it, no scaler built: silent. An fp32 island in the model's forward,
+    its input not cast, is reported at the model's line (not in transformers or accelerate); its loss line,
+    the bfloat16 scores promoted by the float32 labels, computes in float32 and is not."""
+    regressor, _, _ = _hf_classes()
+    model = regressor(cast)
+    trainer, report = _train(tmp_path, model, bf16=True)
+    assert set(model.dtypes) == {_torch().bfloat16} and trainer.accelerator.scaler is None
+    assert _sites(report) == ([] if cast else [("AMP006", _line_of("# hf-island-op"))])
+    for finding in report.findings:
+        assert finding.via is None and finding.message.startswith("`abs` receives a bfloat16 tensor")
+
+
+@pytest.mark.parametrize("clip_in", ["training_step", "on_pre_optimizer_step"])
+def test_hf_trainer_fp16_unscales_after_training_step(tmp_path, accelerator_state, clip_in):
+    """float16 with accelerate's GradScaler: the Trainer's backward scales the loss; the Trainer unscales after
+    `training_step` (its clip, accelerate's, before the `on_pre_optimizer_step` callbacks) and steps through the
+    scaler. A torch clip in a `training_step` override clips gradients still multiplied by the scale, reported at
+    its line with the advice to clip after the Trainer's unscale_ (a second unscale_ would raise); in
+    on_pre_optimizer_step it is silent."""
+    regressor, clipping_trainer, clip_before_step = _hf_classes()
+    model, norms = regressor(), []
+    if clip_in == "training_step":
+        trainer, report = _train(tmp_path, model, functools.partial(clipping_trainer, norms=norms), scaler=True,
+                                 fp16=True)
+    else:
+        trainer, report = _train(tmp_path, model, callbacks=[clip_before_step(norms)], scaler=True, fp16=True)
+    assert set(model.dtypes) == {_torch().float16} and trainer.accelerator.scaler.get_scale() == 2 ** 12
+    if clip_in == "on_pre_optimizer_step":
+        assert report.findings == [] and max(norms) < 1.0 + 1e-6  # unscaled, and clipped to 1.0 by the Trainer
+        return
+    assert min(norms) > 1000  # the norm of gradients still multiplied by 4096
+    (finding,) = report.findings
+    assert (finding.code, finding.filename, finding.line) == ("AMP003", HERE, _line_of("# hf-clip-scaled"))
+    assert "installed code (a framework) unscales and steps them" in finding.message
+
+
 def test_the_frameworks_are_in_the_test_extra():
     import tomllib
 
     extra = tomllib.loads((Path(HERE).parent.parent / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]["test"]
     names = {requirement.split(">")[0].split("=")[0].split("<")[0].strip() for requirement in extra}
-    assert {"lightning", "accelerate"} <= names
+    assert {"lightning", "accelerate", "transformers"} <= names
 

@@ -7,7 +7,8 @@ from typing import Iterator
 from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.index.summary import Summary
-from amplint.rules.amp006_disabled_autocast_without_cast import disabled_region_possible, island_reports
+from amplint.facts.islands import island_inputs
+from amplint.rules.islands import disabled_region_possible, island_finding
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask
 
@@ -82,6 +83,6 @@ class IslandInputOfUnknownDtype(Rule):
     requires = Ask(Summary.regions_possible) & Ask(disabled_region_possible)
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        for report in island_reports(facts):
-            if not report.known:
-                yield report.finding(facts, self.code)
+        for found in island_inputs(facts):
+            if not found.known:
+                yield island_finding(facts, found)

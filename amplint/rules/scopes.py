@@ -67,13 +67,6 @@ def describe_region(facts: ModuleFacts, region: Region, chain: list[Call]) -> st
     return text
 
 
-def dtype_words(region: Region) -> str:
-    """The region's low-precision dtype in words: as written, else the device's default (CUDA float16, CPU
-    bfloat16), else "bfloat16/float16"."""
-    dtype = region.dtype or {"cuda": vocab.FLOAT16, "cpu": vocab.BFLOAT16}.get(region.device or "")
-    return {vocab.BFLOAT16: vocab.BFLOAT16, vocab.FLOAT16: vocab.FLOAT16}.get(dtype or "", "bfloat16/float16")
-
-
 def update_events_in_block(facts: ModuleFacts, region: Region) -> list[Event]:
     """The update-phase events that run directly in this region's `with` block (not in nested defs)."""
     return list(_indexes(facts).by_region.get((id(region.frame), id(region.opener)), ()))

@@ -552,25 +552,51 @@ def _casts_to_float32(args, kwargs) -> bool:
 class _IslandMode(TorchFunctionMode):
     """Pushed while an autocast(enabled=False) region opened inside an enabled one is open: an op given a
     float16/bfloat16 floating tensor there computes in half precision, which the island meant to avoid. Ops
-    that the watch's own hooks run (a backward, the scaler's multiply, a clip) are torch's, not the island's."""
+    that the watch's own hooks run (a backward, the scaler's multiply, a clip) are torch's, not the island's.
+    An op whose floating results are all float32 or wider computed there: torch promoted the half tensor with a
+    float32 one (`h - labels`, `torch.cat([h, w])`), as `.float()` would have; an op that raises on it (an fp32
+    weight's matmul) is reported as it raises."""
 
     inert = False  # set when the mode could not be popped where its region closed: it then only calls through
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        half = None
         if not (self.inert or _compiling() or getattr(_local, "hooks", 0)):
             name = getattr(func, "__name__", "")
             if name not in _NOT_COMPUTE and _enabled_autocast() is None and not _casts_to_float32(args, kwargs):
                 half = _half_argument(args) or _half_argument(kwargs.values())
-                if half is not None and _in_step():
-                    pass  # the optimizer's own update of a half parameter or state
-                elif half is not None and _in_compiled_call():
-                    _note("compile")  # torch's compiled code, run inside the user's island
-                elif half is not None:
-                    _report("AMP006", f"`{name}` receives a {_dtype_name(half)} tensor inside "
-                                      "autocast(enabled=False), so it computes in half precision: cast its inputs "
-                                      "with .float() first")
-        return func(*args, **kwargs)
+        if half is None:
+            return func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException:
+            _half_op(name, half)
+            raise
+        if not _promoted(result):
+            _half_op(name, half)
+        return result
+
+
+def _half_op(name: str, half) -> None:
+    """An island op that computed in (or raised on) a half tensor: AMP006, unless it is an optimizer's own update
+    or torch's compiled code."""
+    if _in_step():
+        return  # the optimizer's own update of a half parameter or state
+    if _in_compiled_call():
+        _note("compile")  # torch's compiled code, run inside the user's island
+        return
+    _report("AMP006", f"`{name}` receives a {_dtype_name(half)} tensor inside autocast(enabled=False), so it "
+                      "computes in half precision: cast its inputs with .float() first")
+
+
+def _promoted(result) -> bool:
+    """Are the op's floating results (a tensor, or those of a tuple or list) all float32 or wider? Then torch
+    computed it in float32, promoting its half input (type promotion: a float32 tensor of at least as many
+    dimensions), or wrote it into a float32 tensor."""
+    results = result if isinstance(result, (tuple, list)) else (result,)
+    floating = [value.dtype for value in results if isinstance(value, torch.Tensor) and value.is_floating_point()]
+    return bool(floating) and not any(dtype in _HALF for dtype in floating)
 
 
 def _in_compiled_call() -> bool:
