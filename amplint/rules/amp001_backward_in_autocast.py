@@ -6,8 +6,9 @@ from typing import Iterator
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import EventKind, ModuleFacts
-from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
+from amplint.facts import EventKind, ModuleFacts, frameworks
+from amplint.rules.across import (calls_in_regions_reaching, opens_through_project, reaches_from_module,
+                                  reaches_from_region)
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
@@ -15,6 +16,9 @@ from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, s
 
 
 BACKWARDS = (Effect.BACKWARD,)  # the index's fact for a function that runs a backward itself
+# Lightning manual optimization: `self.manual_backward(...)` and `self.automatic_optimization = False`
+LIGHTNING_MANUAL = Ask(Summary.calls_method, vocab.MANUAL_BACKWARD) & Ask(Summary.mentions,
+                                                                          vocab.LIGHTNING_MANUAL_SWITCH)
 
 
 class BackwardInAutocast(Rule):
@@ -111,14 +115,18 @@ class BackwardInAutocast(Rule):
     name = "backward-in-autocast"
     fix = "sometimes"
     # Every autocast region is opened by a name `autocast` (import, attribute, alias), or entered by a `with` (a
-    # function of the project making one: `with make_ctx():`).
-    words = (vocab.AUTOCAST, "with")
-    requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+    # function of the project making one: `with make_ctx():`); Lightning's manual optimization is named by
+    # `manual_backward` (its island computed in another module: no region written here).
+    words = (vocab.AUTOCAST, "with", vocab.MANUAL_BACKWARD)
+    requires = Ask(Summary.regions_possible) & (Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+                                                | LIGHTNING_MANUAL)
     requires_across = (Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
-                       | Ask(Summary.calls_method, vocab.BACKWARD, vocab.GRAD) & AskProject(opens_through_project))
+                       | Ask(Summary.calls_method, vocab.BACKWARD, vocab.GRAD) & AskProject(opens_through_project)
+                       | LIGHTNING_MANUAL & AskProject(reaches_from_module, frameworks.ISLANDS))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)
+        yield from self._manual_backward(facts)
         for reached in calls_in_regions_reaching(facts, BACKWARDS):
             if reached.call.method == vocab.BACKWARD:
                 continue  # `x.backward()` is a backward event, reported above
@@ -126,6 +134,18 @@ class BackwardInAutocast(Rule):
                        f"in {describe_region(facts, reached.region, reached.region_chain)}")
             yield Finding(reached.call.node, message, notes=(reached.note(facts),),
                           help=f"Call it after the autocast block (the backward is reached through {reached.path()})")
+
+    def _manual_backward(self, facts: ModuleFacts) -> Iterator[Finding]:
+        """Lightning manual optimization under the Trainer's autocast, where an fp32 island shows its harm
+        (amplint/facts/frameworks.py)."""
+        for found in frameworks.manual_backward_under_autocast(facts):
+            precision = found.shown.keywords[0].get(vocab.LIGHTNING.precision)
+            message = (f"`{snippet(facts, found.call.node, MESSAGE_SNIPPET)}` runs under the autocast Lightning "
+                       f"opens around `{vocab.LIGHTNING_TRAINING_STEP}` ({precision}: {found.shown.where}); its "
+                       f"backward through the fp32 island {found.island} computes in low precision")
+            advice = (f"Wrap `self.{vocab.MANUAL_BACKWARD}(...)` and the optimizer steps in `with "
+                      f"torch.autocast(device_type=..., enabled=False):`")
+            yield Finding(found.call.node, message, help=advice)
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
