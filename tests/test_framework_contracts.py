@@ -188,7 +188,7 @@ WRAPPED = "with torch.autocast(self.device.type, enabled=False):\n            se
 def manual_rows(switch=SWITCH, island=ISLAND, backward=BACKWARD, trainer="precision='bf16-mixed'") -> list:
     text = textwrap.dedent(MANUAL.format(switch=switch, island=island, backward=backward, trainer=trainer))
     result = lint_text(text, "t.py", [RULES_BY_CODE["AMP001"]()])
-    return [(d.location.row, d.message, d.help, d.fix) for d in result.diagnostics if d.code == "AMP001"]
+    return [(d.location.row, d.message, d.help, d.fix, d.notes) for d in result.diagnostics if d.code == "AMP001"]
 
 
 @pytest.mark.parametrize("keywords, autocasts", [
@@ -206,12 +206,16 @@ def test_the_precisions_with_which_lightning_autocasts_are_data(keywords, autoca
 
 
 def test_manual_backward_under_the_trainers_autocast_through_an_island_is_reported_at_the_call():
-    [(row, message, advice, fix)] = manual_rows()
+    [(row, message, advice, fix, notes)] = manual_rows()
     assert row == 19 and fix is None  # no fix: where the optimizer steps end is the user's to say
-    assert "bf16-mixed: `L.Trainer(...)` (line 23)" in message
-    assert "`@torch.autocast('cuda', enabled=False)` on `Lit.head()` (line 13)" in message
-    assert "enabled=False" in advice and "manual_backward" in advice
-    assert [row for row, *_ in manual_rows(trainer="precision='16-mixed'")] == [19]
+    assert message == ("`self.manual_backward(loss)` runs under Lightning's bf16-mixed autocast, through the fp32 "
+                       "island at line 13")
+    [note] = notes
+    assert (note.filename, note.location.row, note.location.column) == (None, 13, 5)
+    assert "`@torch.autocast('cuda', enabled=False)`" in note.message
+    assert "`L.Trainer(...)` (line 23)" in advice and "enabled=False" in advice and "manual_backward" in advice
+    [(row, message, *_)] = manual_rows(trainer="precision=16")
+    assert row == 19 and "Lightning's 16-mixed autocast" in message
     island_in_step = "self.manual_backward(loss)".join(("with torch.autocast('cuda', enabled=False):\n"
                                                         "            loss = loss.float()\n        ", ""))
     assert [row for row, *_ in manual_rows(island="", backward=island_in_step)] == [21]
@@ -246,6 +250,40 @@ def test_an_island_in_a_module_the_lightning_module_calls_counts_and_only_when_c
     model = tmp_path / "model.py"
     model.write_text(model.read_text().replace("fp32_norm(self.norm, self.body(batch))", "self.norm(self.body(batch))"))
     assert found() == []
+
+
+def test_an_island_in_the_forward_of_a_submodule_of_another_module_counts(tmp_path):
+    (tmp_path / "layers.py").write_text(textwrap.dedent("""
+        import torch
+
+
+        class Fp32Head(torch.nn.Module):
+            def forward(self, x):
+                with torch.autocast("cuda", enabled=False):
+                    return x.float() @ x.float().T
+    """))
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import lightning as L
+
+        from layers import Fp32Head
+
+
+        class Lit(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.head = Fp32Head()
+                self.automatic_optimization = False
+
+            def training_step(self, batch, batch_idx):
+                self.manual_backward(self.head(batch).mean())
+
+
+        trainer = L.Trainer(precision="bf16-mixed")
+    """))
+    result = CliRunner().invoke(main, ["check", "--select", "AMP001", "--no-cache", "--output-format", "json",
+                                       str(tmp_path)], catch_exceptions=False)
+    [found] = json.loads(result.output)
+    assert found["location"]["row"] == 14 and found["message"].endswith("fp32 island at layers.py:7")
 
 
 # The contracts against the installed frameworks (each skipped where its framework is absent): float16 loss

@@ -112,7 +112,21 @@ class ManualBackward:
 
     call: Call
     shown: Shown  # the Trainer's precision that autocasts
-    island: str  # "`torch.autocast("cpu", enabled=False)` (line 12)", "`fp32_head()` (parts.py:8)"
+    island: Island
+
+
+@dataclass(frozen=True)
+class Island:
+    """Where an fp32 island is computed: its code (`torch.autocast("cuda", enabled=False)`, `fp32_norm()`), the
+    module (None: this one) and the line."""
+
+    code: str
+    module: str | None
+    line: int
+
+    def where(self) -> str:
+        """"line 12", "parts.py:8"."""
+        return f"line {self.line}" if self.module is None else f"{os.path.basename(self.module)}:{self.line}"
 
 
 ISLANDS = (Effect.DISABLED_REGION, Effect.AUTOCAST_OFF)  # the index's facts of a function computing an fp32 island
@@ -140,7 +154,7 @@ def manual_backward_under_autocast(facts: ModuleFacts) -> list[ManualBackward]:
     if shown is None:
         return []
     found = []
-    islands: dict[str, str | None] = {}
+    islands: dict[str, Island | None] = {}
     for call in backwards:
         owner = call.frame.function().class_name
         if owner not in islands:
@@ -180,7 +194,7 @@ def _switches_off(statement) -> bool:
                for t in statement.targets)
 
 
-def _island_here(facts: ModuleFacts) -> str | None:
+def _island_here(facts: ModuleFacts) -> Island | None:
     """The first fp32 island of this module: a `with` block whose autocast is disabled and holds no
     `manual_backward` (that is the fix, around the backward), or a function decorated with a disabled autocast."""
     wrapped = [call.frame for call in facts.calls if call.method == vocab.MANUAL_BACKWARD]
@@ -190,15 +204,15 @@ def _island_here(facts: ModuleFacts) -> str | None:
             continue
         if any(frame in inner.ancestors() for inner in wrapped):
             continue
-        return f"`{region.spelling}` (line {facts.line_of(frame.node)})"
+        return Island(region.spelling, None, facts.line_of(frame.node))
     for info in facts.functions:
         region = facts.region_of(info.frame)
         if region is not None and region.state is RegionState.OFF and region.via == "decorator":
-            return f"`@{region.spelling}` on `{info.qualname}()` (line {facts.line_of(info.node.name)})"
+            return Island(f"@{region.spelling}", None, facts.line_of(info.node.name))
     return None
 
 
-def _island_called(facts: ModuleFacts, class_name: str) -> str | None:
+def _island_called(facts: ModuleFacts, class_name: str) -> Island | None:
     """A function of another module, called by a method of the class, that computes an fp32 island itself or
     through its callees (the project index; a question that fails knows nothing)."""
     view = facts.project
@@ -216,7 +230,7 @@ def _island_called(facts: ModuleFacts, class_name: str) -> str | None:
                 chain, fact = reached
                 doer = view.function(chain[-1])
                 line = doer.lines.get(fact, doer.line)
-                return f"`{chain[-1].qualname}()` ({os.path.basename(chain[-1].module)}:{line})"
+                return Island(f"{chain[-1].qualname}()", chain[-1].module, line)
     except (AttributeError, KeyError, OSError, RecursionError):
         return None
     return None

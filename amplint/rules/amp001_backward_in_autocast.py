@@ -37,6 +37,15 @@ class BackwardInAutocast(Rule):
     Model()`, an annotation or a project base class) is reported at the call, naming the file and line of the
     backward, with a note there.
 
+    Lightning's manual optimization: with `self.automatic_optimization = False`, `self.manual_backward(loss)` and
+    `opt.step()` in `training_step` run under the autocast the Trainer opens around it. Manual optimization is
+    Lightning's documented pattern, so it is reported (at `self.manual_backward(...)`) only where its harm is
+    shown: the LightningModule computes an fp32 island (an `autocast(enabled=False)` block that is not the one
+    around the backward, or a function decorated with one) in its module, or calls a function of another module
+    of the project that does; and the code shows a precision with which the Trainer autocasts
+    (`Trainer(precision="bf16-mixed")` or `"16-mixed"`, a literal keyword, in the module or in a module of the
+    project importing it).
+
     ## Why is this bad?
     PyTorch's AMP recipe runs only the forward pass and the loss under autocast; "backward passes under autocast
     are not recommended". Backward ops already run in the dtype their forward ops chose, so for a plain model the
@@ -45,6 +54,10 @@ class BackwardInAutocast(Rule):
     computes in bfloat16/float16 what was meant to be float32. Measured with torch 2.13 on CPU: inside such a
     backward `torch.is_autocast_enabled()` is True, an fp32 `torch.mm` returns bfloat16, and the gradient's
     relative error grows from 3e-7 to 2.4e-3 (bfloat16) or 3.0e-4 (float16).
+    The same under Lightning's autocast: a `manual_backward` in `training_step` (pytorch-lightning 2.6.6,
+    bf16-mixed on CPU) computed an fp32 island's weight gradient with error 3.6e-3 instead of 3e-7; wrapped in
+    `torch.autocast(device_type, enabled=False)` it measured clean (tests/test_watch_frameworks.py,
+    `test_lightning_manual_optimization_runs_backward_and_step_under_the_trainers_autocast`).
 
     ## Example
     ```python
@@ -85,6 +98,8 @@ class BackwardInAutocast(Rule):
     - No fix when the autocast item is not the last of its `with` (`with a, torch.autocast(...) as ac, b(ac):`:
       items are never reordered); when it is the last, `with a, ac:` is `with a:` around `with ac:` and only the
       inner block is split. No fix for regions opened by a decorator or by a caller, nor through an ExitStack.
+    - No fix for Lightning's manual optimization: where the optimizer steps end is not known; wrap
+      `self.manual_backward(...)` and the steps in `with torch.autocast(device_type=..., enabled=False):`.
     - A region made by a function: safe only for a function of this module that only returns torch's autocast
       (or a null context) object and when the block need not be reopened; unsafe for a `@contextmanager` (its
       code after the yield would run before the moved statements), a function of another module, or a reopened
@@ -92,7 +107,14 @@ class BackwardInAutocast(Rule):
 
     ## Limits
     Regions entered through objects amplint cannot see (a context manager passed in as an argument, a
-    framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported.
+    framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported;
+    except Lightning's manual optimization where an fp32 island and the Trainer's precision are shown (above).
+    There the island is looked for anywhere in the LightningModule's module (not only on its forward path), and
+    in another module only through the calls of the class's methods that the project index resolves (a function,
+    a submodule's `forward` through `self.head = Head()`), a few calls deep; manual optimization switched on other
+    than by `self.automatic_optimization = False` in a method of the class itself (a base class, a property) is
+    not seen; a Trainer built elsewhere than in the module or a module importing it, or with a precision that is
+    not a literal, leaves it unknown: nothing is reported.
     A region made by a function of another module is known only as maybe enabled, of unknown device and dtype.
     An ExitStack's region is known only when `enter_context` comes first in its `with` block (alone, or under an
     `if` on a name: maybe enabled); a stack entered without `with`, or later in the block, is not followed.
@@ -140,12 +162,19 @@ class BackwardInAutocast(Rule):
         (amplint/facts/frameworks.py)."""
         for found in frameworks.manual_backward_under_autocast(facts):
             precision = found.shown.keywords[0].get(vocab.LIGHTNING.precision)
-            message = (f"`{snippet(facts, found.call.node, MESSAGE_SNIPPET)}` runs under the autocast Lightning "
-                       f"opens around `{vocab.LIGHTNING_TRAINING_STEP}` ({precision}: {found.shown.where}); its "
-                       f"backward through the fp32 island {found.island} computes in low precision")
-            advice = (f"Wrap `self.{vocab.MANUAL_BACKWARD}(...)` and the optimizer steps in `with "
+            precision = {"16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed"}.get(precision, precision)  # legacy
+            island = found.island
+            message = (f"`{snippet(facts, found.call.node, 32)}` runs under Lightning's {precision} autocast, "
+                       f"through the fp32 island at {island.where()}")
+            advice = (f"The Trainer ({found.shown.where}) autocasts `{vocab.LIGHTNING_TRAINING_STEP}`: wrap "
+                      f"`self.{vocab.MANUAL_BACKWARD}(...)` and the optimizer steps in `with "
                       f"torch.autocast(device_type=..., enabled=False):`")
-            yield Finding(found.call.node, message, help=advice)
+            text = facts.source if island.module is None else facts.project.text(island.module)
+            lines = text.splitlines() if text else []
+            line = lines[island.line - 1] if 0 < island.line <= len(lines) else ""
+            note = ((island.module, island.line, len(line) - len(line.lstrip()) + 1),
+                    f"the fp32 island (`{island.code}`): its backward computes in low precision under autocast")
+            yield Finding(found.call.node, message, help=advice, notes=(note,))
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:
