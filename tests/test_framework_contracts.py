@@ -1,6 +1,8 @@
 """Framework contracts as data (amplint/vocabulary.py, "Frameworks"), read statically by AMP003
 (amplint/facts/frameworks.py): what the code shows of a framework's precision, across modules and in the cache, and,
-where Lightning or accelerate is installed, that the contract the vocabulary states is what the framework does.
+where Lightning or accelerate is installed, that the contract the vocabulary states is what the framework does;
+and Lightning's manual optimization under the Trainer's autocast, read by AMP001 (`manual_backward_under_autocast`;
+its runtime measure is tests/test_watch_frameworks.py's).
 
 The flagged and clean programs of each contract are fixtures (fixtures/AMP003-clip-without-unscale/: lightning_*,
 accelerate_*, hf_trainer_*, projects/lightning_hook_module*, projects/hf_trainer_module*)."""
@@ -149,6 +151,139 @@ def test_the_precision_shown_in_an_importing_module_counts_and_its_changes_reach
     assert found() == []
     script.write_text(script.read_text().replace('"bf16-mixed"', '"16-mixed"'))
     assert found() == [("model.py", 17)]
+
+
+# Lightning manual optimization under the Trainer's autocast (AMP001): reported only where an fp32 island shows
+# the harm and the code shows a precision that autocasts.
+MANUAL = """
+import lightning as L
+import torch
+
+
+class Lit(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Linear(8, 8)
+        {switch}
+
+    {island}
+    def head(self, x):
+        return self.net(x.float())
+
+    def training_step(self, batch, batch_idx):
+        opt = self.optimizers()
+        loss = self.head(batch).pow(2).mean()
+        {backward}
+        opt.step()
+
+
+trainer = L.Trainer({trainer})
+"""
+SWITCH = "self.automatic_optimization = False"
+ISLAND = "@torch.autocast('cuda', enabled=False)"
+BACKWARD = "self.manual_backward(loss)"
+WRAPPED = "with torch.autocast(self.device.type, enabled=False):\n            self.manual_backward(loss)"
+
+
+def manual_rows(switch=SWITCH, island=ISLAND, backward=BACKWARD, trainer="precision='bf16-mixed'") -> list:
+    text = textwrap.dedent(MANUAL.format(switch=switch, island=island, backward=backward, trainer=trainer))
+    result = lint_text(text, "t.py", [RULES_BY_CODE["AMP001"]()])
+    return [(d.location.row, d.message, d.help, d.fix, d.notes) for d in result.diagnostics if d.code == "AMP001"]
+
+
+@pytest.mark.parametrize("keywords, autocasts", [
+    ({"precision": "bf16-mixed"}, True),
+    ({"precision": "16-mixed"}, True),
+    ({"precision": "16-mixed", "accelerator": "cpu"}, True),  # bf16-mixed on the CPU: autocast all the same
+    ({"precision": 16}, True),
+    ({"precision": "bf16"}, True),
+    ({"precision": "bf16-true"}, False),  # a bfloat16 model, no autocast
+    ({"precision": "32-true"}, False),
+    ({}, False),
+])
+def test_the_precisions_with_which_lightning_autocasts_are_data(keywords, autocasts):
+    assert vocab.LIGHTNING.autocasts(keywords, vocab.LIGHTNING_AUTOCASTS) is autocasts
+
+
+def test_manual_backward_under_the_trainers_autocast_through_an_island_is_reported_at_the_call():
+    [(row, message, advice, fix, notes)] = manual_rows()
+    assert row == 19 and fix is None  # no fix: where the optimizer steps end is the user's to say
+    assert message == ("`self.manual_backward(loss)` runs under Lightning's bf16-mixed autocast, through the fp32 "
+                       "island at line 13")
+    [note] = notes
+    assert (note.filename, note.location.row, note.location.column) == (None, 13, 5)
+    assert "`@torch.autocast('cuda', enabled=False)`" in note.message
+    assert "`L.Trainer(...)` (line 23)" in advice and "enabled=False" in advice and "manual_backward" in advice
+    [(row, message, *_)] = manual_rows(trainer="precision=16")
+    assert row == 19 and "Lightning's 16-mixed autocast" in message
+    island_in_step = "self.manual_backward(loss)".join(("with torch.autocast('cuda', enabled=False):\n"
+                                                        "            loss = loss.float()\n        ", ""))
+    assert [row for row, *_ in manual_rows(island="", backward=island_in_step)] == [21]
+
+
+@pytest.mark.parametrize("change", [
+    {"island": ""},  # no fp32 island: the harm is not shown
+    {"switch": "pass"},  # automatic optimization: the Trainer's backward runs outside its autocast
+    {"switch": "self.automatic_optimization = True"},
+    {"trainer": "precision=PRECISION"},  # not shown
+    {"trainer": "precision='bf16-true'"},  # no autocast
+    {"trainer": ""},
+    {"backward": WRAPPED},  # the fix
+])
+def test_manual_backward_is_silent_without_the_shown_harm_or_with_the_fix(change):
+    assert manual_rows(**change) == []
+
+
+def test_an_island_in_a_module_the_lightning_module_calls_counts_and_only_when_called(tmp_path):
+    """The island through the project index (projects/lightning_manual_island_module): once the LightningModule
+    no longer calls the function that computes it, nothing is reported."""
+    case = REPO / "fixtures" / "AMP001-backward-in-autocast" / "projects" / "lightning_manual_island_module"
+    for path in case.glob("*.py"):
+        (tmp_path / path.name).write_text(path.read_text())
+
+    def found() -> list[tuple[str, int]]:
+        result = CliRunner().invoke(main, ["check", "--select", "AMP001", "--no-cache", "--output-format", "json",
+                                           str(tmp_path)], catch_exceptions=False)
+        return sorted((Path(d["filename"]).name, d["location"]["row"]) for d in json.loads(result.output))
+
+    assert found() == [("model.py", 21)]
+    model = tmp_path / "model.py"
+    model.write_text(model.read_text().replace("fp32_norm(self.norm, self.body(batch))", "self.norm(self.body(batch))"))
+    assert found() == []
+
+
+def test_an_island_in_the_forward_of_a_submodule_of_another_module_counts(tmp_path):
+    (tmp_path / "layers.py").write_text(textwrap.dedent("""
+        import torch
+
+
+        class Fp32Head(torch.nn.Module):
+            def forward(self, x):
+                with torch.autocast("cuda", enabled=False):
+                    return x.float() @ x.float().T
+    """))
+    (tmp_path / "model.py").write_text(textwrap.dedent("""
+        import lightning as L
+
+        from layers import Fp32Head
+
+
+        class Lit(L.LightningModule):
+            def __init__(self):
+                super().__init__()
+                self.head = Fp32Head()
+                self.automatic_optimization = False
+
+            def training_step(self, batch, batch_idx):
+                self.manual_backward(self.head(batch).mean())
+
+
+        trainer = L.Trainer(precision="bf16-mixed")
+    """))
+    result = CliRunner().invoke(main, ["check", "--select", "AMP001", "--no-cache", "--output-format", "json",
+                                       str(tmp_path)], catch_exceptions=False)
+    [found] = json.loads(result.output)
+    assert found["location"]["row"] == 14 and found["message"].endswith("fp32 island at layers.py:7")
 
 
 # The contracts against the installed frameworks (each skipped where its framework is absent): float16 loss

@@ -25,7 +25,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.facts.clips import ast_imports, ast_qualified
-from amplint.facts.model import Call
+from amplint.facts.model import Call, RegionState
 from amplint.facts.module import ModuleFacts, may_follow
 from amplint.vocabulary import Effect
 
@@ -103,6 +103,137 @@ def framework_clips(facts: ModuleFacts) -> list[FrameworkClip]:
             if last is not None and may_follow(facts, last.frame, clip.frame):
                 found.append(FrameworkClip(HF_CLIP, clip, hf, vocab.HF_TRAINING_STEP))
     return found
+
+
+@dataclass(frozen=True)
+class ManualBackward:
+    """`self.manual_backward(...)` in the `training_step` of a LightningModule in manual optimization, which runs
+    under the Trainer's autocast, in a module whose forward path computes an fp32 island."""
+
+    call: Call
+    shown: Shown  # the Trainer's precision that autocasts
+    island: Island
+
+
+@dataclass(frozen=True)
+class Island:
+    """Where an fp32 island is computed: its code (`torch.autocast("cuda", enabled=False)`, `fp32_norm()`), the
+    module (None: this one) and the line."""
+
+    code: str
+    module: str | None
+    line: int
+
+    def where(self) -> str:
+        """"line 12", "parts.py:8"."""
+        return f"line {self.line}" if self.module is None else f"{os.path.basename(self.module)}:{self.line}"
+
+
+ISLANDS = (Effect.DISABLED_REGION, Effect.AUTOCAST_OFF)  # the index's facts of a function computing an fp32 island
+
+
+def manual_backward_under_autocast(facts: ModuleFacts) -> list[ManualBackward]:
+    """Lightning manual optimization where its harm is shown: a class deriving from LightningModule that sets
+    `self.automatic_optimization = False` and calls `self.manual_backward(...)` in `training_step`, outside any
+    autocast region of its own (an enabled one is AMP001's plain case; a disabled one is the fix); an fp32 island
+    (an `autocast(enabled=False)` block not around a `manual_backward`, or a function decorated with one) in this
+    module, or in a function of another module that a method of the class calls (through the project index);
+    and a Trainer precision that autocasts shown (`Trainer(precision="bf16-mixed")`, in this module or a module
+    importing it). Anything less: nothing."""
+    if vocab.MANUAL_BACKWARD not in facts.source or vocab.LIGHTNING_MANUAL_SWITCH not in facts.source:
+        return []
+    steps = _methods(facts, vocab.LIGHTNING.bases, vocab.LIGHTNING_TRAINING_STEP)
+    backwards = [call for call in facts.calls if call.receiver == "self" and call.method == vocab.MANUAL_BACKWARD
+                 and id(call.frame.function()) in steps]
+    backwards = [call for call in backwards if _manual(facts, call.frame.function().class_name)
+                 and facts.effective_region(call.frame)[0] is None]
+    if not backwards:
+        return []
+    shown = _shown(facts, vocab.LIGHTNING, lambda keywords: vocab.LIGHTNING.autocasts(keywords,
+                                                                                          vocab.LIGHTNING_AUTOCASTS))
+    if shown is None:
+        return []
+    found = []
+    islands: dict[str, Island | None] = {}
+    for call in backwards:
+        owner = call.frame.function().class_name
+        if owner not in islands:
+            islands[owner] = _island_here(facts) or _island_called(facts, owner)
+        if islands[owner] is not None:
+            found.append(ManualBackward(call, shown, islands[owner]))
+    return found
+
+
+def _manual(facts: ModuleFacts, class_name: str) -> bool:
+    """Does the class of this module set `self.automatic_optimization = False` in one of its methods?"""
+    for node in facts.module.body:
+        if isinstance(node, cst.ClassDef) and node.name.value == class_name:
+            return any(_switches_off(statement) for statement in _statements(node.body))
+    return False
+
+
+def _statements(body) -> list:
+    found = []
+    for statement in getattr(body, "body", ()):
+        if isinstance(statement, cst.SimpleStatementLine):
+            found += statement.body
+        elif isinstance(statement, cst.FunctionDef):
+            found += _statements(statement.body)
+        elif isinstance(statement, (cst.If, cst.With)):
+            found += _statements(statement.body)
+    return found
+
+
+def _switches_off(statement) -> bool:
+    """`self.automatic_optimization = False`."""
+    if not isinstance(statement, cst.Assign) or not isinstance(statement.value, cst.Name) \
+            or statement.value.value != "False":
+        return False
+    return any(isinstance(t.target, cst.Attribute) and isinstance(t.target.value, cst.Name)
+               and t.target.value.value == "self" and t.target.attr.value == vocab.LIGHTNING_MANUAL_SWITCH
+               for t in statement.targets)
+
+
+def _island_here(facts: ModuleFacts) -> Island | None:
+    """The first fp32 island of this module: a `with` block whose autocast is disabled and holds no
+    `manual_backward` (that is the fix, around the backward), or a function decorated with a disabled autocast."""
+    wrapped = [call.frame for call in facts.calls if call.method == vocab.MANUAL_BACKWARD]
+    for frame in facts.with_frames.values():
+        region = facts.region_of(frame)
+        if region is None or region.state is not RegionState.OFF or region.frame is not frame:
+            continue
+        if any(frame in inner.ancestors() for inner in wrapped):
+            continue
+        return Island(region.spelling, None, facts.line_of(frame.node))
+    for info in facts.functions:
+        region = facts.region_of(info.frame)
+        if region is not None and region.state is RegionState.OFF and region.via == "decorator":
+            return Island(f"@{region.spelling}", None, facts.line_of(info.node.name))
+    return None
+
+
+def _island_called(facts: ModuleFacts, class_name: str) -> Island | None:
+    """A function of another module, called by a method of the class, that computes an fp32 island itself or
+    through its callees (the project index; a question that fails knows nothing)."""
+    view = facts.project
+    try:
+        for call in facts.calls:
+            function = call.frame.function()
+            if call.dotted is None or function is None or function.class_name != class_name:
+                continue
+            info = facts.function_info(call.frame)
+            target = view.resolve(info.qualname if info else None, call.dotted)
+            if target is None or target.module == view.path:
+                continue
+            reached = view.reaches(target, ISLANDS)
+            if reached is not None:
+                chain, fact = reached
+                doer = view.function(chain[-1])
+                line = doer.lines.get(fact, doer.line)
+                return Island(f"{chain[-1].qualname}()", chain[-1].module, line)
+    except (AttributeError, KeyError, OSError, RecursionError):
+        return None
+    return None
 
 
 class _Ordered:
@@ -239,16 +370,17 @@ def _record_derives(view, located: tuple[str, str], bases: frozenset[str], depth
     return False
 
 
-def _shown(facts: ModuleFacts, framework: vocab.Framework) -> Shown | None:
+def _shown(facts: ModuleFacts, framework: vocab.Framework, shows=None) -> Shown | None:
     """The framework's precision as the code shows it: every construction of its precision class in this module
-    and in the modules of the project importing it shows the scaling value; None when one does not, or none is
-    seen."""
+    and in the modules of the project importing it shows the scaling value (or, with `shows`, a value that
+    `shows(keywords)` accepts); None when one does not, or none is seen."""
+    shows = shows or framework.scales
     seen: list[tuple[str, dict]] = []
     for call in facts.calls:
         if call.qualified in framework.constructors:
             seen.append((f"`{call.dotted}(...)` (line {facts.line_of(call.node)})", _cst_keywords(call.node)))
     seen += _importers(facts, framework)
-    if not seen or not all(framework.scales(keywords) for _, keywords in seen):
+    if not seen or not all(shows(keywords) for _, keywords in seen):
         return None
     return Shown(framework, seen[0][0], tuple(keywords for _, keywords in seen))
 

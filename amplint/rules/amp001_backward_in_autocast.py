@@ -6,8 +6,9 @@ from typing import Iterator
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import ModuleFacts
-from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
+from amplint.facts import ModuleFacts, frameworks
+from amplint.rules.across import (calls_in_regions_reaching, opens_through_project, reaches_from_module,
+                                  reaches_from_region)
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject
@@ -15,6 +16,9 @@ from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, s
 
 
 BACKWARDS = (Effect.BACKWARD,)  # the index's fact for a function that runs a backward itself
+# Lightning manual optimization: `self.manual_backward(...)` and `self.automatic_optimization = False`
+LIGHTNING_MANUAL = Ask(Summary.calls_method, vocab.MANUAL_BACKWARD) & Ask(Summary.mentions,
+                                                                          vocab.LIGHTNING_MANUAL_SWITCH)
 
 
 class BackwardInAutocast(Rule):
@@ -33,6 +37,15 @@ class BackwardInAutocast(Rule):
     Model()`, an annotation or a project base class) is reported at the call, naming the file and line of the
     backward, with a note there.
 
+    Lightning's manual optimization: with `self.automatic_optimization = False`, `self.manual_backward(loss)` and
+    `opt.step()` in `training_step` run under the autocast the Trainer opens around it. Manual optimization is
+    Lightning's documented pattern, so it is reported (at `self.manual_backward(...)`) only where its harm is
+    shown: the LightningModule computes an fp32 island (an `autocast(enabled=False)` block that is not the one
+    around the backward, or a function decorated with one) in its module, or calls a function of another module
+    of the project that does; and the code shows a precision with which the Trainer autocasts
+    (`Trainer(precision="bf16-mixed")` or `"16-mixed"`, a literal keyword, in the module or in a module of the
+    project importing it).
+
     ## Why is this bad?
     PyTorch's AMP recipe runs only the forward pass and the loss under autocast; "backward passes under autocast
     are not recommended". Backward ops already run in the dtype their forward ops chose, so for a plain model the
@@ -41,6 +54,10 @@ class BackwardInAutocast(Rule):
     computes in bfloat16/float16 what was meant to be float32. Measured with torch 2.13 on CPU: inside such a
     backward `torch.is_autocast_enabled()` is True, an fp32 `torch.mm` returns bfloat16, and the gradient's
     relative error grows from 3e-7 to 2.4e-3 (bfloat16) or 3.0e-4 (float16).
+    The same under Lightning's autocast: a `manual_backward` in `training_step` (pytorch-lightning 2.6.6,
+    bf16-mixed on CPU) computed an fp32 island's weight gradient with error 3.6e-3 instead of 3e-7; wrapped in
+    `torch.autocast(device_type, enabled=False)` it measured clean (tests/test_watch_frameworks.py,
+    `test_lightning_manual_optimization_runs_backward_and_step_under_the_trainers_autocast`).
 
     ## Example
     ```python
@@ -81,6 +98,8 @@ class BackwardInAutocast(Rule):
     - No fix when the autocast item is not the last of its `with` (`with a, torch.autocast(...) as ac, b(ac):`:
       items are never reordered); when it is the last, `with a, ac:` is `with a:` around `with ac:` and only the
       inner block is split. No fix for regions opened by a decorator or by a caller, nor through an ExitStack.
+    - No fix for Lightning's manual optimization: where the optimizer steps end is not known; wrap
+      `self.manual_backward(...)` and the steps in `with torch.autocast(device_type=..., enabled=False):`.
     - A region made by a function: safe only for a function of this module that only returns torch's autocast
       (or a null context) object and when the block need not be reopened; unsafe for a `@contextmanager` (its
       code after the yield would run before the moved statements), a function of another module, or a reopened
@@ -88,7 +107,14 @@ class BackwardInAutocast(Rule):
 
     ## Limits
     Regions entered through objects amplint cannot see (a context manager passed in as an argument, a
-    framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported.
+    framework's implicit autocast such as Lightning's precision plugin) are not known, so nothing is reported;
+    except Lightning's manual optimization where an fp32 island and the Trainer's precision are shown (above).
+    There the island is looked for anywhere in the LightningModule's module (not only on its forward path), and
+    in another module only through the calls of the class's methods that the project index resolves (a function,
+    a submodule's `forward` through `self.head = Head()`), a few calls deep; manual optimization switched on other
+    than by `self.automatic_optimization = False` in a method of the class itself (a base class, a property) is
+    not seen; a Trainer built elsewhere than in the module or a module importing it, or with a precision that is
+    not a literal, leaves it unknown: nothing is reported.
     A region made by a function of another module is known only as maybe enabled, of unknown device and dtype.
     An ExitStack's region is known only when `enter_context` comes first in its `with` block (alone, or under an
     `if` on a name: maybe enabled); a stack entered without `with`, or later in the block, is not followed.
@@ -111,14 +137,18 @@ class BackwardInAutocast(Rule):
     name = "backward-in-autocast"
     fix = "sometimes"
     # Every autocast region is opened by a name `autocast` (import, attribute, alias), or entered by a `with` (a
-    # function of the project making one: `with make_ctx():`).
-    words = (vocab.AUTOCAST, "with")
-    requires = Ask(Summary.regions_possible) & Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+    # function of the project making one: `with make_ctx():`); Lightning's manual optimization is named by
+    # `manual_backward` (its island computed in another module: no region written here).
+    words = (vocab.AUTOCAST, "with", vocab.MANUAL_BACKWARD)
+    requires = Ask(Summary.regions_possible) & (Ask(Summary.calls_in_region, vocab.BACKWARD, vocab.GRAD)
+                                                | LIGHTNING_MANUAL)
     requires_across = (Ask(Summary.regions_possible) & AskProject(reaches_from_region, BACKWARDS)
-                       | Ask(Summary.calls_method, vocab.BACKWARD, vocab.GRAD) & AskProject(opens_through_project))
+                       | Ask(Summary.calls_method, vocab.BACKWARD, vocab.GRAD) & AskProject(opens_through_project)
+                       | LIGHTNING_MANUAL & AskProject(reaches_from_module, frameworks.ISLANDS))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
         yield from self._backward_events(facts)
+        yield from self._manual_backward(facts)
         for reached in calls_in_regions_reaching(facts, BACKWARDS):
             if reached.call.method == vocab.BACKWARD:
                 continue  # `x.backward()` is a backward event, reported above
@@ -126,6 +156,25 @@ class BackwardInAutocast(Rule):
                        f"in {describe_region(facts, reached.region, reached.region_chain)}")
             yield Finding(reached.call.node, message, notes=(reached.note(facts),),
                           help=f"Call it after the autocast block (the backward is reached through {reached.path()})")
+
+    def _manual_backward(self, facts: ModuleFacts) -> Iterator[Finding]:
+        """Lightning manual optimization under the Trainer's autocast, where an fp32 island shows its harm
+        (amplint/facts/frameworks.py)."""
+        for found in frameworks.manual_backward_under_autocast(facts):
+            precision = found.shown.keywords[0].get(vocab.LIGHTNING.precision)
+            precision = {"16": "16-mixed", 16: "16-mixed", "bf16": "bf16-mixed"}.get(precision, precision)  # legacy
+            island = found.island
+            message = (f"`{snippet(facts, found.call.node, 32)}` runs under Lightning's {precision} autocast, "
+                       f"through the fp32 island at {island.where()}")
+            advice = (f"The Trainer ({found.shown.where}) autocasts `{vocab.LIGHTNING_TRAINING_STEP}`: wrap "
+                      f"`self.{vocab.MANUAL_BACKWARD}(...)` and the optimizer steps in `with "
+                      f"torch.autocast(device_type=..., enabled=False):`")
+            text = facts.source if island.module is None else facts.project.text(island.module)
+            lines = text.splitlines() if text else []
+            line = lines[island.line - 1] if 0 < island.line <= len(lines) else ""
+            note = ((island.module, island.line, len(line) - len(line.lstrip()) + 1),
+                    f"the fp32 island (`{island.code}`): its backward computes in low precision under autocast")
+            yield Finding(found.call.node, message, help=advice, notes=(note,))
 
     def _backward_events(self, facts: ModuleFacts) -> Iterator[Finding]:
         for event in facts.events:

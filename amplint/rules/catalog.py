@@ -5,7 +5,7 @@ from amplint import vocabulary as vocab
 
 CATALOG = (
     ("AMP001", "backward-in-autocast", "amp001_backward_in_autocast", "BackwardInAutocast",
-     (vocab.AUTOCAST, "with"), None, "sometimes", "error"),
+     (vocab.AUTOCAST, "with", vocab.MANUAL_BACKWARD), None, "sometimes", "error"),
     ("AMP002", "step-in-autocast", "amp002_step_in_autocast", "StepInAutocast",
      (vocab.AUTOCAST, "with"), None, "sometimes", "error"),
     ("AMP003", "clip-without-unscale", "amp003_clip_without_unscale", "ClipWithoutUnscale",
