@@ -339,41 +339,57 @@ _INDEXING: tuple | None = None  # (max file size, cache) in a phase-1 worker
 def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
     """The project index of a run (amplint/index/): its Python files and those beside them, each read once,
     its record built (or taken from the cache) in the worker pool; then the files that name a function the
-    index found doing something a rule asks about across modules (`expand`), looked at in the same pool."""
+    index found doing something a rule asks about across modules (`expand`), looked at in the same pool. The
+    bytes of each file read come back with its record, kept by the project (within `KEPT_BYTES`) for what
+    reads the file again."""
     from amplint.index.build import gather, local_scan, sibling_files
+    from amplint.index.project import KEPT_BYTES
 
     python = [path for path in dict.fromkeys([*paths, *_beside(paths, sibling_files(paths))])
               if not path.endswith(".ipynb")]
     max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
         _start_indexing(max_size, cache)
-        found = _index_chunk(python)
-        return gather(python, [read[0] if read else None for read in found], _read_source, max_size, cache,
-                      texts=[read[1] if read else None for read in found])
+        records, texts, kept = _phase_one(_index_chunk(python, KEPT_BYTES))
+        return gather(python, records, _read_source, max_size, cache, texts=texts, kept=kept)
     records: list = [None] * len(python)
+    kept = 0
     _pool_modules()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
                              initargs=(max_size, cache, os.getpid())) as pool:
         chunks = plan_chunks(python, jobs)
-        futures = {pool.submit(_index_chunk, [python[i] for i in chunk]): chunk for chunk in chunks}
+        futures = {pool.submit(_index_chunk, [python[i] for i in chunk], KEPT_BYTES): chunk for chunk in chunks}
         for future in as_completed(futures):
             try:
                 for index, record in zip(futures[future], future.result(), strict=True):
+                    if record is not None and record[2] is not None:  # within the bytes kept, or dropped now
+                        kept += len(record[2])
+                        if kept > KEPT_BYTES:
+                            record = (*record[:2], None)
                     records[index] = record
             except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                 continue
         here = local_scan(lambda path: _read_source(path, max_size), cache)  # a chunk whose worker was lost
-        return gather(python, [read[0] if read else None for read in records], _read_source, max_size, cache,
-                      scan=_pooled_scan(pool, jobs, here), texts=[read[1] if read else None for read in records])
+        records, texts, kept = _phase_one(records)
+        packed = {path: data for path, data in zip(python, kept) if data is not None}
+        return gather(python, records, _read_source, max_size, cache, scan=_pooled_scan(pool, jobs, here, packed),
+                      texts=texts, kept=kept)
 
 
-def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here):
+def _phase_one(found: list) -> tuple[list, list, list]:
+    """Phase 1's (records, import statements, kept bytes), each a list over the files (None: not read)."""
+    return ([read[0] if read else None for read in found], [read[1] if read else None for read in found],
+            [read[2] if read else None for read in found])
+
+
+def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here, packed: dict[str, bytes]):
     """A round of the second round (`amplint.index.build.Round`) over the pool's workers, the files cut into
-    chunks; a chunk whose worker fails is looked at in this process (`here`)."""
+    chunks, each sent with the bytes phase 1 kept of its files (`packed`: a worker reads only the others); a
+    chunk whose worker fails is looked at in this process (`here`)."""
     def scan(paths: list[str], found) -> list:
         size = max(1, -(-len(paths) // (jobs * CHUNKS_PER_JOB)))
         chunks = [paths[start:start + size] for start in range(0, len(paths), size)]
-        futures = [pool.submit(_scan_chunk, chunk, found) for chunk in chunks]
+        futures = [pool.submit(_scan_chunk, chunk, found, [packed.get(path) for path in chunk]) for chunk in chunks]
         results: list = []
         for chunk, future in zip(chunks, futures):
             try:
@@ -393,26 +409,33 @@ def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:
     _INDEXING = (max_size, cache)
 
 
-def _index_chunk(paths: list[str]) -> list:
-    """Each file's (record, `ImportText`) from its one read in phase 1; None for a file that cannot be read."""
+def _index_chunk(paths: list[str], keep: int = 0) -> list:
+    """Each file's (record, `ImportText`, its bytes compressed) from its one read in phase 1; None for a file that
+    cannot be read. The bytes come while they add up to at most `keep`, then None."""
     from amplint.index.build import read_for_index
 
     max_size, cache = _INDEXING
     records = []
     for path in paths:
         try:
-            read = read_for_index(path, max_size, cache)
+            read = read_for_index(path, max_size, cache, keep=keep > 0)
         except Exception:  # noqa: BLE001 - a file the index cannot read is left out of it; phase 2 reports it
             read = None
+        if read is not None and read[2] is not None:
+            keep -= len(read[2])
+            if keep < 0:
+                read = (*read[:2], None)
         records.append(read)
     return records
 
 
-def _scan_chunk(paths: list[str], found) -> list:
-    from amplint.index.build import scan_files
+def _scan_chunk(paths: list[str], found, packed: list | None = None) -> list:
+    from amplint.index.build import packed_source, scan_files
 
     max_size, cache = _INDEXING
-    return scan_files(paths, found, lambda path: _read_source(path, max_size), cache)
+    kept = dict(zip(paths, packed or [None] * len(paths)))
+    return scan_files(paths, found, lambda path: packed_source(kept.get(path), path,
+                                                               lambda name: _read_source(name, max_size)), cache)
 
 
 def _read_source(path: str, max_size: int | None = None):

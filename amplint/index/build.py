@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 from amplint import vocabulary as vocab
 from amplint.index.functions import FileIndex, index_text
 from amplint.vocabulary import Effect
-from amplint.index.project import ImportText, ProjectIndex, Target, import_text, line_starts
+from amplint.index.project import ImportText, ProjectIndex, Target, import_text, line_starts, pack, unpack
 
 INDEX_WORDS = (vocab.GRAD_SCALER,)
 
@@ -72,24 +72,31 @@ def _as_source(text: str | None):
 
 
 def gather(paths: list[str], records: list, read: Callable[[str], object], max_size: int = 10 * 1024 * 1024,
-           cache=None, scan: Scan | None = None, texts: list[ImportText | None] | None = None) -> ProjectIndex:
+           cache=None, scan: Scan | None = None, texts: list[ImportText | None] | None = None,
+           kept: list[bytes | None] | None = None) -> ProjectIndex:
     """The project of these files and their phase-1 records (None: known by name only), after the second round
     (`expand`: the others read with `read`, a path's `SourceText` or None, or looked at by `scan`). `cache`: where
     records read on demand, or in the second round, are kept. `texts`: what phase 1's read found of each file's
     import statements (`read_for_index`), kept by the project so that no question reads the file for them again,
     and the second round looks at a file's text only when its import statements can reach a function it asks
-    about (`known_first`)."""
+    about (`known_first`). `kept`: each file's bytes as phase 1 read them (`pack`), which the project keeps for
+    what reads the file again (`ProjectIndex.keep`): the second round here, records on demand, a call site's
+    arguments."""
     project = ProjectIndex(max_size, cache)
     texts = texts if texts is not None else [None] * len(paths)
-    for path, record, text in zip(paths, records, texts, strict=True):
+    for path, record, text, packed in zip(paths, records, texts, kept or [None] * len(paths), strict=True):
         if record is not None:
             project.add(path, record, text=text)
         else:
             project.know(path)
             if text is not None:
                 project.texts[os.path.abspath(path)] = text
+        project.keep(path, packed)
+
+    def source(path: str):
+        return packed_source(project.kept(path), path, read)
     expand(project, [path for path in paths if path not in project.indexed],
-           known_first(project, scan or local_scan(read, cache)))
+           known_first(project, scan or local_scan(source, cache)))
     return project
 
 
@@ -103,27 +110,38 @@ def read_text(path: str, max_size: int):
         return None
 
 
-def read_for_index(path: str, max_size: int, cache=None) -> tuple[FileIndex | None, ImportText] | None:
-    """(record, import statements) of a Python file for phase 1, from its one read; None when it cannot be read
-    (phase 2 reports why). The record comes from the cache when it has one for these bytes; the words of the
+def read_for_index(path: str, max_size: int, cache=None,
+                   keep: bool = False) -> tuple[FileIndex | None, ImportText, bytes | None] | None:
+    """(record, import statements, bytes) of a Python file for phase 1, from its one read; None when it cannot be
+    read (phase 2 reports why). The record comes from the cache when it has one for these bytes; the words of the
     lines of import statements (`import_words`, what the second round looks at first) are kept for a file
-    without a record."""
-    read = read_python(path, max_size, cache)
-    if read is None:
-        return None
-    text, record = read
-    return record, import_text(text, None if record is not None else tuple(import_words(text)))
-
-
-def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | None] | None:
-    """(text, record) of a Python file for phase 1; None when it cannot be read (phase 2 reports why). The
-    record comes from the cache when it has one for these bytes."""
+    without a record; with `keep`, its bytes too (`pack`: for the project to keep, `ProjectIndex.keep`)."""
     source = read_text(path, max_size)
     if source is None:
         return None
-    if cache is None or not holds_vocabulary(source.text):
-        return source.text, index_file(source.text)
-    return source.text, cache.index_record(source.raw, lambda: index_text(source.text), source.text)
+    text, record = source.text, read_record(source, cache)
+    return (record, import_text(text, None if record is not None else tuple(import_words(text))),
+            pack(source.raw) if keep and source.raw is not None else None)
+
+
+def read_record(source, cache=None) -> FileIndex | None:
+    """The phase-1 record of a Python file's `SourceText` (None: it holds no AMP vocabulary, or does not parse),
+    from the cache when it has one for these bytes."""
+    if cache is None or source.raw is None or not holds_vocabulary(source.text):
+        return index_file(source.text)
+    return cache.index_record(source.raw, lambda: index_text(source.text), source.text)
+
+
+def packed_source(packed: bytes | None, path: str, read: Callable[[str], object]):
+    """A file's `SourceText` from its kept bytes (`pack`), else `read(path)`; None when it cannot be decoded."""
+    if packed is None:
+        return read(path)
+    from amplint.source import SourceError, decode_source
+
+    try:
+        return decode_source(unpack(packed))
+    except SourceError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -333,7 +351,7 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             if result is False:
                 remaining.append(path)
             elif result is not None and result[0] is not None:
-                project.add(path, result[0], text=project.texts.get(os.path.abspath(path)))
+                project.add(path, result[0], text=project.texts.get(os.path.abspath(path)), same_bytes=True)
         others = remaining
 
 

@@ -33,6 +33,7 @@ import functools
 import os
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -46,6 +47,10 @@ _WORD = re.compile(r"\w+")
 _ALIAS = re.compile(r"(\w+)\s+as\s+(\w+)")  # `x as y` in an import statement
 NOTEBOOK_SUFFIX = ".ipynb"
 KEPT_TEXTS = 64  # texts of other files kept by a project for the answers that read them (`ProjectIndex._text`)
+# The bytes of the files phase 1 read, kept compressed (`ProjectIndex.keep`) so that a question reading a file again
+# (a record built on demand, a call site's arguments, the second round) does not read it again: at most this many
+# compressed bytes (about a third of the source's), the files beyond them read again when asked.
+KEPT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -135,6 +140,8 @@ class ProjectIndex:
         # one read when a question first needs it; never read again in this process.
         self.texts: dict[str, ImportText] = {}
         self._read_texts: collections.OrderedDict[str, str | None] = collections.OrderedDict()  # `_text`: the last few
+        self._kept: dict[str, bytes] = {}  # path -> its bytes as phase 1 read them, compressed (`keep`, `source`)
+        self._kept_size = 0
         # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
         # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
@@ -161,10 +168,14 @@ class ProjectIndex:
         if os.path.basename(path).startswith("__init__."):
             self.packages.add(path)
 
-    def add(self, path: str, index: FileIndex, name: str | None = None, text: ImportText | None = None) -> None:
-        """A file indexed up front, with its record; `text`: what its text says of imports, when it was read."""
+    def add(self, path: str, index: FileIndex, name: str | None = None, text: ImportText | None = None,
+            same_bytes: bool = False) -> None:
+        """A file indexed up front, with its record; `text`: what its text says of imports, when it was read;
+        `same_bytes`: the record is of the bytes the project keeps of the file (the second round's), kept on."""
         path = os.path.abspath(path)
+        packed = self._kept.get(path) if same_bytes else None
         self.remove(path)
+        self.keep(path, packed)
         self.know(path, name)
         self._calls = None
         self._calls_by = {}
@@ -182,6 +193,7 @@ class ProjectIndex:
             self._forget_answers(tables=True)
             self.texts.pop(path, None)
             self._read_texts.pop(path, None)
+            self._kept_size -= len(self._kept.pop(path, b""))
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -194,8 +206,32 @@ class ProjectIndex:
         read or parsed: it then says nothing)."""
         found = self.files.get(path)
         if found is None and path in self.names:
-            found = self.files[path] = _read_record(path, self.max_size, self.cache)
+            found = self.files[path] = _record_of(self.source(path), self.cache)
         return found
+
+    def keep(self, path: str, packed: bytes | None) -> None:
+        """The file's bytes as phase 1 read them (`pack`), kept while the kept bytes stay within `KEPT_BYTES`: a
+        question reading the file again takes them (`source`)."""
+        path = os.path.abspath(path)
+        if packed is None or path in self._kept or self._kept_size + len(packed) > KEPT_BYTES:
+            return
+        self._kept[path] = packed
+        self._kept_size += len(packed)
+
+    def kept(self, path: str) -> bytes | None:
+        """The file's bytes kept from phase 1's read (`keep`), compressed; None when not kept."""
+        return self._kept.get(os.path.abspath(path))
+
+    def source(self, path: str):
+        """The file's `SourceText`, from the bytes phase 1 kept (`keep`), else read now; None when it cannot be
+        read or decoded (phase 2 reports why)."""
+        from amplint.source import SourceError, decode_source, read_source
+
+        packed = self.kept(path)
+        try:
+            return decode_source(unpack(packed)) if packed is not None else read_source(path, self.max_size)
+        except (SourceError, OSError):
+            return None
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
         """(path, calling function or None at module level, call) of every call whose callee's last name is
@@ -355,12 +391,8 @@ class ProjectIndex:
         if path in self._read_texts:
             self._read_texts.move_to_end(path)
             return self._read_texts[path]
-        from amplint.source import SourceError, read_source
-
-        try:
-            text = read_source(path, self.max_size).text
-        except (SourceError, OSError):
-            text = None
+        source = self.source(path)
+        text = source.text if source is not None else None
         self._read_texts[path] = text
         if len(self._read_texts) > KEPT_TEXTS:
             self._read_texts.popitem(last=False)
@@ -1054,15 +1086,22 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
                 yield qualname, call, target
 
 
-def _read_record(path: str, max_size: int, cache=None) -> FileIndex:
-    from amplint.index.functions import index_text
-    from amplint.source import SourceError, read_source
+def pack(raw: bytes) -> bytes:
+    """A file's bytes as a project keeps them (`ProjectIndex.keep`): compressed, fast."""
+    return zlib.compress(raw, 1)
 
-    try:
-        source = read_source(path, max_size)
-    except (SourceError, OSError):
+
+def unpack(packed: bytes) -> bytes:
+    return zlib.decompress(packed)
+
+
+def _record_of(source, cache=None) -> FileIndex:
+    """The record of a file read on demand (`source`: its `SourceText`, None when it cannot be read)."""
+    from amplint.index.functions import index_text
+
+    if source is None:
         return FileIndex()
-    if cache is None:
+    if cache is None or source.raw is None:
         record = index_text(source.text)
     else:  # the same record as phase 1 keeps for these bytes
         record = cache.index_record(source.raw, lambda: index_text(source.text), source.text)
