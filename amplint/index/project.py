@@ -142,6 +142,11 @@ class ProjectIndex:
         self._read_texts: collections.OrderedDict[str, str | None] = collections.OrderedDict()  # `_text`: the last few
         self._kept: dict[str, bytes] = {}  # path -> its bytes as phase 1 read them, compressed (`keep`, `source`)
         self._kept_size = 0
+        # The screen of a run's file, decided where the index parsed it (`amplint.prefilter.Ahead`), for its own
+        # screen to take without parsing it again (`ModuleView.screened`); `screener` decides it for a record read on
+        # demand (`index_screened`), None outside a run.
+        self.screens: dict[str, object] = {}
+        self.screener = None
         # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
         # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
@@ -194,6 +199,7 @@ class ProjectIndex:
             self.texts.pop(path, None)
             self._read_texts.pop(path, None)
             self._kept_size -= len(self._kept.pop(path, b""))
+            self.screens.pop(path, None)
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -206,8 +212,15 @@ class ProjectIndex:
         read or parsed: it then says nothing)."""
         found = self.files.get(path)
         if found is None and path in self.names:
-            found = self.files[path] = _record_of(self.source(path), self.cache)
+            found, ahead = _record_of(path, self.source(path), self.cache, self.screener)
+            self.files[path] = found
+            self.screen(path, ahead)
         return found
+
+    def screen(self, path: str, ahead) -> None:
+        """The screen of the file decided where its record was built (`index_screened`), kept for its own screen."""
+        if ahead is not None:
+            self.screens[os.path.abspath(path)] = ahead
 
     def keep(self, path: str, packed: bytes | None) -> None:
         """The file's bytes as phase 1 read them (`pack`), kept while the kept bytes stay within `KEPT_BYTES`: a
@@ -514,6 +527,7 @@ class ModuleView:
         self.read_own = False  # an answer read this file's own record
         self._own = None  # `provide`: builds this file's record from the screen's tree
         self.summary = None  # `provide`: the screen's summary of the file
+        self.parts: dict[str, object] = {}  # `provide`: what questions read of the file, found ahead (`file_part`)
 
     @property
     def name(self) -> str:
@@ -526,13 +540,27 @@ class ModuleView:
         self.read_modules.add(path)
         return self.project.record(path)
 
-    def provide(self, build, summary=None) -> None:
+    def screened(self):
+        """The screen of this view's file decided where the index parsed it (`ProjectIndex.screens`), or None."""
+        return self.project.screens.get(self.path)
+
+    def provide(self, build, summary=None, parts: dict[str, object] | None = None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
         needs it and the index has none; `summary`: the screen's `Summary` of the file, for questions its text or
-        tree answers without the record (`function_names`, `calls_in_loop`)."""
+        tree answers without the record (`function_names`, `calls_in_loop`); `parts`: what questions read of the
+        file's tree, found where the index parsed it (`file_part`)."""
         self.project.know(self.path)
         self._own = build
         self.summary = summary
+        self.parts = dict(parts or {})
+
+    def file_part(self, question):
+        """What a question across modules reads of the view's own file (`question.file_part(summary)`, plain data):
+        found where the index parsed the file (`provide`'s `parts`), else from the screen's summary now."""
+        key = question_key(question)
+        if key in self.parts:
+            return self.parts[key]
+        return question.file_part(self.summary)
 
     def scaler_wrapper_names(self) -> frozenset[str]:
         """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file),
@@ -1086,6 +1114,11 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
                 yield qualname, call, target
 
 
+def question_key(question) -> str:
+    """The name a question across modules is known by where what it reads of a file is kept (`ModuleView.parts`)."""
+    return f"{question.__module__}:{question.__qualname__}"
+
+
 def pack(raw: bytes) -> bytes:
     """A file's bytes as a project keeps them (`ProjectIndex.keep`): compressed, fast."""
     return zlib.compress(raw, 1)
@@ -1095,17 +1128,43 @@ def unpack(packed: bytes) -> bytes:
     return zlib.decompress(packed)
 
 
-def _record_of(source, cache=None) -> FileIndex:
-    """The record of a file read on demand (`source`: its `SourceText`, None when it cannot be read)."""
-    from amplint.index.functions import index_text
-
+def _record_of(path: str, source, cache=None, screener=None) -> tuple[FileIndex, object]:
+    """The record of a file read on demand (`source`: its `SourceText`, None when it cannot be read), and the screen
+    decided from the same parse (`index_screened`)."""
     if source is None:
-        return FileIndex()
+        return FileIndex(), None
+    record, ahead = indexed(path, source, cache, screener)
+    return record if record is not None else FileIndex(), ahead
+
+
+def indexed(path: str, source, cache=None, screener=None) -> tuple[FileIndex | None, object]:
+    """The record of a file's `SourceText` (from the cache when it has one for these bytes) and, when it is built
+    here, the screen decided from the same parse (`index_screened`)."""
     if cache is None or source.raw is None:
-        record = index_text(source.text)
-    else:  # the same record as phase 1 keeps for these bytes
-        record = cache.index_record(source.raw, lambda: index_text(source.text), source.text)
-    return record if record is not None else FileIndex()
+        return index_screened(path, source.text, screener)
+    built: list = [None]
+
+    def build() -> FileIndex | None:
+        record, built[0] = index_screened(path, source.text, screener)
+        return record
+    return cache.index_record(source.raw, build, source.text), built[0]
+
+
+def index_screened(path: str, text: str, screener=None) -> tuple[FileIndex | None, object]:
+    """The file's record, and what the screen decides of it from the same tree (`screener(path, text, summary)`, an
+    `amplint.prefilter.Ahead`, or None): one parse for both. The screen asks first, as in phase 2 (where the record
+    of a file the index did not take is built from the tree its screen parsed: `ModuleView.provide`)."""
+    from amplint.index.functions import index_text
+    from amplint.index.summary import Summary
+
+    if screener is None:
+        return index_text(text), None
+    summary = Summary(text)
+    try:
+        ahead = screener(path, text, summary)
+    except Exception:  # noqa: BLE001 - a screen that fails here is asked again in phase 2
+        ahead = None
+    return index_text(text, summary), ahead
 
 
 STANDALONE = "<module>.py"  # the path of a module analysed alone (no file of a project)
