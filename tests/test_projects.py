@@ -262,3 +262,18 @@ def test_a_second_round_chunk_whose_worker_fails_is_looked_at_here(tmp_path, mon
     project = parallel.index_project(paths, 2, Settings())
     assert {Path(p).name for p in project.indexed} == {"engine.py", "main.py"}
     assert sum(looked_here) >= 1  # the files a round must read (their import statements may reach its functions)
+
+
+def test_the_names_a_wrapper_is_imported_as_do_not_depend_on_what_was_asked_before():
+    """The names a scaler-wrapper class is written as come from every file's import statements (a package's
+    `__init__` renaming it on re-export, a file the index does not take up front), whether or not the call sites of
+    a name were asked first (they keep the aliases of the indexed files' records apart): a worker of a pool asks in
+    another order than one process does."""
+    case = REPO / "fixtures" / "AMP004-scaler-per-iteration" / "projects" / "wrapper_renamed_on_reexport"
+    paths = sorted(str(path) for path in case.rglob("*.py"))
+    for first_calls in (False, True):
+        project = build_index(paths, lambda path: Path(path).read_text(encoding="utf-8"))
+        project.importers(paths[0])  # the tables of every file's import statements
+        if first_calls:
+            project.calls_named("step")
+        assert {"NativeScaler", "LossScaler"} <= project.scaler_wrapper_names()

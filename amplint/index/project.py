@@ -135,6 +135,8 @@ class ProjectIndex:
         self.max_size = max_size  # files larger than this are not read on demand
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
+        self._call_aliases: dict[str, set[str]] = {}  # `calls_named`: an imported name -> the names the indexed files'
+        # imports bind it as (their records'; not `_aliases`, the table of every file's import statements)
         self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
         # What each file's text says of its import statements (`ImportText`): from the read of phase 1, else from
         # one read when a question first needs it; never read again in this process.
@@ -259,15 +261,15 @@ class ProjectIndex:
                         self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
                 for call in index.module_calls:
                     self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, None, call))
-            self._aliases = {}
+            self._call_aliases = {}
             for path in sorted(self.indexed):
                 for local, (_, attribute, _) in self.files[path].imports.items():
                     if attribute is not None and attribute != local:
-                        self._aliases.setdefault(attribute, set()).add(local)
+                        self._call_aliases.setdefault(attribute, set()).add(local)
         if last is None:
             return [site for sites in self._calls.values() for site in sites]
         found = self._calls.get(last, [])
-        for alias in sorted(self._aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
+        for alias in sorted(self._call_aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
             found = found + self._calls.get(alias, [])
         return found
 
