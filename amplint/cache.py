@@ -602,6 +602,83 @@ def _same_state(then: object, now: list | None, path: str) -> bool:
         return False
 
 
+SHARE_PREFIX = "amplint-run-"  # `RunShare`'s folders in the temporary folder: amplint-run-PID-XXXXXXXX
+_SHARE = re.compile(re.escape(SHARE_PREFIX) + r"([0-9]+)-[a-z0-9_]{8}")
+
+
+def _remove_stale_shares() -> None:
+    """Remove the `RunShare` folders of this user's runs that ended without removing theirs (killed outright)."""
+    import shutil
+
+    folder = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        match = _SHARE.fullmatch(entry.name)
+        try:
+            if match is None or not entry.is_dir(follow_symlinks=False) or \
+                    entry.stat(follow_symlinks=False).st_uid != os.getuid() or _runs(int(match.group(1))):
+                continue
+        except (OSError, AttributeError):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: it runs
+    return True
+
+
+class RunShare:
+    """What one worker process of a run builds and the others take instead of building it again (an index record
+    read on demand, with the screen decided from the same tree: `amplint.index.project.ProjectIndex.record`), by
+    name, in a private temporary folder (mkdtemp: this user's alone) that the run removes at its end (`close`);
+    never read by another run. Written to a temporary file and renamed into place: a worker reads a whole value
+    or none. A run killed outright (SIGKILL) cannot remove its folder: the folder names the run's process, and the
+    next run removes those of this user's runs that are no longer running."""
+
+    def __init__(self) -> None:
+        _remove_stale_shares()
+        self.directory = tempfile.mkdtemp(prefix=f"{SHARE_PREFIX}{os.getpid()}-")
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, hashlib.blake2b(name.encode("utf-8", "surrogatepass"),
+                                                            digest_size=16).hexdigest())
+
+    def load(self, name: str):
+        """The value stored under `name` by this run's processes, or None."""
+        import pickle
+
+        try:
+            with open(self._path(name), "rb") as handle:
+                return pickle.load(handle)
+        except Exception:  # noqa: BLE001 - absent (not yet built), or unreadable: built here then
+            return None
+
+    def store(self, name: str, value) -> None:
+        import pickle
+
+        try:
+            descriptor, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.directory)
+            with os.fdopen(descriptor, "wb") as handle:
+                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temporary, self._path(name))
+        except Exception:  # noqa: BLE001 - not shared: another process builds it too
+            pass
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 def open_for_run(explicit: str | None, settings, warn: Callable[[str], None]) -> Cache | None:
     """The run's cache: in `explicit` (`--cache-dir`), else `default_directory(settings)`.
 

@@ -51,6 +51,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+SHARE_RECORDS = True  # the workers of phase 2 share the records they read on demand (`amplint.cache.RunShare`)
 SERIAL_BELOW = 8  # fewer files than this are linted in this process: starting workers would cost more
 MAX_CHUNK = 64  # files
 CHUNKS_PER_JOB = 16  # chunks of about equal weight per worker
@@ -291,11 +292,20 @@ def _lint_paths(paths: list[str], rule_classes, settings, mode: Mode, jobs, cach
     outcomes: list[FileOutcome | None] = [None] * len(paths)
     setup = (tuple(rule_classes), settings, mode, cache, project)
     chunks = plan_chunks(paths, jobs)
-    with _Children() as children:
-        _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
-        lost = [chunk for chunk in chunks if outcomes[chunk[0]] is None]
-        if lost:  # a worker died (a native crash, killed, out of memory)
-            _contained(paths, lost, setup, jobs, outcomes, progress, children)
+    if SHARE_RECORDS:
+        from amplint.cache import RunShare
+
+        project.shared = RunShare()  # the workers' records read on demand: one builds each
+    try:
+        with _Children() as children:
+            _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
+            lost = [chunk for chunk in chunks if outcomes[chunk[0]] is None]
+            if lost:  # a worker died (a native crash, killed, out of memory)
+                _contained(paths, lost, setup, jobs, outcomes, progress, children)
+    finally:
+        if project.shared is not None:
+            project.shared.close()
+            project.shared = None
     if progress is not None:
         progress.close()
     return outcomes  # type: ignore[return-value]

@@ -16,14 +16,16 @@ made the project look at every file's text again).
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from amplint import parallel, source
+from amplint import cache as cache_module, parallel, source
 from amplint.index import project as project_module
 from amplint.config import Settings
 from amplint.discovery import discover
@@ -263,6 +265,7 @@ def test_a_pool_reads_each_file_at_most_twice_and_parses_it_once_in_a_process(tm
     assert all(not outcome.internal_error for outcome in outcomes)
     reads = sum(len(log.read_text().splitlines()) for log in counts.glob("reads*"))
     assert reads <= bound(len(paths)), (len(paths), reads)
+    assert not list(Path(tempfile.gettempdir()).glob(f"{cache_module.SHARE_PREFIX}{os.getpid()}-*"))  # removed
     python = [path for path in paths if path.endswith(".py")]
     for log in counts.glob("parses*"):
         parses: dict[str, int] = {}
@@ -270,6 +273,44 @@ def test_a_pool_reads_each_file_at_most_twice_and_parses_it_once_in_a_process(tm
             text = ast.literal_eval(line)
             parses[text] = parses.get(text, 0) + 1
         assert parses_beyond(parses, python) == {}, log.name
+
+
+def _store(share, name, value) -> None:
+    share.store(name, value)
+
+
+def test_a_record_one_worker_builds_is_taken_by_another(tmp_path):
+    """The pool's workers share the records they read on demand (`RunShare`): what one process stores, another
+    loads whole; nothing is there before."""
+    paths = make_project(tmp_path / "project", 2)
+    project = parallel.index_project(paths, 1, Settings())
+    share = cache_module.RunShare()
+    try:
+        path = next(path for path in project.names if path.endswith("train0.py"))
+        assert share.load(path) is None
+        built = project.record(path), project.screens.get(path)
+        child = multiprocessing.get_context().Process(target=_store, args=(share, path, built))
+        child.start()
+        child.join()
+        taken = share.load(path)
+        assert taken[0].to_json() == built[0].to_json() and taken[1] == built[1]
+    finally:
+        share.close()
+    assert not os.path.exists(share.directory)
+
+
+def test_the_share_of_a_run_killed_outright_is_removed_by_the_next():
+    ended = multiprocessing.get_context().Process(target=int)
+    ended.start()
+    ended.join()
+    stale = Path(tempfile.gettempdir()) / f"{cache_module.SHARE_PREFIX}{ended.pid}-abcdefgh"
+    stale.mkdir()
+    (stale / "record").write_bytes(b"")
+    share = cache_module.RunShare()
+    try:
+        assert not stale.exists() and os.path.isdir(share.directory)
+    finally:
+        share.close()
 
 
 def calls_of(tmp_path: Path, n: int) -> int:

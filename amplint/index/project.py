@@ -149,6 +149,9 @@ class ProjectIndex:
         # demand (`index_screened`), None outside a run.
         self.screens: dict[str, object] = {}
         self.screener = None
+        # Where the processes of a pooled run share the records they read on demand (`amplint.cache.RunShare`: `load`,
+        # `store`), so that one builds each; None in one process.
+        self.shared = None
         # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
         # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
@@ -214,7 +217,12 @@ class ProjectIndex:
         read or parsed: it then says nothing)."""
         found = self.files.get(path)
         if found is None and path in self.names:
-            found, ahead = _record_of(path, self.source(path), self.cache, self.screener)
+            built = self.shared.load(path) if self.shared is not None else None
+            if built is None:
+                built = _record_of(path, self.source(path), self.cache, self.screener)
+                if self.shared is not None:
+                    self.shared.store(path, built)
+            found, ahead = built
             self.files[path] = found
             self.screen(path, ahead)
         return found
