@@ -459,22 +459,31 @@ class Cache:
             pass  # a full disk or a read-only cache costs speed, never results
 
     # the project index's records (phase 1), by content ----------------------------------------------------
-    def index_record(self, raw: bytes, build: Callable[[], object], text: str | None = None):
-        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`.
-        With the file's `text`, a record is stored without the facts its functions compute when first read
-        (`FileIndex.to_json(deferred=True)`), and read back with them deferred again."""
+    def stored_index_record(self, raw: bytes, text: str | None = None) -> tuple[bool, object]:
+        """(True, the record) when the cache holds a file's `FileIndex` for these bytes (the record may be None: a
+        file the index leaves out), else (False, None); see `index_record`."""
         from amplint.index.functions import FileIndex
 
         key = self.key(raw, (), "index")  # its own key: no rule codes, another mode
-        path = self._path(key)
-        stored = read_regular_file(path, MAX_ENTRY_BYTES)
+        stored = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
         body = _checked_body(key, stored) if stored is not None else None
         if body is not None:
             try:
                 data = json.loads(body)
-                return None if data is None else FileIndex.from_json(data, text)
+                return True, None if data is None else FileIndex.from_json(data, text)
             except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
                 pass  # a damaged record is built again
+        return False, None
+
+    def index_record(self, raw: bytes, build: Callable[[], object], text: str | None = None):
+        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`.
+        With the file's `text`, a record is stored without the facts its functions compute when first read
+        (`FileIndex.to_json(deferred=True)`), and read back with them deferred again."""
+        found, record = self.stored_index_record(raw, text)
+        if found:
+            return record
+        key = self.key(raw, (), "index")
+        path = self._path(key)
         record = build()
         stored_form = record.to_json(deferred=text is not None) if record is not None else None
         body = json.dumps(stored_form, separators=(",", ":")).encode()

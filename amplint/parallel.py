@@ -362,6 +362,13 @@ class Screener:
         self.rule_classes, self.settings = tuple(rule_classes), settings
         self.paths = {os.path.abspath(path): path for path in paths}  # as given: per-file ignores match them so
 
+    def load_rules(self) -> None:
+        """The rules' modules imported in this process (the workers forked from it then have them)."""
+        from amplint.selection import loaded
+
+        for given in list(self.paths.values())[:1]:
+            loaded(rules_for(given, list(self.rule_classes), self.settings))
+
     def __call__(self, path: str, text: str, summary):
         from amplint.selection import screen_ahead
 
@@ -406,6 +413,8 @@ def index_project(paths: Sequence[str], jobs: int, settings, cache=None, screene
                 continue
         here = local_scan(lambda path: _read_source(path, max_size), cache, screener)  # a lost chunk's files
         records, texts, kept, screens = _phase_one(records)
+        if screener is not None and any(screen is not None for screen in screens):
+            screener.load_rules()  # phase 2's workers will need them: imported once, here, before they fork
         packed = {path: data for path, data in zip(python, kept) if data is not None}
         return gather(python, records, _read_source, max_size, cache, scan=_pooled_scan(pool, jobs, here, packed),
                       texts=texts, kept=kept, screens=screens, screener=screener)

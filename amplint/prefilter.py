@@ -17,7 +17,7 @@ would spend its time. Each file goes through two stages, and only the files that
 A file the project index parses (phase 1, the second round, a record read on demand) is screened there too, from the
 same tree (`Prefilter.ahead`, kept by the project as an `Ahead`): the structural stage, the answers of the questions
 about the file that the rules asked across modules declare (`Ask`), and what their questions about the project read
-of the file's tree (a question's `file_part`: `opens_through_project`'s). Its own screen then takes these and does
+of the file's tree (a question's `file_parts`: `opens_through_project`'s). Its own screen then takes these and does
 not parse the file again (`select`); the questions about the project are asked there, in the same order as
 ever, the first that decides ending each declaration.
 
@@ -42,7 +42,7 @@ from typing import Sequence
 from amplint.suppression import file_suppression  # `# amplint: noqa`, in a real comment on a line of its own
 from amplint.index.functions import index_text
 from amplint.parsing import python_identifiers
-from amplint.index.project import STANDALONE, ProjectIndex, question_key
+from amplint.index.project import STANDALONE, ProjectIndex, part_key
 from amplint.index.summary import Summary
 from amplint.rules.screen import AllOf, AnyOf, Ask, AskProject, Need
 
@@ -71,8 +71,8 @@ class Ahead:
     # A rule asked across modules (`Rule.requires_across`) -> the answers of its questions about the file (`Ask`,
     # in the order of the declaration; None: the question raised), the project's questions left to phase 2.
     answers: tuple[tuple[str, tuple[bool | None, ...]], ...] = ()
-    # What those project's questions read of the file's own tree (a question's `file_part`), by question
-    # (`question_key`): `ModuleView.file_part`.
+    # What those project's questions read of the file's own tree (a question's `file_parts`), by part (`part_key`):
+    # `ModuleView.file_part`.
     parts: tuple[tuple[str, object], ...] = ()
 
 
@@ -269,13 +269,13 @@ class Prefilter:
                     (not _declares_words(rule) or any(word in text for word in rule.words)):
                 answers.append((self.codes[rule], tuple(_answer(question, summary) for question in questions)))
                 for asked in _project_questions(rule.requires_across):
-                    part = getattr(asked.question, "file_part", None)
-                    key = question_key(asked.question)
-                    if part is not None and key not in parts:
-                        try:
-                            parts[key] = part(summary)
-                        except Exception:  # noqa: BLE001 - found in phase 2 then, where it raises again
-                            continue
+                    for part in getattr(asked.question, "file_parts", ()):
+                        key = part_key(part)
+                        if key not in parts:
+                            try:
+                                parts[key] = part(summary)
+                            except Exception:  # noqa: BLE001 - found in phase 2 then, where it raises again
+                                continue
         return Ahead(_codes(self.rules), text_digest(text), verdict, _codes(candidates), summary.exact,
                      tuple(answers), tuple(parts.items()))
 

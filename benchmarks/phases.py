@@ -222,7 +222,8 @@ def table(result: dict) -> str:
                      f"(at most {result['most_reads']} of one)")
         if "parses" in result:
             lines.append(f"parses (ast): {result['parses']}, {result['parses'] / files:.2f} per file; "
-                         f"{result['parses_beyond_one']} beyond one per file (at most {result['most_parses']} of one text)")
+                         f"{result['parses_beyond_one']} beyond one per file "
+                         f"(at most {result['most_parses']} of one text)")
     if result["missing"]:
         lines.append("not found, their time is in other (a phase moved?): " + ", ".join(result["missing"]))
     return "\n".join(lines)

@@ -152,6 +152,9 @@ class ProjectIndex:
         # Where the processes of a pooled run share the records they read on demand (`amplint.cache.RunShare`: `load`,
         # `store`), so that one builds each; None in one process.
         self.shared = None
+        self._asked: set[str] = set()  # files whose own screen was asked in this process (`screened`)
+        # path -> (imports, star imports) of a file whose record is not built, from its tree alone (`import_table`)
+        self._import_tables: dict[str, tuple[dict, list]] = {}
         # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
         # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
@@ -205,6 +208,7 @@ class ProjectIndex:
             self._read_texts.pop(path, None)
             self._kept_size -= len(self._kept.pop(path, b""))
             self.screens.pop(path, None)
+            self._import_tables.pop(path, None)
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -218,14 +222,29 @@ class ProjectIndex:
         found = self.files.get(path)
         if found is None and path in self.names:
             built = self.shared.load(path) if self.shared is not None else None
-            if built is None:
-                built = _record_of(path, self.source(path), self.cache, self.screener)
+            if built is None:  # screened from the same tree, unless its own screen was asked here already
+                built = _record_of(path, self.source(path), self.cache,
+                                   self.screener if path not in self._asked else None)
                 if self.shared is not None:
                     self.shared.store(path, built)
             found, ahead = built
             self.files[path] = found
             self.screen(path, ahead)
         return found
+
+    def screened(self, path: str):
+        """The screen decided of the file where its record was built (an `amplint.prefilter.Ahead`), for its own
+        screen, which is asked now (so that no record built later in this process decides it again); one another
+        worker of the run built is taken from the run's share (`shared`), the record with it."""
+        self._asked.add(path)
+        ahead = self.screens.get(path)
+        if ahead is None and path not in self.files and self.shared is not None:
+            built = self.shared.load(path)
+            if built is not None:
+                self.files[path] = built[0]
+                self.screen(path, built[1])
+                ahead = built[1]
+        return ahead
 
     def screen(self, path: str, ahead) -> None:
         """The screen of the file decided where its record was built (`index_screened`), kept for its own screen."""
@@ -326,14 +345,16 @@ class ProjectIndex:
 
     def _enter(self, path: str) -> None:
         """The file's words into the tables: each word of its import statements (a part of a module's name, an
-        imported name; its record's as well, when one is built) -> the file; each `x as y` -> y."""
+        imported name; its record's as well, or its import table's, when one is built) -> the file; each `x as y`
+        -> y."""
         text = self.imports_of(path)
         words = set(text.words)
         record = self.files.get(path)
-        if record is not None:
-            words.update(word for module, attribute, _ in record.imports.values()
-                         for word in (*module.split("."), attribute or "") if word)
-            words.update(word for module, _ in record.star_imports for word in module.split(".") if word)
+        imports, star_imports = (record.imports, record.star_imports) if record is not None else \
+            self._import_tables.get(path, ({}, []))
+        words.update(word for module, attribute, _ in imports.values()
+                     for word in (*module.split("."), attribute or "") if word)
+        words.update(word for module, _ in star_imports for word in module.split(".") if word)
         for word in words:
             self._import_words.setdefault(word, set()).add(path)
         for imported, local in text.aliases:
@@ -421,12 +442,58 @@ class ProjectIndex:
             self._read_texts.popitem(last=False)
         return text
 
+    def import_table(self, path: str) -> tuple[dict, list] | None:
+        """(imports, star imports) of a file of the project as its record holds them (`FileIndex.imports`,
+        `star_imports`; None for a file the project does not know): from its record when it is built (or the cache
+        holds it), else from its tree alone (`amplint.index.functions.import_table`): a question about who
+        imports whom then costs a parse, not the rest of the record (about three times as much), which most of
+        the files asked so are never asked."""
+        record = self.files.get(path)
+        if record is None and path in self.names and path not in self._import_tables:
+            record = self._stored(path)
+            if record is None:
+                self._import_tables[path] = self._read_imports(path)
+        if record is not None:
+            return record.imports, record.star_imports
+        return self._import_tables.get(path)
+
+    def _stored(self, path: str) -> FileIndex | None:
+        """The file's record from the run's share or the cache, when one of them holds it (taken as `record`
+        would take it), else None."""
+        built = self.shared.load(path) if self.shared is not None else None
+        if built is not None:
+            self.files[path] = built[0]
+            self.screen(path, built[1])
+            return built[0]
+        source = self.source(path) if self.cache is not None else None
+        if source is not None and source.raw is not None:
+            found, record = self.cache.stored_index_record(source.raw, source.text)
+            if found:
+                self.files[path] = record = record if record is not None else FileIndex()
+                return record
+        return None
+
+    def _read_imports(self, path: str) -> tuple[dict, list]:
+        """The file's import table from its tree (`import_table`), and its screen decided from the same tree (as
+        `record` does), both shared with the run's other processes (`shared`)."""
+        name = f"imports\0{path}"
+        built = self.shared.load(name) if self.shared is not None else None
+        if built is None:
+            source = self.source(path)
+            built = ({}, [], None) if source is None else \
+                imports_screened(path, source.text, self.screener if path not in self._asked else None)
+            if self.shared is not None:
+                self.shared.store(name, built)
+        self.screen(path, built[2])
+        return built[0], built[1]
+
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
-        record = self.record(importer)
-        if record is None:
+        table = self.import_table(importer)
+        if table is None:
             return False
-        for module, attribute, level in record.imports.values():
+        imports, star_imports = table
+        for module, attribute, level in imports.values():
             absolute = self.absolute(importer, module, level)
             if absolute and self.find_module(absolute, importer) == path:
                 return True
@@ -435,7 +502,7 @@ class ProjectIndex:
                 if self.find_module(inner, importer) == path:
                     return True
         return any(self.find_module(self.absolute(importer, module, level), importer) == path
-                   for module, level in record.star_imports if module or level)
+                   for module, level in star_imports if module or level)
 
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
@@ -551,8 +618,8 @@ class ModuleView:
         return self.project.record(path)
 
     def screened(self):
-        """The screen of this view's file decided where the index parsed it (`ProjectIndex.screens`), or None."""
-        return self.project.screens.get(self.path)
+        """The screen of this view's file decided where the index parsed it (`ProjectIndex.screened`), or None."""
+        return self.project.screened(self.path)
 
     def provide(self, build, summary=None, parts: dict[str, object] | None = None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
@@ -564,13 +631,14 @@ class ModuleView:
         self.summary = summary
         self.parts = dict(parts or {})
 
-    def file_part(self, question):
-        """What a question across modules reads of the view's own file (`question.file_part(summary)`, plain data):
-        found where the index parsed the file (`provide`'s `parts`), else from the screen's summary now."""
-        key = question_key(question)
+    def file_part(self, part):
+        """What a question across modules reads of the view's own file's tree (`part(summary)`, plain data: a
+        question names the parts it reads as its `file_parts`): found where the index parsed the file (`provide`'s
+        `parts`), else from the screen's summary now."""
+        key = part_key(part)
         if key in self.parts:
             return self.parts[key]
-        return question.file_part(self.summary)
+        return part(self.summary)
 
     def scaler_wrapper_names(self) -> frozenset[str]:
         """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file),
@@ -1124,9 +1192,9 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
                 yield qualname, call, target
 
 
-def question_key(question) -> str:
-    """The name a question across modules is known by where what it reads of a file is kept (`ModuleView.parts`)."""
-    return f"{question.__module__}:{question.__qualname__}"
+def part_key(part) -> str:
+    """The name of what a question across modules reads of a file's tree (`ModuleView.file_part`), as it is kept."""
+    return f"{part.__module__}:{part.__qualname__}"
 
 
 def pack(raw: bytes) -> bytes:
@@ -1158,6 +1226,26 @@ def indexed(path: str, source, cache=None, screener=None) -> tuple[FileIndex | N
         record, built[0] = index_screened(path, source.text, screener)
         return record
     return cache.index_record(source.raw, build, source.text), built[0]
+
+
+def imports_screened(path: str, text: str, screener=None) -> tuple[dict, list, object]:
+    """The file's import table (`amplint.index.functions.import_table`; empty when it does not parse) and its
+    screen (`index_screened`), from one parse."""
+    from amplint.index.functions import import_table
+    from amplint.index.summary import Summary
+
+    summary = Summary(text)
+    ahead = None
+    if screener is not None:
+        try:
+            ahead = screener(path, text, summary)
+        except Exception:  # noqa: BLE001 - a screen that fails here is asked again in phase 2
+            ahead = None
+    try:
+        summary.parse_tree()
+    except Exception:  # noqa: BLE001 - unparsable: its record would say nothing either
+        return {}, [], ahead
+    return (*import_table(summary), ahead)
 
 
 def index_screened(path: str, text: str, screener=None) -> tuple[FileIndex | None, object]:

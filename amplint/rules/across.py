@@ -135,7 +135,7 @@ def opens_through_project(view) -> bool:
     (`Openings`) comes from the screen's summary, or from where the index parsed the file (`ModuleView.file_part`)."""
     entered = None
     if view.summary is not None:
-        openings = view.file_part(opens_through_project)
+        openings = view.file_part(Openings.of)
         if openings is None:  # unparsable: the engine reports it
             return True
         entered = {name for name in openings.entered if not _outside(view, openings, name)}
@@ -193,15 +193,15 @@ class Openings:
         for name in (*entered, *bases):
             head = name.split(".", 1)[0]
             if head not in heads:
-                heads[head] = (tuple(summary.qualified_imports.get(head) or ()),
-                               hasattr(builtins, head) and head not in summary.bound and head not in summary.module_bound)
+                heads[head] = (tuple(summary.qualified_imports.get(head) or ()), hasattr(builtins, head)
+                               and head not in summary.bound and head not in summary.module_bound)
         imports = tuple((None if type(node) is ast.Import else node.module or "",
                          0 if type(node) is ast.Import else node.level,
                          tuple((alias.name, alias.asname) for alias in node.names)) for node in summary.import_nodes)
         return cls(frozenset(entered), bases, heads, imports)
 
 
-opens_through_project.file_part = Openings.of  # what it reads of the file itself (`ModuleView.file_part`)
+opens_through_project.file_parts = (Openings.of,)  # what it reads of the file's tree (`ModuleView.file_part`)
 
 
 _NO_FACTORIES = frozenset({TORCH, "contextlib", "functools"})
