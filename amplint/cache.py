@@ -459,22 +459,31 @@ class Cache:
             pass  # a full disk or a read-only cache costs speed, never results
 
     # the project index's records (phase 1), by content ----------------------------------------------------
-    def index_record(self, raw: bytes, build: Callable[[], object], text: str | None = None):
-        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`.
-        With the file's `text`, a record is stored without the facts its functions compute when first read
-        (`FileIndex.to_json(deferred=True)`), and read back with them deferred again."""
+    def stored_index_record(self, raw: bytes, text: str | None = None) -> tuple[bool, object]:
+        """(True, the record) when the cache holds a file's `FileIndex` for these bytes (the record may be None: a
+        file the index leaves out), else (False, None); see `index_record`."""
         from amplint.index.functions import FileIndex
 
         key = self.key(raw, (), "index")  # its own key: no rule codes, another mode
-        path = self._path(key)
-        stored = read_regular_file(path, MAX_ENTRY_BYTES)
+        stored = read_regular_file(self._path(key), MAX_ENTRY_BYTES)
         body = _checked_body(key, stored) if stored is not None else None
         if body is not None:
             try:
                 data = json.loads(body)
-                return None if data is None else FileIndex.from_json(data, text)
+                return True, None if data is None else FileIndex.from_json(data, text)
             except (ValueError, TypeError, KeyError, AttributeError, IndexError, RecursionError):
                 pass  # a damaged record is built again
+        return False, None
+
+    def index_record(self, raw: bytes, build: Callable[[], object], text: str | None = None):
+        """A file's `FileIndex` (or None for a file the index leaves out), from the cache or from `build()`.
+        With the file's `text`, a record is stored without the facts its functions compute when first read
+        (`FileIndex.to_json(deferred=True)`), and read back with them deferred again."""
+        found, record = self.stored_index_record(raw, text)
+        if found:
+            return record
+        key = self.key(raw, (), "index")
+        path = self._path(key)
         record = build()
         stored_form = record.to_json(deferred=text is not None) if record is not None else None
         body = json.dumps(stored_form, separators=(",", ":")).encode()
@@ -600,6 +609,83 @@ def _same_state(then: object, now: list | None, path: str) -> bool:
         return _content_digest(path, os.stat(path)) == then[_STAT_FIELDS]
     except (OSError, ValueError):
         return False
+
+
+SHARE_PREFIX = "amplint-run-"  # `RunShare`'s folders in the temporary folder: amplint-run-PID-XXXXXXXX
+_SHARE = re.compile(re.escape(SHARE_PREFIX) + r"([0-9]+)-[a-z0-9_]{8}")
+
+
+def _remove_stale_shares() -> None:
+    """Remove the `RunShare` folders of this user's runs that ended without removing theirs (killed outright)."""
+    import shutil
+
+    folder = tempfile.gettempdir()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for entry in entries:
+        match = _SHARE.fullmatch(entry.name)
+        try:
+            if match is None or not entry.is_dir(follow_symlinks=False) or \
+                    entry.stat(follow_symlinks=False).st_uid != os.getuid() or _runs(int(match.group(1))):
+                continue
+        except (OSError, AttributeError):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _runs(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: it runs
+    return True
+
+
+class RunShare:
+    """What one worker process of a run builds and the others take instead of building it again (an index record
+    read on demand, with the screen decided from the same tree: `amplint.index.project.ProjectIndex.record`), by
+    name, in a private temporary folder (mkdtemp: this user's alone) that the run removes at its end (`close`);
+    never read by another run. Written to a temporary file and renamed into place: a worker reads a whole value
+    or none. A run killed outright (SIGKILL) cannot remove its folder: the folder names the run's process, and the
+    next run removes those of this user's runs that are no longer running."""
+
+    def __init__(self) -> None:
+        _remove_stale_shares()
+        self.directory = tempfile.mkdtemp(prefix=f"{SHARE_PREFIX}{os.getpid()}-")
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, hashlib.blake2b(name.encode("utf-8", "surrogatepass"),
+                                                            digest_size=16).hexdigest())
+
+    def load(self, name: str):
+        """The value stored under `name` by this run's processes, or None."""
+        import pickle
+
+        try:
+            with open(self._path(name), "rb") as handle:
+                return pickle.load(handle)
+        except Exception:  # noqa: BLE001 - absent (not yet built), or unreadable: built here then
+            return None
+
+    def store(self, name: str, value) -> None:
+        import pickle
+
+        try:
+            descriptor, temporary = tempfile.mkstemp(prefix=TEMPORARY_PREFIX, dir=self.directory)
+            with os.fdopen(descriptor, "wb") as handle:
+                pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(temporary, self._path(name))
+        except Exception:  # noqa: BLE001 - not shared: another process builds it too
+            pass
+
+    def close(self) -> None:
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def open_for_run(explicit: str | None, settings, warn: Callable[[str], None]) -> Cache | None:

@@ -51,6 +51,7 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+SHARE_RECORDS = True  # the workers of phase 2 share the records they read on demand (`amplint.cache.RunShare`)
 SERIAL_BELOW = 8  # fewer files than this are linted in this process: starting workers would cost more
 MAX_CHUNK = 64  # files
 CHUNKS_PER_JOB = 16  # chunks of about equal weight per worker
@@ -283,18 +284,28 @@ def _states(paths: list[str]) -> list:
 
 def _lint_paths(paths: list[str], rule_classes, settings, mode: Mode, jobs, cache, progress) -> list[FileOutcome]:
     jobs = worker_count(jobs, len(paths))
+    screener = Screener(rule_classes, settings, paths)
     if jobs == 1 or len(paths) < SERIAL_BELOW:  # the index as in a pool, built when a file first needs it
-        project = _Deferred(lambda: index_project(paths, jobs, settings, cache))
+        project = _Deferred(lambda: index_project(paths, jobs, settings, cache, screener))
         return _serial(paths, rule_classes, settings, mode, cache, progress, project)
-    project = index_project(paths, jobs, settings, cache)
+    project = index_project(paths, jobs, settings, cache, screener)
     outcomes: list[FileOutcome | None] = [None] * len(paths)
     setup = (tuple(rule_classes), settings, mode, cache, project)
     chunks = plan_chunks(paths, jobs)
-    with _Children() as children:
-        _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
-        lost = [chunk for chunk in chunks if outcomes[chunk[0]] is None]
-        if lost:  # a worker died (a native crash, killed, out of memory)
-            _contained(paths, lost, setup, jobs, outcomes, progress, children)
+    if SHARE_RECORDS:
+        from amplint.cache import RunShare
+
+        project.shared = RunShare()  # the workers' records read on demand: one builds each
+    try:
+        with _Children() as children:
+            _pooled(paths, chunks, setup, jobs, outcomes, progress, children)
+            lost = [chunk for chunk in chunks if outcomes[chunk[0]] is None]
+            if lost:  # a worker died (a native crash, killed, out of memory)
+                _contained(paths, lost, setup, jobs, outcomes, progress, children)
+    finally:
+        if project.shared is not None:
+            project.shared.close()
+            project.shared = None
     if progress is not None:
         progress.close()
     return outcomes  # type: ignore[return-value]
@@ -324,6 +335,12 @@ class _DeferredView:
     def __init__(self, deferred: _Deferred, path: str) -> None:
         self._deferred, self._path, self._view = deferred, path, None
 
+    def screened(self):
+        """`ModuleView.screened`: None while the index is not built (nothing was screened ahead then)."""
+        if self._view is None and self._deferred._index is None:
+            return None
+        return self.__getattr__("screened")()
+
     def __getattr__(self, attribute: str):
         if attribute.startswith("__"):  # copy, pickle and the like ask for dunders: not the view's to answer
             raise AttributeError(attribute)
@@ -333,47 +350,89 @@ class _DeferredView:
 
 
 # Phase 1 ------------------------------------------------------------------------------------------------------
-_INDEXING: tuple | None = None  # (max file size, cache) in a phase-1 worker
+_INDEXING: tuple | None = None  # (max file size, cache, screener) in a phase-1 worker
 
 
-def index_project(paths: Sequence[str], jobs: int, settings, cache=None):
+class Screener:
+    """The screen of a run's file where the project index parses it (`amplint.index.project.index_screened`): the
+    structural stage for the rules of the file (`selection.screen_ahead`), which its own screen then takes instead
+    of parsing it again. A file beside the run's (indexed, never linted) is not screened."""
+
+    def __init__(self, rule_classes: Sequence[type], settings, paths: Sequence[str]) -> None:
+        self.rule_classes, self.settings = tuple(rule_classes), settings
+        self.paths = {os.path.abspath(path): path for path in paths}  # as given: per-file ignores match them so
+
+    def load_rules(self) -> None:
+        """The rules' modules imported in this process (the workers forked from it then have them)."""
+        from amplint.selection import loaded
+
+        for given in list(self.paths.values())[:1]:
+            loaded(rules_for(given, list(self.rule_classes), self.settings))
+
+    def __call__(self, path: str, text: str, summary):
+        from amplint.selection import screen_ahead
+
+        given = self.paths.get(os.path.abspath(path))
+        if given is None:
+            return None
+        return screen_ahead(text, rules_for(given, list(self.rule_classes), self.settings), summary)
+
+
+def index_project(paths: Sequence[str], jobs: int, settings, cache=None, screener: Screener | None = None):
     """The project index of a run (amplint/index/): its Python files and those beside them, each read once,
     its record built (or taken from the cache) in the worker pool; then the files that name a function the
-    index found doing something a rule asks about across modules (`expand`), looked at in the same pool."""
-    from amplint.index.build import gather, local_scan, sibling_files
+    index found doing something a rule asks about across modules (`expand`), looked at in the same pool. The
+    bytes of each file read come back with its record, kept by the project (within `kept_bytes()`) for what
+    reads the file again."""
+    from amplint.index.build import gather, kept_bytes, local_scan, sibling_files
 
     python = [path for path in dict.fromkeys([*paths, *_beside(paths, sibling_files(paths))])
               if not path.endswith(".ipynb")]
     max_size = settings.max_file_size
     if jobs == 1 or len(paths) < SERIAL_BELOW or len(python) < SERIAL_BELOW:  # as phase 2: no pool for a few
-        _start_indexing(max_size, cache)
-        found = _index_chunk(python)
-        return gather(python, [read[0] if read else None for read in found], _read_source, max_size, cache,
-                      texts=[read[1] if read else None for read in found])
+        _start_indexing(max_size, cache, None, screener)
+        records, texts, kept, screens = _phase_one(_index_chunk(python, kept_bytes()))
+        return gather(python, records, _read_source, max_size, cache, texts=texts, kept=kept, screens=screens,
+                      screener=screener)
     records: list = [None] * len(python)
+    kept, limit = 0, kept_bytes()
     _pool_modules()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=_context(), initializer=_start_indexing,
-                             initargs=(max_size, cache, os.getpid())) as pool:
+                             initargs=(max_size, cache, os.getpid(), screener)) as pool:
         chunks = plan_chunks(python, jobs)
-        futures = {pool.submit(_index_chunk, [python[i] for i in chunk]): chunk for chunk in chunks}
+        futures = {pool.submit(_index_chunk, [python[i] for i in chunk], limit): chunk for chunk in chunks}
         for future in as_completed(futures):
             try:
                 for index, record in zip(futures[future], future.result(), strict=True):
+                    if record is not None and record[2] is not None:  # within the bytes kept, or dropped now
+                        kept += len(record[2])
+                        if kept > limit:
+                            record = (*record[:2], None, record[3])
                     records[index] = record
             except Exception:  # noqa: BLE001 - a lost chunk leaves its files out of the index, no more
                 continue
-        here = local_scan(lambda path: _read_source(path, max_size), cache)  # a chunk whose worker was lost
-        return gather(python, [read[0] if read else None for read in records], _read_source, max_size, cache,
-                      scan=_pooled_scan(pool, jobs, here), texts=[read[1] if read else None for read in records])
+        here = local_scan(lambda path: _read_source(path, max_size), cache, screener)  # a lost chunk's files
+        records, texts, kept, screens = _phase_one(records)
+        if screener is not None and any(screen is not None for screen in screens):
+            screener.load_rules()  # phase 2's workers will need them: imported once, here, before they fork
+        packed = {path: data for path, data in zip(python, kept) if data is not None}
+        return gather(python, records, _read_source, max_size, cache, scan=_pooled_scan(pool, jobs, here, packed),
+                      texts=texts, kept=kept, screens=screens, screener=screener)
 
 
-def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here):
+def _phase_one(found: list) -> tuple[list, list, list, list]:
+    """Phase 1's (records, import statements, kept bytes, screens), each a list over the files (None: not read)."""
+    return tuple([read[part] if read else None for read in found] for part in range(4))  # type: ignore[return-value]
+
+
+def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here, packed: dict[str, bytes]):
     """A round of the second round (`amplint.index.build.Round`) over the pool's workers, the files cut into
-    chunks; a chunk whose worker fails is looked at in this process (`here`)."""
+    chunks, each sent with the bytes phase 1 kept of its files (`packed`: a worker reads only the others); a
+    chunk whose worker fails is looked at in this process (`here`)."""
     def scan(paths: list[str], found) -> list:
         size = max(1, -(-len(paths) // (jobs * CHUNKS_PER_JOB)))
         chunks = [paths[start:start + size] for start in range(0, len(paths), size)]
-        futures = [pool.submit(_scan_chunk, chunk, found) for chunk in chunks]
+        futures = [pool.submit(_scan_chunk, chunk, found, [packed.get(path) for path in chunk]) for chunk in chunks]
         results: list = []
         for chunk, future in zip(chunks, futures):
             try:
@@ -384,35 +443,44 @@ def _pooled_scan(pool: ProcessPoolExecutor, jobs: int, here):
     return scan
 
 
-def _start_indexing(max_size: int, cache, parent: int | None = None) -> None:
+def _start_indexing(max_size: int, cache, parent: int | None = None, screener: Screener | None = None) -> None:
     global _INDEXING
     if parent is not None:
         die_with_parent(parent)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _INDEXING = (max_size, cache)
+    _INDEXING = (max_size, cache, screener)
 
 
-def _index_chunk(paths: list[str]) -> list:
-    """Each file's (record, `ImportText`) from its one read in phase 1; None for a file that cannot be read."""
+def _index_chunk(paths: list[str], keep: int = 0) -> list:
+    """Each file's (record, `ImportText`, its bytes compressed, its screen) from its one read in phase 1
+    (`read_for_index`); None for a file that cannot be read. The bytes come while they add up to at most `keep`,
+    then None."""
     from amplint.index.build import read_for_index
 
-    max_size, cache = _INDEXING
+    max_size, cache, screener = _INDEXING
     records = []
     for path in paths:
         try:
-            read = read_for_index(path, max_size, cache)
+            read = read_for_index(path, max_size, cache, keep=keep > 0, screener=screener)
         except Exception:  # noqa: BLE001 - a file the index cannot read is left out of it; phase 2 reports it
             read = None
+        if read is not None and read[2] is not None:
+            keep -= len(read[2])
+            if keep < 0:
+                read = (*read[:2], None, read[3])
         records.append(read)
     return records
 
 
-def _scan_chunk(paths: list[str], found) -> list:
-    from amplint.index.build import scan_files
+def _scan_chunk(paths: list[str], found, packed: list | None = None) -> list:
+    from amplint.index.build import packed_source, scan_files
 
-    max_size, cache = _INDEXING
-    return scan_files(paths, found, lambda path: _read_source(path, max_size), cache)
+    max_size, cache, screener = _INDEXING
+    kept = dict(zip(paths, packed or [None] * len(paths)))
+    return scan_files(paths, found, lambda path: packed_source(kept.get(path), path,
+                                                               lambda name: _read_source(name, max_size)), cache,
+                      screener=screener)
 
 
 def _read_source(path: str, max_size: int | None = None):

@@ -142,3 +142,16 @@ def screen(text: str, rules: Sequence[object], project=None) -> list[Rule] | Non
     if verdict.skipped:
         return None
     return [rule for rule in present if type(rule) in candidates]
+
+
+def screen_ahead(text: str, rules: Sequence[object], summary):
+    """The structural stage of `screen` on a Python text that the project index parses, from its `summary`
+    (amplint/prefilter.py, `Prefilter.ahead`): what the text's own screen then takes; None where it has nothing to
+    take (no rule whose words the text holds)."""
+    normal = python_identifiers(text)
+    present = [rule for rule in rules if not rule.words or any(word in normal for word in rule.words)]
+    if not present:
+        return None
+    from amplint.prefilter import prefilter_for
+
+    return prefilter_for(loaded(present)).ahead(text, summary)

@@ -414,6 +414,10 @@ def main() -> None:
     if phased.get("files_read"):
         per_file = phased["reads"] / phased["files_read"]
         print(f"  reads per file <= 2 (one process): {per_file:.2f} {'met' if per_file <= 2 else 'NOT met'}")
+    if "parses_beyond_one" in phased:
+        beyond = phased["parses_beyond_one"]
+        print(f"  each file parsed (ast) at most once (one process): {beyond} parses beyond one "
+              f"{'met' if not beyond else 'NOT met'}")
     print(f"  peak memory < 300 MB: {human_bytes(peak)} {'met' if peak < 300 * 1024 else 'NOT met'}")
     if scaling:
         ratio = scaling["files"][1][1] / scaling["files"][0][1]

@@ -5,7 +5,10 @@
 Runs `amplint check TREE --no-cache --jobs 1` in this process with a few of amplint's functions wrapped: each
 wrapper adds the wall time spent inside it to its phase, less the time spent in a nested phase (a record the
 screen builds for the index is index time, not screen time). The reads of files are counted too (every read of a
-source goes through `amplint.source.read_bytes`): reads per file, and the most of one file. What no phase claims is "other" (start-up and
+source goes through `amplint.source.read_bytes`): reads per file, and the most of one file; and the parses of a
+module's text with the stdlib `ast` (`ast.parse`, by the screen, the index and the rules that read a tree): parses
+per file, and those beyond one per file (a text parsed more often than the files holding it were read with it:
+identical files, copied between repositories, are each parsed once). What no phase claims is "other" (start-up and
 imports, discovery, the pipeline's own bookkeeping). One process and one core, so the phases add up to the run;
 a parallel run divides the analysis among the cores.
 
@@ -16,8 +19,10 @@ A phase's functions are named below by module and qualified name; a name that no
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import functools
+import hashlib
 import importlib
 import io
 import json
@@ -46,6 +51,8 @@ class Clock:
         self.calls: dict[str, int] = {name: 0 for name, _ in PHASES}
         self.stack: list[list] = []  # [phase, started, time spent in nested phases]
         self.reads: dict[str, int] = {}  # path -> times its bytes were read (`amplint.source:read_bytes`)
+        self.holding: dict[bytes, set[str]] = {}  # digest of bytes read -> the files holding them
+        self.parses: dict[bytes, int] = {}  # digest of a module's text (UTF-8) -> times `ast.parse` parsed it
 
     def wrap(self, phase: str, function):
         counts_reads = function.__module__ == "amplint.source" and function.__name__ == "read_bytes"
@@ -57,7 +64,10 @@ class Clock:
             frame = [phase, time.perf_counter(), 0.0]
             self.stack.append(frame)
             try:
-                return function(*args, **kwargs)
+                found = function(*args, **kwargs)
+                if counts_reads and args and isinstance(found, bytes):
+                    self.holding.setdefault(_digest(found.removeprefix(b"\xef\xbb\xbf")), set()).add(str(args[0]))
+                return found
             finally:
                 self.stack.pop()
                 elapsed = time.perf_counter() - frame[1]
@@ -67,6 +77,29 @@ class Clock:
                     self.stack[-1][2] += elapsed
         timed.__amplint_phase__ = phase
         return timed
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+@contextlib.contextmanager
+def counting_parses(clock: Clock):
+    """Every `ast.parse` of a module's text while active, counted by the text (an expression's, as
+    `ast.literal_eval` parses one, is not a module's)."""
+    original = ast.parse
+
+    def parse(source, filename="<unknown>", mode="exec", *args, **kwargs):
+        if mode == "exec" and isinstance(source, str):
+            key = _digest(source.encode("utf-8", "surrogatepass"))
+            clock.parses[key] = clock.parses.get(key, 0) + 1
+        return original(source, filename, mode, *args, **kwargs)
+
+    ast.parse = parse
+    try:
+        yield
+    finally:
+        ast.parse = original
 
 
 def _replace_everywhere(original, replacement) -> None:
@@ -159,7 +192,7 @@ def measure(tree: str, select: str | None = None) -> dict:
     arguments = ["check", tree, "--no-cache", "--jobs", "1", "--exit-zero", "--output-format", "json"]
     if select:
         arguments += ["--select", select]
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), counting_parses(clock):
         try:
             main.main(arguments, standalone_mode=False)
         except SystemExit:
@@ -169,7 +202,10 @@ def measure(tree: str, select: str | None = None) -> dict:
     claimed = sum(clock.spent.values())
     return {"total": total, "phases": dict(clock.spent), "calls": dict(clock.calls), "other": total - claimed,
             "missing": wrapper.missing(), "files_read": len(clock.reads), "reads": sum(clock.reads.values()),
-            "most_reads": max(clock.reads.values(), default=0)}
+            "most_reads": max(clock.reads.values(), default=0), "parses": sum(clock.parses.values()),
+            "parses_beyond_one": sum(max(0, count - len(clock.holding.get(key, ()) or (None,)))
+                                     for key, count in clock.parses.items()),
+            "most_parses": max(clock.parses.values(), default=0)}
 
 
 def table(result: dict) -> str:
@@ -184,6 +220,10 @@ def table(result: dict) -> str:
     if files:
         lines.append(f"reads: {result['reads']} of {files} files, {result['reads'] / files:.2f} per file "
                      f"(at most {result['most_reads']} of one)")
+        if "parses" in result:
+            lines.append(f"parses (ast): {result['parses']}, {result['parses'] / files:.2f} per file; "
+                         f"{result['parses_beyond_one']} beyond one per file "
+                         f"(at most {result['most_parses']} of one text)")
     if result["missing"]:
         lines.append("not found, their time is in other (a phase moved?): " + ", ".join(result["missing"]))
     return "\n".join(lines)

@@ -81,7 +81,8 @@ MAY_IMPORT = {
     "amplint.rules": ("amplint.calls", "amplint.rules", "amplint.facts", "amplint.index", "amplint.lazy",
                       "amplint.vocabulary", "amplint.diagnostics"),
     # running
-    "amplint.prefilter": ("amplint.index", "amplint.parsing", "amplint.rules.base", "amplint.suppression"),
+    "amplint.prefilter": ("amplint.index", "amplint.parsing", "amplint.rules.base", "amplint.rules.screen",
+                          "amplint.suppression"),
     "amplint.engine": ("amplint.diagnostics", "amplint.facts", "amplint.facts.slicing", "amplint.lazy",
                        "amplint.parsing", "amplint.rules.base", "amplint.suppression"),
     "amplint.fixer": ("amplint.diagnostics", "amplint.engine", "amplint.lazy", "amplint.parsing", "amplint.rules"),

@@ -262,3 +262,42 @@ def test_a_second_round_chunk_whose_worker_fails_is_looked_at_here(tmp_path, mon
     project = parallel.index_project(paths, 2, Settings())
     assert {Path(p).name for p in project.indexed} == {"engine.py", "main.py"}
     assert sum(looked_here) >= 1  # the files a round must read (their import statements may reach its functions)
+
+
+def test_the_names_a_wrapper_is_imported_as_do_not_depend_on_what_was_asked_before():
+    """The names a scaler-wrapper class is written as come from every file's import statements (a package's
+    `__init__` renaming it on re-export, a file the index does not take up front), whether or not the call sites of
+    a name were asked first (they keep the aliases of the indexed files' records apart): a worker of a pool asks in
+    another order than one process does."""
+    case = REPO / "fixtures" / "AMP004-scaler-per-iteration" / "projects" / "wrapper_renamed_on_reexport"
+    paths = sorted(str(path) for path in case.rglob("*.py"))
+    for first_calls in (False, True):
+        project = build_index(paths, lambda path: Path(path).read_text(encoding="utf-8"))
+        project.importers(paths[0])  # the tables of every file's import statements
+        if first_calls:
+            project.calls_named("step")
+        assert {"NativeScaler", "LossScaler"} <= project.scaler_wrapper_names()
+
+
+def test_who_imports_a_module_is_answered_without_building_the_importers_records(tmp_path):
+    """The importers of a module are found from each candidate's import statements, read from its tree alone (an
+    import table); its record (what its functions do and call, the costly part) is not built for that, and the
+    answer is the one the records give."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "engine.py").write_text("def step(loss, optimizer):\n    loss_scaler(loss, optimizer)\n")
+    for i in range(4):
+        (tmp_path / f"train{i}.py").write_text(
+            ("from pkg import engine\n" if i % 2 else "import pkg.engine as engine\n") +
+            f"engine.loss_scaler = object()\n\n\ndef run{i}(x):\n    return engine.step(x, None)\n")
+    (tmp_path / "other.py").write_text("import engine_like\n")
+    paths = sorted(str(path) for path in tmp_path.rglob("*.py"))
+    engine = str(tmp_path / "pkg" / "engine.py")
+    project = build_index(paths, lambda path: Path(path).read_text(encoding="utf-8"))
+    found = project.importers(engine)
+    assert [Path(path).name for path in found] == [f"train{i}.py" for i in range(4)]
+    assert not set(found) & set(project.files)  # no record built to say so
+    for path in paths:
+        project.record(path)
+    project._forget_answers()
+    assert project.importers(engine) == found

@@ -6,7 +6,9 @@ construction, whose function's callers may loop), or names a function the index 
 caller of one (it may call it in a loop): a second round over the remaining files, by plain substring tests.
 Any other file is summarised only when an answer needs it: a call resolved into it (`ProjectIndex.record`), or
 its own questions, from the tree the screen parsed anyway (`ModuleView.provide`). Most files are never parsed
-here.
+here. A file of the run that is parsed here (up front, in the second round, on demand) is screened from the same tree
+(`index_screened`, `amplint.prefilter.Ahead`), so that its own screen does not parse it again; and the bytes phase 1
+reads of each file are kept, compressed (`ProjectIndex.keep`), for what reads it again.
 
 `index_file` is what a worker runs for one file; `ProjectIndex.add` gathers the records in the main process.
 """
@@ -23,7 +25,7 @@ from typing import Callable, Iterable
 from amplint import vocabulary as vocab
 from amplint.index.functions import FileIndex, index_text
 from amplint.vocabulary import Effect
-from amplint.index.project import ImportText, ProjectIndex, Target, import_text, line_starts
+from amplint.index.project import ImportText, ProjectIndex, Target, import_text, indexed, line_starts, pack, unpack
 
 INDEX_WORDS = (vocab.GRAD_SCALER,)
 
@@ -72,25 +74,44 @@ def _as_source(text: str | None):
 
 
 def gather(paths: list[str], records: list, read: Callable[[str], object], max_size: int = 10 * 1024 * 1024,
-           cache=None, scan: Scan | None = None, texts: list[ImportText | None] | None = None) -> ProjectIndex:
+           cache=None, scan: Scan | None = None, texts: list[ImportText | None] | None = None,
+           kept: list[bytes | None] | None = None, screens: list | None = None, screener=None) -> ProjectIndex:
     """The project of these files and their phase-1 records (None: known by name only), after the second round
     (`expand`: the others read with `read`, a path's `SourceText` or None, or looked at by `scan`). `cache`: where
     records read on demand, or in the second round, are kept. `texts`: what phase 1's read found of each file's
     import statements (`read_for_index`), kept by the project so that no question reads the file for them again,
     and the second round looks at a file's text only when its import statements can reach a function it asks
-    about (`known_first`)."""
+    about (`known_first`). `kept`: each file's bytes as phase 1 read them (`pack`), which the project keeps for
+    what reads the file again (`ProjectIndex.keep`): the second round here, records on demand, a call site's
+    arguments. `screens`: what the screen decided of each file from the tree its record was built from
+    (`index_screened`), kept for the file's own screen; `screener` decides it where the project builds a record
+    later (the second round here, a record on demand)."""
     project = ProjectIndex(max_size, cache)
+    project.screener = screener
     texts = texts if texts is not None else [None] * len(paths)
-    for path, record, text in zip(paths, records, texts, strict=True):
+    for path, record, text, packed, ahead in zip(paths, records, texts, kept or [None] * len(paths),
+                                                 screens or [None] * len(paths), strict=True):
         if record is not None:
             project.add(path, record, text=text)
+            project.screen(path, ahead)
         else:
             project.know(path)
             if text is not None:
                 project.texts[os.path.abspath(path)] = text
+        project.keep(path, packed)
+
+    def source(path: str):
+        return packed_source(project.kept(path), path, read)
     expand(project, [path for path in paths if path not in project.indexed],
-           known_first(project, scan or local_scan(read, cache)))
+           known_first(project, scan or local_scan(source, cache, screener)))
     return project
+
+
+def kept_bytes() -> int:
+    """How many compressed bytes of the files read a project keeps (`KEPT_BYTES`, as it is now)."""
+    from amplint.index import project
+
+    return project.KEPT_BYTES
 
 
 def read_text(path: str, max_size: int):
@@ -103,27 +124,32 @@ def read_text(path: str, max_size: int):
         return None
 
 
-def read_for_index(path: str, max_size: int, cache=None) -> tuple[FileIndex | None, ImportText] | None:
-    """(record, import statements) of a Python file for phase 1, from its one read; None when it cannot be read
-    (phase 2 reports why). The record comes from the cache when it has one for these bytes; the words of the
-    lines of import statements (`import_words`, what the second round looks at first) are kept for a file
-    without a record."""
-    read = read_python(path, max_size, cache)
-    if read is None:
-        return None
-    text, record = read
-    return record, import_text(text, None if record is not None else tuple(import_words(text)))
-
-
-def read_python(path: str, max_size: int, cache=None) -> tuple[str, FileIndex | None] | None:
-    """(text, record) of a Python file for phase 1; None when it cannot be read (phase 2 reports why). The
-    record comes from the cache when it has one for these bytes."""
+def read_for_index(path: str, max_size: int, cache=None, keep: bool = False,
+                   screener=None) -> tuple[FileIndex | None, ImportText, bytes | None, object] | None:
+    """(record, import statements, bytes, screen) of a Python file for phase 1, from its one read; None when it
+    cannot be read (phase 2 reports why). The record comes from the cache when it has one for these bytes; the
+    words of the lines of import statements (`import_words`, what the second round looks at first) are kept for a
+    file without a record; with `keep`, its bytes too (`pack`: for the project to keep, `ProjectIndex.keep`); the
+    screen is what `screener` decides from the tree the record is built from (`index_screened`), or None."""
     source = read_text(path, max_size)
     if source is None:
         return None
-    if cache is None or not holds_vocabulary(source.text):
-        return source.text, index_file(source.text)
-    return source.text, cache.index_record(source.raw, lambda: index_text(source.text), source.text)
+    text = source.text
+    record, ahead = indexed(path, source, cache, screener) if holds_vocabulary(text) else (None, None)
+    return (record, import_text(text, None if record is not None else tuple(import_words(text))),
+            pack(source.raw) if keep and source.raw is not None else None, ahead)
+
+
+def packed_source(packed: bytes | None, path: str, read: Callable[[str], object]):
+    """A file's `SourceText` from its kept bytes (`pack`), else `read(path)`; None when it cannot be decoded."""
+    if packed is None:
+        return read(path)
+    from amplint.source import SourceError, decode_source
+
+    try:
+        return decode_source(unpack(packed))
+    except SourceError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -219,17 +245,19 @@ def _compiled(pattern: str) -> re.Pattern[str]:
 
 
 # A file looked at in a round: None when it cannot be read (it is left out of later rounds), False when it does not
-# match, else (its record,): it enters the index (a record of None: it does not parse, and is left out).
-Found = bool | tuple[FileIndex | None] | None
+# match, else (its record, its screen): it enters the index (a record of None: it does not parse, and is left out),
+# and the project keeps its screen (`ProjectIndex.screen`).
+Found = bool | tuple[FileIndex | None, object] | None
 Scan = Callable[[list[str], Round], list[Found]]
 
 
 def scan_files(paths: list[str], found: Round, read: Callable[[str], object], cache=None,
                texts: dict | None = None, called: dict | None = None, imported: dict | None = None,
-               renamed: dict | None = None) -> list[Found]:
+               renamed: dict | None = None, screener=None) -> list[Found]:
     """Each file's `Found` for one round. `read(path)`: its `SourceText`, or None; `texts`, `called`: what earlier
     rounds read (kept by the caller), so that a file is read and its calls found once. A file that matches is
-    summarised (`index_text`; its record kept in `cache` by content, as phase 1's)."""
+    summarised (`index_text`; its record kept in `cache` by content, as phase 1's), and screened from the same
+    tree by `screener` (`index_screened`: the second item of its `Found`)."""
     texts = {} if texts is None else texts
     called = {} if called is None else called
     imported = {} if imported is None else imported
@@ -261,20 +289,18 @@ def scan_files(paths: list[str], found: Round, read: Callable[[str], object], ca
 
         if not found.matches(text, calls, words, aliased):
             results.append(False)
-        elif cache is not None and source.raw is not None:
-            results.append((cache.index_record(source.raw, lambda: index_text(text), text),))
         else:
-            results.append((index_text(text),))
+            results.append(indexed(path, source, cache, screener))
     return results
 
 
-def local_scan(read: Callable[[str], object], cache=None) -> Scan:
+def local_scan(read: Callable[[str], object], cache=None, screener=None) -> Scan:
     """`scan_files` in this process, each file read once for all rounds."""
     texts: dict = {}
     called: dict = {}
     imported: dict = {}
     renamed: dict = {}
-    return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported, renamed)
+    return lambda paths, found: scan_files(paths, found, read, cache, texts, called, imported, renamed, screener)
 
 
 def known_first(project: ProjectIndex, scan: Scan) -> Scan:
@@ -333,7 +359,8 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
             if result is False:
                 remaining.append(path)
             elif result is not None and result[0] is not None:
-                project.add(path, result[0], text=project.texts.get(os.path.abspath(path)))
+                project.add(path, result[0], text=project.texts.get(os.path.abspath(path)), same_bytes=True)
+                project.screen(path, result[1] if len(result) > 1 else None)
         others = remaining
 
 

@@ -268,6 +268,29 @@ def index_text(text: str, summary: Summary | None = None) -> FileIndex | None:
     return _Builder(summary).build()
 
 
+def import_table(summary: Summary) -> tuple[dict[str, tuple[str, str | None, int]], list[tuple[str, int]]]:
+    """The file's import statements as its record holds them (`FileIndex.imports`, `star_imports`), from the
+    summary's tree alone: what a question about who imports whom needs, without the rest of the record."""
+    imports: dict[str, tuple[str, str | None, int]] = {}
+    star_imports: list[tuple[str, int]] = []
+    for node in summary.import_nodes:
+        if type(node) is ast.Import:
+            for alias in node.names:
+                if alias.asname:
+                    imports[alias.asname] = (alias.name, None, 0)
+                else:
+                    head = alias.name.split(".")[0]
+                    imports.setdefault(head, (head, None, 0))
+        elif type(node) is ast.ImportFrom:
+            module = node.module or ""
+            for alias in node.names:
+                if alias.name == "*":
+                    star_imports.append((module, node.level))
+                else:
+                    imports[alias.asname or alias.name] = (module, alias.name, node.level)
+    return imports, star_imports
+
+
 class _Builder:
     def __init__(self, summary: Summary) -> None:
         self.summary = summary
@@ -399,21 +422,7 @@ class _Builder:
                         assigned.setdefault(f"{class_name}.{node.target.attr}", set()).add(written)
 
     def _imports(self) -> None:
-        for node in self.summary.import_nodes:
-            if type(node) is ast.Import:
-                for alias in node.names:
-                    if alias.asname:
-                        self.index.imports[alias.asname] = (alias.name, None, 0)
-                    else:
-                        head = alias.name.split(".")[0]
-                        self.index.imports.setdefault(head, (head, None, 0))
-            elif type(node) is ast.ImportFrom:
-                module = node.module or ""
-                for alias in node.names:
-                    if alias.name == "*":
-                        self.index.star_imports.append((module, node.level))
-                    else:
-                        self.index.imports[alias.asname or alias.name] = (module, alias.name, node.level)
+        self.index.imports, self.index.star_imports = import_table(self.summary)
 
     # calls -------------------------------------------------------------------------------------------------
     def _owner(self, function) -> FunctionSummary | None:

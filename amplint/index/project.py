@@ -33,6 +33,7 @@ import functools
 import os
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -46,6 +47,10 @@ _WORD = re.compile(r"\w+")
 _ALIAS = re.compile(r"(\w+)\s+as\s+(\w+)")  # `x as y` in an import statement
 NOTEBOOK_SUFFIX = ".ipynb"
 KEPT_TEXTS = 64  # texts of other files kept by a project for the answers that read them (`ProjectIndex._text`)
+# The bytes of the files phase 1 read, kept compressed (`ProjectIndex.keep`) so that a question reading a file again
+# (a record built on demand, a call site's arguments, the second round) does not read it again: at most this many
+# compressed bytes (about a third of the source's), the files beyond them read again when asked.
+KEPT_BYTES = 32 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -130,11 +135,26 @@ class ProjectIndex:
         self.max_size = max_size  # files larger than this are not read on demand
         self._digests: dict[str, str] = {}
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
+        self._call_aliases: dict[str, set[str]] = {}  # `calls_named`: an imported name -> the names the indexed files'
+        # imports bind it as (their records'; not `_aliases`, the table of every file's import statements)
         self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
         # What each file's text says of its import statements (`ImportText`): from the read of phase 1, else from
         # one read when a question first needs it; never read again in this process.
         self.texts: dict[str, ImportText] = {}
         self._read_texts: collections.OrderedDict[str, str | None] = collections.OrderedDict()  # `_text`: the last few
+        self._kept: dict[str, bytes] = {}  # path -> its bytes as phase 1 read them, compressed (`keep`, `source`)
+        self._kept_size = 0
+        # The screen of a run's file, decided where the index parsed it (`amplint.prefilter.Ahead`), for its own
+        # screen to take without parsing it again (`ModuleView.screened`); `screener` decides it for a record read on
+        # demand (`index_screened`), None outside a run.
+        self.screens: dict[str, object] = {}
+        self.screener = None
+        # Where the processes of a pooled run share the records they read on demand (`amplint.cache.RunShare`: `load`,
+        # `store`), so that one builds each; None in one process.
+        self.shared = None
+        self._asked: set[str] = set()  # files whose own screen was asked in this process (`screened`)
+        # path -> (imports, star imports) of a file whose record is not built, from its tree alone (`import_table`)
+        self._import_tables: dict[str, tuple[dict, list]] = {}
         # Name-keyed tables built once from `texts` and kept while the files known change by files only known by name
         # (a notebook's view): such a file is entered into them (`_pending`), never the whole project looked at again.
         # `importers`: a word of an import statement -> the files holding one; the module's path -> its importers
@@ -161,10 +181,14 @@ class ProjectIndex:
         if os.path.basename(path).startswith("__init__."):
             self.packages.add(path)
 
-    def add(self, path: str, index: FileIndex, name: str | None = None, text: ImportText | None = None) -> None:
-        """A file indexed up front, with its record; `text`: what its text says of imports, when it was read."""
+    def add(self, path: str, index: FileIndex, name: str | None = None, text: ImportText | None = None,
+            same_bytes: bool = False) -> None:
+        """A file indexed up front, with its record; `text`: what its text says of imports, when it was read;
+        `same_bytes`: the record is of the bytes the project keeps of the file (the second round's), kept on."""
         path = os.path.abspath(path)
+        packed = self._kept.get(path) if same_bytes else None
         self.remove(path)
+        self.keep(path, packed)
         self.know(path, name)
         self._calls = None
         self._calls_by = {}
@@ -182,6 +206,9 @@ class ProjectIndex:
             self._forget_answers(tables=True)
             self.texts.pop(path, None)
             self._read_texts.pop(path, None)
+            self._kept_size -= len(self._kept.pop(path, b""))
+            self.screens.pop(path, None)
+            self._import_tables.pop(path, None)
             self.files.pop(path, None)
             self.indexed.discard(path)
             self._digests.pop(path, None)
@@ -194,8 +221,59 @@ class ProjectIndex:
         read or parsed: it then says nothing)."""
         found = self.files.get(path)
         if found is None and path in self.names:
-            found = self.files[path] = _read_record(path, self.max_size, self.cache)
+            built = self.shared.load(path) if self.shared is not None else None
+            if built is None:  # screened from the same tree, unless its own screen was asked here already
+                built = _record_of(path, self.source(path), self.cache,
+                                   self.screener if path not in self._asked else None)
+                if self.shared is not None:
+                    self.shared.store(path, built)
+            found, ahead = built
+            self.files[path] = found
+            self.screen(path, ahead)
         return found
+
+    def screened(self, path: str):
+        """The screen decided of the file where its record was built (an `amplint.prefilter.Ahead`), for its own
+        screen, which is asked now (so that no record built later in this process decides it again); one another
+        worker of the run built is taken from the run's share (`shared`), the record with it."""
+        self._asked.add(path)
+        ahead = self.screens.get(path)
+        if ahead is None and path not in self.files and self.shared is not None:
+            built = self.shared.load(path)
+            if built is not None:
+                self.files[path] = built[0]
+                self.screen(path, built[1])
+                ahead = built[1]
+        return ahead
+
+    def screen(self, path: str, ahead) -> None:
+        """The screen of the file decided where its record was built (`index_screened`), kept for its own screen."""
+        if ahead is not None:
+            self.screens[os.path.abspath(path)] = ahead
+
+    def keep(self, path: str, packed: bytes | None) -> None:
+        """The file's bytes as phase 1 read them (`pack`), kept while the kept bytes stay within `KEPT_BYTES`: a
+        question reading the file again takes them (`source`)."""
+        path = os.path.abspath(path)
+        if packed is None or path in self._kept or self._kept_size + len(packed) > KEPT_BYTES:
+            return
+        self._kept[path] = packed
+        self._kept_size += len(packed)
+
+    def kept(self, path: str) -> bytes | None:
+        """The file's bytes kept from phase 1's read (`keep`), compressed; None when not kept."""
+        return self._kept.get(os.path.abspath(path))
+
+    def source(self, path: str):
+        """The file's `SourceText`, from the bytes phase 1 kept (`keep`), else read now; None when it cannot be
+        read or decoded (phase 2 reports why)."""
+        from amplint.source import SourceError, decode_source, read_source
+
+        packed = self.kept(path)
+        try:
+            return decode_source(unpack(packed)) if packed is not None else read_source(path, self.max_size)
+        except (SourceError, OSError):
+            return None
 
     def calls_named(self, last: str | None) -> list[tuple[str, str | None, CallRecord]]:
         """(path, calling function or None at module level, call) of every call whose callee's last name is
@@ -210,15 +288,15 @@ class ProjectIndex:
                         self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, qualname, call))
                 for call in index.module_calls:
                     self._calls.setdefault(call.callee.rsplit(".", 1)[-1], []).append((path, None, call))
-            self._aliases = {}
+            self._call_aliases = {}
             for path in sorted(self.indexed):
                 for local, (_, attribute, _) in self.files[path].imports.items():
                     if attribute is not None and attribute != local:
-                        self._aliases.setdefault(attribute, set()).add(local)
+                        self._call_aliases.setdefault(attribute, set()).add(local)
         if last is None:
             return [site for sites in self._calls.values() for site in sites]
         found = self._calls.get(last, [])
-        for alias in sorted(self._aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
+        for alias in sorted(self._call_aliases.get(last, ())):  # `from m import f as g`: `g(...)` may call it too
             found = found + self._calls.get(alias, [])
         return found
 
@@ -267,14 +345,16 @@ class ProjectIndex:
 
     def _enter(self, path: str) -> None:
         """The file's words into the tables: each word of its import statements (a part of a module's name, an
-        imported name; its record's as well, when one is built) -> the file; each `x as y` -> y."""
+        imported name; its record's as well, or its import table's, when one is built) -> the file; each `x as y`
+        -> y."""
         text = self.imports_of(path)
         words = set(text.words)
         record = self.files.get(path)
-        if record is not None:
-            words.update(word for module, attribute, _ in record.imports.values()
-                         for word in (*module.split("."), attribute or "") if word)
-            words.update(word for module, _ in record.star_imports for word in module.split(".") if word)
+        imports, star_imports = (record.imports, record.star_imports) if record is not None else \
+            self._import_tables.get(path, ({}, []))
+        words.update(word for module, attribute, _ in imports.values()
+                     for word in (*module.split("."), attribute or "") if word)
+        words.update(word for module, _ in star_imports for word in module.split(".") if word)
         for word in words:
             self._import_words.setdefault(word, set()).add(path)
         for imported, local in text.aliases:
@@ -355,23 +435,65 @@ class ProjectIndex:
         if path in self._read_texts:
             self._read_texts.move_to_end(path)
             return self._read_texts[path]
-        from amplint.source import SourceError, read_source
-
-        try:
-            text = read_source(path, self.max_size).text
-        except (SourceError, OSError):
-            text = None
+        source = self.source(path)
+        text = source.text if source is not None else None
         self._read_texts[path] = text
         if len(self._read_texts) > KEPT_TEXTS:
             self._read_texts.popitem(last=False)
         return text
 
+    def import_table(self, path: str) -> tuple[dict, list] | None:
+        """(imports, star imports) of a file of the project as its record holds them (`FileIndex.imports`,
+        `star_imports`; None for a file the project does not know): from its record when it is built (or the cache
+        holds it), else from its tree alone (`amplint.index.functions.import_table`): a question about who
+        imports whom then costs a parse, not the rest of the record (about three times as much), which most of
+        the files asked so are never asked."""
+        record = self.files.get(path)
+        if record is None and path in self.names and path not in self._import_tables:
+            record = self._stored(path)
+            if record is None:
+                self._import_tables[path] = self._read_imports(path)
+        if record is not None:
+            return record.imports, record.star_imports
+        return self._import_tables.get(path)
+
+    def _stored(self, path: str) -> FileIndex | None:
+        """The file's record from the run's share or the cache, when one of them holds it (taken as `record`
+        would take it), else None."""
+        built = self.shared.load(path) if self.shared is not None else None
+        if built is not None:
+            self.files[path] = built[0]
+            self.screen(path, built[1])
+            return built[0]
+        source = self.source(path) if self.cache is not None else None
+        if source is not None and source.raw is not None:
+            found, record = self.cache.stored_index_record(source.raw, source.text)
+            if found:
+                self.files[path] = record = record if record is not None else FileIndex()
+                return record
+        return None
+
+    def _read_imports(self, path: str) -> tuple[dict, list]:
+        """The file's import table from its tree (`import_table`), and its screen decided from the same tree (as
+        `record` does), both shared with the run's other processes (`shared`)."""
+        name = f"imports\0{path}"
+        built = self.shared.load(name) if self.shared is not None else None
+        if built is None:
+            source = self.source(path)
+            built = ({}, [], None) if source is None else \
+                imports_screened(path, source.text, self.screener if path not in self._asked else None)
+            if self.shared is not None:
+                self.shared.store(name, built)
+        self.screen(path, built[2])
+        return built[0], built[1]
+
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
-        record = self.record(importer)
-        if record is None:
+        table = self.import_table(importer)
+        if table is None:
             return False
-        for module, attribute, level in record.imports.values():
+        imports, star_imports = table
+        for module, attribute, level in imports.values():
             absolute = self.absolute(importer, module, level)
             if absolute and self.find_module(absolute, importer) == path:
                 return True
@@ -380,7 +502,7 @@ class ProjectIndex:
                 if self.find_module(inner, importer) == path:
                     return True
         return any(self.find_module(self.absolute(importer, module, level), importer) == path
-                   for module, level in record.star_imports if module or level)
+                   for module, level in star_imports if module or level)
 
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
@@ -482,6 +604,7 @@ class ModuleView:
         self.read_own = False  # an answer read this file's own record
         self._own = None  # `provide`: builds this file's record from the screen's tree
         self.summary = None  # `provide`: the screen's summary of the file
+        self.parts: dict[str, object] = {}  # `provide`: what questions read of the file, found ahead (`file_part`)
 
     @property
     def name(self) -> str:
@@ -494,13 +617,28 @@ class ModuleView:
         self.read_modules.add(path)
         return self.project.record(path)
 
-    def provide(self, build, summary=None) -> None:
+    def screened(self):
+        """The screen of this view's file decided where the index parsed it (`ProjectIndex.screened`), or None."""
+        return self.project.screened(self.path)
+
+    def provide(self, build, summary=None, parts: dict[str, object] | None = None) -> None:
         """How to build the view's own file's record (from the tree the screen parsed), when an answer first
         needs it and the index has none; `summary`: the screen's `Summary` of the file, for questions its text or
-        tree answers without the record (`function_names`, `calls_in_loop`)."""
+        tree answers without the record (`function_names`, `calls_in_loop`); `parts`: what questions read of the
+        file's tree, found where the index parsed it (`file_part`)."""
         self.project.know(self.path)
         self._own = build
         self.summary = summary
+        self.parts = dict(parts or {})
+
+    def file_part(self, part):
+        """What a question across modules reads of the view's own file's tree (`part(summary)`, plain data: a
+        question names the parts it reads as its `file_parts`): found where the index parsed the file (`provide`'s
+        `parts`), else from the screen's summary now."""
+        key = part_key(part)
+        if key in self.parts:
+            return self.parts[key]
+        return part(self.summary)
 
     def scaler_wrapper_names(self) -> frozenset[str]:
         """`ProjectIndex.scaler_wrapper_names`, recorded as read (a new wrapper class anywhere relints the file),
@@ -1054,19 +1192,77 @@ def calls_leaving(view: ModuleView, where: str) -> Iterator[tuple[str | None, Ca
                 yield qualname, call, target
 
 
-def _read_record(path: str, max_size: int, cache=None) -> FileIndex:
-    from amplint.index.functions import index_text
-    from amplint.source import SourceError, read_source
+def part_key(part) -> str:
+    """The name of what a question across modules reads of a file's tree (`ModuleView.file_part`), as it is kept."""
+    return f"{part.__module__}:{part.__qualname__}"
 
+
+def pack(raw: bytes) -> bytes:
+    """A file's bytes as a project keeps them (`ProjectIndex.keep`): compressed, fast."""
+    return zlib.compress(raw, 1)
+
+
+def unpack(packed: bytes) -> bytes:
+    return zlib.decompress(packed)
+
+
+def _record_of(path: str, source, cache=None, screener=None) -> tuple[FileIndex, object]:
+    """The record of a file read on demand (`source`: its `SourceText`, None when it cannot be read), and the screen
+    decided from the same parse (`index_screened`)."""
+    if source is None:
+        return FileIndex(), None
+    record, ahead = indexed(path, source, cache, screener)
+    return record if record is not None else FileIndex(), ahead
+
+
+def indexed(path: str, source, cache=None, screener=None) -> tuple[FileIndex | None, object]:
+    """The record of a file's `SourceText` (from the cache when it has one for these bytes) and, when it is built
+    here, the screen decided from the same parse (`index_screened`)."""
+    if cache is None or source.raw is None:
+        return index_screened(path, source.text, screener)
+    built: list = [None]
+
+    def build() -> FileIndex | None:
+        record, built[0] = index_screened(path, source.text, screener)
+        return record
+    return cache.index_record(source.raw, build, source.text), built[0]
+
+
+def imports_screened(path: str, text: str, screener=None) -> tuple[dict, list, object]:
+    """The file's import table (`amplint.index.functions.import_table`; empty when it does not parse) and its
+    screen (`index_screened`), from one parse."""
+    from amplint.index.functions import import_table
+    from amplint.index.summary import Summary
+
+    summary = Summary(text)
+    ahead = None
+    if screener is not None:
+        try:
+            ahead = screener(path, text, summary)
+        except Exception:  # noqa: BLE001 - a screen that fails here is asked again in phase 2
+            ahead = None
     try:
-        source = read_source(path, max_size)
-    except (SourceError, OSError):
-        return FileIndex()
-    if cache is None:
-        record = index_text(source.text)
-    else:  # the same record as phase 1 keeps for these bytes
-        record = cache.index_record(source.raw, lambda: index_text(source.text), source.text)
-    return record if record is not None else FileIndex()
+        summary.parse_tree()
+    except Exception:  # noqa: BLE001 - unparsable: its record would say nothing either
+        return {}, [], ahead
+    return (*import_table(summary), ahead)
+
+
+def index_screened(path: str, text: str, screener=None) -> tuple[FileIndex | None, object]:
+    """The file's record, and what the screen decides of it from the same tree (`screener(path, text, summary)`, an
+    `amplint.prefilter.Ahead`, or None): one parse for both. The screen asks first, as in phase 2 (where the record
+    of a file the index did not take is built from the tree its screen parsed: `ModuleView.provide`)."""
+    from amplint.index.functions import index_text
+    from amplint.index.summary import Summary
+
+    if screener is None:
+        return index_text(text), None
+    summary = Summary(text)
+    try:
+        ahead = screener(path, text, summary)
+    except Exception:  # noqa: BLE001 - a screen that fails here is asked again in phase 2
+        ahead = None
+    return index_text(text, summary), ahead
 
 
 STANDALONE = "<module>.py"  # the path of a module analysed alone (no file of a project)

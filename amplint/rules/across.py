@@ -131,21 +131,20 @@ def calls_beside_a_step(view) -> Iterator[tuple[str | None, object]]:
 def opens_through_project(view) -> bool:
     """The screen's question for a file whose own text shows no region: does a `with` of it enter a call of a
     function of the project that makes an autocast region (`returns_autocast`: `with make_ctx():`, `ctx =
-    amp_context()` then `with ctx:`, `stack.enter_context(amp_context())`)?"""
-    summary = view.summary
+    amp_context()` then `with ctx:`, `stack.enter_context(amp_context())`)? What it reads of the file's own tree
+    (`Openings`) comes from the screen's summary, or from where the index parsed the file (`ModuleView.file_part`)."""
     entered = None
-    if summary is not None:
-        try:
-            summary.parse_tree()
-        except Exception:  # noqa: BLE001 - unparsable: the engine reports it
+    if view.summary is not None:
+        openings = view.file_part(Openings.of)
+        if openings is None:  # unparsable: the engine reports it
             return True
-        entered = {name for name in _entered_names(summary) if not _outside(view, summary, name)}
-        if any(name.split(".", 1)[0] in ("self", "cls") for name in entered) and not _project_bases(view, summary):
+        entered = {name for name in openings.entered if not _outside(view, openings, name)}
+        if any(name.split(".", 1)[0] in ("self", "cls") for name in entered) and not _project_bases(view, openings):
             # a method of the object: of this file (which shows no region), or of a base class outside the project
             entered = {name for name in entered if name.split(".", 1)[0] not in ("self", "cls")}
-        if not entered or not _imports_a_region_module(view, summary):
+        if not entered or not _imports_a_region_module(view, openings):
             return False
-        imported = _imported_factory(view, summary, entered)
+        imported = _imported_factory(view, openings, entered)
         if imported is not None:
             return imported  # answered from the modules the names come from, without this file's record
     record = view.record(view.path)
@@ -163,52 +162,91 @@ def opens_through_project(view) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class Openings:
+    """What `opens_through_project` reads of the file's own tree, as plain data (so that it can be found where the
+    index parses the file, and sent to another process): the names a `with` may enter a call of (`_entered_names`),
+    the dotted names of the classes' bases (`object` left out), for the first part of each of these names what
+    imports bind it to and whether it is a builtin the file never binds (`_outside`), and the import statements
+    ((module, level, ((name, as name), ...)); module None for `import x`)."""
+
+    entered: frozenset[str]
+    bases: tuple[str, ...]
+    heads: dict[str, tuple[tuple[str, ...], bool]]
+    imports: tuple[tuple[str | None, int, tuple[tuple[str, str | None], ...]], ...]
+
+    @classmethod
+    def of(cls, summary) -> Openings | None:
+        """The file's openings, from its summary's tree (parsed now if not yet); None when it does not parse."""
+        import builtins
+
+        from amplint.index.summary import dotted
+
+        try:
+            summary.parse_tree()
+        except Exception:  # noqa: BLE001 - unparsable: the engine reports it
+            return None
+        entered = _entered_names(summary)
+        bases = tuple(name for node in ast.walk(summary.tree) if type(node) is ast.ClassDef
+                      for name in map(dotted, node.bases) if name is not None and name != "object")
+        heads = {}
+        for name in (*entered, *bases):
+            head = name.split(".", 1)[0]
+            if head not in heads:
+                heads[head] = (tuple(summary.qualified_imports.get(head) or ()), hasattr(builtins, head)
+                               and head not in summary.bound and head not in summary.module_bound)
+        imports = tuple((None if type(node) is ast.Import else node.module or "",
+                         0 if type(node) is ast.Import else node.level,
+                         tuple((alias.name, alias.asname) for alias in node.names)) for node in summary.import_nodes)
+        return cls(frozenset(entered), bases, heads, imports)
+
+
+opens_through_project.file_parts = (Openings.of,)  # what it reads of the file's tree (`ModuleView.file_part`)
+
+
 _NO_FACTORIES = frozenset({TORCH, "contextlib", "functools"})
 
 
-def _outside(view, summary, name: str) -> bool:
+def _outside(view, openings: Openings, name: str) -> bool:
     """Is the dotted name surely not a function of the project: a builtin, or read through an absolute import of
     a module the project does not hold (`torch.no_grad`, `warnings.catch_warnings`)?"""
-    import builtins
-
     head = name.split(".", 1)[0]
     if head in ("self", "cls"):
         return False
-    imported = summary.qualified_imports.get(head)
+    imported, builtin = openings.heads[head]
     if imported:  # torch's own API, contextlib's, functools': never a region the project makes (as the facts layer)
         return all(qualified.split(".", 1)[0] in _NO_FACTORIES or view.outside(qualified) for qualified in imported)
-    return hasattr(builtins, head) and head not in summary.bound and head not in summary.module_bound
+    return builtin
 
 
-def _imports_a_region_module(view, summary) -> bool:
+def _imports_a_region_module(view, openings: Openings) -> bool:
     """Does the file import a module of the project whose text names `autocast` (a function making a region names
     it, or an alias of it, where it is defined)? Asked before the file's record is built."""
-    for node in summary.import_nodes:
-        if type(node) is ast.Import:
-            names = [alias.name for alias in node.names]
+    for module, level, aliases in openings.imports:
+        if module is None:
+            names = [name for name, _ in aliases]
         else:
-            base = view.project.absolute(view.path, node.module or "", node.level) if node.level else node.module
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names] if base else \
-                [alias.name for alias in node.names]
+            base = view.project.absolute(view.path, module, level) if level else module
+            names = [base] + [f"{base}.{name}" for name, _ in aliases] if base else [name for name, _ in aliases]
         for name in names:
             path = view._find(name, view.path) if name else None
             if path is not None and path != view.path and AUTOCAST in (view.text(path) or ""):
                 return True
-        if type(node) is ast.ImportFrom and base and _reexports_a_region_module(view, base, node.names):
+        if module is not None and base and _reexports_a_region_module(view, base, aliases):
             return True
     return False
 
 
 def _reexports_a_region_module(view, base: str, aliases) -> bool:
-    """Does the module `base` re-export one of the imported names from a module of the project whose text names
-    `autocast` (`from .helpers import make_ctx` in a package's `__init__`: one re-export followed, as
-    `_imported_factory` follows it)?"""
+    """Does the module `base` re-export one of the imported names (`aliases`: (name, as name) each) from a module of
+    the project whose text names `autocast` (`from .helpers import make_ctx` in a package's `__init__`: one
+    re-export followed, as `_imported_factory` follows it)?"""
     path = view._find(base, view.path)
     record = view.record(path) if path is not None and path != view.path else None
     if record is None:
         return False
-    for alias in aliases:
-        again = record.imports.get(alias.name)
+    for name, _ in aliases:
+        again = record.imports.get(name)
         if again is None or again[1] is None:
             continue
         module = view.project.absolute(path, again[0], again[2]) if again[2] else again[0]
@@ -218,18 +256,17 @@ def _reexports_a_region_module(view, base: str, aliases) -> bool:
     return False
 
 
-def _imported_factory(view, summary, entered: set[str]) -> bool | None:
+def _imported_factory(view, openings: Openings, entered: set[str]) -> bool | None:
     """For entered names all read through imports (no `self.` method): does one name a function making a region in
     the module it comes from (followed through one re-export)? None when a name is not read so: the file's record
     answers."""
     bound: dict[str, tuple[str, str | None, int]] = {}
-    for node in summary.import_nodes:
-        for alias in node.names:
-            if type(node) is ast.Import:
-                bound[alias.asname or alias.name.split(".")[0]] = (alias.name if alias.asname else
-                                                                   alias.name.split(".")[0], None, 0)
-            elif alias.name != "*":
-                bound[alias.asname or alias.name] = (node.module or "", alias.name, node.level)
+    for module, level, aliases in openings.imports:
+        for name, asname in aliases:
+            if module is None:
+                bound[asname or name.split(".")[0]] = (name if asname else name.split(".")[0], None, 0)
+            elif name != "*":
+                bound[asname or name] = (module, name, level)
     for name in entered:
         head, *rest = name.split(".")
         if head not in bound:
@@ -259,18 +296,10 @@ def _imported_factory(view, summary, entered: set[str]) -> bool | None:
     return False
 
 
-def _project_bases(view, summary) -> bool:
+def _project_bases(view, openings: Openings) -> bool:
     """Does a class of the file derive from a class that may be the project's (not read through an absolute import
     of a module outside the project, such as `nn.Module` or `unittest.TestCase`)?"""
-    from amplint.index.summary import dotted
-
-    for node in ast.walk(summary.tree):
-        if type(node) is ast.ClassDef:
-            for base in node.bases:
-                name = dotted(base)
-                if name is not None and name != "object" and not _outside(view, summary, name):
-                    return True
-    return False
+    return any(not _outside(view, openings, name) for name in openings.bases)
 
 
 def _entered_names(summary) -> set[str]:
