@@ -23,7 +23,6 @@ import ast
 import contextlib
 import functools
 import hashlib
-import importlib
 import io
 import json
 import sys

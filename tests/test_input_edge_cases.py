@@ -240,7 +240,6 @@ def test_a_fix_that_reads_a_binding_another_fix_removes_is_dropped_naming_both()
 def test_the_scope_check_guards_safe_fixes(monkeypatch):
     """A safe fix whose edit removes a binding the program still reads is refused, whatever the rule built."""
     from amplint import fixer
-    from amplint.diagnostics import Edit, Location
 
     text = "def f(loader):\n    n = 1\n    for x in loader:\n        pass\n    return n\n"
     assert fixer.unbound_names(text) == set()
