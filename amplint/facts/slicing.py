@@ -16,6 +16,8 @@ statement is kept: imports, assignments, module-level code, class headers and cl
 - holds `x.step()`, `x.update()`, `x.zero_grad()` or `x.param_groups` on a name that kept code names
   (`WEAK_WORDS`: whether `x` is an optimizer or a scaler is read from every use of it in the module);
 - runs a backward when no code kept anyway does (whether the module runs one at all is read once);
+- is a method of a class in Lightning's manual optimization (its methods name `manual_backward` and
+  `automatic_optimization`): AMP001 reads every method of such a class;
 - is called by kept code (`f()`, `self.f()`: the same-module calls the facts layer follows);
 - names a function kept for its words (it may call it: the facts layer asks whether such a function's callers
   call it in a loop; the callers that matter for regions, down from a function that opens one, are kept as
@@ -296,6 +298,7 @@ class _Slicer:
         for function in functions:
             function.kept = self.has_word(function.first, function.last)
         self._keep_a_backward(functions)
+        self._keep_manual_optimization(functions)
         if all(function.kept for function in functions):
             return None
         torch_untied = {"torch"} if not _TORCH_REBOUND.search(text) else set()
@@ -374,6 +377,24 @@ class _Slicer:
             return
         for function in functions:
             if _BACKWARD.search(text, function.start, function.end):
+                function.kept = True
+
+    def _keep_manual_optimization(self, functions: list[_Function]) -> None:
+        """A class in Lightning's manual optimization (its methods name both `manual_backward` and
+        `automatic_optimization`) keeps every method: AMP001 reads the switch in any of them and follows every
+        method's calls to an fp32 island (amplint/facts/frameworks.py)."""
+        text = self.text
+        if vocab.MANUAL_BACKWARD not in text or vocab.LIGHTNING_MANUAL_SWITCH not in text:
+            return
+        words: dict[str, set[str]] = {}
+        for function in functions:
+            if function.owner is not None:
+                body = text[function.start:function.end]
+                words.setdefault(function.owner, set()).update(
+                    word for word in (vocab.MANUAL_BACKWARD, vocab.LIGHTNING_MANUAL_SWITCH) if word in body)
+        manual = {owner for owner, found in words.items() if len(found) == 2}
+        for function in functions:
+            if function.owner in manual:
                 function.kept = True
 
     def _names(self, function: _Function) -> set[str]:
