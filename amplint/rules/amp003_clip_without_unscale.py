@@ -8,15 +8,10 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
-from amplint.facts import Event, ModuleFacts
-from amplint.facts.model import Call
-from amplint.facts.module import loops_within, may_follow
-from amplint.facts.clips import base_stores_clip, clamps, first_measured, iterates_parameters, clips_stored_elsewhere, \
-    scaled_backward_around, scaled_backward_elsewhere
-from amplint.facts import frameworks
-from amplint.facts.reach import HELPER_DEPTH, CallReach, clips_then_steps
-from amplint.facts.timeline import FunctionEvents
-from amplint.facts.unscaling import ClipQueries, tied_optimizer, unread_call_of_the_scalers_module
+from amplint.facts import Event, ModuleFacts, frameworks
+from amplint.facts.clips import base_stores_clip
+from amplint.facts.scaled_clips import ClipBeforeStep, ClipThroughCall, ScaledClip, ScaledClips, reads_gradients, \
+    unscale_site
 from amplint.diagnostics import Applicability
 from amplint.rules.across import reaches_from_module
 from amplint.index.summary import Summary
@@ -150,169 +145,46 @@ class ClipWithoutUnscale(Rule):
                        & (AskProject(reaches_from_module, (Effect.CLIP,)) | AskProject(base_stores_clip)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        index = ClipQueries(facts)
-        for clip in [*facts.events, *(Event(Effect.CLIP, call) for call in clips_stored_elsewhere(facts))]:
-            if clip.kind != Effect.CLIP:
-                continue
-            events = index.function(clip.frame.function())
-            backward = events.last_scaled_backward(clip.index)
-            if backward is None:
-                local = self._clip_before_step(facts, index, clip)
-                if local is not None:
-                    yield local
-                continue
-            scaler = backward.scaler
-            if index.scaler_disabled(scaler) or index.unscale_taken(scaler):
-                continue  # GradScaler(enabled=False) scales nothing; an `unscale_` run under another name
-            step = events.first_after(Effect.SCALER_STEP, scaler, clip.index)
-            if step is None:
-                continue
-            candidates = events.stepped_after(clip, scaler)
-            tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
-            # The unscale_ that counts: of the tied optimizer; when none is tied, of any optimizer stepped after
-            # the clip (an undetermined tie stays silent rather than guess). None in `counted`: an unscale_ of
-            # any optimizer counts.
-            counted = ({tied, None} if tied is not None else set(candidates) | {None}) if candidates else None
-            if events.unscale_between(scaler, counted, backward.index, clip.index) is not None \
-                    or index.may_unscale_through_calls(scaler, clip.frame.function(), backward.index, clip.index):
-                continue
-            late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
-            clipped = snippet(facts, clip.node.func, 32)
-            if late_unscale is not None:
-                message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}`: the `unscale_` at line "
-                           f"{facts.line_of(late_unscale.node)} comes later")
-                fix = self._move_unscale(facts, clip, late_unscale, step, index)
-                advice = "Unscale before clipping"
-            else:
-                message = f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (no `unscale_` before it)"
-                if tied is not None:
-                    advice = f"Call `{scaler}.unscale_({tied})` before the clip"
-                elif len(candidates) > 1:
-                    advice = (f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters "
-                              f"(one of {', '.join(f'`{c}`' for c in candidates)})")
-                else:
-                    advice = f"Call `{scaler}.unscale_(...)` before the clip, for the optimizer of these parameters"
-                tied_step = events.first_after(Effect.SCALER_STEP, scaler, clip.index, tied)
-                fix = None
-                if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index) \
-                        and not index.may_unscale_through_calls(scaler, clip.frame.function(),
-                                                                events.last_update_before(scaler, clip.index),
-                                                                clip.index):
-                    fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
-                    unseen = unread_call_of_the_scalers_module(facts, index, scaler, clip.frame.function(),
-                                                                events.last_update_before(scaler, clip.index),
-                                                                clip.index)
-                    if fix is not None and unseen is not None:
-                        # `from state import scaler, unscale_model`: code of a module the analysis cannot read,
-                        # which holds the scaler, may unscale it; a second `unscale_` would raise
-                        fix = FixPlan(f"{fix.message} (`{unseen}(...)` runs first, unread)", fix.rewrite,
-                                      Applicability.UNSAFE)
-            yield Finding(clip.node, message, fix, help=None if fix else advice)
-        yield from self._through_calls(facts, index)
-        yield from self._clamping_hooks(facts, index)
-        yield from self._framework_contracts(facts)
-
-    def _framework_contracts(self, facts: ModuleFacts) -> Iterator[Finding]:
-        """Clips where a framework's gradients are still scaled, or unscaled twice (amplint/facts/frameworks.py)."""
-        for found in frameworks.framework_clips(facts):
-            clipped, shown = snippet(facts, found.call.node.func, 40), found.shown.where
-            if found.kind == frameworks.LIGHTNING_HOOK:
-                message = f"`{clipped}(...)` in `{found.method}` clips gradients Lightning has not unscaled yet"
-                advice = (f"Lightning unscales after `{found.method}` (16-mixed: {shown}): clip in "
-                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or with `Trainer(gradient_clip_val=...)`")
-            elif found.kind == frameworks.LIGHTNING_MANUAL:
-                message = f"`{clipped}(...)` after `self.{found.method}(...)` clips gradients Lightning has not unscaled"
-                advice = (f"In manual optimization Lightning unscales inside `opt.step()` (16-mixed: {shown}): clip "
-                          f"in `{vocab.LIGHTNING_UNSCALED_HOOK}`, which runs after the unscale")
-            elif found.kind == frameworks.ACCELERATE_BACKWARD:
-                message = f"`{clipped}(...)` clips gradients still scaled by `{found.method}.backward(...)` (fp16)"
-                advice = (f"Accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
-                          f"`{found.method}.{vocab.CLIP_GRAD_NORM_}(...)`, which unscales first")
-            elif found.kind == frameworks.HF_UNSCALE:
-                message = f"`{clipped}(...)` in `{found.method}` unscales; the Trainer unscales again after it"
-                advice = (f"The Trainer unscales and clips after `{found.method}` returns (fp16: {shown}), and a "
-                          f"second `unscale_` raises: clip with `TrainingArguments(max_grad_norm=...)`")
-            else:
-                message = f"`{clipped}(...)` in `{found.method}` clips gradients the Trainer has not unscaled yet"
-                advice = (f"The Trainer unscales only after `{found.method}` returns (fp16: {shown}): clip with "
-                          f"`TrainingArguments(max_grad_norm=...)`")
-            yield Finding(found.call.node, message, help=advice)
-
-    def _clamping_hooks(self, facts: ModuleFacts, index: ClipQueries) -> Iterator[Finding]:
-        """Gradient hooks that clip (`p.register_hook(lambda g: g.clamp(-c, c))` on each of `model.parameters()`)
-        in a module whose backward is scaled: a hook runs during the backward, on gradients scaled by the loss
-        scale, before any `unscale_` can run."""
-        if any(e.kind == Effect.BACKWARD and e.scaled and e.scaler and index.scaler_disabled(e.scaler)
-               for e in facts.events):
-            return  # a scaler built with `enabled=False` here: its `scale()` multiplies nothing
-        for call in facts.calls:
-            if call.method != vocab.REGISTER_HOOK or len(call.node.args) != 1 or call.receiver is None:
-                continue
-            hook = call.node.args[0].value
-            if not isinstance(hook, cst.Lambda) or not clamps(facts, hook.body):
-                continue
-            if not iterates_parameters(call.receiver, call.frame):
-                continue
-            info = facts.function_info(call.frame)
-            where = scaled_backward_around(facts, info.qualname if info else None, HELPER_DEPTH)
-            if where is None:
-                continue
+        clips = ScaledClips(facts)
+        for found in clips.in_functions():
+            yield self._after_backward(facts, clips, found) if isinstance(found, ScaledClip) \
+                else self._before_step(facts, found)
+        for found in clips.through_calls():
+            yield self._through_call(facts, found)
+        for call, where in clips.clamping_hooks():
             hooked = snippet(facts, call.node.func, 32)
             message = _bounded(f"`{hooked}(...)` clamps gradients still scaled by the loss scale", where,
                                "scaled backward:")
             yield Finding(call.node, message, help=f"A gradient hook runs during the scaled backward ({where}), "
                                                    f"before any `unscale_`: clip after `scaler.unscale_(optimizer)`")
+        yield from self._framework_contracts(facts)
 
-    def _clip_before_step(self, facts: ModuleFacts, index: ClipQueries, clip: Event) -> Finding | None:
-        """A clip followed in its function by `scaler.step(optimizer)` with no `unscale_` before it, the scaled
-        backward having run elsewhere (another method, a caller, another module): `scaler.step` unscales only
-        after the clip, so the clip saw scaled gradients wherever the backward ran. Reported when no backward and
-        no `unscale_` comes before the clip in its function (itself or through its calls), none of its callers
-        (three calls up) reaches an `unscale_`, no method of its class unscales, and the scaler is known to scale
-        a backward: built here from a GradScaler, or a caller or a method of the class runs a scaled backward."""
-        function = clip.frame.function()
-        if function is None:
-            return None
-        own = facts.events_in(function)
-        if any(e.kind == Effect.BACKWARD and e.index < clip.index for e in own):
-            return None
-        step = None
-        for event in own:
-            if event.index <= clip.index:
-                continue
-            if event.kind == Effect.BACKWARD or event.kind == Effect.SCALER_UPDATE:
-                return None
-            if event.kind == Effect.SCALER_STEP:
-                step = event
-                break
-        if step is None or step.scaler is None or index.scaler_disabled(step.scaler) \
-                or index.unscale_taken(step.scaler):
-            return None
-        scaler = step.scaler
-        if any(e.kind == Effect.UNSCALE and e.index < clip.index for e in own):
-            return None
-        helpers = index.helpers
-        for call in helpers.calls_in(function):
-            if call.index >= clip.index or helpers.is_event(call):
-                continue
-            does = helpers.does(call)
-            if does and (Effect.UNSCALE in does or Effect.BACKWARD in does):
-                return None
-        if index.may_unscale_through_calls(scaler, function, -1, clip.index):
-            return None
-        info = facts.function_info(clip.frame)
-        if info is None:
-            return None
-        evidence = scaled_backward_elsewhere(facts, info.qualname, HELPER_DEPTH)
-        if evidence is None:
-            return None
-        where = evidence if isinstance(evidence, str) else None
-        if not where and not any(facts.is_scaler_construction(b.value) for b in facts.bindings(scaler, clip.frame)
-                                 if b.value is not None):
-            return None
-        events = index.function(function)
-        candidates = events.stepped_after(clip, scaler)
-        tied = tied_optimizer(facts, clip, candidates, events, scaler, index)
+    def _after_backward(self, facts: ModuleFacts, clips: ScaledClips, found: ScaledClip) -> Finding:
+        """A clip after the scaled backward of its function: the `unscale_` moved before it, or inserted."""
+        clip, scaler, tied, candidates = found.clip, found.scaler, found.tied, found.candidates
+        clipped = snippet(facts, clip.node.func, 32)
+        if found.late_unscale is not None:
+            message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}`: the `unscale_` at line "
+                       f"{facts.line_of(found.late_unscale.node)} comes later")
+            fix = self._move_unscale(facts, clips, clip, found.late_unscale)
+            return Finding(clip.node, message, fix, help=None if fix else "Unscale before clipping")
+        message = f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (no `unscale_` before it)"
+        advice = f"Call `{scaler}.unscale_({tied or '...'})` before the clip"
+        if tied is None:  # an undetermined tie: the optimizers it may be
+            advice += ", for the optimizer of these parameters" + (
+                f" (one of {', '.join(f'`{c}`' for c in candidates)})" if len(candidates) > 1 else "")
+        fix = None
+        if found.insert_step is not None:
+            fix = self._insert_unscale(facts, clip, found.insert_step, scaler, tied)
+            if fix is not None and found.unseen is not None:  # it may unscale: a second `unscale_` would raise
+                fix = FixPlan(f"{fix.message} (`{found.unseen}(...)` runs first, unread)", fix.rewrite,
+                              Applicability.UNSAFE)
+        return Finding(clip.node, message, fix, help=None if fix else advice)
+
+    def _before_step(self, facts: ModuleFacts, found: ClipBeforeStep) -> Finding:
+        """A clip before the scaler's step, its scaled backward elsewhere: an inserted `unscale_` is unsafe (one run
+        out of sight before the function is called would make it raise)."""
+        clip, scaler, where, tied = found.clip, found.scaler, found.where, found.tied
         clipped = snippet(facts, clip.node.func, 32)
         message = (f"`{clipped}(...)` clips gradients still scaled by `{scaler}` (`{scaler}.step` follows, "
                    f"no `unscale_`)")
@@ -320,92 +192,60 @@ class ClipWithoutUnscale(Rule):
             message = _bounded(f"`{clipped}(...)` clips gradients still scaled by `{scaler}`", where,
                                "scaled backward:")
         fix = None
-        if tied is not None:
-            tied_step = events.first_after(Effect.SCALER_STEP, scaler, clip.index, tied)
-            if tied_step is not None:
-                fix = self._insert_unscale(facts, clip, tied_step, scaler, tied)
-                if fix is not None:
-                    # an `unscale_` run elsewhere before this function is called (out of sight) would make a
-                    # second one raise
-                    title = f"{fix.message} (scaled backward: {where})" if where else fix.message
-                    fix = FixPlan(title, fix.rewrite, Applicability.UNSAFE)
+        if found.tied_step is not None:
+            fix = self._insert_unscale(facts, clip, found.tied_step, scaler, tied)
+            if fix is not None:
+                title = f"{fix.message} (scaled backward: {where})" if where else fix.message
+                fix = FixPlan(title, fix.rewrite, Applicability.UNSAFE)
         advice = f"Call `{scaler}.unscale_({tied or '...'})` before the clip" + (
             f" (scaled backward: {where})" if where else "")
         return Finding(clip.node, message, fix, help=None if fix else advice)
 
-    def _through_calls(self, facts: ModuleFacts, index: ClipQueries) -> Iterator[Finding]:
-        """Clips reached through a call: a helper (of this module or, with the project index, of another) called
-        after the scaled backward, that clips and then either returns before this function's `scaler.step` or
-        steps the scaler itself. Reported at the call."""
-        helpers = None
-        functions = {id(e.frame.function()): e.frame.function() for e in facts.events
-                     if e.kind == Effect.BACKWARD and e.scaled}
-        for function in functions.values():
-            helpers = helpers or index.helpers
-            events = index.function(function)
-            for call in helpers.calls_in(function):
-                finding = self._through_call(facts, index, events, helpers, call)
-                if finding is not None:
-                    yield finding
-
-    def _through_call(self, facts: ModuleFacts, index: ClipQueries, events: FunctionEvents, helpers: CallReach,
-                      call: Call) -> Finding | None:
-        if call.dotted is None or helpers.is_event(call):
-            return None
-        backward = events.last_scaled_backward(call.index)
-        if backward is None or call.statement is backward.call.statement \
-                or not may_follow(facts, backward.frame, call.frame):
-            return None
-        scaler = backward.scaler
-        if index.scaler_disabled(scaler) or index.unscale_taken(scaler) \
-                or events.unscale_between(scaler, None, backward.index, call.index) \
-                or index.may_unscale_through_calls(scaler, call.frame.function(), backward.index, call.index) \
-                or events.first_after(Effect.SCALER_UPDATE, scaler, backward.index) is not None \
-                and events.first_after(Effect.SCALER_UPDATE, scaler, backward.index).index < call.index:
-            return None
-        does = helpers.does(call)
-        if not does or Effect.CLIP not in does or any(fact in does for fact in _HELPER_SILENCERS):
-            return None
+    def _through_call(self, facts: ModuleFacts, found: ClipThroughCall) -> Finding:
+        """A helper's clip, reported at its call."""
+        call, scaler, where, tied = found.clip.call, found.scaler, found.where, found.tied
         callee = snippet(facts, call.node.func, 32)
-        where = does[Effect.CLIP].where()
-        if clips_then_steps(does):
+        if found.steps:
             message = _bounded(f"`{callee}(...)` clips and steps gradients still scaled by `{scaler}`", where, "in")
-            return Finding(call.node, message, help=f"Unscale before the clip in {where}: "
-                                                     f"`scaler.unscale_(optimizer)`")
-        step = events.first_after(Effect.SCALER_STEP, scaler, call.index)
-        if Effect.SCALER_STEP in does or Effect.SCALER_UPDATE in does or step is None \
-                or not may_follow(facts, call.frame, step.frame):
-            return None
+            return Finding(call.node, message, help=f"Unscale before the clip in {where}: `scaler.unscale_(optimizer)`")
         message = _bounded(f"`{callee}(...)` clips gradients still scaled by `{scaler}`", where)
-        placed = Event(Effect.CLIP, call)
-        candidates = events.stepped_after(placed, scaler)
-        tied = candidates[0] if len(candidates) == 1 and events.optimizers(scaler) <= set(candidates) else None
         fix = None
-        if tied is not None:
-            tied_step = events.first_after(Effect.SCALER_STEP, scaler, call.index, tied)
-            function = call.frame.function()
-            if tied_step is not None and not events.unscaled_before(scaler, tied, call.index) \
-                    and events.unscale_between(scaler, None, call.index, tied_step.index) is None \
-                    and not index.may_unscale_through_calls(scaler, function,
-                                                            events.last_update_before(scaler, call.index),
-                                                            call.index, skip=call) \
-                    and not index.may_unscale_through_calls(scaler, function, call.index, tied_step.index):
-                fix = self._insert_unscale(facts, placed, tied_step, scaler, tied, before=f"`{callee}(...)`")
+        if found.insert_step is not None:
+            fix = self._insert_unscale(facts, found.clip, found.insert_step, scaler, tied,
+                                       before=f"`{callee}(...)`")
         advice = f"Call `{scaler}.unscale_({tied or '...'})` before `{callee}(...)` (the clip: {where})"
         return Finding(call.node, message, fix, help=None if fix else advice)
 
-    @staticmethod
-    def _step_follows_every_clip(clip: Event, step: Event) -> bool:
-        """Does the step run each time the clip does: not under a test the clip is outside of, and not outside a
-        loop (micro-batches) that repeats the clip? A second `unscale_` before `update()` raises."""
-        return clip.frame.is_within(step.frame) and loops_within(step.frame, clip.frame)
+    def _framework_contracts(self, facts: ModuleFacts) -> Iterator[Finding]:
+        """Clips where a framework's gradients are still scaled, or unscaled twice (amplint/facts/frameworks.py)."""
+        for found in frameworks.framework_clips(facts):
+            clipped, shown, method = snippet(facts, found.call.node.func, 40), found.shown.where, found.method
+            if found.kind == frameworks.LIGHTNING_HOOK:
+                message = f"`{clipped}(...)` in `{method}` clips gradients Lightning has not unscaled yet"
+                advice = (f"Lightning unscales after `{method}` (16-mixed: {shown}): clip in "
+                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or with `Trainer(gradient_clip_val=...)`")
+            elif found.kind == frameworks.LIGHTNING_MANUAL:
+                message = f"`{clipped}(...)` after `self.{method}(...)` clips gradients Lightning has not unscaled"
+                advice = (f"In manual optimization Lightning unscales inside `opt.step()` (16-mixed: {shown}): clip "
+                          f"in `{vocab.LIGHTNING_UNSCALED_HOOK}`, which runs after the unscale")
+            elif found.kind == frameworks.ACCELERATE_BACKWARD:
+                message = f"`{clipped}(...)` clips gradients still scaled by `{method}.backward(...)` (fp16)"
+                advice = (f"Accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
+                          f"`{method}.{vocab.CLIP_GRAD_NORM_}(...)`, which unscales first")
+            elif found.kind == frameworks.HF_UNSCALE:
+                message = f"`{clipped}(...)` in `{method}` unscales; the Trainer unscales again after it"
+                advice = (f"The Trainer unscales and clips after `{method}` returns (fp16: {shown}), and a "
+                          f"second `unscale_` raises: clip with `TrainingArguments(max_grad_norm=...)`")
+            else:
+                message = f"`{clipped}(...)` in `{method}` clips gradients the Trainer has not unscaled yet"
+                advice = (f"The Trainer unscales only after `{method}` returns (fp16: {shown}): clip with "
+                          f"`TrainingArguments(max_grad_norm=...)`")
+            yield Finding(found.call.node, message, help=advice)
 
     def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str,
                         before: str = "the clip") -> FixPlan | None:
-        statement = first_measured(facts, clip.call)  # a split clip's norm: unscale before it is computed
-        if statement is None or not self._step_follows_every_clip(clip, step):
-            return None
-        if not isinstance(statement, cst.SimpleStatementLine) and not isinstance(statement, cst.BaseCompoundStatement):
+        statement = unscale_site(facts, clip, step)
+        if statement is None:
             return None
 
         def rebuild():
@@ -416,16 +256,24 @@ class ClipWithoutUnscale(Rule):
 
         return FixPlan(f"Insert `{scaler}.unscale_({optimizer})` before {before}", rebuild)
 
-    def _move_unscale(self, facts, clip: Event, unscale: Event, step: Event, index: ClipQueries) -> FixPlan | None:
-        clip_statement, unscale_statement = clip.call.statement, unscale.call.statement
-        if not isinstance(unscale_statement, cst.SimpleStatementLine) or len(unscale_statement.body) != 1:
+    def _move_unscale(self, facts, clips: ScaledClips, clip: Event, unscale: Event) -> FixPlan | None:
+        """Move the `unscale_` before the clip: no fix when the move is wrong (`ScaledClips.unscale_move`) or
+        rebinds what the `unscale_` names; safe when each statement moved over is of the update phase (AMP001's
+        allow-list) and reads no gradient (an EMA or a gradient log may read them: unsafe)."""
+        move = clips.unscale_move(clip, unscale)
+        if move is None:
             return None
-        if clip.call.statements[:-1] != unscale.call.statements[:-1] or clip.frame is not unscale.frame \
-                or first_measured(facts, clip.call) is not clip_statement:
-            return None
-        applicability = _move_applicability(facts, clip, unscale, index)
-        if applicability is None:
-            return None
+        bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
+        keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
+        for statement in [*move.between, move.clip_statement]:
+            changes = Changes.of(statement, facts.imports.bindings)
+            if changes.bound & bases or any(key == stored or key.startswith(stored + ".")
+                                            for key in keys for stored in changes.stored):
+                return None
+        phase = UpdatePhase(facts)
+        applicability = Applicability.SAFE if all(phase.statement(statement) and not reads_gradients(
+            facts, statement, clip.frame) for statement in move.between) else Applicability.UNSAFE
+        clip_statement, unscale_statement = move.clip_statement, move.unscale_statement
 
         def rebuild():
             from amplint.rules.rewrite import MOVED, split_blank_lines  # libcst's code generator, when a fix is built
@@ -442,92 +290,6 @@ class ClipWithoutUnscale(Rule):
         return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild, applicability)
 
 
-# Events that must keep their order against an `unscale_`: gradients added, zeroed or consumed, the scaler's
-# record of what it unscaled. A clip is not among them: a clip between the two sees scaled gradients too, and
-# unscaling first is its fix as well.
-REORDERED_EVENTS = frozenset({Effect.BACKWARD, Effect.OPTIMIZER_STEP, Effect.SCALER_STEP,
-                              Effect.SCALER_UPDATE, Effect.UNSCALE, Effect.SCALER_SCALE})
-
-
-def _move_applicability(facts: ModuleFacts, clip: Event, unscale: Event, index: ClipQueries) -> Applicability | None:
-    """How safe moving `unscale_` from after the clip to just before it is, or None when the move is wrong.
-
-    The move changes the order of the `unscale_` against the clip and every statement between them: those now
-    see unscaled gradients. No fix when one of them backpropagates, steps, updates, unscales, scales or zeroes
-    gradients (the order matters to the result: a second scaled backward would add scaled gradients to unscaled
-    ones), or rebinds what the `unscale_` names. Safe only when every statement between them is of the update
-    phase (`UpdatePhase`, the allow-list AMP001/AMP002 move by: nothing of a forward pass) and reads no gradient
-    (no `.grad`, no name bound to one): printing the loss, counting steps, another clip. Anything else may compute
-    something from the gradients (an EMA, a gradient log): unsafe."""
-    block, start = index.block_around(clip.call.statements)
-    if block is None:
-        return None
-    end = index.position_in(block, unscale.call.statement)
-    if end is None or start >= end:
-        return None
-    between = list(block[start + 1:end])
-    if any(event is not unscale and event.kind in REORDERED_EVENTS for statement in [*between, clip.call.statement]
-           for event in index.events_within(statement)):
-        return None
-    touched = [*between, clip.call.statement]
-    if any(_calls_method(statement, vocab.ZERO_GRAD) for statement in touched):
-        return None
-    bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
-    keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
-    for statement in touched:
-        changes = Changes.of(statement, facts.imports.bindings)
-        if changes.bound & bases or any(key == stored or key.startswith(stored + ".")
-                                        for key in keys for stored in changes.stored):
-            return None
-    phase = UpdatePhase(facts)
-    if all(phase.statement(statement) and not _reads_gradients(facts, statement, clip.frame) for statement in between):
-        return Applicability.SAFE
-    return Applicability.UNSAFE
-
-
-def _calls_method(statement: cst.CSTNode, method: str) -> bool:
-    found = []
-
-    class Calls(cst.CSTVisitor):
-        def visit_Call(self, call: cst.Call) -> None:
-            if isinstance(call.func, cst.Attribute) and call.func.attr.value == method:
-                found.append(call)
-
-    statement.visit(Calls())
-    return bool(found)
-
-
-def _reads_gradients(facts: ModuleFacts, statement: cst.CSTNode, frame) -> bool:
-    """Does the statement read a tensor's `.grad` (whose values the move divides by the scale): directly, or
-    through a name this function binds to an expression that reads one (`grads = [p.grad for p in params]`;
-    `unscale_` divides those tensors in place)?"""
-    grads, names = _grad_attributes(statement), set()
-
-    class Names(cst.CSTVisitor):
-        def visit_Name(self, name: cst.Name) -> None:
-            names.add(name.value)
-
-    statement.visit(Names())
-    return grads or any(_grad_attributes(bound.value) for name in names for bound in facts.bindings(name, frame)
-                        if bound.value is not None)
-
-
-def _grad_attributes(node: cst.CSTNode) -> bool:
-    found = []
-
-    class Grads(cst.CSTVisitor):
-        def visit_Attribute(self, attribute: cst.Attribute) -> None:
-            if attribute.attr.value == vocab.GRAD:
-                found.append(attribute)
-
-    node.visit(Grads())
-    return bool(found)
-
-
-# What a helper must not do for its clip to be reported at the call: a backward of its own (the gradients it
-# clips may be its own), an `unscale_` anywhere (it may unscale first: an `unscale_` in any callee counts), a
-# plain `optimizer.step()` (not the scaler's recipe: other rules' concern).
-_HELPER_SILENCERS = (Effect.UNSCALE, Effect.BACKWARD, Effect.STEP)
 MAX_MESSAGE = 120
 
 
