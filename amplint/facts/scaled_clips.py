@@ -134,7 +134,7 @@ class ScaledClips:
             return None
         late_unscale = events.unscale_between(scaler, counted, clip.index, step.index)
         insert_step = unseen = None
-        if late_unscale is None:
+        if late_unscale is None and tied is not None:  # `unscale_(...)` needs the optimizer named: none is no fix
             tied_step = events.first_after(Effect.SCALER_STEP, scaler, clip.index, tied)
             since = events.last_update_before(scaler, clip.index)
             if tied_step is not None and not events.unscaled_before(scaler, tied, clip.index) \
