@@ -336,7 +336,7 @@ def test_a_text_alone_building_its_own_wrapper_in_a_loop_is_screened_in():
     from amplint.index.functions import index_text
     from amplint.index.project import STANDALONE, ProjectIndex
     from amplint.index.summary import Summary
-    from amplint.rules.amp004_scaler_per_iteration import wrapper_built_in_loop
+    from amplint.facts.construction import wrapper_built_in_loop
 
     text = SCALING + "\n\n" + TRAIN_WITH.split("\n", 2)[2].format(name="NativeScaler")
     summary = Summary(text)

@@ -9,7 +9,6 @@ from typing import Iterator
 
 from amplint.facts import ModuleFacts
 from amplint.facts.model import Call, Region
-from amplint.facts.names import dotted_name
 from amplint.index.project import Target, calls_leaving
 from amplint.vocabulary import AUTOCAST, STEP, TORCH, Effect
 
@@ -347,51 +346,3 @@ def importing_callers(view, qualname: str) -> list:
             found.append((path, record))
     return found
 
-
-def stepping_callees(facts: ModuleFacts, key: str, function) -> list[Call] | None:
-    """The calls of `function`'s code that hand the local object `key` (a scaler) to a project function stepping
-    or updating a scaler (itself or a few calls deep, the index's `scaler_step`/`scaler_update`); None when the
-    object is handed anywhere else too (a call the index does not show stepping it, an assignment to another
-    name: it may be kept), or when none steps it."""
-    view = facts.project
-    info = facts.function_info(function) if function is not None else None
-    found = []
-    for call in facts.calls:
-        if call.frame.function() is not function or call.receiver == key:
-            continue
-        if not any(dotted_name(arg.value) == key for arg in call.node.args):
-            continue
-        target = view.resolve(info.qualname if info else None, call.dotted) if call.dotted else None
-        if target is None or view.reaches(target, (Effect.SCALER_STEP, Effect.SCALER_UPDATE)) is None:
-            return None
-        found.append(call)
-    if any(dotted_name(a.value) == key for a in facts.assignments_in(function)):
-        return None
-    return found or None
-
-
-def called_per_iteration(view, target) -> list | None:
-    """`ModuleView.called_per_iteration`, else a call in a loop of the view's own file or of a module importing it
-    (files the index did not take up front, read on demand): the chain of call sites through which `target` runs
-    once per iteration of a loop, or None."""
-    from amplint.index.project import CallerSite, Target
-
-    chain = view.called_per_iteration(target)
-    if chain:
-        return chain
-    last = target.qualname.rsplit(".", 1)[-1]
-    if target.module == view.path:
-        view.asked_importers.add(view.path)
-        paths = [view.path, *view.project.importers(view.path)]  # the modules importing it: read on demand
-    else:
-        paths = [view.path]
-    for path in paths:
-        record = view.record(path)
-        if record is None:
-            continue
-        sites = [(qualname, call) for qualname, summary in record.functions.items() for call in summary.calls]
-        for qualname, call in sites + [(None, call) for call in record.module_calls]:
-            if call.in_loop and call.callee.rsplit(".", 1)[-1] == last \
-                    and view.resolve(qualname, call.callee, path) == target:
-                return [CallerSite(Target(path, qualname or "<module>"), call)]
-    return None
