@@ -2,12 +2,16 @@
 calls `.eval()` or opens no_grad / inference_mode, runs no backward (itself, in nested code, or behind a call a
 few calls deep, of this module or, through the project index, another), or is called by a script that calls
 `.eval()`; and how a function's names are read (a scaler only built and called, never handed on; a scaled value
-read only as data that reaches no backward: sampled into integer token ids, printed, returned to nobody)."""
+read only as data that reaches no backward: sampled into integer token ids, printed, returned to nobody). From
+these: is a GradScaler built or used where no backward can run, and what shows it (`Evaluates`)? And the screen's
+questions about functions without backward, read from the file's `Summary`."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
+from enum import Enum, auto
 from functools import cached_property
 from typing import Iterator
 
@@ -18,13 +22,58 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts.model import Event, Frame, FrameKind
 from amplint.facts.module import ModuleFacts
+from amplint.index.summary import FUNCTIONS
 
+# A function's name is never evidence (what the code does is): the screen asks about functions by what they call.
+NO_NAME = re.compile(r"(?!)")  # in `in_function_without_backward`: no name counts, only what the function calls
+ANY_NAME = re.compile("")
 # Builtins that read a function's local names without naming them: a scaler they may hand on is not left alone.
 READS_EVERY_LOCAL = frozenset({"locals", "vars", "dir", vocab.EVAL, "exec"})  # `dir()`: the local names
 MAX_CALLEES = 4  # how many same-module calls deep a backward behind a call is looked for
 # Calls whose result is integer (indices, counts, booleans) whatever the loss scale of their input: a scaled value
 # read only on its way to one of them reaches no backward.
 INTEGER_RESULTS = vocab.INTEGER_OPS | {"multinomial"}
+
+
+def module_without_backward(summary) -> bool:
+    """The screen's question: no method call `.backward()`/`.manual_backward()` anywhere (from the text alone:
+    always True)."""
+    return summary.ask(True, lambda: not summary.functions_calling_backward())
+
+
+def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
+    """The screen's question: a call to one of the names in the body of a `def` that calls no method
+    `backward`/`manual_backward` and whose name `pattern` finds or that calls one of `calling`."""
+    def exact() -> bool:
+        with_backward = summary.functions_calling_backward()  # ids of functions (0: module level)
+        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
+        return any(type(function) in FUNCTIONS and id(function) not in with_backward
+                   and (pattern.search(function.name) or id(function) in calling_functions)
+                   for function, _ in summary.sites(names, on_scaler))
+
+    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
+                                                        or summary.written_call(calling)), exact)
+
+
+class How(Enum):
+    """What shows that code evaluates (see `Evaluates`)."""
+
+    UNDER = auto()  # it runs under a no_grad/inference_mode/set_grad_enabled(False): the `opener`
+    CALLS_EVAL = auto()  # its function calls `.eval()`
+    OPENS = auto()  # its function opens the `opener` somewhere in its code (a construction may come before it)
+    DATA = auto()  # its scaled value is read only as data that reaches no backward (`only_data`)
+    SCRIPT = auto()  # its function is called by a script that calls `.eval()` (`evaluation_script`)
+    NO_BACKWARD = auto()  # it is module-level code of a module that runs no backward
+
+
+@dataclass(frozen=True)
+class Evaluates:
+    """What shows that the code of a scaler event evaluates: `how`, in `function` (None: module-level code), with
+    the no_grad/inference_mode/set_grad_enabled(False) it is about (`opener`: for `UNDER` and `OPENS`)."""
+
+    how: How
+    function: Frame | None
+    opener: cst.CSTNode | None = None
 
 
 @dataclass
@@ -80,6 +129,69 @@ class EvaluationQueries:
             opener = self.facts.no_grad_opener(frame)
             if opener is not None and any(opener is item.item for item in frame.node.items):
                 return opener
+        return None
+
+    # evidence ------------------------------------------------------------------------------------------------
+    def built_for_nothing(self, event: Event) -> tuple[Kept, Evaluates] | None:
+        """A GradScaler construction where no backward runs and that stays where it is built (`kept_here`), with
+        what shows that the code building it evaluates; None otherwise (a class attribute: every instance may
+        read it; a construction in a lambda).
+
+        Facts of what the code does decide: it runs under no_grad/inference_mode, its function calls `.eval()` or
+        opens no_grad/inference_mode anywhere (the construction may come before the block), or a script calling
+        `.eval()` calls it. At module level, the module and the functions reading the scaler run no backward."""
+        function = event.frame.function()
+        if function is None and any(frame.kind is FrameKind.CLASS for frame in event.frame.ancestors()):
+            return None
+        if function is not None and not isinstance(function.node, cst.FunctionDef):
+            return None
+        kept = self.kept_here(event)
+        if kept is None:
+            return None
+        if function is None:
+            if self.facts.module_has_backward or self.module_runs_backward(kept.name):
+                return None
+        elif self.runs_backward(function):
+            return None
+        opener = self.facts.no_grad_opener(event.frame)
+        if opener is not None:
+            return kept, Evaluates(How.UNDER, function, opener)
+        if self.calls_eval(function):
+            return kept, Evaluates(How.CALLS_EVAL, function)
+        opener = self.grad_off_opener(function)
+        if opener is not None:
+            return kept, Evaluates(How.OPENS, function, opener)
+        if self.evaluation_script(function):
+            return kept, Evaluates(How.SCRIPT, function)
+        return None
+
+    def evaluates(self, event: Event) -> Evaluates | None:
+        """What shows that a scaler's `scale`, `step`, `update` or `unscale_` runs where no backward can; None
+        when nothing does.
+
+        Under no_grad/inference_mode (`step`/`update`/`unscale_` there only in a module without backward: after a
+        backward elsewhere they are gradient surgery, not inference); in the module-level code of a module that
+        runs none; in a function that runs none and calls `.eval()`, reads the scaled value only as data that
+        reaches no backward (scaled logits sampled into token ids in `generate()`), or is called by a script
+        calling `.eval()`. What the function does decides, never its name: a function returning or handing on a
+        scaled loss is a training helper (the backward elsewhere)."""
+        module_has_backward = self.facts.module_has_backward
+        opener = self.facts.no_grad_opener(event.frame)
+        function = event.frame.function()
+        if opener is not None and (event.kind == Effect.SCALER_SCALE or not module_has_backward):
+            return Evaluates(How.UNDER, function, opener)
+        if function is None:
+            if module_has_backward or self.module_runs_backward(None):
+                return None
+            return Evaluates(How.NO_BACKWARD, None)
+        if not isinstance(function.node, cst.FunctionDef) or self.runs_backward(function):
+            return None
+        if self.calls_eval(function):
+            return Evaluates(How.CALLS_EVAL, function)
+        if event.kind == Effect.SCALER_SCALE and only_data(self.facts, function, event, self):
+            return Evaluates(How.DATA, function)
+        if self.evaluation_script(function):
+            return Evaluates(How.SCRIPT, function)
         return None
 
     # backward ------------------------------------------------------------------------------------------------
@@ -238,6 +350,17 @@ class EvaluationQueries:
                 return statement
         return None
 
+    def only_use_construction(self, event: Event) -> cst.SimpleStatementLine | None:
+        """`scaler = GradScaler(...)` in the same function when this `scaler.scale(...)` is the scaler's only
+        other mention there (the name appears exactly twice in the function's code; comments do not count)."""
+        function = event.frame.function()
+        if function is None or event.scaler is None or "." in event.scaler:
+            return None
+        statement = self.construction(function, event.scaler)
+        if statement is None:
+            return None
+        return statement if self.mentions(function, event.scaler) == 2 else None
+
     def statements_reading(self, function: Frame) -> tuple[dict[str, list[cst.CSTNode]], set[str]]:
         """(name -> the small statements of the function's code reading it, in order; the names its nested
         functions, classes and lambdas read), for `only_data`: built once per function."""
@@ -267,6 +390,25 @@ def _qualname(facts: ModuleFacts, frame: Frame) -> str | None:
             outer = current
     info = facts.function_info(outer) if outer is not None else None
     return info.qualname if info is not None else None
+
+
+def scaled_argument(event: Event) -> cst.BaseExpression | None:
+    """The `x` of `scaler.scale(x)` when it is the call's one argument, positional and not starred."""
+    args = event.node.args
+    return args[0].value if len(args) == 1 and args[0].keyword is None and not args[0].star else None
+
+
+def self_assignment(event: Event, argument: cst.BaseExpression) -> cst.SimpleStatementLine | None:
+    """The statement of `x = scaler.scale(x)` (alone on its line) when the call rebinds its argument's own name:
+    without the scaling it does nothing."""
+    statement = event.call.statement
+    if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
+        small = statement.body[0]
+        if isinstance(small, cst.Assign) and small.value is event.node and len(small.targets) == 1 \
+                and isinstance(argument, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
+                and small.targets[0].target.value == argument.value:
+            return statement
+    return None
 
 
 def only_data(facts: ModuleFacts, function: Frame, event: Event, functions: EvaluationQueries) -> bool:
@@ -402,21 +544,6 @@ class _Flow:
                 return None  # handed to a call that may run a backward
             return False if qualified.rsplit(".", 1)[-1] in INTEGER_RESULTS else any(args)
         return None
-
-
-def _returned(statement: cst.CSTNode) -> bool:
-    """Does the statement hand its value to the caller (`return ...`, `yield ...`)?"""
-    found = []
-
-    class Hands(cst.CSTVisitor):
-        def visit_Return(self, node: cst.Return) -> None:
-            found.append(node)
-
-        def visit_Yield(self, node: cst.Yield) -> None:
-            found.append(node)
-
-    statement.visit(Hands())
-    return bool(found)
 
 
 def _inert_arguments(call: cst.Call) -> bool:

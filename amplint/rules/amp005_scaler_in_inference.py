@@ -2,64 +2,36 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, Frame, ModuleFacts
-from amplint.facts.model import FrameKind
-from amplint.facts.evaluation import EvaluationQueries, Kept, only_data
-from amplint.index.summary import FUNCTIONS, Summary
+from amplint.facts import Event, ModuleFacts
+from amplint.facts.evaluation import (ANY_NAME, NO_NAME, EvaluationQueries, Evaluates, How, Kept, scaled_argument,
+                                      in_function_without_backward, module_without_backward, self_assignment)
+from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask
 from amplint.rules.scopes import snippet
 from amplint.vocabulary import Effect
 
-SCALER_EVENTS = (Effect.BUILDS_SCALER, Effect.SCALER_SCALE, Effect.SCALER_STEP, Effect.SCALER_UPDATE,
-                 Effect.UNSCALE)
-# A function's name is never evidence (what the code does is): the screen asks about functions by what they call.
-NO_NAME = re.compile(r"(?!)")
-ANY_NAME = re.compile("")
 BUILDS = (vocab.GRAD_SCALER, vocab.SHARDED_GRAD_SCALER)
 GRAD_OFF = (vocab.NO_GRAD, vocab.INFERENCE_MODE, vocab.SET_GRAD_ENABLED)
 USES = (vocab.SCALE, vocab.STEP, vocab.UPDATE, vocab.UNSCALE)  # what a training step calls on a scaler
 
-
-
 # What each scaler call does where no backward runs, in a message's few words (the docstring says more).
-CONSEQUENCE = {
-    Effect.SCALER_SCALE: "it multiplies by the loss scale",
-    Effect.SCALER_STEP: "it raises AssertionError",
-    Effect.SCALER_UPDATE: "it raises AssertionError",
-    Effect.UNSCALE: "there are no gradients to unscale",
-}
-# What to do when there is no fix.
-ADVICE = {
-    Effect.BUILDS_SCALER: "Remove it: a GradScaler serves only a training step's backward",
-    Effect.SCALER_SCALE: "Use the unscaled value",
-}
-
-
-def module_without_backward(summary) -> bool:
-    """No method call `.backward()`/`.manual_backward()` anywhere (from the text alone: always True)."""
-    return summary.ask(True, lambda: not _functions_with_backward(summary))
-
-
-def in_function_without_backward(summary, names, pattern, calling=(), on_scaler: bool = False) -> bool:
-    """A call to one of the names in the body of a `def` that calls no method `backward`/`manual_backward` and whose
-    name `pattern` finds or that calls one of `calling`."""
-    def exact() -> bool:
-        with_backward = _functions_with_backward(summary)
-        calling_functions = {id(function) for function, _ in summary.sites(calling)} if calling else set()
-        return any(type(function) in FUNCTIONS and id(function) not in with_backward
-                   and (pattern.search(function.name) or id(function) in calling_functions)
-                   for function, _ in summary.sites(names, on_scaler))
-
-    return summary.ask(summary.written_call(names) and (summary.defines_function(pattern)
-                                                        or summary.written_call(calling)), exact)
+CONSEQUENCE = {Effect.SCALER_SCALE: "it multiplies by the loss scale", Effect.SCALER_STEP: "it raises AssertionError",
+               Effect.SCALER_UPDATE: "it raises AssertionError", Effect.UNSCALE: "there are no gradients to unscale"}
+ADVICE = {Effect.BUILDS_SCALER: "Remove it: a GradScaler serves only a training step's backward",
+          Effect.SCALER_SCALE: "Use the unscaled value"}  # what to do when there is no fix
+# What shows that the code evaluates, in a message: of a construction (the evidence), of a use (where it runs).
+BUILT = {How.UNDER: "under `{opener}`, line {line}", How.CALLS_EVAL: "{owner} calls `.eval()`",
+         How.OPENS: "{owner} opens `{opener}`", How.SCRIPT: "{owner}, called by a script calling `.eval()`"}
+RUNS = {How.UNDER: "runs under `{opener}` (line {line})", How.NO_BACKWARD: "runs in a module with no backward",
+        How.CALLS_EVAL: "runs in {owner}, which has no backward", How.DATA: "runs in {owner}, which has no backward",
+        How.SCRIPT: "runs in {owner}, called by a script calling `.eval()`"}
 
 
 class ScalerInInference(Rule):
@@ -164,11 +136,9 @@ class ScalerInInference(Rule):
     fix = "sometimes"
     # A scaler is known from its construction (`GradScaler`) or from `x.unscale_(...)`/`x.scale(loss).backward()`.
     words = (vocab.GRAD_SCALER, vocab.SCALE)
-    # A scaler event under no_grad/inference_mode, in a function without backward that calls `.eval()`, or at
-    # module level; a `scale()` in a function without backward (its value read as data); a construction in a
-    # function without backward that calls `.eval()`, or (in a file naming a grad
-    # mode) that may open no_grad; a construction at module level of a module without backward; a script that
-    # puts its model in `.eval()` at module level is evaluation code for what it calls.
+    # A scaler event under no_grad/inference_mode, at module level of a module without backward, or in a function
+    # without backward calling `.eval()`; a `scale()` there (its value read as data); a construction there in a file
+    # naming a grad mode (it may open no_grad); a script calling `.eval()` at module level (for what it calls).
     requires = Ask(Summary.scaler_possible) & (
         Ask(Summary.calls_under, BUILDS, GRAD_OFF) | Ask(Summary.calls_under, (vocab.SCALE,), GRAD_OFF, on_scaler=True)
         | (Ask(module_without_backward) & (
@@ -182,143 +152,49 @@ class ScalerInInference(Rule):
         | (Ask(Summary.has_token, *GRAD_OFF) & Ask(in_function_without_backward, BUILDS, ANY_NAME)))
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        functions = EvaluationQueries(facts)
+        queries = EvaluationQueries(facts)
         for event in facts.events:
-            if event.kind not in SCALER_EVENTS:
-                continue
-            if event.kind == Effect.BUILDS_SCALER:
-                finding = self._construction(facts, event, functions)
-                if finding is not None:
-                    yield finding
-                continue
-            where = self._inference_context(facts, event, functions)
-            if where is None:
-                continue
-            what = snippet(facts, event.node)
-            message = f"`{snippet(facts, event.node, 32)}` {where}: {CONSEQUENCE[event.kind]}"
-            fix = None
-            if event.kind == Effect.SCALER_SCALE and len(event.node.args) == 1 \
-                    and event.node.args[0].keyword is None and not event.node.args[0].star:
-                argument = event.node.args[0].value
-                fix = FixPlan(f"Replace `{what}` with `{snippet(facts, argument)}`",
-                              lambda event=event, arg=argument: self._unscaled(facts, event, arg, functions),
-                              Applicability.UNSAFE)
-            advice = ADVICE.get(event.kind,
-                                f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward")
-            yield Finding(event.node, message, fix, help=None if fix else advice)
+            if event.kind == Effect.BUILDS_SCALER and (built := queries.built_for_nothing(event)) is not None:
+                yield _construction(facts, event, *built)
+            elif event.kind in CONSEQUENCE and (evaluates := queries.evaluates(event)) is not None:
+                yield _use(facts, event, evaluates, queries)  # scale, step, update, unscale_
 
-    # constructions -------------------------------------------------------------------------------------------
-    @staticmethod
-    def _construction(facts: ModuleFacts, event: Event, functions: EvaluationQueries) -> Finding | None:
-        """A GradScaler built where no backward runs and kept there (see `Kept`): dead code in evaluation code,
-        reported with the evidence that the code evaluates; removed when its name is never read."""
-        function = event.frame.function()
-        if function is None and any(frame.kind is FrameKind.CLASS for frame in event.frame.ancestors()):
-            return None  # a class attribute: every instance may read it
-        if function is not None and not isinstance(function.node, cst.FunctionDef):
-            return None
-        kept = functions.kept_here(event)
-        if kept is None:
-            return None
-        evidence = ScalerInInference._build_evidence(facts, event, function, kept, functions)
-        if evidence is None:
-            return None
-        subject = f"GradScaler `{kept.name}`" if kept.name else f"`{snippet(facts, event.node.func, 32)}(...)`"
-        tail = "dead code" if kept.unread else "it serves no backward"
-        message = f"{subject} built where no backward runs ({evidence}): {tail}"
-        fix = None
-        if kept.removable and function is not None:
-            statement = event.call.statement
-            fix = FixPlan(f"Remove the unused `{snippet(facts, statement, 48)}`",
-                          lambda statement=statement: replace_nodes(facts.module,
-                                                                    {statement: cst.RemoveFromParent()}),
-                          Applicability.SAFE)
-        return Finding(event.node, message, fix, help=None if fix else ADVICE[Effect.BUILDS_SCALER])
 
-    @staticmethod
-    def _build_evidence(facts: ModuleFacts, event: Event, function: Frame | None, kept: Kept,
-                        functions: EvaluationQueries) -> str | None:
-        """What shows that the code building the scaler evaluates, in a few words; None when nothing does.
+def _construction(facts: ModuleFacts, event: Event, kept: Kept, evaluates: Evaluates) -> Finding:
+    """A GradScaler built where no backward runs and kept there: dead code in evaluation code, reported with the
+    evidence that the code evaluates; removed when its name is never read (a module-level one stays)."""
+    subject = f"GradScaler `{kept.name}`" if kept.name else f"`{snippet(facts, event.node.func, 32)}(...)`"
+    tail = "dead code" if kept.unread else "it serves no backward"
+    message = f"{subject} built where no backward runs ({_words(facts, BUILT, evaluates)}): {tail}"
+    if not kept.removable or evaluates.function is None:
+        return Finding(event.node, message, help=ADVICE[Effect.BUILDS_SCALER])
+    statement = event.call.statement
+    return Finding(event.node, message, FixPlan(f"Remove the unused `{snippet(facts, statement, 48)}`", lambda:
+                   replace_nodes(facts.module, {statement: cst.RemoveFromParent()}), Applicability.SAFE))
 
-        Facts of what the code does come first: it runs under no_grad/inference_mode, calls `.eval()`, or opens
-        no_grad/inference_mode anywhere (the construction may come before the block). A name counts only with a
-        module that runs no backward at all: the name adds to that fact, it is never the only evidence."""
-        if function is None:
-            if facts.module_has_backward or functions.module_runs_backward(kept.name):
-                return None
-        elif functions.runs_backward(function):
-            return None
-        opener = facts.no_grad_opener(event.frame)
-        if opener is not None:
-            return f"under `{snippet(facts, opener, 24)}`, line {facts.line_of(opener)}"
-        owner = f"`{function.name}()`" if function is not None else "module code"
-        if functions.calls_eval(function):
-            return f"{owner} calls `.eval()`"
-        opener = functions.grad_off_opener(function)
-        if opener is not None:
-            return f"{owner} opens `{snippet(facts, opener, 24)}`"
-        if functions.evaluation_script(function):
-            return f"{owner}, called by a script calling `.eval()`"
-        return None
 
-    # uses ----------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _unscaled(facts: ModuleFacts, event: Event, argument: cst.BaseExpression,
-                  functions: EvaluationQueries) -> cst.Module:
-        """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` loses the whole statement; a scaler built in
-        the same function for this call alone loses its construction too."""
-        replacements: dict = {event.node: argument}
-        statement = event.call.statement
-        if isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1:
-            small = statement.body[0]
-            if isinstance(small, cst.Assign) and small.value is event.node and len(small.targets) == 1 \
-                    and isinstance(argument, cst.Name) and isinstance(small.targets[0].target, cst.Name) \
-                    and small.targets[0].target.value == argument.value:
-                replacements = {statement: cst.RemoveFromParent()}
-        construction = ScalerInInference._only_use_construction(event, functions)
-        if construction is not None:
+def _use(facts: ModuleFacts, event: Event, evaluates: Evaluates, queries: EvaluationQueries) -> Finding:
+    """A scaler's `scale`, `step`, `update` or `unscale_` where no backward runs; `scaler.scale(x)` becomes `x`."""
+    message = f"`{snippet(facts, event.node, 32)}` {_words(facts, RUNS, evaluates)}: {CONSEQUENCE[event.kind]}"
+    argument = scaled_argument(event) if event.kind == Effect.SCALER_SCALE else None
+    if argument is None:
+        advice = f"Remove `{snippet(facts, event.node.func, 32)}(...)` from code without backward"
+        return Finding(event.node, message, help=ADVICE.get(event.kind, advice))
+
+    def unscaled() -> cst.Module:
+        """`y = scaler.scale(x)` -> `y = x`; `x = scaler.scale(x)` and a scaler built for this call alone go."""
+        statement = self_assignment(event, argument)
+        replacements: dict = {statement: cst.RemoveFromParent()} if statement is not None else {event.node: argument}
+        if (construction := queries.only_use_construction(event)) is not None:
             replacements[construction] = cst.RemoveFromParent()
         return replace_nodes(facts.module, replacements)
-
-    @staticmethod
-    def _only_use_construction(event: Event, functions: EvaluationQueries) -> cst.SimpleStatementLine | None:
-        """`scaler = GradScaler(...)` in the same function when this `scaler.scale(...)` is the scaler's only
-        other mention there (the name appears exactly twice in the function's code; comments do not count)."""
-        function = event.frame.function()
-        if function is None or event.scaler is None or "." in event.scaler:
-            return None
-        statement = functions.construction(function, event.scaler)
-        if statement is None:
-            return None
-        return statement if functions.mentions(function, event.scaler) == 2 else None
-
-    @staticmethod
-    def _inference_context(facts: ModuleFacts, event: Event, functions: EvaluationQueries) -> str | None:
-        module_has_backward = facts.module_has_backward
-        opener = facts.no_grad_opener(event.frame)
-        if opener is not None:
-            # step/update/unscale_ under no_grad after a backward elsewhere is gradient surgery, not inference.
-            if event.kind == Effect.SCALER_SCALE or not module_has_backward:
-                return f"runs under `{snippet(facts, opener, 24)}` (line {facts.line_of(opener)})"
-        function = event.frame.function()
-        if function is None:
-            if module_has_backward or functions.module_runs_backward(None):
-                return None
-            return "runs in a module with no backward"
-        if not isinstance(function.node, cst.FunctionDef) or functions.runs_backward(function):
-            return None
-        # What the function does decides, never its name: it calls `.eval()`, or the scaled value is read only as
-        # data that reaches no backward (scaled logits sampled into token ids in `generate()`). A function
-        # returning or handing on a scaled loss is a training helper (the backward elsewhere).
-        if functions.calls_eval(function) or (
-                event.kind == Effect.SCALER_SCALE and only_data(facts, function, event, functions)):
-            return f"runs in `{function.name}()`, which has no backward"
-        if functions.evaluation_script(function):
-            return f"runs in `{function.name}()`, called by a script calling `.eval()`"
-        return None
+    title = f"Replace `{snippet(facts, event.node)}` with `{snippet(facts, argument)}`"
+    return Finding(event.node, message, FixPlan(title, unscaled, Applicability.UNSAFE))
 
 
-def _functions_with_backward(summary) -> set[int]:
-    """Functions (ids; 0 for module level) whose body calls a method `backward`/`manual_backward`: the facts layer
-    surely sees a backward there."""
-    return summary.functions_calling_backward()
+def _words(facts: ModuleFacts, table: dict[How, str], evaluates: Evaluates) -> str:
+    """The table's words for what shows that the code evaluates, with its function and no_grad opener filled in."""
+    opener, function = evaluates.opener, evaluates.function
+    return table[evaluates.how].format(owner=f"`{function.name}()`" if function is not None else "module code",
+                                       opener=snippet(facts, opener, 24) if opener is not None else "",
+                                       line=facts.line_of(opener) if opener is not None else 0)
