@@ -48,6 +48,7 @@ EXPECTED = {
     "AMP003-clip-without-unscale/flagged/clip_with_two_unknown_optimizers_nofix.py": [(15, None)],
     "AMP003-clip-without-unscale/flagged/gan_second_optimizer.py": [(23, "safe")],
     "AMP003-clip-without-unscale/flagged/nn_utils_clip_value.py": [(19, "safe")],
+    "AMP003-clip-without-unscale/flagged/step_of_an_optimizer_in_a_list_nofix.py": [(13, None)],
     "AMP003-clip-without-unscale/clean/unscale_owner_of_clipped_params.py": [],
     "AMP015-island-input-of-unknown-dtype/flagged/unknown_values_unsafe_fix.py": [(13, "unsafe"), (14, "unsafe")],
     "AMP006-disabled-autocast-without-cast/flagged/known_tensor_module_safe_fix.py": [(19, "safe")],
