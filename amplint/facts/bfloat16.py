@@ -1,6 +1,6 @@
 """Where a module's autocast regions run in bfloat16, and whether float16 may be in play: what a GradScaler serves.
 
-A scaler serves float16 only (bfloat16 has float32's exponent range: nothing underflows). The questions: which
+Loss scaling matters for float16 only (bfloat16 has float32's exponent range: nothing underflows). Asked: which
 regions the module's calls open and the dtype each runs in (`opened_regions`, `region_dtype`), whether the
 module's code names float16 anywhere (`float16_in_code`), and, across the project, the bfloat16 regions the
 functions a module calls open (`bfloat16_regions_reached`) or those of the modules calling a function that builds a
@@ -18,7 +18,7 @@ from amplint import vocabulary as vocab
 from amplint.facts.model import Region, RegionState
 from amplint.facts.module import ModuleFacts
 from amplint.facts.names import code_words
-from amplint.facts.scalers import scaler_handers
+from amplint.facts.scalers import scaler_builders_handing_on
 from amplint.vocabulary import Effect
 
 # Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
@@ -77,16 +77,16 @@ def bfloat16_regions_reached(view) -> tuple[str, int] | None:
 
 
 def bfloat16_regions_of_callers(view, callers_of, qualname: str | None = None) -> tuple[str, int] | None:
-    """For a module building a scaler in a function that hands it on (returns or stores it: `scaler_handers`; the
-    function `qualname`, else any): (file name, line) of a bfloat16 region of the modules calling that function
-    (`callers_of(view, qualname)`: the (path, index record) of each), when every module calling it opens only
-    bfloat16 regions and names no float16 in its text; None when a caller is not found, opens a region of another
-    or unknown dtype, or may say float16."""
-    handers = scaler_handers(view, qualname)
-    if handers is None:
+    """For a module building a scaler in a function that hands it on (returns or stores it:
+    `scaler_builders_handing_on`; the function `qualname`, else any): (file name, line) of a bfloat16 region of the
+    modules calling that function (`callers_of(view, qualname)`: the (path, index record) of each), when every
+    module calling it opens only bfloat16 regions and names no float16 in its text; None when a caller is not
+    found, opens a region of another or unknown dtype, or may say float16."""
+    builders = scaler_builders_handing_on(view, qualname)
+    if builders is None:
         return None
     found = None
-    for name in handers:
+    for name in builders:
         callers = callers_of(view, name)
         if not callers:
             return None

@@ -1,15 +1,16 @@
-"""The GradScalers of a module by construction and use, and of a project by the functions that build and hand one on.
+"""The GradScalers of a module by construction and use, and of a project by the functions building one to hand on.
 
 `ScalerUses` answers, once per module, what taking a scaler out of the module touches: the scalers built and bound
 to a name, those used (stepped, scaling a loss, backpropagated through, updated), how many times each scaler's and
-each constructor's name is referenced, what each call of a scaler stands for without it (`scaler.scale(loss)` is
-`loss`, `scaler.step(opt)` is `opt.step()`, `scaler.update()` is nothing), and the `from ... import` lines binding
-each local name. So N scalers cost N lookups, not N walks of the module. `scaler_handers` reads the project index:
-the functions of a file that build a scaler and hand it on (return or store it).
+each constructor's name is referenced, what each call of a scaler is without it (`ScalerCalls`: `scaler.scale(loss)`
+is `loss`, `scaler.step(opt)` is `opt.step()`, `scaler.update()` is nothing), and the `from ... import` lines binding
+each local name. So N scalers cost N lookups, not N walks of the module. `scaler_builders_handing_on` reads the
+project index: the functions of a file that build a scaler and hand it on (return or store it).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from amplint.lazy import libcst as cst
@@ -36,7 +37,7 @@ class ScalerUses:
         self.used = {e.scaler for e in facts.events if e.kind in self.USES}
         self._names = {b.bound_to for b in self.builds} | {b.node.func.value for b in self.builds
                                                             if isinstance(b.node.func, cst.Name)}
-        self._without: dict[str, tuple[dict, list, int] | None] = {}
+        self._without: dict[str, ScalerCalls | None] = {}
 
     @cached_property
     def references(self) -> dict[str, int]:
@@ -53,11 +54,9 @@ class ScalerUses:
             by_receiver.setdefault(call.receiver, []).append(call)
         return by_receiver
 
-    def without(self, key: str) -> tuple[dict, list, int] | None:
-        """What the calls of scaler `key` are without it (once per name: every scaler of that name shares them):
-        the calls that stand for another expression (`key.scale(loss)` for `loss`, `key.step(opt)` for
-        `opt.step()`), the statements that do nothing (`key.update()`, `key.unscale_(opt)`) and how many calls that
-        is; None when a call is of another kind."""
+    def without(self, key: str) -> ScalerCalls | None:
+        """What the calls of scaler `key` are without it (once per name: every scaler of that name shares them);
+        None when a call is of another kind."""
         if key not in self._without:
             self._without[key] = _without(self.calls.get(key, ()))
         return self._without[key]
@@ -80,26 +79,39 @@ class ScalerUses:
         return lines
 
 
-def _without(calls) -> tuple[dict, list, int] | None:
+@dataclass
+class ScalerCalls:
+    """The calls of one scaler name, each with a meaning without the scaler. `rewritten`, in source order: (the
+    call, the method, what it stands for): (`scaler.scale(loss)`, "scale", the `loss` expression), a loss;
+    (`scaler.step(opt)`, "step", "opt"), the optimizer's own step. `inert`: the statements `scaler.update()` and
+    `scaler.unscale_(opt)`, which do nothing without it."""
+
+    rewritten: list[tuple[cst.Call, str, object]] = field(default_factory=list)
+    inert: list[cst.CSTNode] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        """How many calls of the scaler these are."""
+        return len(self.rewritten) + len(self.inert)
+
+
+def _without(calls) -> ScalerCalls | None:
     """`ScalerUses.without` of the calls of one scaler name."""
-    replacements: dict = {}
-    removed: list[cst.CSTNode] = []
-    handled = 0
+    found = ScalerCalls()
     for call in calls:
         node = call.node
         if call.method == vocab.SCALE and len(node.args) == 1 and node.args[0].keyword is None \
                 and not node.args[0].star:
-            replacements[node] = _parenthesized(node.args[0].value)
+            found.rewritten.append((node, vocab.SCALE, node.args[0].value))
         elif call.method == vocab.STEP and len(node.args) == 1 and node.args[0].keyword is None \
                 and dotted_name(node.args[0].value):
-            replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
+            found.rewritten.append((node, vocab.STEP, dotted_name(node.args[0].value)))
         elif call.method in (vocab.UPDATE, vocab.UNSCALE) and single(call.statement, cst.Expr) and \
                 call.statement.body[0].value is node:
-            removed.append(call.statement)
+            found.inert.append(call.statement)
         else:
             return None
-        handled += 1
-    return replacements, removed, handled
+    return found
 
 
 def local_name(alias: cst.ImportAlias) -> str | None:
@@ -112,12 +124,6 @@ def single(statement: cst.CSTNode, kind: type) -> bool:
     """Is the statement a line holding one small statement of this kind (`cst.Assign`, `cst.Expr`)?"""
     return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
         statement.body[0], kind)
-
-
-def _parenthesized(value: cst.BaseExpression) -> cst.BaseExpression:
-    if isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or getattr(value, "lpar", None):
-        return value
-    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
 
 
 class _References:  # a libcst visitor once made one with amplint.lazy.visitor_class
@@ -159,7 +165,7 @@ class _References:  # a libcst visitor once made one with amplint.lazy.visitor_c
         self._count(node.value)
 
 
-def scaler_handers(view, qualname: str | None = None) -> list[str] | None:
+def scaler_builders_handing_on(view, qualname: str | None = None) -> list[str] | None:
     """The functions of the view's file (`qualname` alone, else every one) that build a GradScaler and hand it on
     (return or store it: the index's `KEEPS_SCALER`), in the file's order; None when the index has no record of
     the file."""

@@ -165,13 +165,13 @@ class _RemoveScaler:
         uses = self.scalers.without(self.key)
         if uses is None:
             return None  # a call of the scaler we cannot undo
-        rewritten, removed_uses, handled = uses
-        if 1 + handled != self.scalers.references.get(self.key, 0):
+        if 1 + uses.count != self.scalers.references.get(self.key, 0):
             return None  # used some other way: saved, passed along, get_scale()...
-        removed_statements = [build_statement, *removed_uses]
+        removed_statements = [build_statement, *uses.inert]
         if not self._blocks_survive(removed_statements):
             return None
-        replacements = dict(rewritten)
+        replacements: dict = {node: _parenthesized(operand) if method == vocab.SCALE else
+                              cst.parse_expression(f"{operand}.step()") for node, method, operand in uses.rewritten}
         for statement in removed_statements:
             replacements[statement] = cst.RemoveFromParent()
         self._drop_unused_import(replacements)
@@ -205,3 +205,10 @@ class _RemoveScaler:
             if statement.lpar is None:
                 kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
             replacements[statement] = statement.with_changes(names=kept)
+
+
+def _parenthesized(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The loss as it may stand where `scaler.scale(loss)` stood: parenthesized unless it is one term."""
+    if isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or getattr(value, "lpar", None):
+        return value
+    return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
