@@ -2,78 +2,22 @@
 
 from __future__ import annotations
 
-import os
-import re
-from functools import cached_property
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
-from amplint import vocabulary as vocab
-from amplint.facts.walk import walk
-from amplint.lazy import visitor_class
 
+from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
-from amplint.facts import Event, ModuleFacts, Region, RegionState
+from amplint.facts import Event, ModuleFacts
+from amplint.facts.bfloat16 import (bfloat16_regions_of_callers, bfloat16_regions_reached, float16_in_code,
+                                    opened_regions, region_dtype)
 from amplint.facts.module import scaler_enabled
-from amplint.facts.names import GRAD_SCALERS, code_words, dotted_name
+from amplint.facts.names import GRAD_SCALERS
+from amplint.facts.scalers import ScalerUses, local_name, single
 from amplint.index.summary import Summary
+from amplint.rules.across import importing_callers
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
-from amplint.vocabulary import Effect
-
-# Any of these in the module's code (a name, a string value: `code_words`) means float16 may be in play
-# somewhere: stay silent. `torch.float16`, `args.fp16`, `"--fp16"`, `x.half()`, `torch.half`, `"half"`.
-FLOAT16_WORD = re.compile(r"(?<![bB])float16|fp16|(?:^|\.)half$")
-FLOAT16_TEXT = re.compile(r"(?<![bB])float16|fp16|half")  # a superset of the words, searched in the text first
-
-
-def bfloat16_regions_reached(view) -> tuple[str, int] | None:
-    """For a module that opens no region itself: (module name, line) of a bfloat16 region that a function it calls
-    opens (a few calls deep, in the project: a decorated `forward` of another module), when every region its calls
-    reach is bfloat16; None when none is, or one is float16 or of a dtype not known."""
-    from amplint.index.project import calls_leaving
-
-    if view is None:
-        return None
-    found = None
-    for _, _, target in calls_leaving(view, "callee"):
-        if view.reaches(target, (Effect.OTHER_REGION,)) is not None:
-            return None
-        reached = view.reaches(target, (Effect.BFLOAT16_REGION,))
-        if reached is not None and found is None:
-            doer = reached[0][-1]
-            summary = view.function(doer)
-            found = (view.project.names.get(doer.module, "?"), summary.lines.get(Effect.BFLOAT16_REGION, summary.line))
-    return found
-
-
-def bfloat16_regions_of_callers(view, qualname: str | None = None) -> tuple[str, int] | None:
-    """For a module building a scaler in a function that hands it on (returns or stores it: `keeps_scaler`; the
-    function `qualname`, else any): (file name, line) of a bfloat16 region of the modules calling that function,
-    when every module calling it opens only bfloat16 regions and names no float16 in its text; None when a caller
-    is not found, opens a region of another or unknown dtype, or may say float16."""
-    from amplint.rules.across import importing_callers
-
-    record = view.record(view.path) if view is not None else None
-    if record is None:
-        return None
-    found = None
-    for name, summary in record.functions.items():
-        if (qualname is not None and name != qualname) or not {Effect.BUILDS_SCALER, Effect.KEEPS_SCALER} <= summary.does:
-            continue
-        callers = importing_callers(view, name)
-        if not callers:
-            return None
-        for path, caller in callers:
-            text = view.text(path) or ""
-            if FLOAT16_TEXT.search(text) or any(Effect.OTHER_REGION in f.does for f in caller.functions.values()):
-                return None
-            lines = [f.lines[Effect.BFLOAT16_REGION] for f in caller.functions.values()
-                     if Effect.BFLOAT16_REGION in f.does]
-            if not lines:
-                return None
-            found = found or (os.path.basename(path), min(lines))
-    return found
 
 
 class ScalerWithBfloat16(Rule):
@@ -146,37 +90,34 @@ class ScalerWithBfloat16(Rule):
     requires = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
                 & Ask(Summary.mentions, vocab.AUTOCAST) & Ask(Summary.contains, vocab.BFLOAT16, vocab.CPU))
     requires_across = (Ask(Summary.imports_module, vocab.TORCH) & Ask(Summary.calls_api, *GRAD_SCALERS)
-                       & (AskProject(bfloat16_regions_reached) | AskProject(bfloat16_regions_of_callers)))
+                       & (AskProject(bfloat16_regions_reached)
+                          | AskProject(bfloat16_regions_of_callers, importing_callers)))
     min_torch = "1.10"
     fix = "unsafe"
 
     def check(self, facts: ModuleFacts) -> Iterator[Finding]:
-        builds = [e for e in facts.events if e.kind == Effect.BUILDS_SCALER and e.bound_to]
-        if not builds:
+        scalers = ScalerUses(facts)
+        if not scalers.builds:
             return
-        regions = self._regions(facts)
-        active = [r for r in regions if r.state is not RegionState.OFF]
-        if active:
-            where = f"line {facts.line_of(active[0].opener)}"
+        regions = opened_regions(facts)
+        if regions:
+            where = f"line {facts.line_of(regions[0].opener)}"
         else:  # the module opens none: those that the functions it calls open (the index's region dtypes)
             reached = bfloat16_regions_reached(facts.project)
             if reached is None:
-                yield from self._handed_on(facts, builds)
+                yield from self._handed_on(facts, scalers.builds)
                 return
             module, line = reached
             where = f"in `{module}`, line {line}"
-        if any(_dtype(r) != vocab.BFLOAT16 for r in active) or _float16_in_code(facts):
+        if any(region_dtype(r) != vocab.BFLOAT16 for r in regions) or float16_in_code(facts):
             return  # the module's code walked last: only where every region is bfloat16
-        index = _Index(facts, builds)
-        for build in builds:
+        for build in scalers.builds:
             key = build.bound_to
-            if scaler_enabled(facts, key, build.frame) is not True:
-                continue
-            if key not in index.used:
+            if scaler_enabled(facts, key, build.frame) is not True or key not in scalers.used:
                 continue
             message = (f"`{key}` scales losses for bfloat16 autocast only ({where}), "
                        f"where loss scaling changes nothing")
-            fix = _RemoveScaler(facts, build, index).plan()
+            fix = _RemoveScaler(facts, build, scalers).plan()
             yield Finding(build.node, message, fix, help=None if fix else f"Remove `{key}`")
 
     @staticmethod
@@ -184,13 +125,13 @@ class ScalerWithBfloat16(Rule):
         """A scaler a function of this module builds and hands on (`return GradScaler() if use_bf16 else None`),
         whose every caller, in other modules, opens only bfloat16 regions: reported here, without a fix (its uses
         are in the callers' modules)."""
-        if _float16_in_code(facts):
+        if float16_in_code(facts):
             return
         for build in builds:
             info = facts.function_info(build.frame)
             if info is None or scaler_enabled(facts, build.bound_to, build.frame) is not True:
                 continue
-            reached = bfloat16_regions_of_callers(facts.project, info.qualname)
+            reached = bfloat16_regions_of_callers(facts.project, importing_callers, info.qualname)
             if reached is None:
                 continue
             where = f"{reached[0]}:{reached[1]}"
@@ -199,124 +140,15 @@ class ScalerWithBfloat16(Rule):
                           help=f"Build no GradScaler for bfloat16 (drop `{build.bound_to}` here and its uses "
                                f"by the callers)")
 
-    @staticmethod
-    def _regions(facts: ModuleFacts) -> list[Region]:
-        regions = []
-        for call in facts.calls:
-            region = facts.classify_context(call.node, call.frame)
-            if isinstance(region, Region) and region.opener is call.node:
-                regions.append(region)
-        return regions
-
-
-def _float16_in_code(facts: ModuleFacts) -> bool:
-    """Does the module's code name float16 anywhere (not its comments or docstrings: a comment mentioning
-    `torch.float16` runs nothing)? The text is searched first: no word there, none in the code."""
-    if not FLOAT16_TEXT.search(facts.source):
-        return False
-    return any(FLOAT16_WORD.search(word) for word in code_words(facts.module))
-
-
-def _dtype(region: Region) -> str | None:
-    if region.dtype is not None:
-        return region.dtype
-    if region.device == "cpu" and isinstance(region.opener, cst.Call):
-        return vocab.BFLOAT16  # CPU autocast's default dtype
-    return None
-
-
-class _Index:
-    """What AMP013 asks about each scaler it would remove, read once per module: the scalers used (stepped,
-    scaling, backpropagated through or updated), how many times each scaler and each constructor name is
-    referenced, the calls of each receiver, the block of each statement, the `from ... import` lines of each
-    local name. So N scalers cost N lookups, not N walks of the module."""
-
-    USES = (Effect.SCALER_STEP, Effect.SCALER_SCALE, Effect.BACKWARD, Effect.SCALER_UPDATE)
-
-    def __init__(self, facts: ModuleFacts, builds: list[Event]) -> None:
-        self.facts = facts
-        self.used = {e.scaler for e in facts.events if e.kind in self.USES}
-        self._names = {b.bound_to for b in builds} | {b.node.func.value for b in builds
-                                                       if isinstance(b.node.func, cst.Name)}
-        self._removed_calls: dict[str, tuple[dict, list, int] | None] = {}
-
-    @cached_property
-    def references(self) -> dict[str, int]:
-        """How many times each scaler and constructor name of the module's builds is referenced outside imports."""
-        references = visitor_class(_References)(self._names)
-        walk(self.facts.module, references)
-        return references.counts
-
-    @cached_property
-    def calls(self) -> dict[str | None, list]:
-        """The calls of each receiver, in source order."""
-        by_receiver: dict[str | None, list] = {}
-        for call in self.facts.calls:
-            by_receiver.setdefault(call.receiver, []).append(call)
-        return by_receiver
-
-    def removed_calls(self, key: str) -> tuple[dict, list, int] | None:
-        """What removing scaler `key` makes of its calls (once per name: every scaler of that name shares them):
-        the calls rewritten (`key.scale(loss)` -> `loss`, `key.step(opt)` -> `opt.step()`), the statements
-        removed (`key.update()`, `key.unscale_(opt)`) and how many calls that is; None when a call is of another
-        kind."""
-        if key not in self._removed_calls:
-            self._removed_calls[key] = _removed_calls(self.calls.get(key, ()))
-        return self._removed_calls[key]
-
-    @cached_property
-    def imports(self) -> dict[str, list[cst.SimpleStatementLine]]:
-        """The lines that are one `from ... import` (not `*`) binding a local name, by that name, in source order."""
-        lines: dict[str, list[cst.SimpleStatementLine]] = {}
-
-        class Imports(cst.CSTVisitor):
-            def visit_SimpleStatementLine(self, line: cst.SimpleStatementLine) -> None:
-                if len(line.body) != 1 or not isinstance(line.body[0], cst.ImportFrom):
-                    return
-                if isinstance(line.body[0].names, cst.ImportStar):
-                    return
-                for name in dict.fromkeys(_local_name(a) for a in line.body[0].names):
-                    lines.setdefault(name, []).append(line)
-
-        self.facts.module.visit(Imports())
-        return lines
-
-
-def _removed_calls(calls) -> tuple[dict, list, int] | None:
-    """`_Index.removed_calls` of the calls of one scaler name."""
-    replacements: dict = {}
-    removed: list[cst.CSTNode] = []
-    handled = 0
-    for call in calls:
-        node = call.node
-        if call.method == vocab.SCALE and len(node.args) == 1 and node.args[0].keyword is None \
-                and not node.args[0].star:
-            replacements[node] = _parenthesized(node.args[0].value)
-        elif call.method == vocab.STEP and len(node.args) == 1 and node.args[0].keyword is None \
-                and dotted_name(node.args[0].value):
-            replacements[node] = cst.parse_expression(f"{dotted_name(node.args[0].value)}.step()")
-        elif call.method in (vocab.UPDATE, vocab.UNSCALE) and _single(call.statement, cst.Expr) and \
-                call.statement.body[0].value is node:
-            removed.append(call.statement)
-        else:
-            return None
-        handled += 1
-    return replacements, removed, handled
-
-
-def _local_name(alias: cst.ImportAlias) -> str | None:
-    return (alias.asname.name.value if alias.asname and isinstance(alias.asname.name, cst.Name)
-            else dotted_name(alias.name))
-
 
 class _RemoveScaler:
     """The rewrite that takes a scaler out of a module, if every use of it is one we know how to remove."""
 
-    def __init__(self, facts: ModuleFacts, build: Event, index: _Index) -> None:
+    def __init__(self, facts: ModuleFacts, build: Event, scalers: ScalerUses) -> None:
         self.facts = facts
         self.build = build
         self.key = build.bound_to
-        self.index = index
+        self.scalers = scalers
 
     def plan(self) -> FixPlan | None:
         replacements = self._replacements()
@@ -328,18 +160,18 @@ class _RemoveScaler:
 
     def _replacements(self) -> dict | None:
         build_statement = self.build.call.statement
-        if not _single(build_statement, cst.Assign) or build_statement.body[0].value is not self.build.node:
+        if not single(build_statement, cst.Assign) or build_statement.body[0].value is not self.build.node:
             return None
-        uses = self.index.removed_calls(self.key)
+        uses = self.scalers.without(self.key)
         if uses is None:
             return None  # a call of the scaler we cannot undo
-        rewritten, removed_uses, handled = uses
-        if 1 + handled != self.index.references.get(self.key, 0):
+        if 1 + uses.count != self.scalers.references.get(self.key, 0):
             return None  # used some other way: saved, passed along, get_scale()...
-        removed_statements = [build_statement, *removed_uses]
+        removed_statements = [build_statement, *uses.inert]
         if not self._blocks_survive(removed_statements):
             return None
-        replacements = dict(rewritten)
+        replacements: dict = {node: _parenthesized(operand) if method == vocab.SCALE else
+                              cst.parse_expression(f"{operand}.step()") for node, method, operand in uses.rewritten}
         for statement in removed_statements:
             replacements[statement] = cst.RemoveFromParent()
         self._drop_unused_import(replacements)
@@ -361,11 +193,11 @@ class _RemoveScaler:
         func = self.build.node.func
         if not isinstance(func, cst.Name):
             return
-        if self.index.references.get(func.value, 0) != 1:
+        if self.scalers.references.get(func.value, 0) != 1:
             return
-        for line in self.index.imports.get(func.value, ()):
+        for line in self.scalers.imports.get(func.value, ()):
             statement = line.body[0]
-            local = [a for a in statement.names if _local_name(a) == func.value]
+            local = [a for a in statement.names if local_name(a) == func.value]
             kept = [a for a in statement.names if a is not local[0]]
             if not kept:
                 replacements[line] = cst.RemoveFromParent()
@@ -375,51 +207,8 @@ class _RemoveScaler:
             replacements[statement] = statement.with_changes(names=kept)
 
 
-class _References:  # a libcst visitor once made one with amplint.lazy.visitor_class
-    """How many times each of some dotted names (`scaler`, `self.scaler`) is referenced outside imports (`self`
-    within `self.scaler` is a reference to `self` too)."""
-
-    def __init__(self, keys: set[str]) -> None:
-        super().__init__()
-        self.keys = keys
-        self.counts: dict[str, int] = {}
-
-    def _count(self, name: str | None) -> None:
-        if name in self.keys:
-            self.counts[name] = self.counts.get(name, 0) + 1
-
-    def visit_Import(self, node: cst.Import) -> bool:
-        return False
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        walk(node.value, self)
-        return False
-
-    def visit_Param(self, node: cst.Param) -> bool:
-        self._count(node.name.value)
-        for child in (node.annotation, node.default):
-            if child is not None:
-                walk(child, self)
-        return False
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        self._count(dotted_name(node))
-        walk(node.value, self)  # its receiver: another of the names (`self` of `self.scaler`) may be there
-        return False
-
-    def visit_Name(self, node: cst.Name) -> None:
-        self._count(node.value)
-
-
-def _single(statement: cst.CSTNode, kind: type) -> bool:
-    return isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1 and isinstance(
-        statement.body[0], kind)
-
-
 def _parenthesized(value: cst.BaseExpression) -> cst.BaseExpression:
+    """The loss as it may stand where `scaler.scale(loss)` stood: parenthesized unless it is one term."""
     if isinstance(value, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) or getattr(value, "lpar", None):
         return value
     return value.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
