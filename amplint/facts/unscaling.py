@@ -2,21 +2,36 @@
 questions asked at each gradient clip, answered once per module (`ClipQueries`) from the facts layer, the
 function's event timeline and what its calls reach. What the analysis cannot place (an `unscale_` taken without
 a call, a scaler handed to code it cannot read, a closure, a subclass's own method) counts as "may unscale": a
-finding or an inserted `unscale_` must not rest on the absence of a call the analysis cannot see."""
+finding or an inserted `unscale_` must not rest on the absence of a call the analysis cannot see.
+
+And where an `unscale_` runs again on the same optimizer before `update()` (`UnscaleQueries`, read by AMP011): an
+earlier `unscale_` or `step` of it that reaches this one with no update between, or a loop that repeats it while
+not every iteration reaches an update; and, for such a loop, the place at the step boundary the `unscale_` (with
+its clips, or the `if` holding only them) can move to."""
 
 from __future__ import annotations
 
+import ast
+import bisect
+from collections import Counter
 from functools import cached_property
+from typing import NamedTuple
 
 from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
-from amplint.facts.model import Call, Event
-from amplint.facts.module import ModuleFacts, call_argument
+from amplint.facts.collect import target_names
+from amplint.facts.model import Call, Event, Frame, FrameKind
+from amplint.facts.module import ModuleFacts, branch_condition, call_argument, may_follow
 from amplint.facts.clips import covers, parameter_owners
+from amplint.facts.loops import Stores, always_reached, block_of_frame, conjuncts, continue_between, frames_between, \
+    same_every_iteration
 from amplint.facts.names import dotted_name
 from amplint.facts.reach import CallReach
 from amplint.facts.timeline import FunctionEvents
+from amplint.index.summary import names_in
+from amplint.vocabulary import Effect
+
 
 def tied_optimizer(facts: ModuleFacts, clip: Event, candidates: list[str], events: FunctionEvents,
                    scaler: str, index: ClipQueries) -> str | None:
@@ -116,11 +131,7 @@ def unread_call_of_the_scalers_module(facts: ModuleFacts, index, scaler: str, fu
     """A call between `start` and `end` of a function the analysis cannot read (neither this module's nor, through
     the project index, another's) imported from the module the scaler itself comes from (`from state import
     scaler, unscale_model`, `scaler = state.scaler`): its code holds the scaler and may unscale it. Its name."""
-    modules = set()
-    for name in {scaler} | facts.same_object_names(scaler):
-        origin = facts.imports.bindings.get(name.split(".", 1)[0])
-        if origin is not None:  # `from state import scaler`: `state`; `import state`, `state.scaler`: `state`
-            modules.add(origin if "." in name else origin.rsplit(".", 1)[0])
+    modules = modules_imported_as(facts, {scaler} | facts.same_object_names(scaler))
     for binding in [*facts.bindings(scaler, function), *facts.bindings(scaler, None)]:
         origin = facts.imports.qualify(binding.value)  # `scaler = state.scaler`
         if origin is not None and "." in origin:
@@ -131,6 +142,17 @@ def unread_call_of_the_scalers_module(facts: ModuleFacts, index, scaler: str, fu
                 and not index.helpers.is_event(call) and index.helpers.unscales(call) is None:
             return dotted_name(call.node.func) or call.qualified
     return None
+
+
+def modules_imported_as(facts: ModuleFacts, names: set[str]) -> set[str]:
+    """The modules that names of this module come from through its imports (`from state import scaler`:
+    `state`; `import state`, then `state.scaler`: `state`)."""
+    modules = set()
+    for name in names:
+        origin = facts.imports.bindings.get(name.split(".", 1)[0])
+        if origin is not None:
+            modules.add(origin if "." in name else origin.rsplit(".", 1)[0])
+    return modules
 
 
 def _hands_over(call: cst.Call, names: set[str]) -> bool:
@@ -288,3 +310,224 @@ def optimizer_owners_of(facts: ModuleFacts, name: str, frame, index: ClipQueries
         if dotted_name(assignment.value) in owners:
             owners = owners | set(assignment.targets)
     return owners
+
+
+def can_run_again(summary, *names: str) -> bool:
+    """The screen's question for AMP011: a method call to one of the names that can run twice with nothing
+    between: in a loop's body (in its function) other than only `for x in ...` loops over its first argument, or
+    with another method call to one of the names, or to `step`, in the same function."""
+    def exact() -> bool:
+        sites = [site for name in names for site in summary.call_sites_by_name.get(name, ()) if site[2] is not None]
+        calls_by_function: dict[int, set[int]] = {}  # id(function) -> ids of its calls to the names or `step`
+        for site in sites + [site for site in summary.call_sites_by_name.get(vocab.STEP, ()) if site[2] is not None]:
+            calls_by_function.setdefault(id(site[0]), set()).add(id(site[4]))
+        for function, _, _, loops, call in sites:
+            argument = call.args[0] if call.args else None
+            argument = argument.id if type(argument) is ast.Name else None
+            if any(not (type(loop) in (ast.For, ast.AsyncFor) and argument is not None
+                        and argument in names_in(loop.target)) for loop in loops):
+                return True
+            if len(calls_by_function[id(function)]) > 1:  # another call besides this one
+                return True
+        return False
+
+    return summary.ask(summary.has_token(*names, kind="method"), exact)
+
+
+class Move(NamedTuple):
+    """Where a repeated `unscale_` goes: `moved` (the `unscale_` statement and the clips right after it, or the
+    `if` holding only them) to just before `target`, the statement of `step`."""
+
+    step: Event
+    target: cst.SimpleStatementLine
+    moved: list
+
+
+class UnscaleQueries:
+    """What is looked up at each `unscale_`, built once per module as it is first asked for: each function's
+    events and their source indexes, and what the module's code binds (`Stores`). So N `unscale_` calls cost N
+    lookups, not N scans of their functions."""
+
+    def __init__(self, facts: ModuleFacts) -> None:
+        self.facts = facts
+        self.stores = Stores(facts.module)  # what the module binds, collected on the first question
+        self._functions: dict[int, tuple[list[Event], list[int]]] = {}  # id of function -> (events, their indexes)
+
+    def _events(self, unscale: Event) -> tuple[list[Event], list[int]]:
+        function = unscale.frame.function()
+        if id(function) not in self._functions:  # once per function, not once per unscale_ in it
+            function_events = self.facts.events_in(function)
+            self._functions[id(function)] = (function_events, [e.index for e in function_events])
+        return self._functions[id(function)]
+
+    def earlier(self, unscale: Event) -> Event | None:
+        """An earlier `unscale_`/`step` of the same optimizer that reaches this one with no update between (the
+        search starts at this unscale_'s place and goes back)."""
+        events, indexes = self._events(unscale)
+        scaler, optimizer = unscale.scaler, unscale.optimizer
+        for position in range(bisect.bisect_left(indexes, unscale.index) - 1, -1, -1):
+            event = events[position]
+            if not may_follow(self.facts, event.frame, unscale.frame):
+                continue
+            if event.kind == Effect.SCALER_UPDATE and event.scaler == scaler:
+                return None
+            if event.kind in (Effect.UNSCALE, Effect.SCALER_STEP) and event.scaler == scaler \
+                    and event.optimizer == optimizer:
+                # An update between them that is only conditional still leaves a path: flag only when the
+                # earlier call is not inside a loop the second one is outside of (handled as a loop case).
+                if event.frame.loops_up_to_function() == unscale.frame.loops_up_to_function():
+                    return event
+                return None
+        return None
+
+    def repeating_loop(self, unscale: Event) -> Frame | None:
+        """The innermost loop (not over optimizers) that runs this unscale_ every iteration while not every
+        iteration reaches an update of the scaler.
+
+        An `unscale_` under `if` in the loop counts only when every test on the way is the same in every
+        iteration (`if clip_grad:`, `if args.max_norm > 0:`): it then runs every micro-batch whenever it runs at
+        all. A test that can change between iterations (`if (i + 1) % accum == 0`, `if i == last`, a call) may
+        be the accumulation boundary: silent. An update under the same tests as the unscale_ (the boundary
+        written twice) is reached whenever the unscale_ is: silent too."""
+        facts = self.facts
+        events, _ = self._events(unscale)
+        loop, ifs = None, []
+        for frame in unscale.frame.ancestors():
+            if frame.kind is FrameKind.FUNCTION:
+                return None
+            if frame.kind is FrameKind.IF:
+                ifs.append(frame)
+            if frame.kind is FrameKind.LOOP:
+                if isinstance(frame.node, cst.For) and unscale.optimizer in target_names(frame.node.target):
+                    continue  # one unscale per optimizer
+                loop = frame
+                break
+        if loop is None:
+            return None
+        if ifs and not all(same_every_iteration(facts, frame, loop, self.stores) for frame in ifs):
+            return None
+        updates = [e for e in events if e.kind == Effect.SCALER_UPDATE and e.scaler == unscale.scaler
+                   and e.frame.is_within(loop) and not continue_between(loop, unscale, e)]
+        if always_reached(updates, loop):
+            return None
+        if ifs:
+            tests = {branch_condition(facts, frame) for frame in ifs}
+            if any({branch_condition(facts, frame) for frame in frames_between(update.frame, loop)
+                    if frame.kind is FrameKind.IF} <= tests for update in updates):
+                return None  # the update runs under the unscale_'s own tests: whenever it does
+            # the same tests written two ways: `if fp16: if mode == "torch":` and `if fp16 and mode == "torch":`
+            atoms = set().union(*(conjuncts(frame) for frame in ifs))
+            if any(set().union(*(conjuncts(frame) for frame in frames_between(update.frame, loop)
+                                 if frame.kind is FrameKind.IF)) <= atoms for update in updates):
+                return None
+        if not updates and not any(e.kind == Effect.SCALER_UPDATE and e.scaler == unscale.scaler for e in events):
+            return None  # no update in this function at all: the update lives elsewhere, stay silent
+        return loop
+
+    @staticmethod
+    def removable(unscale: Event) -> cst.CSTNode | None:
+        """The statement of a second `unscale_` that can go: the call alone in it, in a block that keeps another
+        statement."""
+        statement = unscale.call.statement
+        body = block_of_frame(unscale.frame)
+        if not alone_in_statement(statement, unscale.node) or body is None or len(body) < 2:
+            return None
+        return statement
+
+    def move(self, unscale: Event, loop: Frame) -> Move | None:
+        """Where the `unscale_` that `loop` repeats can move: just before the one `scaler.step(optimizer)` after
+        it, with the clips right after it (an `if` holding only the `unscale_` and its clips moves as a whole),
+        when nothing the moved statements read is assigned on the way and a clip's kept result is not read later
+        in the loop."""
+        facts = self.facts
+        events, _ = self._events(unscale)
+        step = next((e for e in events if e.kind == Effect.SCALER_STEP and e.index > unscale.index
+                     and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer), None)
+        statement = unscale.call.statement
+        if step is None or not alone_in_statement(statement, unscale.node):
+            return None
+        if sum(1 for e in events if e.kind == Effect.SCALER_STEP and e.index > unscale.index
+               and e.scaler == unscale.scaler and e.optimizer == unscale.optimizer) > 1:
+            return None  # a step on each side of an `if`: moving it before one would leave the other unclipped
+        target = step.call.statement
+        if not isinstance(target, cst.SimpleStatementLine) or len(target.body) != 1:
+            return None
+        clips = {id(e.call.statement) for e in events if e.kind == Effect.CLIP}
+        if unscale.frame.kind is FrameKind.IF:
+            # `if clip_grad:` holding only the unscale_ and its clips: the whole `if` moves (its test is the same
+            # in every iteration, `repeating_loop` checked), so the clip runs under the same flag, at the boundary.
+            guard = _guard_to_move(unscale.frame, statement, clips)
+            if guard is None or sum(f.kind is FrameKind.IF for f in frames_between(unscale.frame, loop)) != 1:
+                return None
+            body, moved, clip_lines = block_of_frame(unscale.frame.parent), [guard], list(guard.body.body[1:])
+            if body is None or not any(s is guard for s in body):
+                return None
+        else:
+            body = block_of_frame(unscale.frame)
+            if body is None or not any(s is statement for s in body):
+                return None
+            moved = [statement]
+            for following in body[[id(s) for s in body].index(id(statement)) + 1:]:
+                if id(following) not in clips or not isinstance(following, cst.SimpleStatementLine):
+                    break
+                moved.append(following)
+            clip_lines = moved[1:]
+        if len(moved) == len(body):
+            return None  # the block would be empty
+        # Nothing the moved statements read may be assigned between here and the step (or by the loop).
+        used = {name for s in moved for name in _references(s)}
+        assigned = set()
+        if isinstance(loop.node, cst.For) and not step.frame.is_within(loop):
+            assigned.update(name.split(".")[0] for name in target_names(loop.node.target))
+        for assignment in facts.assignments:
+            if unscale.index < assignment.index < step.index or (
+                    not step.frame.is_within(loop) and assignment.frame.is_within(loop)):
+                if not any(assignment.statement is s for s in moved):
+                    assigned.update(name.split(".")[0] for name in assignment.targets)
+        if used & assigned:
+            return None
+        # A clip whose result is kept (`norm = clip_grad_norm_(...)`) must not be read later in the loop.
+        stored = {name for s in clip_lines for a in facts.assignments if a.statement is s for name in a.targets}
+        in_loop = _references(loop.node)
+        if any(in_loop[name] > 1 for name in stored):
+            return None
+        return Move(step, target, moved)
+
+
+def _guard_to_move(branch: Frame, statement: cst.CSTNode, clips: set[int]) -> cst.If | None:
+    """The `if` around an `unscale_` when it can move as a whole: no `else`, and its body is the `unscale_`
+    followed only by clip statements."""
+    guard = branch.node
+    if branch.in_else or not isinstance(guard, cst.If) or guard.orelse is not None \
+            or not isinstance(guard.body, cst.IndentedBlock):
+        return None
+    lines = list(guard.body.body)
+    if not lines or lines[0] is not statement:
+        return None
+    if not all(id(line) in clips and isinstance(line, cst.SimpleStatementLine) for line in lines[1:]):
+        return None
+    return guard
+
+
+def alone_in_statement(statement: cst.CSTNode, call: cst.Call) -> bool:
+    """Is the call a statement of its own (`scaler.unscale_(opt)` alone on its line, its value unused)?"""
+    return (isinstance(statement, cst.SimpleStatementLine) and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Expr) and statement.body[0].value is call)
+
+
+def _references(node: cst.CSTNode) -> Counter[str]:
+    """How often each name and each dotted chain (`self.norm`, and `self`) is read or written in the code of
+    `node`: code only, never its comments or strings."""
+    found: Counter[str] = Counter()
+
+    class References(cst.CSTVisitor):
+        def visit_Name(self, name: cst.Name) -> None:
+            found[name.value] += 1
+
+        def visit_Attribute(self, attribute: cst.Attribute) -> None:
+            dotted = dotted_name(attribute)
+            if dotted is not None:
+                found[dotted] += 1
+
+    node.visit(References())
+    return found
