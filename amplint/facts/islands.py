@@ -27,7 +27,7 @@ from amplint.calls import is_float32_cast
 from amplint.facts.model import Frame
 from amplint.facts.shapes import call_shape
 from amplint.index.functions import ITEM_KEY
-from amplint.index.project import Target
+from amplint.index.project import MAX_DEPTH, Target
 from amplint.index.shapes import call_shape as ast_call_shape
 
 
@@ -131,7 +131,7 @@ def _inputs(facts: ModuleFacts, body: cst.BaseSuite, sources: dict[str, Source],
                      any(id(use) in visitor.starred for use in uses), any(id(use) in visitor.in_place for use in uses))
 
 
-HANDED_DEPTH = 2  # methods of the module followed from a use in an fp32 region (`forward` -> `_forward_impl` -> ...)
+HANDED_DEPTH = MAX_DEPTH  # methods of the module followed from a use in an fp32 region (`forward` -> `_forward_impl` -> ...)
 
 
 def computes_with(facts: ModuleFacts, call: cst.Call, position: int | None, keyword: str | None, frame,
@@ -517,7 +517,7 @@ def _ast_float32_cast(node) -> bool:
     return type(node) is ast.Call and is_float32_cast(ast_call_shape(node))
 
 
-CALLER_DEPTH = 3  # callers followed up from the function (a caller's own parameter, a caller's region)
+CALLER_DEPTH = MAX_DEPTH  # callers followed up from the function (a caller's own parameter, a caller's region)
 
 
 class ContainerNotes(tuple):

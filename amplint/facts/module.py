@@ -33,6 +33,7 @@ from amplint.facts.model import (
 )
 from amplint.facts.names import code_words, dotted_name
 from amplint.facts.shapes import call_shape
+from amplint.index.project import MAX_DEPTH
 from amplint.vocabulary import Effect
 
 if TYPE_CHECKING:
@@ -40,7 +41,9 @@ if TYPE_CHECKING:
 
 _HANDED_OPTIMIZER = (Effect.SCALER_STEP, Effect.UNSCALE)  # a scaler's calls handed the optimizer they act on
 NULL_CONTEXT = object()  # sentinel: an expression known to be a no-op context (nullcontext())
-MAX_CALL_DEPTH = 2  # how many levels of same-module calls regions are followed through
+# How many levels of calls a region is followed through: one depth for calls within a module and across modules
+# (the project index's), so that where a helper lives never changes a finding.
+MAX_CALL_DEPTH = MAX_DEPTH
 
 
 def literal_bool(node: cst.BaseExpression | None) -> bool | None:

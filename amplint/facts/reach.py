@@ -16,10 +16,10 @@ from amplint.vocabulary import Effect
 from amplint.facts.model import Call, Frame, FunctionInfo
 from amplint.facts.module import ModuleFacts
 from amplint.facts.names import dotted_name
-from amplint.index.project import Target
+from amplint.index.project import MAX_DEPTH, Target
 
 HELPER_FACTS = (Effect.CLIP, Effect.UNSCALE, Effect.BACKWARD, Effect.SCALER_STEP, Effect.SCALER_UPDATE, Effect.STEP)
-HELPER_DEPTH = 3  # calls followed from the called helper, as the project index does (MAX_DEPTH)
+HELPER_DEPTH = MAX_DEPTH  # calls followed from the called helper, as the project index does
 
 
 @dataclass(frozen=True)
