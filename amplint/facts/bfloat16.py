@@ -14,7 +14,7 @@ import re
 
 from amplint.lazy import libcst as cst
 
-from amplint import vocabulary as vocab
+from amplint import calls
 from amplint.facts.model import Region, RegionState
 from amplint.facts.module import ModuleFacts
 from amplint.facts.names import code_words
@@ -46,14 +46,13 @@ def opened_regions(facts: ModuleFacts) -> list[Region]:
     return regions
 
 
-def region_dtype(region: Region) -> str | None:
-    """The low dtype a region runs in: the one it names, else bfloat16 for a CPU autocast call (CPU autocast's
-    default); None when not known."""
+def region_dtype(facts: ModuleFacts, region: Region) -> str | None:
+    """The low dtype a region runs in: the one it names, else what its autocast call shows (`calls.Autocast.
+    runs_in`, the index's reading too: no dtype given is the device's default, CPU's bfloat16); None when not
+    known (a dtype passed as a variable, `dtype=torch.float32`, an opener that is not a call)."""
     if region.dtype is not None:
         return region.dtype
-    if region.device == vocab.CPU and isinstance(region.opener, cst.Call):
-        return vocab.BFLOAT16  # CPU autocast's default dtype
-    return None
+    return calls.autocast_call(facts.shape(region.opener)).runs_in if isinstance(region.opener, cst.Call) else None
 
 
 def bfloat16_regions_reached(view) -> tuple[str, int] | None:

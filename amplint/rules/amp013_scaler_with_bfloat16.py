@@ -109,7 +109,7 @@ class ScalerWithBfloat16(Rule):
                 return
             module, line = reached
             where = f"in `{module}`, line {line}"
-        if any(region_dtype(r) != vocab.BFLOAT16 for r in regions) or float16_in_code(facts):
+        if any(region_dtype(facts, r) != vocab.BFLOAT16 for r in regions) or float16_in_code(facts):
             return  # the module's code walked last: only where every region is bfloat16
         for build in scalers.builds:
             key = build.bound_to
