@@ -207,7 +207,8 @@ class Summary:
       exist).
     - `calls_api(*qualified, partial=, decorator=)`: a call (a bare decorator, a `functools.partial` of it) naming
       one of these qualified names through the imports, as the facts layer's ImportMap resolves it.
-    - `autocast_device_suspect(autocast, cpu_legacy)`: an autocast call whose device can be wrong (AMP014).
+    A rule asks a question of its own the same way, written in amplint/facts/ over this tree (AMP014's
+    `device_suspect_possible` in facts/devices.py: an autocast call whose device can be wrong).
 
     The prefilter asks each rule twice: first in text mode (`exact` False), where every question is answered
     from the text alone (True when the words it needs are there), which costs no parse; then, for the rules
