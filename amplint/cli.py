@@ -22,7 +22,7 @@ from amplint.discovery import SOURCE_SUFFIXES, discover, force_excluded
 from amplint.engine import IO_ERROR, error_diagnostic
 from amplint.output import FORMAT_NAMES, Report, render
 from amplint.output.common import FILE_ERRORS, printable
-from amplint.output.concise import line as concise_line, plural, summary
+from amplint.output.concise import line as concise_line, plural, totals
 from amplint.outcome import FileOutcome, Mode
 from amplint.parallel import Progress, lint_paths, tune_gc
 from amplint.selection import enabled, rules_for
@@ -219,7 +219,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         messages=[o.message for o in outcomes if o.message],
         rules=rule_classes,
         severities=levels,
-        summary=not quiet,
+        totals=not quiet,
         docs_url=settings.docs_url,
     )
     if fix_only:
@@ -231,7 +231,7 @@ def check(paths, select, extend_select, ignore, output_format, fix, unsafe_fixes
         _emit(_statistics(report), output_file)
     else:
         text = render(format_name, report)
-        if quiet and format_name == "concise":  # no summary (Report.summary), no blank lines
+        if quiet and format_name == "concise":  # no totals (Report.totals), no blank lines
             text = "".join(line + "\n" for line in text.splitlines() if line)
         elif quiet and format_name in ("full", "grouped"):  # no summary; the blank lines between findings stay
             text = text.rstrip("\n") + "\n" if text.strip() else ""
@@ -397,9 +397,9 @@ def _statistics(report: Report) -> str:
     for (code, name, level), count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
         marker = "[*]" if fixable[code] else "   "
         lines.append(f"{count:>5}\t{code}\t{level}\t{marker} {name}\n")
-    if report.summary:  # not with --quiet
+    if report.totals:  # not with --quiet
         lines.extend(printable(message) + "\n" for message in report.messages)
-        lines.append(summary(report) + "\n")
+        lines.append(totals(report) + "\n")
     return "".join(lines)
 
 
@@ -583,7 +583,7 @@ def watch(output_format, ignore, quiet, script, args) -> None:
     if findings or not quiet:  # a script that failed is never "All checks passed!"
         report = Report(diagnostics=sorted((f.to_diagnostic() for f in findings), key=lambda d: d.sort_key()),
                         rules=[registry.RULES_BY_CODE[c] for c in sorted({f.code for f in findings})],
-                        summary=not quiet and (outcome.status is None or bool(findings)))
+                        totals=not quiet and (outcome.status is None or bool(findings)))
         text = render(output_format, report)
         if text.strip():
             click.echo(text, nl=False)

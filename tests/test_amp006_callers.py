@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from amplint.cli import main
 from amplint.facts import ModuleFacts
 from amplint.facts.dtypes import is_scalar, module_output
-from amplint.index.functions import FunctionSummary, returned_items
+from amplint.index.functions import FunctionRecord, returned_items
 from amplint.facts.islands import scalar_parameters
 
 REPO = Path(__file__).resolve().parents[1]
@@ -108,5 +108,5 @@ def test_returned_items_are_known_only_when_every_binding_says_so(source, expect
     function = ast.parse(source).body[0]
     params = tuple(a.arg for a in function.args.args)
     assert returned_items(function, params) == expected
-    summary = FunctionSummary("f", 1, params, items=expected)
-    assert FunctionSummary.from_json(json.loads(json.dumps(summary.to_json()))).items == expected
+    summary = FunctionRecord("f", 1, params, items=expected)
+    assert FunctionRecord.from_json(json.loads(json.dumps(summary.to_json()))).items == expected

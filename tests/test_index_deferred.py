@@ -1,4 +1,4 @@
-"""The index's facts computed when first read (`FunctionSummary.casts`, `.keeps`, `.items`), and the screen's
+"""The index's facts computed when first read (`FunctionRecord.casts`, `.keeps`, `.items`), and the screen's
 questions that look at the project before building a file's record: the same answers as computed up front, in
 the process that built the record and in another one, and a cached result that follows the project."""
 

@@ -289,8 +289,8 @@ def test_sarif_driver_lists_the_rules_that_ran_with_a_short_description():
     assert [rule["id"] for rule in driver["rules"]] == [rule.code for rule in report.rules]
     for descriptor, rule in zip(driver["rules"], report.rules):
         assert descriptor["name"] == rule.name
-        assert descriptor["shortDescription"]["text"] == rule.summary()
-        assert descriptor["help"] == {"text": f"{rule.summary()} Documentation: `amplint rule {rule.code}`."}
+        assert descriptor["shortDescription"]["text"] == rule.headline()
+        assert descriptor["help"] == {"text": f"{rule.headline()} Documentation: `amplint rule {rule.code}`."}
         assert "helpUri" not in descriptor
         assert "## Why is this bad?" not in json.dumps(descriptor)  # never the whole documentation
     assert run["columnKind"] == "unicodeCodePoints"
@@ -513,14 +513,14 @@ def test_sarif_tools_count_warnings_apart_from_errors(tmp_path, mixed_report):
 
 
 def test_the_summary_counts_errors_and_warnings(mixed_report):
-    from amplint.output.concise import summary
+    from amplint.output.concise import totals
 
-    assert summary(mixed_report).splitlines()[0] == "Found 1 error and 1 warning."
+    assert totals(mixed_report).splitlines()[0] == "Found 1 error and 1 warning."
     warnings_only = Report(mixed_report.diagnostics[:1])
-    assert summary(warnings_only).splitlines()[0] == "Found 1 warning."
-    assert summary(Report(mixed_report.diagnostics * 2)).splitlines()[0] == "Found 2 errors and 2 warnings."
+    assert totals(warnings_only).splitlines()[0] == "Found 1 warning."
+    assert totals(Report(mixed_report.diagnostics * 2)).splitlines()[0] == "Found 2 errors and 2 warnings."
     fixed = Report(mixed_report.diagnostics[:1], fixed=2)
-    assert summary(fixed).splitlines()[0] == "Found 3 problems (2 fixed, 1 warning remaining)."
-    assert summary(Report([], fixed=1)) == "Found 1 problem (1 fixed, 0 remaining)."
+    assert totals(fixed).splitlines()[0] == "Found 3 problems (2 fixed, 1 warning remaining)."
+    assert totals(Report([], fixed=1)) == "Found 1 problem (1 fixed, 0 remaining)."
     for name in ("full", "concise", "grouped"):
         assert "Found 1 error and 1 warning." in render(name, mixed_report)

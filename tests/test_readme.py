@@ -38,7 +38,7 @@ def test_rule_table_matches_the_registry():
     assert [(code, name, severity, fix) for code, name, severity, fix, _ in rows] == [
         (rule.code, rule.name, rule.severity.value, rule.fix) for rule in ALL_RULES
     ]
-    assert all(summary for *_, summary in rows)
+    assert all(headline for *_, headline in rows)
 
 
 def test_the_set_up_example_reports_findings():

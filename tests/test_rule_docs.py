@@ -28,7 +28,7 @@ def test_rule_documentation(rule):
     assert all(p >= 0 for p in positions), f"{rule.code} lacks a section: {DOC_SECTIONS}"
     assert positions == sorted(positions), f"{rule.code}: sections out of order"
     assert doc.count("```python") >= 2, f"{rule.code}: Example and Use instead need code"
-    assert rule.summary()
+    assert rule.headline()
 
 
 @pytest.mark.parametrize("rule", ALL_RULES, ids=lambda r: r.code)

@@ -81,7 +81,7 @@ class CallRecord:
                    tuple(data[5]) if len(data) > 5 else ())
 
 
-class FunctionSummary:
+class FunctionRecord:
     """What one function does (`does`, `lines`, `calls`) and, for the fp32-island rule, what it does with its
     parameters and returns (`casts`, `keeps`, `items`). These three are computed when first read, from the tree
     of the file (`_Deferred`): most functions of a project are never asked about them."""
@@ -148,14 +148,14 @@ class FunctionSummary:
             setattr(self, name, value)
 
     def __eq__(self, other: object) -> bool:
-        if type(other) is not FunctionSummary:
+        if type(other) is not FunctionRecord:
             return NotImplemented
         return self.to_json() == other.to_json()
 
     __hash__ = None  # mutable, as the dataclass it replaces
 
     def __repr__(self) -> str:
-        return f"FunctionSummary({self.qualname!r}, {self.line}, {self.params!r}, does={sorted(self.does)!r})"
+        return f"FunctionRecord({self.qualname!r}, {self.line}, {self.params!r}, does={sorted(self.does)!r})"
 
     def to_json(self, deferred: bool = False) -> dict:
         """Everything, the facts computed when first read included; with `deferred`, a fact not yet computed is
@@ -170,7 +170,7 @@ class FunctionSummary:
         return data
 
     @classmethod
-    def from_json(cls, data: dict, source: _Deferred | None = None) -> FunctionSummary:
+    def from_json(cls, data: dict, source: _Deferred | None = None) -> FunctionRecord:
         """`source`: the file's text, for a record written with its facts deferred (a KeyError without it)."""
         summary = cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
                       [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
@@ -184,7 +184,7 @@ class FunctionSummary:
 
 
 class _Deferred:
-    """The text a file's record was built from, for the facts computed when first asked (`FunctionSummary.casts`,
+    """The text a file's record was built from, for the facts computed when first asked (`FunctionRecord.casts`,
     `.keeps`, `.items`): the tree it was built from while that is alive, else the text parsed again (in another process:
     the record travels with its text, not its tree)."""
 
@@ -221,7 +221,7 @@ class _Deferred:
 class FileIndex:
     """What one file holds for the project index."""
 
-    functions: dict[str, FunctionSummary] = field(default_factory=dict)
+    functions: dict[str, FunctionRecord] = field(default_factory=dict)
     # local name -> (module as written, name in it or None for `import x` / `import x as y`, relative level)
     imports: dict[str, tuple[str, str | None, int]] = field(default_factory=dict)
     star_imports: list[tuple[str, int]] = field(default_factory=list)  # (module, level) of `from x import *`
@@ -235,7 +235,7 @@ class FileIndex:
     globals: list[str] = field(default_factory=list)
 
     def to_json(self, deferred: bool = False) -> dict:
-        """`deferred`: the functions' facts not yet computed are left out (`FunctionSummary.to_json`); the cache
+        """`deferred`: the functions' facts not yet computed are left out (`FunctionRecord.to_json`); the cache
         stores records so, and reads them back with the file's text (`from_json`)."""
         return {"f": {name: summary.to_json(deferred) for name, summary in self.functions.items()},
                 "i": {name: list(value) for name, value in self.imports.items()},
@@ -246,7 +246,7 @@ class FileIndex:
     def from_json(cls, data: dict, text: str | None = None) -> FileIndex:
         """`text`: the file's, for a record written with its facts deferred."""
         source = _Deferred(text) if text is not None else None
-        return cls({name: FunctionSummary.from_json(value, source) for name, value in data["f"].items()},
+        return cls({name: FunctionRecord.from_json(value, source) for name, value in data["f"].items()},
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
                    [CallRecord.from_json(call) for call in data["m"]], list(data.get("fr", ())),
@@ -295,7 +295,7 @@ class _Builder:
     def __init__(self, summary: Summary) -> None:
         self.summary = summary
         self.index = FileIndex()
-        self.by_id: dict[int, FunctionSummary] = {}
+        self.by_id: dict[int, FunctionRecord] = {}
         self.nodes: dict[int, ast.AST] = {}  # id of a def -> the def
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
@@ -331,7 +331,7 @@ class _Builder:
                     qualname = f"{owner}.{node.name}" if owner else node.name
                     arguments = node.args
                     params = tuple(a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs))
-                    summary = FunctionSummary(qualname, node.lineno, params)
+                    summary = FunctionRecord(qualname, node.lineno, params)
                     summary._deferred = (self.deferred, node.col_offset)  # `casts`, `items`: when first read
                     self.index.functions.setdefault(qualname, summary)
                     self.by_id[id(node)] = summary
@@ -425,10 +425,10 @@ class _Builder:
         self.index.imports, self.index.star_imports = import_table(self.summary)
 
     # calls -------------------------------------------------------------------------------------------------
-    def _owner(self, function) -> FunctionSummary | None:
+    def _owner(self, function) -> FunctionRecord | None:
         return self.by_id.get(id(function)) if type(function) in FUNCTIONS else None
 
-    def _note(self, summary: FunctionSummary | None, fact: str, line: int) -> None:
+    def _note(self, summary: FunctionRecord | None, fact: str, line: int) -> None:
         if summary is None:
             return  # module-level code: only its calls are asked about (`module_calls`)
         summary.does.add(fact)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.vocabulary import GRAD_SCALER, Effect
-from amplint.index.functions import CallRecord, FileIndex, FunctionSummary
+from amplint.index.functions import CallRecord, FileIndex, FunctionRecord
 
 MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
 # An import statement as a file's text holds it (what follows it on its line, or up to `)`, is read too).
@@ -912,7 +912,7 @@ class ModuleView:
         return found
 
     # questions ---------------------------------------------------------------------------------------------
-    def function(self, target: Target) -> FunctionSummary | None:
+    def function(self, target: Target) -> FunctionRecord | None:
         index = self._file(target.module)
         return index.functions.get(target.qualname) if index else None
 

@@ -18,7 +18,7 @@ class Report:
     messages: list[str] = field(default_factory=list)  # notes about files, e.g. fixes refused
     rules: list = field(default_factory=list)  # the Rule classes that ran
     severities: dict = field(default_factory=dict)  # code -> Severity the configuration gave, where not the default
-    summary: bool = True  # the human formats end with the totals (concise.summary); not with --quiet
+    totals: bool = True  # the human formats end with the totals (concise.totals); not with --quiet
     docs_url: str | None = None  # the documentation site reports link to (`docs-url`); None: no links
 
 

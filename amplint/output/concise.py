@@ -28,7 +28,7 @@ def by_severity(diagnostics) -> str:
     return " and ".join(parts) or "0"
 
 
-def summary(report) -> str:
+def totals(report) -> str:
     """"Found 3 errors and 202 warnings." (ruff's line, with eslint's two levels). After fixes: "Found 8 problems
     (6 fixed, 1 error and 1 warning remaining).", where found is what the files reported before fixing (the fixed
     ones, whose levels are not kept, plus those that remain); then how to fix what remains."""
@@ -57,6 +57,6 @@ def summary(report) -> str:
 def render(report) -> str:
     lines = [line(d, report.unsafe_fixes) for d in report.diagnostics]
     lines.extend(printable(message) for message in report.messages)
-    if report.summary:
-        lines.append(summary(report))
+    if report.totals:
+        lines.append(totals(report))
     return "\n".join(lines) + "\n"

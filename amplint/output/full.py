@@ -70,6 +70,6 @@ def render(report) -> str:
             lines.extend(patch_lines(diagnostic))
         lines.append("")
     lines.extend(printable(message) for message in report.messages)
-    if report.summary:
-        lines.append(concise.summary(report))
+    if report.totals:
+        lines.append(concise.totals(report))
     return "\n".join(lines) + "\n"

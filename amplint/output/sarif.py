@@ -58,13 +58,13 @@ def help_text(code: str, description: str, docs_url: str | None) -> dict:
 
 
 def rule_descriptor(rule, docs_url: str | None = None) -> dict:
-    description = first_paragraph(rule.documentation()) or rule.summary()
+    description = first_paragraph(rule.documentation()) or rule.headline()
     entry = {
         "id": rule.code,
         "name": rule.name,
-        "shortDescription": {"text": rule.summary()},
+        "shortDescription": {"text": rule.headline()},
         "fullDescription": {"text": description},
-        "help": help_text(rule.code, rule.summary(), docs_url),
+        "help": help_text(rule.code, rule.headline(), docs_url),
         "defaultConfiguration": {"level": rule.severity.value},
     }
     return _with_uri(entry, rule_url(rule.code, docs_url))

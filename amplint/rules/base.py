@@ -103,7 +103,7 @@ class Rule:
         return cls.requires_across is not None and cls.requires_across.holds(summary, view)
 
     @classmethod
-    def summary(cls) -> str:
+    def headline(cls) -> str:
         """The first sentence of "What it does", on one line."""
         paragraph = []
         for line in cls.documentation().splitlines():
