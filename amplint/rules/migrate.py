@@ -429,14 +429,15 @@ def _fix_commas(names: list[cst.ImportAlias], statement) -> list[cst.ImportAlias
         names = [*names[:-1], names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return names
 
+
 # reporting: the message and help of each finding --------------------------------------------------------------
 def site_report(plan: Migration, site: Site) -> tuple[str, str]:
     """A site reported where it is written (a call, a decorator, a partial, a value handed on): what warns, when,
     and what to write instead (the fix's rewrite, or why there is none)."""
-    facts, scan = plan.facts, plan.scan
+    facts = plan.facts
     if site.kind == "value":
         return _value_message(facts, site), _value_advice(plan, site)
-    new_name, device = DEPRECATED_AMP[site.qualified]
+    new_name, device = site.row.new_name, site.row.device
     fixed = plan.fixed_sites.get(id(site))
     spelling = plan.spelling(new_name)
     use = f"use `{plan.render(fixed)}`" if fixed is not None else (
@@ -444,7 +445,7 @@ def site_report(plan: Migration, site: Site) -> tuple[str, str]:
     why_not = plan.why_not(site) if fixed is None else None
     warned = _public(site.qualified)
     used = snippet(facts, site.report, 28)
-    when = _when(site, scan)
+    when = _when(site, plan.scan)
     message = (f"`{warned}` is deprecated since torch 2.4 and {when}" if used.startswith(warned)
                else f"`{used}` is the deprecated `{warned}` ({when})")
     advice = "; ".join(part for part in (use, why_not) if part) or \
@@ -465,7 +466,7 @@ def star_report(plan: Migration, statement: cst.ImportFrom, names: list[str],
     message = (f"`from {dotted_name(statement.module)} import *` binds deprecated "
                f"{', '.join(f'`{name}`' for name in names)}: {_uses(plan.facts, nodes)} "
                f"{'warns' if len(nodes) == 1 else 'warn'}")
-    advice = _import_advice(plan, plan.scan, statement, names) + [
+    advice = _import_advice(plan, statement, names) + [
         "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
     return message, _sentence("; ".join(advice))
 
@@ -475,16 +476,16 @@ def import_report(plan: Migration, statement: cst.ImportFrom, names: list[str]) 
     module = dotted_name(statement.module) or ""
     listed = ", ".join(f"`{plan.scan.imported_as[(id(statement), name)]}`" for name in names)
     message = f"{listed} imported from `{module}`, deprecated since torch 2.4"
-    return message, _sentence("; ".join(_import_advice(plan, plan.scan, statement, names)))
+    return message, _sentence("; ".join(_import_advice(plan, statement, names)))
 
 
-def _import_advice(plan: "Migration", scan: "Scan", statement, names: list[str]) -> list[str]:
+def _import_advice(plan: Migration, statement: cst.ImportFrom, names: list[str]) -> list[str]:
     """Where each imported name's replacement lives at the project's oldest torch, and how to call it."""
     by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
     spellings: dict[str, list[str]] = {}  # module -> how to call its names
     missing = []
     for name in names:
-        new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
+        new_name, device = DEPRECATED_AMP[plan.scan.qualified_of[(id(statement), name)]]
         target = plan.module_for(new_name)
         if target is None:
             missing.append(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on")
@@ -519,7 +520,7 @@ def _advice(spelling: str, device: str) -> str:
     return f"`{spelling}(..., device_type=\"{device}\")`"
 
 
-def _when(site: "Site", scan: "Scan") -> str:
+def _when(site: Site, scan: Scan) -> str:
     """When the deprecation warning is raised: a decorator, called or not (`@custom_fwd(cast_inputs=...)`), warns
     once, when it is applied to the function."""
     if site.kind == "decorator" or id(site.node) in scan.decorator_calls:
@@ -569,7 +570,7 @@ def _value_message(facts: ModuleFacts, site: Site) -> str:
     return f"{named} is deprecated and handed on as a value: the {kind} warns wherever it is called"
 
 
-def _value_advice(plan: "Migration", site: Site) -> str:
+def _value_advice(plan: Migration, site: Site) -> str:
     """What to hand on instead; no fix: the receiver calls it with arguments this module does not show."""
     new_name, device = DEPRECATED_AMP[site.qualified]
     spelling = plan.spelling(new_name)
@@ -586,7 +587,7 @@ def _value_advice(plan: "Migration", site: Site) -> str:
                      f"not shown here")
 
 
-def _alias_advice(plan: "Migration", alias: Alias) -> str:
+def _alias_advice(plan: Migration, alias: Alias) -> str:
     """What to bind instead; no fix: each call through the name would have to change with it."""
     if alias.qualified in DEPRECATED_AMP_MODULES:
         device = DEPRECATED_AMP_MODULES[alias.qualified]
