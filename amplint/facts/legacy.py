@@ -1,7 +1,8 @@
 """Where a module names a deprecated AMP API (`torch.cuda.amp.autocast`, `torch.cpu.amp.GradScaler`...), and in
 what role: called, a decorator, wrapped in `functools.partial`, referenced (`isinstance`, an annotation, a base
 class), bound to a name the module calls through (an alias), or star-imported; and which of those sit in a
-compatibility shim for old torch versions (`try: <torch.amp> except ImportError: <legacy>`, `if hasattr(...)`).
+compatibility shim for old torch versions (`try: <torch.amp> except ImportError: <legacy>`, `if hasattr(...)`);
+which of them warn (`Site.warns`, `Scan.warned_sites`, `Scan.warned_names`, `Scan.called_star_imports`).
 Read from the code, never from comments. The table of deprecated spellings is the vocabulary's
 (`vocabulary.DEPRECATIONS`); the rule AMP007 reads these facts, and its migration (amplint/rules/migrate.py) too.
 """
@@ -29,6 +30,7 @@ LEGACY_NAMES = tuple(dict.fromkeys(row.new_name for row in vocab.DEPRECATIONS)) 
 COMPAT_TEST = re.compile(r"hasattr|version|torch\.amp|\d+_\d+|\d+\.\d+")
 # Handlers of a `try: <new spelling> except ...: <old spelling>` shim (a bare `except:` too).
 COMPAT_ERRORS = frozenset({"ImportError", "ModuleNotFoundError", "AttributeError", "TypeError", "Exception"})
+CALLED = ("call", "decorator", "partial", "value")  # the roles of a site that warn (a value where it is called)
 TYPE_TESTS = frozenset({"isinstance", "issubclass"})  # calls whose arguments name a type, not a value handed on
 # Builtins that only look at what they are given: a legacy class passed to one is not called there.
 INSPECTS = frozenset({"print", "getattr", "hasattr", "setattr", "id", "repr", "str", "type", "vars", "dir",
@@ -100,6 +102,17 @@ class Site:
     def report(self) -> cst.CSTNode:
         return self.reference if self.kind in ("partial", "reference", "value") else self.node
 
+    @property
+    def row(self) -> vocab.Deprecated:
+        """The vocabulary's row of the deprecated API it names: replacement, device, legacy signature."""
+        return vocab.DEPRECATED_BY_SPELLING[self.qualified]
+
+    @property
+    def warns(self) -> bool:
+        """Does this use warn: a call, a decorator, a partial or a value handed on to be called (a reference, a base
+        class or an alias's value warns nothing here), outside a shim and not through an ambiguous name?"""
+        return not self.skip and self.kind in CALLED
+
 
 @dataclass(eq=False)
 class Alias:
@@ -114,11 +127,16 @@ class Alias:
     shimmed: bool  # inside a compatibility shim
     assignment: object  # the Assignment that binds it
 
+    @property
+    def head(self) -> str:
+        """The name the legacy spelling starts from (`torch` in `torch.cuda.amp`)."""
+        return (dotted_name(self.reference) or "").split(".", 1)[0]
+
     def skipped(self, plan: object) -> bool:
         """Inside a compatibility shim, or naming a legacy object through an ambiguous name (as its site)."""
         if self.site is not None:
             return self.site.skip
-        return self.shimmed or (dotted_name(self.reference) or "").split(".", 1)[0] in plan.ambiguous
+        return self.shimmed or self.head in plan.ambiguous
 
 
 def _branches(value: cst.BaseExpression) -> list[cst.BaseExpression]:
@@ -475,6 +493,36 @@ class Scan:  # a libcst visitor once made one with amplint.lazy.visitor_class
     def visit_Name(self, node: cst.Name) -> None:
         self.loads[node.value] = self.loads.get(node.value, 0) + 1
         self._reference(node)
+
+    # answers (after `legacy_aliases` and the migration's marks of ambiguous names) ------------------------------
+    @property
+    def found(self) -> bool:
+        """Does the module name a deprecated API or module at all (a site, an import, a star import)?"""
+        return bool(self.sites or self.import_sites or self.star_sites or self.module_references)
+
+    def star_bound(self) -> set[str]:
+        """The names some star import binds (`from torch.cuda.amp import *`)."""
+        return {name for name, bindings in self.bindings.items() if any(b.alias is None for b in bindings)}
+
+    def warned_sites(self) -> list[Site]:
+        """The sites reported where they are: references (isinstance, annotations, base classes) warn nothing by
+        themselves, and aliases and names from a star import are reported where the legacy spelling is written."""
+        starred = self.star_bound()
+        return [site for site in self.sites if site.warns and site.head not in starred]
+
+    def warned_names(self, aliases: list[Alias]) -> set[str]:
+        """The names whose use warns: called or handed on, or the head of an alias called through."""
+        return {site.head for site in self.sites if site.warns} | {alias.head for alias in aliases}
+
+    def called_star_imports(self) -> Iterator[tuple[cst.ImportFrom, list[str], list[cst.CSTNode]]]:
+        """Each star import with the deprecated names it binds that the module calls, and those calls in source
+        order (a star import whose names are never called warns nothing)."""
+        for statement, names in self.star_sites:
+            uses = {name: [site for site in self.sites if site.head == name and site.warns] for name in names}
+            names = [name for name in names if uses[name]]
+            if names:
+                yield statement, names, sorted((site.node for name in names for site in uses[name]),
+                                               key=self.facts.line_of)
 
 
 def scan_module(facts: ModuleFacts) -> Scan:

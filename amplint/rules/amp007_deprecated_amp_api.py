@@ -5,21 +5,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 
 from amplint.facts import ModuleFacts
-from amplint.facts.legacy import Alias, Scan, Site, called_behind_a_name, legacy_aliases, scan_module, \
-    used_as_value
-from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, dotted_name
+from amplint.facts.legacy import called_behind_a_name, legacy_aliases, scan_module, used_as_value
+from amplint.facts.names import DEPRECATED_AMP
 from amplint.index.summary import Summary
-from amplint.facts.versions import AMP_DEPRECATED_SINCE, SPELLING_SINCE, shown_floor
+from amplint.facts.versions import AMP_DEPRECATED_SINCE, shown_floor
 from amplint.rules.base import Finding, FixPlan, Rule
-from amplint.rules.migrate import ROWS, Migration, positional
+from amplint.rules.migrate import Migration, alias_report, import_report, site_report, star_report
 from amplint.rules.screen import Ask
-from amplint.rules.scopes import snippet
-
-CALLED = ("call", "decorator", "partial", "value")  # the uses that warn (a value where it is called)
 
 
 class DeprecatedAmpApi(Rule):
@@ -138,7 +133,7 @@ class DeprecatedAmpApi(Rule):
         if not self.torch.reaches(AMP_DEPRECATED_SINCE):
             return  # every supported torch predates the warnings (`torch>=1.13,<2`): nothing ever warns
         scan = scan_module(facts)
-        if not scan.sites and not scan.import_sites and not scan.star_sites and not scan.module_references:
+        if not scan.found:
             return
         aliases = legacy_aliases(facts, scan)  # before the plan: a name bound to a legacy API is never rewritten
         # The declared floor, raised by what this module needs wherever it runs (`from torch.amp import
@@ -146,198 +141,20 @@ class DeprecatedAmpApi(Rule):
         plan = Migration(facts, scan, self.torch.raised_to(shown_floor(facts)), aliases)
         fix = FixPlan("Migrate the deprecated AMP spellings of this module to `torch.amp`", plan.rewrite) \
             if plan.replacements else None
-        findings: list[tuple[cst.CSTNode, str, FixPlan | None, str]] = []
-        starred = plan.star_bound()
-        for site in scan.sites:
-            if site.skip or site.kind in ("reference", "base", "alias") or site.head in starred:
-                continue  # references (isinstance, annotations, base classes) do not warn by themselves; aliases
-                # and names from a star import are reported where the legacy spelling is written
-            if site.kind == "value":
-                findings.append((site.report, _value_message(facts, site), None, _value_advice(plan, site)))
-                continue
-            new_name, device = DEPRECATED_AMP[site.qualified]
-            fixed = plan.fixed_sites.get(id(site))
-            spelling = plan.spelling(new_name)
-            use = f"use `{plan.render(fixed)}`" if fixed is not None else (
-                f"use {_advice(spelling, device)}" if spelling is not None else "")
-            why_not = plan.why_not(site) if fixed is None else None
-            warned = _public(site.qualified)
-            used = snippet(facts, site.report, 28)
-            when = _when(site, scan)
-            message = (f"`{warned}` is deprecated since torch 2.4 and {when}" if used.startswith(warned)
-                       else f"`{used}` is the deprecated `{warned}` ({when})")
-            advice = "; ".join(part for part in (use, why_not) if part) or \
-                f"use `{_new_spelling(new_name, device)}`"
-            if new_name == vocab.AUTOCAST and site.kind == "call" and positional(site.node):
-                advice += " (the legacy first positional argument is `enabled`, not the device)"
-            findings.append((site.report, message, fix if fixed is not None else None, _sentence(advice)))
+        for site in scan.warned_sites():  # calls, decorators, partials, values handed on
+            message, advice = site_report(plan, site)
+            yield Finding(site.report, message, fix if id(site) in plan.fixed_sites else None, help=advice)
         aliases = [alias for alias in aliases if not alias.skipped(plan)]
-        for alias in aliases:
-            fixed = id(alias) in plan.fixed_aliases
-            findings.append((alias.reference, _alias_message(facts, alias), fix if fixed else None,
-                             _alias_advice(plan, alias)))
-        warned = {site.head for site in scan.sites if not site.skip and site.kind in CALLED}
-        warned |= {(dotted_name(alias.reference) or "").split(".", 1)[0] for alias in aliases}
-        for statement, names in scan.star_sites:
-            uses = {name: [site for site in scan.sites if site.head == name and not site.skip
-                           and site.kind in CALLED] for name in names}
-            names = [name for name in names if uses[name]]
-            if names:
-                nodes = sorted((site.node for name in names for site in uses[name]), key=facts.line_of)
-                message = (f"`from {dotted_name(statement.module)} import *` binds deprecated "
-                           f"{', '.join(f'`{name}`' for name in names)}: {_uses(facts, nodes)} "
-                           f"{'warns' if len(nodes) == 1 else 'warn'}")
-                advice = _import_advice(plan, scan, statement, names) + [
-                    "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
-                findings.append((statement, message, None, _sentence("; ".join(advice))))
+        for alias in aliases:  # reported where the legacy spelling is written, with the calls through the name
+            message, advice = alias_report(plan, alias)
+            yield Finding(alias.reference, message, fix if id(alias) in plan.fixed_aliases else None, help=advice)
+        for statement, names, nodes in scan.called_star_imports():  # never rewritten
+            message, advice = star_report(plan, statement, names, nodes)
+            yield Finding(statement, message, help=advice)
+        warned = scan.warned_names(aliases)
         for statement, names in scan.import_sites:
             names = [name for name in names if name in warned]  # an import alone warns nothing
-            if not names:
-                continue
-            moved = [name for name in names if plan.moved_import(statement, name)]
-            module = dotted_name(statement.module) or ""
-            listed = ", ".join(f"`{scan.imported_as[(id(statement), name)]}`" for name in names)
-            advice = _import_advice(plan, scan, statement, names)
-            message = f"{listed} imported from `{module}`, deprecated since torch 2.4"
-            findings.append((statement, message, fix if moved else None, _sentence("; ".join(advice))))
-        for node, message, fix_plan, advice in findings:
-            yield Finding(node, message, fix_plan, help=advice or None)
-
-
-def _import_advice(plan: "Migration", scan: "Scan", statement, names: list[str]) -> list[str]:
-    """Where each imported name's replacement lives at the project's oldest torch, and how to call it."""
-    by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
-    spellings: dict[str, list[str]] = {}  # module -> how to call its names
-    missing = []
-    for name in names:
-        new_name, device = DEPRECATED_AMP[scan.qualified_of[(id(statement), name)]]
-        target = plan.module_for(new_name)
-        if target is None:
-            missing.append(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on")
-            continue
-        by_module.setdefault(target, []).append(name)
-        spelling = (f'`{name}("{device}", ...)`' if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER)
-                    else f'`{name}(..., device_type="{device}")`')
-        if spelling not in spellings.setdefault(target, []):
-            spellings[target].append(spelling)
-    advice = [f"import {'them' if len(by_module[target]) > 1 else 'it'} from `{target}` and pass the device: "
-              f"{', '.join(calls)}" for target, calls in spellings.items()]
-    if missing:
-        advice.append(f"the project supports torch {plan.support.floor}: no replacement where {', '.join(missing)}")
-    return advice
-
-
-def _public(qualified: str) -> str:
-    """`torch.cuda.amp.autocast_mode.autocast` -> `torch.cuda.amp.autocast` (the name the warning uses)."""
-    new_name, device = DEPRECATED_AMP[qualified]
-    return f"torch.{device}.amp.{new_name}"
-
-
-def _sentence(text: str) -> str:
-    """A help line starts as a sentence does."""
-    return text[:1].upper() + text[1:]
-
-
-def _advice(spelling: str, device: str) -> str:
-    """How to call the replacement (`torch.amp.autocast`, or `torch.autocast` for an older oldest torch)."""
-    if spelling.endswith((vocab.AUTOCAST, vocab.GRAD_SCALER)):
-        return f"`{spelling}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
-    return f"`{spelling}(..., device_type=\"{device}\")`"
-
-
-def _when(site: "Site", scan: "Scan") -> str:
-    """When the deprecation warning is raised: a decorator, called or not (`@custom_fwd(cast_inputs=...)`), warns
-    once, when it is applied to the function."""
-    if site.kind == "decorator" or id(site.node) in scan.decorator_calls:
-        return "warns when the function is defined"
-    if site.kind == "partial":
-        return "warns on each call of the partial"
-    return "warns on each call"
-
-
-def _new_spelling(new_name: str, device: str) -> str:
-    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
-        return f"torch.amp.{new_name}('{device}', args...)"
-    return f"torch.amp.{new_name}(args..., device_type='{device}')"
-
-
-def _uses(facts: ModuleFacts, nodes: list[cst.CSTNode]) -> str:
-    """"`autocast()` (line 12)", or "`autocast()` (line 12) and 2 more"; a bare decorator as "`@name`"."""
-    first = snippet(facts, nodes[0], 28)
-    first = f"`{first if isinstance(nodes[0], cst.Call) else '@' + first}` (line {facts.line_of(nodes[0])})"
-    return first if len(nodes) == 1 else f"{first} and {len(nodes) - 1} more"
-
-
-def _warn(nodes: list[cst.CSTNode]) -> str:
-    """When the uses warn: a call on each call, a bare decorator when its function is defined."""
-    verb = "warns" if len(nodes) == 1 else "warn"
-    if all(isinstance(node, cst.Call) for node in nodes):
-        return f"{verb} on each call"
-    if not any(isinstance(node, cst.Call) for node in nodes):
-        return f"{verb} at definition"
-    return f"{verb} on each call or definition"
-
-
-def _alias_message(facts: ModuleFacts, alias: Alias) -> str:
-    nodes = [node for node, _ in alias.uses]
-    calls, warns = _uses(facts, nodes), _warn(nodes)
-    if alias.qualified in DEPRECATED_AMP_MODULES:
-        return f"`{alias.target}` is the deprecated `{alias.qualified}`: {calls} {warns}"
-    return f"`{alias.target}` is the deprecated `{_public(alias.qualified)}`: {calls} {warns}"
-
-
-def _value_message(facts: ModuleFacts, site: Site) -> str:
-    warned, used = _public(site.qualified), snippet(facts, site.report, 40)
-    kind = "class" if DEPRECATED_AMP[site.qualified][0] in (vocab.AUTOCAST, vocab.GRAD_SCALER) else "function"
-    named = f"`{warned}`" if used == warned else f"`{used}` (`{warned}`)"
-    if len(named) > 60:  # the message stays within 120 characters
-        named = f"`{used}`"
-    return f"{named} is deprecated and handed on as a value: the {kind} warns wherever it is called"
-
-
-def _value_advice(plan: "Migration", site: Site) -> str:
-    """What to hand on instead; no fix: the receiver calls it with arguments this module does not show."""
-    new_name, device = DEPRECATED_AMP[site.qualified]
-    spelling = plan.spelling(new_name)
-    if spelling is None:
-        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
-                         f"and the project supports torch {plan.support.floor}: no replacement to hand on")
-    row = ROWS[site.qualified]
-    if row.device_first:
-        dtype = f", dtype=torch.{row.default_dtype}" if row.default_dtype is not None else ""
-        return _sentence(f"hand on `{spelling}` and pass the device first where it is called (`(\"{device}\"{dtype}, "
-                         f"...)`, keywords for the legacy positional arguments); no fix: the callers are not shown "
-                         f"here, and the new signature reads their legacy positional arguments otherwise")
-    return _sentence(f"hand on `functools.partial({spelling}, device_type=\"{device}\")`; no fix: the callers are "
-                     f"not shown here")
-
-
-def _alias_advice(plan: "Migration", alias: Alias) -> str:
-    """What to bind instead; no fix: each call through the name would have to change with it."""
-    if alias.qualified in DEPRECATED_AMP_MODULES:
-        device = DEPRECATED_AMP_MODULES[alias.qualified]
-        missing = sorted({DEPRECATED_AMP[api][0] for _, api in alias.uses
-                          if plan.spelling(DEPRECATED_AMP[api][0]) != f"torch.amp.{DEPRECATED_AMP[api][0]}"})
-        if missing:
-            return _sentence(f"the project supports torch {plan.support.floor}, which has no "
-                             f"{', '.join(f'`torch.amp.{name}`' for name in missing)}: no replacement to bind")
-        first = f"`{alias.target}.{DEPRECATED_AMP[alias.uses[0][1]][0]}(\"{device}\", ...)`"
-        if id(alias) in plan.fixed_aliases:
-            return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
-                             f"({first})")
-        return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
-                         f"({first}); no fix: the name is bound more than once, read some other way, or a call "
-                         f"cannot be migrated")
-    new_name, device = DEPRECATED_AMP[alias.qualified]
-    spelling = plan.spelling(new_name)
-    if spelling is None:
-        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
-                         f"and the project supports torch {plan.support.floor}: no replacement to bind")
-    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
-        extra = f", dtype=torch.{ROWS[alias.qualified].default_dtype}" if new_name == vocab.AUTOCAST else ""
-        bound = f'functools.partial({spelling}, "{device}"{extra})'
-    else:
-        bound = f'functools.partial({spelling}, device_type="{device}")'
-    return _sentence(f"bind `{bound}` instead, and pass keyword arguments where a call through "
-                     f"`{alias.target}` passes the legacy positional ones; no fix: every call through the name "
-                     f"changes with it")
+            if names:
+                message, advice = import_report(plan, statement, names)
+                moved = any(plan.moved_import(statement, name) for name in names)
+                yield Finding(statement, message, fix if moved else None, help=advice)

@@ -1,8 +1,9 @@
 """A whole-module migration of deprecated spellings to their replacements, read from the vocabulary's table
 (`vocabulary.DEPRECATIONS`: each legacy spelling's new name, device, legacy signature and default dtype): which
 sites are rewritten, how each call's arguments move (legacy positionals to keywords, the device inserted first
-or passed as `device_type=`), and how each import line changes. AMP007's fix; the facts it rewrites are
-amplint/facts/legacy.py's.
+or passed as `device_type=`), and how each import line changes. AMP007's fix, and the words of its findings
+(`site_report`, `alias_report`, `star_report`, `import_report`: what warns, when, and what to write instead at the
+project's oldest torch, or why no fix is offered); the facts it rewrites are amplint/facts/legacy.py's.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from amplint import vocabulary as vocab
 from amplint.facts.legacy import Alias, Scan, Site
 from amplint.facts.names import DEPRECATED_AMP, DEPRECATED_AMP_MODULES, ImportBinding, dotted_name
 from amplint.facts.versions import SPELLING_SINCE, TorchSupport
+from amplint.facts import ModuleFacts
 from amplint.lazy import libcst as cst
 from amplint.rules.base import replace_nodes
+from amplint.rules.scopes import snippet
 
 ROWS = vocab.DEPRECATED_BY_SPELLING
 
@@ -62,10 +65,6 @@ class Migration:
                                   for statement, names in self.scan.import_sites]
         self.scan.import_sites = [(s, names) for s, names in self.scan.import_sites if names]
 
-    def star_bound(self) -> set[str]:
-        """The names some star import binds (`from torch.cuda.amp import *`)."""
-        return {name for name, bindings in self.scan.bindings.items() if any(b.alias is None for b in bindings)}
-
     def _torch_name(self) -> str | None:
         names = [local for local, bindings in self.scan.bindings.items()
                  if len(bindings) >= 1 and all(b.qualified == "torch" and b.module_level for b in bindings)]
@@ -77,7 +76,7 @@ class Migration:
             if not site.skip:
                 by_head.setdefault(site.head, []).append(site)
         torch_name = self.torch_name
-        starred = self.star_bound()
+        starred = self.scan.star_bound()
         for head, sites in by_head.items():
             binding = self.scan.bindings[head][0] if self.scan.bindings.get(head) else None
             if binding is None or head in starred:
@@ -120,14 +119,14 @@ class Migration:
             return  # a branch of `a if test else b`, or a name bound more than once
         if self.scan.loads.get(alias.target, 0) != len(alias.uses) + 1:
             return  # read some other way too (passed on, printed): the rebinding would reach that read
-        head = (dotted_name(alias.reference) or "").split(".", 1)[0]
+        head = alias.head
         bindings = self.scan.bindings.get(head, [])
         if not isinstance(alias.reference, cst.Attribute) or not bindings or \
                 any(b.qualified != "torch" for b in bindings):
             return  # `torch.cuda.amp` spelled through torch only: a from-imported module keeps its import
         sites = [Site("call", node, node.func, api, alias.target) if isinstance(node, cst.Call)
                  else Site("decorator", node, node, api, alias.target) for node, api in alias.uses]
-        if not all(self._convertible(site) and self.module_for(DEPRECATED_AMP[site.qualified][0]) == vocab.TORCH_AMP
+        if not all(self._convertible(site) and self.module_for(site.row.new_name) == vocab.TORCH_AMP
                    for site in sites):
             return
         for site in sites:
@@ -138,7 +137,7 @@ class Migration:
     def _rewrite_under(self, torch_name: str, sites: list[Site]) -> None:
         """Spell each site through the module's name for torch (`torch.amp.autocast`, `th.autocast`...)."""
         for site in sites:
-            where = self.spelling(DEPRECATED_AMP[site.qualified][0])
+            where = self.spelling(site.row.new_name)
             if where is not None:
                 self._rewrite(site, f"{torch_name}.{where.removeprefix('torch.')}")
 
@@ -159,7 +158,7 @@ class Migration:
 
     def why_not(self, site: Site) -> str | None:
         """Why a site gets no fix, when the reason is worth telling (the floor, or a call that raises)."""
-        row = ROWS[site.qualified]
+        row = site.row
         new_name = row.new_name
         if self.spelling(new_name) is None:
             since = SPELLING_SINCE[f"torch.amp.{new_name}"]
@@ -187,7 +186,7 @@ class Migration:
         return self.scan.loads.get(head, 0) == len(sites)
 
     def _convertible(self, site: Site) -> bool:
-        row = ROWS[site.qualified]
+        row = site.row
         new_name = row.new_name
         if site.kind == "reference":
             return new_name == vocab.GRAD_SCALER  # isinstance()/annotations: the base class accepts both
@@ -223,7 +222,7 @@ class Migration:
     def _rewrite(self, site: Site, new_func: str | None) -> None:
         if not self._convertible(site):
             return
-        row = ROWS[site.qualified]
+        row = site.row
         device = row.device
         func = cst.parse_expression(new_func) if new_func is not None else None
         if site.kind == "reference":
@@ -429,3 +428,191 @@ def _fix_commas(names: list[cst.ImportAlias], statement) -> list[cst.ImportAlias
     if not parenthesized:
         names = [*names[:-1], names[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)]
     return names
+
+
+# reporting: the message and help of each finding --------------------------------------------------------------
+def site_report(plan: Migration, site: Site) -> tuple[str, str]:
+    """A site reported where it is written (a call, a decorator, a partial, a value handed on): what warns, when,
+    and what to write instead (the fix's rewrite, or why there is none)."""
+    facts = plan.facts
+    if site.kind == "value":
+        return _value_message(facts, site), _value_advice(plan, site)
+    new_name, device = site.row.new_name, site.row.device
+    fixed = plan.fixed_sites.get(id(site))
+    spelling = plan.spelling(new_name)
+    use = f"use `{plan.render(fixed)}`" if fixed is not None else (
+        f"use {_advice(spelling, device)}" if spelling is not None else "")
+    why_not = plan.why_not(site) if fixed is None else None
+    warned = _public(site.qualified)
+    used = snippet(facts, site.report, 28)
+    when = _when(site, plan.scan)
+    message = (f"`{warned}` is deprecated since torch 2.4 and {when}" if used.startswith(warned)
+               else f"`{used}` is the deprecated `{warned}` ({when})")
+    advice = "; ".join(part for part in (use, why_not) if part) or \
+        f"use `{_new_spelling(new_name, device)}`"
+    if new_name == vocab.AUTOCAST and site.kind == "call" and positional(site.node):
+        advice += " (the legacy first positional argument is `enabled`, not the device)"
+    return message, _sentence(advice)
+
+
+def alias_report(plan: Migration, alias: Alias) -> tuple[str, str]:
+    """A name bound to a legacy API or module, reported at the assignment with the calls through it."""
+    return _alias_message(plan.facts, alias), _alias_advice(plan, alias)
+
+
+def star_report(plan: Migration, statement: cst.ImportFrom, names: list[str],
+                nodes: list[cst.CSTNode]) -> tuple[str, str]:
+    """A star import binding deprecated names the module calls (`nodes`): never rewritten."""
+    message = (f"`from {dotted_name(statement.module)} import *` binds deprecated "
+               f"{', '.join(f'`{name}`' for name in names)}: {_uses(plan.facts, nodes)} "
+               f"{'warns' if len(nodes) == 1 else 'warn'}")
+    advice = _import_advice(plan, statement, names) + [
+        "no fix: a star import may bring other names the module relies on, so it is not rewritten"]
+    return message, _sentence("; ".join(advice))
+
+
+def import_report(plan: Migration, statement: cst.ImportFrom, names: list[str]) -> tuple[str, str]:
+    """An import line of deprecated names the module calls: where they moved."""
+    module = dotted_name(statement.module) or ""
+    listed = ", ".join(f"`{plan.scan.imported_as[(id(statement), name)]}`" for name in names)
+    message = f"{listed} imported from `{module}`, deprecated since torch 2.4"
+    return message, _sentence("; ".join(_import_advice(plan, statement, names)))
+
+
+def _import_advice(plan: Migration, statement: cst.ImportFrom, names: list[str]) -> list[str]:
+    """Where each imported name's replacement lives at the project's oldest torch, and how to call it."""
+    by_module: dict[str, list[str]] = {}  # module to import from -> the names that move there
+    spellings: dict[str, list[str]] = {}  # module -> how to call its names
+    missing = []
+    for name in names:
+        new_name, device = DEPRECATED_AMP[plan.scan.qualified_of[(id(statement), name)]]
+        target = plan.module_for(new_name)
+        if target is None:
+            missing.append(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on")
+            continue
+        by_module.setdefault(target, []).append(name)
+        spelling = (f'`{name}("{device}", ...)`' if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER)
+                    else f'`{name}(..., device_type="{device}")`')
+        if spelling not in spellings.setdefault(target, []):
+            spellings[target].append(spelling)
+    advice = [f"import {'them' if len(by_module[target]) > 1 else 'it'} from `{target}` and pass the device: "
+              f"{', '.join(calls)}" for target, calls in spellings.items()]
+    if missing:
+        advice.append(f"the project supports torch {plan.support.floor}: no replacement where {', '.join(missing)}")
+    return advice
+
+
+def _public(qualified: str) -> str:
+    """`torch.cuda.amp.autocast_mode.autocast` -> `torch.cuda.amp.autocast` (the name the warning uses)."""
+    new_name, device = DEPRECATED_AMP[qualified]
+    return f"torch.{device}.amp.{new_name}"
+
+
+def _sentence(text: str) -> str:
+    """A help line starts as a sentence does."""
+    return text[:1].upper() + text[1:]
+
+
+def _advice(spelling: str, device: str) -> str:
+    """How to call the replacement (`torch.amp.autocast`, or `torch.autocast` for an older oldest torch)."""
+    if spelling.endswith((vocab.AUTOCAST, vocab.GRAD_SCALER)):
+        return f"`{spelling}(\"{device}\", ...)` (keyword arguments for the legacy positional ones)"
+    return f"`{spelling}(..., device_type=\"{device}\")`"
+
+
+def _when(site: Site, scan: Scan) -> str:
+    """When the deprecation warning is raised: a decorator, called or not (`@custom_fwd(cast_inputs=...)`), warns
+    once, when it is applied to the function."""
+    if site.kind == "decorator" or id(site.node) in scan.decorator_calls:
+        return "warns when the function is defined"
+    if site.kind == "partial":
+        return "warns on each call of the partial"
+    return "warns on each call"
+
+
+def _new_spelling(new_name: str, device: str) -> str:
+    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
+        return f"torch.amp.{new_name}('{device}', args...)"
+    return f"torch.amp.{new_name}(args..., device_type='{device}')"
+
+
+def _uses(facts: ModuleFacts, nodes: list[cst.CSTNode]) -> str:
+    """"`autocast()` (line 12)", or "`autocast()` (line 12) and 2 more"; a bare decorator as "`@name`"."""
+    first = snippet(facts, nodes[0], 28)
+    first = f"`{first if isinstance(nodes[0], cst.Call) else '@' + first}` (line {facts.line_of(nodes[0])})"
+    return first if len(nodes) == 1 else f"{first} and {len(nodes) - 1} more"
+
+
+def _warn(nodes: list[cst.CSTNode]) -> str:
+    """When the uses warn: a call on each call, a bare decorator when its function is defined."""
+    verb = "warns" if len(nodes) == 1 else "warn"
+    if all(isinstance(node, cst.Call) for node in nodes):
+        return f"{verb} on each call"
+    if not any(isinstance(node, cst.Call) for node in nodes):
+        return f"{verb} at definition"
+    return f"{verb} on each call or definition"
+
+
+def _alias_message(facts: ModuleFacts, alias: Alias) -> str:
+    nodes = [node for node, _ in alias.uses]
+    calls, warns = _uses(facts, nodes), _warn(nodes)
+    if alias.qualified in DEPRECATED_AMP_MODULES:
+        return f"`{alias.target}` is the deprecated `{alias.qualified}`: {calls} {warns}"
+    return f"`{alias.target}` is the deprecated `{_public(alias.qualified)}`: {calls} {warns}"
+
+
+def _value_message(facts: ModuleFacts, site: Site) -> str:
+    warned, used = _public(site.qualified), snippet(facts, site.report, 40)
+    kind = "class" if site.row.new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER) else "function"
+    named = f"`{warned}`" if used == warned else f"`{used}` (`{warned}`)"
+    if len(named) > 60:  # the message stays within 120 characters
+        named = f"`{used}`"
+    return f"{named} is deprecated and handed on as a value: the {kind} warns wherever it is called"
+
+
+def _value_advice(plan: Migration, site: Site) -> str:
+    """What to hand on instead; no fix: the receiver calls it with arguments this module does not show."""
+    new_name, device = DEPRECATED_AMP[site.qualified]
+    spelling = plan.spelling(new_name)
+    if spelling is None:
+        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
+                         f"and the project supports torch {plan.support.floor}: no replacement to hand on")
+    row = site.row
+    if row.device_first:
+        dtype = f", dtype=torch.{row.default_dtype}" if row.default_dtype is not None else ""
+        return _sentence(f"hand on `{spelling}` and pass the device first where it is called (`(\"{device}\"{dtype}, "
+                         f"...)`, keywords for the legacy positional arguments); no fix: the callers are not shown "
+                         f"here, and the new signature reads their legacy positional arguments otherwise")
+    return _sentence(f"hand on `functools.partial({spelling}, device_type=\"{device}\")`; no fix: the callers are "
+                     f"not shown here")
+
+
+def _alias_advice(plan: Migration, alias: Alias) -> str:
+    """What to bind instead; no fix: each call through the name would have to change with it."""
+    if alias.qualified in DEPRECATED_AMP_MODULES:
+        device = DEPRECATED_AMP_MODULES[alias.qualified]
+        missing = sorted({DEPRECATED_AMP[api][0] for _, api in alias.uses
+                          if plan.spelling(DEPRECATED_AMP[api][0]) != f"torch.amp.{DEPRECATED_AMP[api][0]}"})
+        if missing:
+            return _sentence(f"the project supports torch {plan.support.floor}, which has no "
+                             f"{', '.join(f'`torch.amp.{name}`' for name in missing)}: no replacement to bind")
+        first = f"`{alias.target}.{DEPRECATED_AMP[alias.uses[0][1]][0]}(\"{device}\", ...)`"
+        if id(alias) in plan.fixed_aliases:
+            return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
+                             f"({first})")
+        return _sentence(f"bind `torch.amp` instead and pass the device to each call through `{alias.target}` "
+                         f"({first}); no fix: the name is bound more than once, read some other way, or a call "
+                         f"cannot be migrated")
+    new_name, device = DEPRECATED_AMP[alias.qualified]
+    spelling = plan.spelling(new_name)
+    if spelling is None:
+        return _sentence(f"`torch.amp.{new_name}` exists from torch {SPELLING_SINCE[f'torch.amp.{new_name}']} on "
+                         f"and the project supports torch {plan.support.floor}: no replacement to bind")
+    if new_name in (vocab.AUTOCAST, vocab.GRAD_SCALER):
+        extra = f", dtype=torch.{ROWS[alias.qualified].default_dtype}" if new_name == vocab.AUTOCAST else ""
+        bound = f'functools.partial({spelling}, "{device}"{extra})'
+    else:
+        bound = f'functools.partial({spelling}, device_type="{device}")'
+    return _sentence(f"bind `{bound}` instead, and pass keyword arguments where a call through "
+                     f"`{alias.target}` passes the legacy positional ones; no fix: every call through the name "
+                     f"changes with it")
