@@ -302,6 +302,15 @@ def test_no_rule_imports_another_rule():
     assert not {name: targets for name, targets in wrong.items() if targets}
 
 
+def test_a_rule_module_is_small():
+    """A rule module is its documentation, a short check and its messages and fixes; what it asks of code lives
+    in amplint/facts/. Median at most 200 lines, none over 400 (docstrings included)."""
+    sizes = sorted(len(Path(MODULES[name]).read_text(encoding="utf-8").splitlines()) for name in MODULES
+                   if within(name, "amplint.rules") and name.rpartition(".")[2].startswith("amp0"))
+    assert len(sizes) >= 15
+    assert sizes[len(sizes) // 2] <= 200 and sizes[-1] <= 400, sizes
+
+
 def test_module_level_imports_form_no_cycle():
     graph = {name: {target for target in imports_of(name, path, top_level_only=True) if target in MODULES}
              for name, path in MODULES.items()}

@@ -457,7 +457,7 @@ def test_amp007_reads_its_table() -> None:
         strings = {node.value for node in ast.walk(ast.parse((REPO / path).read_text()))
                    if isinstance(node, ast.Constant) and isinstance(node.value, str)}
         assert not strings & set(vocab.DEPRECATED_AMP), path
-    assert len((REPO / "amplint/rules/amp007_deprecated_amp_api.py").read_text().splitlines()) <= 400
+    assert len((REPO / "amplint/rules/amp007_deprecated_amp_api.py").read_text().splitlines()) <= 200
 
 
 @pytest.mark.parametrize("line, flagged", [
