@@ -216,7 +216,7 @@ def test_amp004_hoisted_statement_takes_its_comments_once() -> None:
 def test_changes_sees_every_binding_form_and_what_calls_are_handed() -> None:
     import libcst as cst
 
-    from amplint.rules.scopes import Changes
+    from amplint.facts.changes import Changes
 
     loop = cst.parse_module(
         "for x in loader:\n    import math\n    from os import path as p\n    with ctx() as (a, b):\n        pass\n"

@@ -7,7 +7,7 @@ from typing import Iterator
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import ModuleFacts, frameworks
-from amplint.rules.across import (calls_in_regions_reaching, opens_through_project, reaches_from_module,
+from amplint.facts.across import (calls_in_regions_reaching, opens_through_project, reaches_from_module,
                                   reaches_from_region)
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule

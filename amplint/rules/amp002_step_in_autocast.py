@@ -7,7 +7,7 @@ from typing import Iterator
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import ModuleFacts
-from amplint.rules.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
+from amplint.facts.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
 from amplint.rules.screen import Ask, AskProject

@@ -13,11 +13,12 @@ from amplint.facts.clips import base_stores_clip
 from amplint.facts.scaled_clips import ClipBeforeStep, ClipThroughCall, ScaledClip, ScaledClips, reads_gradients, \
     unscale_site
 from amplint.diagnostics import Applicability
-from amplint.rules.across import reaches_from_module
+from amplint.facts.across import reaches_from_module
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
-from amplint.rules.scopes import Changes, UpdatePhase, snippet
+from amplint.facts.changes import Changes
+from amplint.rules.scopes import UpdatePhase, snippet
 
 
 class ClipWithoutUnscale(Rule):

@@ -17,7 +17,8 @@ from amplint.facts.names import GRAD_SCALERS
 from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
-from amplint.rules.scopes import Changes, snippet
+from amplint.facts.changes import Changes
+from amplint.rules.scopes import snippet
 
 ADAPTS = "its scale restarts at 65536 on every call and never adapts"
 

@@ -15,7 +15,7 @@ from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS
 from amplint.facts.scalers import ScalerUses, local_name, single
 from amplint.index.summary import Summary
-from amplint.rules.across import importing_callers
+from amplint.facts.across import importing_callers
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject
 
