@@ -45,6 +45,8 @@ class Settings:
     # requirement that gives the lowest torch ("torch>=1.13,<2 (pyproject.toml:7)", see infer_target_torch).
     target_torch_source: str | None = None
     torch_below: str | None = None  # the first torch release the project's requirements exclude (inferred only)
+    # No target configured: each file's range is inferred from its own project's requirements (`torch_range_for`).
+    torch_inferred: bool = False
     force_exclude: bool = False
     respect_gitignore: bool = True  # skip what .gitignore, .ignore and git's excludes exclude (amplint/discovery.py)
     cache_dir: str | None = None
@@ -62,6 +64,32 @@ class Settings:
     # select", "--select", "inferred from ...". A key not here has its default.
     origins: dict[str, str] = field(default_factory=dict)
 
+
+    def torch_range_for(self, path: str) -> tuple[str | None, str | None]:
+        """The torch releases a file is linted for: (the lowest, the first excluded). A configured target applies
+        as it is, and so does a range inferred from the configuration's own folder. Otherwise it is inferred from
+        the requirements of the project the file belongs to, the nearest folder at or above the file's with a
+        declaration file (amplint/requirements.py `project_root`): a run over several repositories gives each its
+        own range, and a file is linted for the same releases whichever folder the run named. Read once per
+        folder and project root in a run."""
+        from amplint.requirements import has_declarations, project_root, project_torch, version_text
+
+        memo = self.__dict__.setdefault("_torch_ranges", {})  # folder or project root -> range, for this run
+        if "configured" not in memo:
+            memo["configured"] = not self.torch_inferred or self.source is not None and has_declarations(self.root)
+        if memo["configured"]:
+            return self.target_torch_version, self.torch_below
+        folder = os.path.dirname(os.path.abspath(path)) if path != "-" else os.getcwd()
+        if folder not in memo:
+            root = project_root(Path(folder), self.__dict__.setdefault("_declaring", {}))
+            if root not in memo:
+                requirement = project_torch([root]) if root is not None else None
+                lowest = requirement.floor if requirement is not None else None
+                below = requirement.below if requirement is not None else None
+                memo[root] = (version_text(lowest.range.floor) if lowest is not None else None,
+                              version_text(below) if below is not None else None)
+            memo[folder] = memo[root]
+        return memo[folder]
     def excluded(self, path: str, walked: bool = False) -> bool:
         """Does an exclude pattern match this path (its name, or its path relative to the root)?
 
@@ -453,10 +481,12 @@ def check_torch_version(text: str, where: str) -> None:
 def infer_target_torch(settings: Settings, paths: list[str]) -> None:
     """Without a `target-torch-version` from the configuration or the command line, take the lowest torch the
     project declares (amplint/requirements.py) and the first release it excludes. The project root is the
-    configuration's folder, else the nearest folder above the linted paths with a requirement file. No torch
-    requirement with a lower bound: nothing is set, every spelling is allowed (as before)."""
+    configuration's folder, else the nearest folder above the linted paths with a requirement file: what
+    --show-settings prints; each file is linted for its own project's range (`Settings.torch_range_for`). No
+    torch requirement with a lower bound: nothing is set, every spelling is allowed (as before)."""
     if settings.target_torch_version is not None:
         return
+    settings.torch_inferred = True
     from amplint.requirements import project_torch, roots_for, version_text
 
     requirement = project_torch(roots_for(paths or ["."], settings.root if settings.source is not None else None))

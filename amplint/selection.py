@@ -67,8 +67,10 @@ def rules_for(path: str, rule_classes: Sequence[object], settings) -> list[Rule]
     """The enabled rules (catalog entries or rule classes) that apply to the file at `path`: its per-file ignores
     taken away. Each knows the torch releases the project supports (`TorchSupport`); none is left out for them.
     A catalog entry's rule is a `LazyRule`."""
-    return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), settings.target_torch_version,
-                       getattr(settings, "torch_below", None)))
+    ranged = getattr(settings, "torch_range_for", None)  # each file's own project (amplint/config.py)
+    target, below = ranged(path) if ranged is not None else (settings.target_torch_version,
+                                                             getattr(settings, "torch_below", None))
+    return list(_rules(tuple(rule_classes), tuple(settings.ignored_for(path)), target, below))
 
 
 def all_rules(opt_in: bool = False) -> list[Rule]:

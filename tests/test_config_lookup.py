@@ -143,6 +143,22 @@ def test_one_torch_range_for_the_command_line_the_plugin_and_the_server(tmp_path
     assert cli_codes(tmp_path, "src/legacy.py") == plugin_codes(legacy) == server_codes(legacy) == ["AMP007"] * 2
 
 
+def test_each_repository_of_a_run_is_linted_for_the_torch_its_requirements_declare(tmp_path):
+    """A folder of repositories linted as one run: each file for the torch range of its own project (the nearest
+    declaration above it), as when its repository is linted alone; no range comes from the folder named."""
+    for name, requirement in (("pinned_old", "torch==1.13.1\n"), ("recent", "torch>=2.4\n")):
+        (tmp_path / name / ".git").mkdir(parents=True)
+        write(tmp_path / name / "requirements.txt", requirement)
+        write(tmp_path / name / "train" / "legacy.py", LEGACY)
+    alone = {name: cli_codes(tmp_path / name, ".") for name in ("pinned_old", "recent")}
+    assert alone == {"pinned_old": [], "recent": ["AMP007"] * 2}
+    together = invoke_in(tmp_path, ["check", "--no-cache", "--output-format", "json", "."])
+    found = sorted((Path(d["filename"]).parts[-3], d["code"]) for d in json.loads(together.stdout))
+    assert found == [("recent", "AMP007")] * 2
+    legacy = tmp_path / "pinned_old" / "train" / "legacy.py"
+    assert plugin_codes(legacy) == server_codes(legacy, root=tmp_path) == []
+
+
 def test_the_plugin_follows_the_configuration(tmp_path):
     (tmp_path / ".git").mkdir()
     write(tmp_path / "pyproject.toml", '[tool.amplint]\nignore = ["AMP001"]\n')
