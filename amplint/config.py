@@ -72,24 +72,36 @@ class Settings:
         declaration file (amplint/requirements.py `project_root`): a run over several repositories gives each its
         own range, and a file is linted for the same releases whichever folder the run named. Read once per
         folder and project root in a run."""
-        from amplint.requirements import has_declarations, project_root, project_torch, version_text
+        from amplint.requirements import has_declarations
 
-        memo = self.__dict__.setdefault("_torch_ranges", {})  # folder or project root -> range, for this run
+        memo = self.__dict__.setdefault("_torch_ranges", {})  # folder -> range, for this run
         if "configured" not in memo:
             memo["configured"] = not self.torch_inferred or self.source is not None and has_declarations(self.root)
         if memo["configured"]:
             return self.target_torch_version, self.torch_below
         folder = os.path.dirname(os.path.abspath(path)) if path != "-" else os.getcwd()
         if folder not in memo:
-            root = project_root(Path(folder), self.__dict__.setdefault("_declaring", {}))
-            if root not in memo:
-                requirement = project_torch([root]) if root is not None else None
-                lowest = requirement.floor if requirement is not None else None
-                below = requirement.below if requirement is not None else None
-                memo[root] = (version_text(lowest.range.floor) if lowest is not None else None,
-                              version_text(below) if below is not None else None)
-            memo[folder] = memo[root]
+            memo[folder] = self._range_at(Path(os.path.realpath(folder)), memo)
         return memo[folder]
+
+    def _range_at(self, folder: Path, memo: dict) -> tuple[str | None, str | None]:
+        """The range the project at or above `folder` declares, as `requirements.project_root` finds it (a
+        folder's declarations first, then a repository's root stops the search); each folder asked once."""
+        from amplint.requirements import has_declarations, project_torch, version_text
+
+        if folder in memo:
+            return memo[folder]
+        if has_declarations(folder):
+            requirement = project_torch([folder])
+            lowest, below = requirement.floor, requirement.below
+            found = (version_text(lowest.range.floor) if lowest is not None else None,
+                     version_text(below) if below is not None else None)
+        elif folder.parent == folder or any(os.path.exists(folder / marker) for marker in (".git", ".hg")):
+            found = (None, None)
+        else:
+            found = self._range_at(folder.parent, memo)
+        memo[folder] = found
+        return found
     def excluded(self, path: str, walked: bool = False) -> bool:
         """Does an exclude pattern match this path (its name, or its path relative to the root)?
 
