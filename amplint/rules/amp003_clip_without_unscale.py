@@ -220,28 +220,10 @@ class ClipWithoutUnscale(Rule):
     def _framework_contracts(self, facts: ModuleFacts) -> Iterator[Finding]:
         """Clips where a framework's gradients are still scaled, or unscaled twice (amplint/facts/frameworks.py)."""
         for found in frameworks.framework_clips(facts):
-            clipped, shown, method = snippet(facts, found.call.node.func, 40), found.shown.where, found.method
-            if found.kind == frameworks.LIGHTNING_HOOK:
-                message = f"`{clipped}(...)` in `{method}` clips gradients Lightning has not unscaled yet"
-                advice = (f"Lightning unscales after `{method}` (16-mixed: {shown}): clip in "
-                          f"`{vocab.LIGHTNING_UNSCALED_HOOK}`, or with `Trainer(gradient_clip_val=...)`")
-            elif found.kind == frameworks.LIGHTNING_MANUAL:
-                message = f"`{clipped}(...)` after `self.{method}(...)` clips gradients Lightning has not unscaled"
-                advice = (f"In manual optimization Lightning unscales inside `opt.step()` (16-mixed: {shown}): clip "
-                          f"in `{vocab.LIGHTNING_UNSCALED_HOOK}`, which runs after the unscale")
-            elif found.kind == frameworks.ACCELERATE_BACKWARD:
-                message = f"`{clipped}(...)` clips gradients still scaled by `{method}.backward(...)` (fp16)"
-                advice = (f"Accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use "
-                          f"`{method}.{vocab.CLIP_GRAD_NORM_}(...)`, which unscales first")
-            elif found.kind == frameworks.HF_UNSCALE:
-                message = f"`{clipped}(...)` in `{method}` unscales; the Trainer unscales again after it"
-                advice = (f"The Trainer unscales and clips after `{method}` returns (fp16: {shown}), and a "
-                          f"second `unscale_` raises: clip with `TrainingArguments(max_grad_norm=...)`")
-            else:
-                message = f"`{clipped}(...)` in `{method}` clips gradients the Trainer has not unscaled yet"
-                advice = (f"The Trainer unscales only after `{method}` returns (fp16: {shown}): clip with "
-                          f"`TrainingArguments(max_grad_norm=...)`")
-            yield Finding(found.call.node, message, help=advice)
+            message, advice = FRAMEWORK_WORDS[found.kind]
+            words = {"clipped": snippet(facts, found.call.node.func, 40), "shown": found.shown.where,
+                     "method": found.method, "hook": vocab.LIGHTNING_UNSCALED_HOOK, "clip": vocab.CLIP_GRAD_NORM_}
+            yield Finding(found.call.node, message.format(**words), help=advice.format(**words))
 
     def _insert_unscale(self, facts, clip: Event, step: Event, scaler: str, optimizer: str,
                         before: str = "the clip") -> FixPlan | None:
@@ -290,6 +272,31 @@ class ClipWithoutUnscale(Rule):
 
         return FixPlan(f"Move `{snippet(facts, unscale.node)}` before the clip", rebuild, applicability)
 
+
+
+# What each framework contract's finding says (amplint/facts/frameworks.py's kinds): the message, then the help.
+FRAMEWORK_WORDS = {
+    frameworks.LIGHTNING_HOOK: (
+        "`{clipped}(...)` in `{method}` clips gradients Lightning has not unscaled yet",
+        "Lightning unscales after `{method}` (16-mixed: {shown}): clip in `{hook}`, or with "
+        "`Trainer(gradient_clip_val=...)`"),
+    frameworks.LIGHTNING_MANUAL: (
+        "`{clipped}(...)` after `self.{method}(...)` clips gradients Lightning has not unscaled",
+        "In manual optimization Lightning unscales inside `opt.step()` (16-mixed: {shown}): clip in `{hook}`, "
+        "which runs after the unscale"),
+    frameworks.ACCELERATE_BACKWARD: (
+        "`{clipped}(...)` clips gradients still scaled by `{method}.backward(...)` (fp16)",
+        "Accelerate scales the loss with mixed_precision=\"fp16\" ({shown}): use `{method}.{clip}(...)`, which "
+        "unscales first"),
+    frameworks.HF_UNSCALE: (
+        "`{clipped}(...)` in `{method}` unscales; the Trainer unscales again after it",
+        "The Trainer unscales and clips after `{method}` returns (fp16: {shown}), and a second `unscale_` raises: "
+        "clip with `TrainingArguments(max_grad_norm=...)`"),
+    frameworks.HF_CLIP: (
+        "`{clipped}(...)` in `{method}` clips gradients the Trainer has not unscaled yet",
+        "The Trainer unscales only after `{method}` returns (fp16: {shown}): clip with "
+        "`TrainingArguments(max_grad_norm=...)`"),
+}
 
 MAX_MESSAGE = 120
 
