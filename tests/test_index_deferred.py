@@ -1,6 +1,7 @@
-"""The index's facts computed when first read (`FunctionRecord.casts`, `.keeps`, `.items`), and the screen's
-questions that look at the project before building a file's record: the same answers as computed up front, in
-the process that built the record and in another one, and a cached result that follows the project."""
+"""The index's facts computed when first read (`FunctionRecord.casts`, `.keeps`, `.items`, `CallRecord.args`),
+and the screen's questions that look at the project before building a file's record: the same answers as
+computed up front, in the process that built the record and in another one, and a cached result that follows the
+project."""
 
 from __future__ import annotations
 
@@ -168,3 +169,80 @@ def test_half_factory_follows_a_new_caller_through_the_cache(tmp_path):
     assert _amp012(folder) == []
     (folder / "run_scaled.py").write_text(text)
     assert _amp012(folder) == [("setup_model.py", 5)]
+
+
+HANDING = '''\
+import torch
+
+
+def train(model, scaler, batches, weight):
+    for x, y in batches:
+        loss = model(x).sum()
+        loss = scaler.scale(loss) if scaler else loss
+        backward_of(loss, retain=False)
+        log(make(weight)(loss / 4), y)
+        a.b(loss).c(weight)
+
+
+def run(loss):
+    backward_of(loss * 2)
+
+
+backward_of(torch.ones(1), retain=True)
+'''
+
+
+def _followed(text: str) -> dict[tuple, tuple]:
+    """Every call's `argument_flows` in its function's scope, followed on the parsed tree here."""
+    from amplint.index.flows import Scope, argument_flows
+    from amplint.index.functions import call_place
+
+    tree = ast.parse(text)
+    found = {}
+    for scope_node in [tree, *[n for n in ast.walk(tree) if type(n) is ast.FunctionDef]]:
+        scope = Scope(scope_node)
+        body = scope_node.body
+        for node in (n for statement in body for n in ast.walk(statement)):
+            if type(node) is ast.Call and (node.args or node.keywords) and _innermost(tree, node) is scope_node:
+                found[call_place(node)[:2]] = argument_flows(scope, node)
+    return found
+
+
+def _innermost(tree: ast.AST, call: ast.Call) -> ast.AST:
+    owner = tree
+    for node in ast.walk(tree):
+        if type(node) is ast.FunctionDef and any(inner is call for inner in ast.walk(node)):
+            if owner is tree or any(inner is node for inner in ast.walk(owner)):
+                owner = node
+    return owner
+
+
+def _arguments(record: FileIndex) -> dict[tuple, tuple]:
+    calls = [call for function in record.functions.values() for call in function.calls] + record.module_calls
+    return {(call.line, call.callee): call.args for call in calls}
+
+
+def test_deferred_arguments_are_those_followed_on_the_tree():
+    """What each call hands over (`CallRecord.args`) is followed when first read, in the process that built the
+    record, in another one and from the cache: the same flows as followed up front, a call nested in another at
+    its start (`make(w)(loss / 4)`, `a.b(loss).c(w)`) told from it, module-level calls in the module's scope."""
+    record = index_text(HANDING)
+    assert all(call._deferred is not None for f in record.functions.values() for call in f.calls if call.callee
+               in ("backward_of", "log"))
+    arguments = _arguments(record)
+    assert arguments == {(6, "model"): (), (7, "scaler.scale"): ("0=s",), (8, "backward_of"): ("0=s", "retain=u"),
+                         (9, "make"): ("0=p:weight",), (9, "log"): ("0=s",), (10, "a.b"): ("0=s",),
+                         (14, "backward_of"): ("0=p:loss",), (17, "torch.ones"): ("0=u",),
+                         (17, "backward_of"): ("0=u", "retain=u")}  # `y`, a loop's target: not known
+    followed = _followed(HANDING)  # each call's (line, column) -> its flows, followed up front
+    places = {(6, "model"): (6, 15), (7, "scaler.scale"): (7, 15), (8, "backward_of"): (8, 8), (9, "make"): (9, 12),
+              (9, "log"): (9, 8), (10, "a.b"): (10, 8), (14, "backward_of"): (14, 4), (17, "torch.ones"): (17, 12),
+              (17, "backward_of"): (17, 0)}
+    assert {key: followed[place] for key, place in places.items()} == arguments
+    assert _arguments(pickle.loads(pickle.dumps(index_text(HANDING)))) == arguments
+    written = index_text(HANDING).to_json(deferred=True)
+    again = FileIndex.from_json(json.loads(json.dumps(written)), HANDING)
+    assert _arguments(again) == arguments
+    assert again.to_json() == index_text(HANDING).to_json()
+    with pytest.raises(KeyError):  # deferred arguments without the text
+        FileIndex.from_json(written)

@@ -186,7 +186,7 @@ class Openings:
         except Exception:  # noqa: BLE001 - unparsable: the engine reports it
             return None
         entered = _entered_names(summary)
-        bases = tuple(name for node in ast.walk(summary.tree) if type(node) is ast.ClassDef
+        bases = tuple(name for node in summary.class_nodes
                       for name in map(dotted, node.bases) if name is not None and name != "object")
         heads = {}
         for name in (*entered, *bases):

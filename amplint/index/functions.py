@@ -62,23 +62,70 @@ _NOT_PROJECT = frozenset({
     "next", "map", "filter", "any", "all", "round", "repr", "format", "vars", "id", "bool", "object"})
 
 
-@dataclass
 class CallRecord:
-    callee: str  # as written: "train_one_epoch", "self.optimizer_step", "utils.clip", "self.helper.run", "fn"
-    line: int
-    in_loop: bool = False  # in a loop's body of its function
-    in_region: bool = False  # in an autocast region that can be enabled (a with or the function's decorator)
-    no_grad: bool = False  # under no_grad/inference_mode (a with or the function's decorator)
-    args: tuple[str, ...] = ()  # what it hands over, where known (amplint/index/flows.py: `argument_flows`)
+    """One call a function (or module-level code) makes. What it hands over (`args`) is computed when first read,
+    from the tree of the file (`_Deferred`): only the callers of a function whose parameter is backpropagated are
+    ever asked (amplint/index/flows.py, `parameter_flow`), and following every argument of every call of every
+    indexed file cost more than the rest of the index."""
 
-    def to_json(self) -> list:
+    __slots__ = ("callee", "line", "in_loop", "in_region", "no_grad", "_args", "_deferred")
+
+    def __init__(self, callee: str, line: int, in_loop: bool = False, in_region: bool = False,
+                 no_grad: bool = False, args: tuple[str, ...] = ()) -> None:
+        self.callee = callee  # as written: "train_one_epoch", "self.optimizer_step", "utils.clip", "fn"
+        self.line = line
+        self.in_loop = in_loop  # in a loop's body of its function
+        self.in_region = in_region  # in an autocast region that can be enabled (a with or the function's decorator)
+        self.no_grad = no_grad  # under no_grad/inference_mode (a with or the function's decorator)
+        self._args = args
+        # (the file's text, the call's place: line, column, end line, end column, and its function's line and
+        # column, (0, 0) at module level): not yet computed
+        self._deferred: tuple[_Deferred, tuple[int, ...]] | None = None
+
+    @property
+    def args(self) -> tuple[str, ...]:
+        """What it hands over, where known (amplint/index/flows.py: `argument_flows`)."""
+        if self._deferred is not None:
+            source, place = self._deferred
+            self._deferred = None
+            self._args = source.argument_flows(place)
+        return self._args
+
+    def to_json(self, deferred: bool = False) -> list:
+        """With `deferred`, arguments not yet followed are left out and the call's place written instead, for
+        `from_json` with the file's text."""
         data = [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
+        if deferred and self._deferred is not None:
+            return data + [[], list(self._deferred[1])]
         return data + [list(self.args)] if self.args else data
 
     @classmethod
-    def from_json(cls, data: list) -> CallRecord:
-        return cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]),
-                   tuple(data[5]) if len(data) > 5 else ())
+    def from_json(cls, data: list, source: _Deferred | None = None) -> CallRecord:
+        """`source`: the file's text, for a record written with its arguments deferred (a KeyError without it)."""
+        record = cls(data[0], data[1], bool(data[2]), bool(data[3]), bool(data[4]),
+                     tuple(data[5]) if len(data) > 5 else ())
+        if len(data) > 6:
+            if source is None:
+                raise KeyError("deferred arguments without the file's text")
+            record._deferred = (source, tuple(data[6]))
+        return record
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not CallRecord:
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # mutable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return f"CallRecord({self.callee!r}, {self.line}, {self.in_loop}, {self.in_region}, {self.no_grad})"
 
 
 class FunctionRecord:
@@ -161,7 +208,7 @@ class FunctionRecord:
         """Everything, the facts computed when first read included; with `deferred`, a fact not yet computed is
         left out and the def's column written instead ("z"), for `from_json` with the file's text."""
         data = {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json() for call in self.calls]}
+                "dl": self.lines, "c": [call.to_json(deferred) for call in self.calls]}
         if deferred and self._deferred is not None:
             data["z"] = self._deferred[1]
             return data
@@ -173,7 +220,7 @@ class FunctionRecord:
     def from_json(cls, data: dict, source: _Deferred | None = None) -> FunctionRecord:
         """`source`: the file's text, for a record written with its facts deferred (a KeyError without it)."""
         summary = cls(data["q"], data["l"], tuple(data["p"]), set(data["d"]), dict(data["dl"]),
-                      [CallRecord.from_json(call) for call in data["c"]], tuple(data.get("x", ())),
+                      [CallRecord.from_json(call, source) for call in data["c"]], tuple(data.get("x", ())),
                       tuple(data.get("k", ())), {slot: tuple((ref[0], ref[1]) for ref in refs)
                                                  for slot, refs in data.get("it", {}).items()})
         if "z" in data:
@@ -185,18 +232,21 @@ class FunctionRecord:
 
 class _Deferred:
     """The text a file's record was built from, for the facts computed when first asked (`FunctionRecord.casts`,
-    `.keeps`, `.items`): the tree it was built from while that is alive, else the text parsed again (in another process:
-    the record travels with its text, not its tree)."""
+    `.keeps`, `.items`, `CallRecord.args`): the tree it was built from while that is alive, else the text parsed
+    again (in another process: the record travels with its text, not its tree)."""
 
-    __slots__ = ("text", "_tree", "_functions")
+    __slots__ = ("text", "_tree", "_module", "_functions", "_calls", "_scopes")
 
     def __init__(self, text: str, tree: ast.AST | None = None) -> None:
         self.text = text
         self._tree = weakref.ref(tree) if tree is not None else None
+        self._module: ast.AST | None = None  # the tree, once a deferred fact was asked
         self._functions: dict[tuple[int, int], ast.AST] | None = None  # (line, column) of a def -> the def
+        self._calls: dict[tuple[int, ...], ast.Call] | None = None  # a call's place -> the call
+        self._scopes: dict[tuple[int, int], Scope] = {}  # (line, column) of a def, (0, 0): the module -> bindings
 
-    def function(self, line: int, column: int) -> ast.AST | None:
-        if self._functions is None:
+    def _parsed(self) -> ast.AST | None:
+        if self._module is None:
             tree = self._tree() if self._tree is not None else None
             self._tree = None
             if tree is None:
@@ -205,16 +255,47 @@ class _Deferred:
                         warnings.simplefilter("ignore")
                         tree = ast.parse(self.text)
                 except (SyntaxError, ValueError, RecursionError, MemoryError, OverflowError):
-                    tree = None
+                    return None
+            self._module = tree
+        return self._module
+
+    def function(self, line: int, column: int) -> ast.AST | None:
+        if self._functions is None:
+            tree = self._parsed()
             self._functions = {} if tree is None else {
                 (node.lineno, node.col_offset): node for node in ast.walk(tree) if type(node) in FUNCTIONS}
         return self._functions.get((line, column))
+
+    def argument_flows(self, place: tuple[int, ...]) -> tuple[str, ...]:
+        """`argument_flows` of the call at `place` (`call_place`), in its function's scope."""
+        if self._calls is None:
+            tree = self._parsed()
+            self._calls = {} if tree is None else {call_place(node): node for node in ast.walk(tree)
+                                                   if type(node) is ast.Call}
+        call = self._calls.get(tuple(place[:4]))
+        where = (place[4], place[5])
+        scope_node = self.function(*where) if where != (0, 0) else self._parsed()
+        if call is None or scope_node is None:
+            return ()
+        if where not in self._scopes:
+            self._scopes[where] = Scope(scope_node)
+        try:
+            return argument_flows(self._scopes[where], call)
+        except RecursionError:  # an expression nested too deep to follow: nothing known
+            return ()
 
     def __getstate__(self):
         return (self.text,)  # never its tree
 
     def __setstate__(self, state: tuple) -> None:
-        self.text, self._tree, self._functions = state[0], None, None
+        self.text, self._tree, self._module, self._functions, self._calls, self._scopes = \
+            state[0], None, None, None, None, {}
+
+
+def call_place(call: ast.Call) -> tuple[int, int, int, int]:
+    """Where a call is written: (line, column, end line, end column); a call nested in another at its start
+    (`f(x)(y)`, `a.b(x).c(y)`) ends before it."""
+    return call.lineno, call.col_offset, call.end_lineno or 0, call.end_col_offset or 0
 
 
 @dataclass
@@ -240,7 +321,7 @@ class FileIndex:
         return {"f": {name: summary.to_json(deferred) for name, summary in self.functions.items()},
                 "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
-                "m": [call.to_json() for call in self.module_calls], "fr": self.free, "g": self.globals}
+                "m": [call.to_json(deferred) for call in self.module_calls], "fr": self.free, "g": self.globals}
 
     @classmethod
     def from_json(cls, data: dict, text: str | None = None) -> FileIndex:
@@ -249,7 +330,7 @@ class FileIndex:
         return cls({name: FunctionRecord.from_json(value, source) for name, value in data["f"].items()},
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
-                   [CallRecord.from_json(call) for call in data["m"]], list(data.get("fr", ())),
+                   [CallRecord.from_json(call, source) for call in data["m"]], list(data.get("fr", ())),
                    list(data.get("g", ())))
 
     def digest(self) -> str:
@@ -300,7 +381,6 @@ class _Builder:
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
         self.deferred = _Deferred(summary.text, summary.tree)
-        self._scopes: dict[int, Scope] = {}  # id of a function (or of None: the module) -> its bindings
         self._shapes: dict[int, object] = {}  # id of a call or callee -> its shape, if it may set a grad mode
         self._no_grads: dict[tuple, bool] = {}  # (function, withs around a call) -> `_no_grad`
         self._written_disabled: dict[int, bool] = {}  # id of an opener -> `_disabled`
@@ -450,9 +530,10 @@ class _Builder:
                 if callee is None or callee in _NOT_PROJECT:
                     continue
                 record = CallRecord(callee, line, bool(loops), self._in_region(function, withs),
-                                    self._no_grad(function, withs),
-                                    argument_flows(self._scope(function), call) if call.args or call.keywords
-                                    else ())
+                                    self._no_grad(function, withs))
+                if call.args or call.keywords:  # what it hands over: followed when first asked
+                    record._deferred = (self.deferred, (*call_place(call), *((function.lineno, function.col_offset)
+                                                                             if function is not None else (0, 0))))
                 (owner.calls if owner is not None else self.index.module_calls).append(record)
 
         called = {id(call.func) for _, _, _, _, call in summary.call_sites_by_name.get(vocab.UNSCALE, ())}
@@ -461,13 +542,6 @@ class _Builder:
                 # `unscale = scaler.unscale_`, `partial(scaler.unscale_, opt)`, `map(scaler.unscale_, opts)`: the
                 # function may unscale under another name
                 self._note(self._owner(function), Effect.UNSCALE, attribute.lineno)
-
-    def _scope(self, function) -> Scope:
-        """The bindings of the function (None: the module) the call is made in, read once for all its calls."""
-        key = id(function)
-        if key not in self._scopes:
-            self._scopes[key] = Scope(function if function is not None else self.summary.tree)
-        return self._scopes[key]
 
     def _fact_of_call(self, owner, name: str, receiver: str | None, call: ast.Call, line: int, scalers,
                       withs=()) -> None:

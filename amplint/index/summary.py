@@ -241,6 +241,8 @@ class Summary:
         self.import_nodes: list[ast.AST] = []  # every import statement, in any scope
         self._openers: set[str] | None = None
         self.function_names: list[str] = []
+        self.function_nodes: list[ast.AST] = []  # every def, in any scope
+        self.class_nodes: list[ast.ClassDef] = []  # every class statement, in any scope
         self._text_def_names: set[str] | None = None
         # callee's last name -> [(innermost function or lambda, or None; with-statements around it in there;
         # for a method call, its receiver's dotted name, "self.scaler" for self.scaler.step(...); the loops
@@ -338,6 +340,7 @@ class Summary:
                 continue
             if kind in FUNCTIONS:
                 self.function_names.append(node.name)
+                self.function_nodes.append(node)
                 identifiers.add(node.name)
                 self.call_decorators[id(node)] = [d for d in node.decorator_list if type(d) is call_type]
                 self.function_names_by_id[id(node)] = node.name
@@ -423,6 +426,7 @@ class Summary:
             elif kind in (ast.AugAssign, ast.NamedExpr):
                 target_names(node.target, self.assigned)
             elif kind is ast.ClassDef:
+                self.class_nodes.append(node)
                 self._note_decorators(node)
                 (bound if function is not None else module_bound).add(node.name)
             elif kind is ast.Import:
@@ -540,9 +544,7 @@ class Summary:
         found: list[tuple[set[str], set[str]]] = []
         if self.tree is None or vocab.AUTOCAST not in self.text:
             return found
-        for function in ast.walk(self.tree):
-            if type(function) not in FUNCTIONS:
-                continue
+        for function in self.function_nodes:
             values, items, generator = [], [], False
             pending = list(function.body)
             while pending:
