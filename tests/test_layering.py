@@ -302,6 +302,21 @@ def test_no_rule_imports_another_rule():
     assert not {name: targets for name, targets in wrong.items() if targets}
 
 
+def test_a_rule_reads_facts_the_vocabulary_and_the_screen_only():
+    """A rule is written against the model's answers (amplint/facts/), the vocabulary, its base class, the
+    screen's questions and the wording shared between rules (scopes, islands, rewrite, migrate), never against
+    the project index or the screen's `ast` model directly: `Summary` is named through `amplint.rules.screen`."""
+    allowed = ("amplint.facts", "amplint.vocabulary", "amplint.lazy", "amplint.diagnostics", "amplint.rules.base",
+               "amplint.rules.screen", "amplint.rules.scopes", "amplint.rules.islands", "amplint.rules.rewrite",
+               "amplint.rules.migrate")
+    rules = [name for name in MODULES if within(name, "amplint.rules") and name.rpartition(".")[2].startswith("amp0")]
+    assert len(rules) >= 15
+    wrong = {name: sorted(target for target in imports_of(name, MODULES[name]) if target != name
+                          and target != "amplint" and not any(within(target, layer) for layer in allowed))
+             for name in rules}
+    assert not {name: targets for name, targets in wrong.items() if targets}
+
+
 def test_a_rule_module_is_small():
     """A rule module is its documentation, a short check and its messages and fixes; what it asks of code lives
     in amplint/facts/. Median at most 200 lines, none over 400 (docstrings included)."""

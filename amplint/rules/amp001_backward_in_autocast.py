@@ -9,9 +9,8 @@ from amplint.vocabulary import Effect
 from amplint.facts import ModuleFacts, frameworks
 from amplint.facts.across import (calls_in_regions_reaching, opens_through_project, reaches_from_module,
                                   reaches_from_region)
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 

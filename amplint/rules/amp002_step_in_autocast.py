@@ -8,9 +8,8 @@ from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
 from amplint.facts import ModuleFacts
 from amplint.facts.across import calls_in_regions_reaching, opens_through_project, reaches_from_region
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, describe_region, region_fix, snippet
 
 STEP_EVENTS = (Effect.OPTIMIZER_STEP, Effect.SCALER_STEP, Effect.SCALER_UPDATE)

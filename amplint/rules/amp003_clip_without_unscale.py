@@ -14,9 +14,8 @@ from amplint.facts.scaled_clips import ClipBeforeStep, ClipThroughCall, ScaledCl
     unscale_site
 from amplint.diagnostics import Applicability
 from amplint.facts.across import reaches_from_module
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.facts.changes import Changes
 from amplint.rules.scopes import UpdatePhase, snippet
 

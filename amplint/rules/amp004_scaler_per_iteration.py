@@ -14,9 +14,8 @@ from amplint.facts.construction import (PerIteration, Runs, builder_called_per_i
                                         hoisted_statement, one_per_model, per_iteration, scaler_wrapper_known,
                                         wrapper_built_in_loop, wrappers_per_iteration)
 from amplint.facts.names import GRAD_SCALERS
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.facts.changes import Changes
 from amplint.rules.scopes import snippet
 

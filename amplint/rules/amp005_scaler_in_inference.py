@@ -11,9 +11,8 @@ from amplint.diagnostics import Applicability
 from amplint.facts import Event, ModuleFacts
 from amplint.facts.evaluation import (ANY_NAME, NO_NAME, EvaluationQueries, Evaluates, How, Kept, scaled_argument,
                                       in_function_without_backward, module_without_backward, self_assignment)
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 from amplint.rules.scopes import snippet
 from amplint.vocabulary import Effect
 

@@ -10,11 +10,10 @@ from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.facts.legacy import called_behind_a_name, legacy_aliases, scan_module, used_as_value
 from amplint.facts.names import DEPRECATED_AMP
-from amplint.index.summary import Summary
 from amplint.facts.versions import AMP_DEPRECATED_SINCE, shown_floor
 from amplint.rules.base import Finding, FixPlan, Rule
 from amplint.rules.migrate import Migration, alias_report, import_report, site_report, star_report
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 
 
 class DeprecatedAmpApi(Rule):

@@ -13,10 +13,9 @@ from amplint.diagnostics import Applicability
 from amplint.facts import Event, ModuleFacts
 from amplint.facts.bypass import (Bypass, ScaledInCallee, bypass, last_backward, may_update_elsewhere,
                                   scaled_backward_alone, scaled_in_a_callee)
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.facts.across import calls_beside_a_step
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 

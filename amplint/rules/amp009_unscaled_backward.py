@@ -10,9 +10,8 @@ from amplint import vocabulary as vocab
 from amplint.facts import Event, ModuleFacts
 from amplint.facts.scaled_losses import ScaledLosses
 from amplint.diagnostics import Applicability
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 

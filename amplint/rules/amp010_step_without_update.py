@@ -11,9 +11,8 @@ from amplint.facts import ModuleFacts
 from amplint.facts.module import scaler_enabled
 from amplint.facts.updates import ScalerUpdates, called_in_a_loop_elsewhere, calls_unknown_methods, iteration_loop, \
     update_only_after_loop, update_place
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 

@@ -10,9 +10,8 @@ from amplint import vocabulary as vocab
 from amplint.facts import Event, ModuleFacts
 from amplint.facts.module import scaler_enabled
 from amplint.facts.unscaling import Move, UnscaleQueries, can_run_again
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 from amplint.vocabulary import Effect
 

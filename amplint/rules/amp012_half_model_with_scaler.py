@@ -9,9 +9,8 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.facts.halves import caller_steps_a_half_factory, half_models_stepped
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 CONVERTERS = sorted(vocab.HALF_CONVERTERS)  # `.half()`, `.to(...)`, `.type(...)`

@@ -14,10 +14,9 @@ from amplint.facts.bfloat16 import (bfloat16_regions_of_callers, bfloat16_region
 from amplint.facts.module import scaler_enabled
 from amplint.facts.names import GRAD_SCALERS
 from amplint.facts.scalers import ScalerUses, local_name, single
-from amplint.index.summary import Summary
 from amplint.facts.across import importing_callers
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask, AskProject
+from amplint.rules.screen import Ask, AskProject, Summary
 
 
 class ScalerWithBfloat16(Rule):

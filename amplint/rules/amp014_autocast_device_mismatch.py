@@ -12,9 +12,8 @@ from amplint.facts.devices import CPU_LEGACY, cpu_float32, device_suspect_possib
 from amplint.facts.model import Call
 from amplint.facts.module import call_argument, literal_bool
 from amplint.facts.names import AUTOCAST_LEGACY, AUTOCAST_NEW, FLOAT32_DTYPES, LOW_DTYPES, PARTIAL
-from amplint.index.summary import Summary
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 from amplint.rules.scopes import MESSAGE_SNIPPET, snippet
 
 

@@ -6,11 +6,10 @@ from typing import Iterator
 
 from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
-from amplint.index.summary import Summary
 from amplint.facts.islands import island_inputs
 from amplint.rules.islands import disabled_region_possible, island_finding
 from amplint.rules.base import Finding, Rule
-from amplint.rules.screen import Ask
+from amplint.rules.screen import Ask, Summary
 
 
 class IslandInputOfUnknownDtype(Rule):

@@ -15,6 +15,10 @@ from __future__ import annotations
 
 from typing import Callable
 
+from amplint.index.summary import Summary  # the file's model the questions ask: rules name it from here
+
+__all__ = ["AllOf", "AnyOf", "Ask", "AskProject", "Need", "Summary"]
+
 
 class Need:
     """A condition on a file that a rule's finding needs."""
