@@ -122,7 +122,7 @@ def _called_per_iteration(facts: ModuleFacts, build: Event, uses: list[Event], p
     stepped = {use.optimizer for use in uses if use.optimizer}
     if any(stepped.intersection(a.targets) for a in facts.assignments_in(build.frame.function())):
         return None  # a fresh optimizer each call: a new run, a new scaler is right
-    chain = view.called_per_iteration(target)
+    chain = called_per_iteration(view, target)
     if chain is None:
         alone = per_step and not loop_trains(facts, build.frame) \
             and any(use.kind == Effect.SCALER_STEP for use in uses)
@@ -399,7 +399,7 @@ def wrappers_per_iteration(facts: ModuleFacts) -> Iterator[WrapperPerIteration]:
 def builder_called_per_iteration(view) -> bool:
     """Is a function of this file that builds a scaler called in a loop somewhere in the project, or (looping
     nowhere itself) called by no function of the project?"""
-    return any(view.called_per_iteration(target) or (Effect.LOOP not in view.function(target).does
+    return any(called_per_iteration(view, target) or (Effect.LOOP not in view.function(target).does
                                                       and not any(view.callers(target)))
                for target in functions_doing(view, Effect.BUILDS_SCALER))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
 from amplint.lazy import libcst as cst
@@ -165,17 +164,16 @@ class ScalerPerIteration(Rule):
                        f"than one step")
             return Finding(node, message, help=f"Build it once, where the training loop is, and pass it in: {ADAPTS}")
         site = found.chain[-1]
+        elsewhere = f"{view.project.names.get(site.caller.module, '?')}.{site.caller.qualname}"  # module.function
         if found.runs is Runs.CALLERS_LOOP:
-            caller = site.caller.qualname if site.caller.module == view.path else \
-                f"{view.project.names.get(site.caller.module, '?')}.{site.caller.qualname}"
+            caller = site.caller.qualname if site.caller.module == view.path else elsewhere
             message = (f"`{key}` is a new GradScaler per call of `{found.qualname}()`, which `{caller}()` calls in a "
                        f"loop (line {site.call.line})")
             through = "".join(f" via `{s.caller.qualname}()`" for s in found.chain[:-1])
             return Finding(node, message, help=f"Build it once where the loop is and pass it in{through}: {ADAPTS}")
-        caller = site.caller.qualname if site.caller.module == view.path else \
-            f"{os.path.basename(site.caller.module)}:{site.caller.qualname}"
+        caller = site.caller.qualname.rsplit(".", 1)[-1] if site.caller.module == view.path else elsewhere
         message = (f"`{key}` is a new GradScaler per call of `{found.qualname.rsplit('.', 1)[-1]}()`, which "
-                   f"`{caller.rsplit('.', 1)[-1]}()` calls in a loop (line {site.call.line})")
+                   f"`{caller}()` calls in a loop (line {site.call.line})")
         return Finding(node, message, help=f"Build it once where the loop is and pass it in: "
                                            f"`{snippet(facts, found.stepper.node.func, 24)}()` steps it, and its scale "
                                            "restarts at every call")
