@@ -20,6 +20,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
+from amplint.facts.changes import Changes
 from amplint.facts.loops import frames_between
 from amplint.facts.model import Call, Event, Frame, FrameKind
 from amplint.facts.module import ModuleFacts
@@ -69,8 +70,8 @@ class WrapperPerIteration:
 def per_iteration(facts: ModuleFacts) -> Iterator[PerIteration]:
     """The GradScaler constructions of the module bound to a name that run once per iteration of a loop using the
     scaler. One built in the loop that uses it is left out when the loop builds the optimizer it steps too (a fresh
-    run per iteration: folds, sweeps); whether the loop trains one model per iteration (`one_per_model`) or builds
-    it only when a test holds (`built_when`) is asked of the loop's changes."""
+    run per iteration: folds, sweeps), when the loop may train another model each iteration (`one_per_model`), or
+    builds it only when a test that may change holds (`built_when`): it may run once per model, or once."""
     for build in facts.events:
         if build.kind != Effect.BUILDS_SCALER or build.bound_to is None:
             continue
@@ -92,6 +93,9 @@ def _when(facts: ModuleFacts, build: Event, uses: list[Event]) -> PerIteration |
         loop = using_loops[-1]  # outermost loop that both builds and uses it
         if _fresh_run_per_iteration(facts, uses, loop):
             return None
+        changes = Changes.of(loop.node, facts.imports.bindings)
+        if one_per_model(uses, changes) or built_when(build, loop, changes):
+            return None  # a scaler per model's run, or built when a test that may change holds: maybe once
         return PerIteration(build, Runs.IN_LOOP, uses, loop=loop)
     if loops or "." in build.bound_to:
         return None
@@ -292,15 +296,16 @@ def hoisted_statement(build: Event) -> cst.SimpleStatementLine | None:
     return statement
 
 
-def hoist_safety(facts: ModuleFacts, found: PerIteration, changes) -> bool | None:
+def hoist_safety(facts: ModuleFacts, found: PerIteration) -> bool | None:
     """Does the construction (its `hoisted_statement`) build the same scaler before its loop? None when it may
     not: a name it reads or assigns may be rebound or changed in the loop, declared `global`/`nonlocal` by a
     function of the module, or be a module's attribute while the loop calls that module; or its block would be
     left empty. False when it may have run in no iteration (under an `if`), its arguments call something, or an
     optimizer it steps is read through a name the loop may rebind or change (one scaler would serve optimizers
-    that may differ). `changes`: what the loop may change, the statement itself left out."""
+    that may differ). What the loop may change is read with the statement itself left out."""
     build, loop = found.build, found.loop
     statement = build.call.statement
+    changes = Changes.of(loop.node, facts.imports.bindings, skip=hoisted_statement(build))
     assign = statement.body[0]
     stored = {name for target in assign.targets for name in _names(target.target)}  # `scaler`, `self`
     read = set(_names(build.node))

@@ -25,6 +25,7 @@ from amplint.lazy import libcst as cst
 
 from amplint import vocabulary as vocab
 from amplint.vocabulary import Effect
+from amplint.facts.changes import Changes
 from amplint.facts.model import Call, Event
 from amplint.facts.module import ModuleFacts, loops_within, may_follow
 from amplint.facts.clips import clamps, clips_stored_elsewhere, first_measured, iterates_parameters, \
@@ -283,7 +284,8 @@ class ScaledClips:
         statement between them: those now see unscaled gradients. None when the move is wrong: the two are not
         statements of one block, the norm is measured before the clip's statement, or one of them (or the clip's
         statement) backpropagates, steps, updates, unscales, scales or zeroes gradients (the order matters to
-        the result: a second scaled backward would add scaled gradients to unscaled ones)."""
+        the result: a second scaled backward would add scaled gradients to unscaled ones), or rebinds the scaler
+        or optimizer the `unscale_` names (`self.opt = ...`: the moved call would name another object)."""
         facts, index = self.facts, self.queries
         clip_statement, unscale_statement = clip.call.statement, unscale.call.statement
         if not isinstance(unscale_statement, cst.SimpleStatementLine) or len(unscale_statement.body) != 1:
@@ -303,6 +305,13 @@ class ScaledClips:
             return None
         if any(_calls_method(statement, vocab.ZERO_GRAD) for statement in [*between, clip_statement]):
             return None
+        bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
+        keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
+        for statement in [*between, clip_statement]:  # moved over: may it rebind what the `unscale_` names?
+            changes = Changes.of(statement, facts.imports.bindings)
+            if changes.bound & bases or any(key == stored or key.startswith(stored + ".")
+                                            for key in keys for stored in changes.stored):
+                return None
         return UnscaleMove(clip_statement, unscale_statement, between)
 
 

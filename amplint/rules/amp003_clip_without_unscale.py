@@ -16,7 +16,6 @@ from amplint.diagnostics import Applicability
 from amplint.facts.across import reaches_from_module
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject, Summary
-from amplint.facts.changes import Changes
 from amplint.rules.scopes import UpdatePhase, snippet
 
 
@@ -239,19 +238,13 @@ class ClipWithoutUnscale(Rule):
         return FixPlan(f"Insert `{scaler}.unscale_({optimizer})` before {before}", rebuild)
 
     def _move_unscale(self, facts, clips: ScaledClips, clip: Event, unscale: Event) -> FixPlan | None:
-        """Move the `unscale_` before the clip: no fix when the move is wrong (`ScaledClips.unscale_move`) or
-        rebinds what the `unscale_` names; safe when each statement moved over is of the update phase (AMP001's
-        allow-list) and reads no gradient (an EMA or a gradient log may read them: unsafe)."""
+        """Move the `unscale_` before the clip: no fix when the move is wrong (`ScaledClips.unscale_move`: it
+        reorders gradient work or moves over a rebinding of what the `unscale_` names); safe when each statement
+        moved over is of the update phase (AMP001's allow-list) and reads no gradient (an EMA or a gradient log
+        may read them: unsafe)."""
         move = clips.unscale_move(clip, unscale)
         if move is None:
             return None
-        bases = {key.split(".", 1)[0] for key in (unscale.scaler, unscale.optimizer) if key}
-        keys = [key for key in (unscale.scaler, unscale.optimizer) if key]
-        for statement in [*move.between, move.clip_statement]:
-            changes = Changes.of(statement, facts.imports.bindings)
-            if changes.bound & bases or any(key == stored or key.startswith(stored + ".")
-                                            for key in keys for stored in changes.stored):
-                return None
         phase = UpdatePhase(facts)
         applicability = Applicability.SAFE if all(phase.statement(statement) and not reads_gradients(
             facts, statement, clip.frame) for statement in move.between) else Applicability.UNSAFE

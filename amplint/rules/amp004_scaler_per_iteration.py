@@ -9,13 +9,12 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.diagnostics import Applicability
 from amplint.facts import ModuleFacts
-from amplint.facts.construction import (PerIteration, Runs, builder_called_per_iteration, built_when, hoist_safety,
-                                        hoisted_statement, one_per_model, per_iteration, scaler_wrapper_known,
-                                        wrapper_built_in_loop, wrappers_per_iteration)
+from amplint.facts.construction import (PerIteration, Runs, builder_called_per_iteration, hoist_safety,
+                                        hoisted_statement, per_iteration, scaler_wrapper_known, wrapper_built_in_loop,
+                                        wrappers_per_iteration)
 from amplint.facts.names import GRAD_SCALERS
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, AskProject, Summary
-from amplint.facts.changes import Changes
 from amplint.rules.scopes import snippet
 
 ADAPTS = "its scale restarts at 65536 on every call and never adapts"
@@ -137,10 +136,6 @@ class ScalerPerIteration(Rule):
             yield Finding(wrapper.node, message, help=f"Construct it once, {where}: its GradScaler's loss scale "
                                                       "never adapts")
         for found in per_iteration(facts):
-            if found.runs is Runs.IN_LOOP:
-                changes = Changes.of(found.loop.node, facts.imports.bindings)
-                if one_per_model(found.uses, changes) or built_when(found.build, found.loop, changes):
-                    continue  # a scaler per model's run, or built when a test that may change holds: maybe once
             yield self._finding(facts, found)
 
     def _finding(self, facts: ModuleFacts, found: PerIteration) -> Finding:
@@ -184,7 +179,7 @@ class ScalerPerIteration(Rule):
         statement, loop = hoisted_statement(found.build), found.loop
         if statement is None:
             return None
-        safe = hoist_safety(facts, found, Changes.of(loop.node, facts.imports.bindings, skip=statement))
+        safe = hoist_safety(facts, found)
         if safe is None:
             return None
 
