@@ -38,12 +38,6 @@ KNOWN_TO_DIFFER: dict[tuple[str, str, str, str, str], str] = {
     for moved, layout in [("train_step", "module"), ("train_step", "package"), ("train_step", "alias"),
                           ("train_step", "module_alias"), ("StableAttention", "package")]
 }
-KNOWN_TO_DIFFER.update({
-    ("AMP006-disabled-autocast-without-cast", "flagged", "project_forward_returns_linear.py", "Encoder", layout):
-        "what a module class's `forward` returns is read from the libcst facts of the module defining the class; "
-        "the index has no such fact (tests/test_location_invariance.py's KNOWN_TO_DIFFER)"
-    for layout in LAYOUTS
-})
 
 
 @functools.lru_cache(maxsize=None)

@@ -31,10 +31,6 @@ KNOWN_TO_DIFFER = {
         "the index's second round reads the files calling a function by its name; a module's `forward` is called as "
         "the module (`self.attention(q, k)`, `encoder(x)`), so the file whose autocast region runs the parent "
         "module is not indexed, and the caller passing a low value is not seen across modules",
-    ("AMP006-disabled-autocast-without-cast", "flagged", "project_forward_returns_linear.py"):
-        "what a module class's `forward` returns (an `nn.Linear` output: low precision under autocast) is read from "
-        "the libcst facts of the module defining the class; the index has no such fact, so across modules the "
-        "encoder's output stays of unknown dtype (AMP015's, opt-in)",
 }
 
 

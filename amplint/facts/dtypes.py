@@ -406,8 +406,10 @@ def _project_module_output(facts, call: cst.Call, depth: int) -> str | None:
     when every `return` of its `forward` returns the output of a torch.nn module that autocast makes so
     (`return self.fc(x)` with `self.fc = nn.Linear(...)`); None otherwise (another return, no `forward` here)."""
     name = dotted_name(call.func)
-    if name is None or "." in name or facts.imports.qualify(call.func) is not None:
+    if name is None:
         return None
+    if facts.imports.qualify(call.func) is not None or "." in name:
+        return _imported_module_output(facts, name)
     forward = next((info for info in facts.functions if info.qualname == f"{name}.forward"), None)
     if forward is None or forward.node.decorators:
         return None  # a decorator may open or switch off autocast around it
@@ -427,6 +429,57 @@ def _project_module_output(facts, call: cst.Call, depth: int) -> str | None:
         pending.extend(node.children)
     kind = kinds.pop() if len(kinds) == 1 else None
     return kind if kind in ("low", vocab.FLOAT32) else None
+
+
+def _imported_module_output(facts, written: str) -> str | None:
+    """What autocast makes of the output of a module class another module of the project defines (`Encoder()`
+    after `from encoder import Encoder`), read from that module's code as `_project_module_output` reads this
+    module's: "low" when its `forward` (undecorated, opening no region) returns only the output of attributes its
+    class builds as torch.nn modules on autocast's lower-precision list (`return self.fc(x)` with
+    `self.fc = nn.Linear(...)`); None otherwise, or when the project index cannot tell where the class is."""
+    import ast
+
+    view = facts.project
+    found = view.class_at(view.path, written) if view is not None else None
+    if found is None or found[0] == view.path:
+        return None
+    path, class_name = found
+    tree = tree_of(facts, view, path)
+    forward = ast_function(tree, f"{class_name}.forward") if tree is not None else None
+    if forward is None or forward.decorator_list:
+        return None  # a decorator may open or switch off autocast around it
+    returns = []
+    pending = list(forward.body)
+    while pending:
+        node = pending.pop()
+        kind = type(node)
+        if kind in (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda):
+            continue
+        if kind in (ast.With, ast.AsyncWith):
+            return None  # a region of its own may compute the output in float32
+        if kind is ast.Return:
+            returns.append(node.value)
+            continue
+        pending.extend(ast.iter_child_nodes(node))
+    attributes = [ast_dotted(value.func) if type(value) is ast.Call else None for value in returns]
+    if not attributes or any(a is None or not a.startswith("self.") or a.count(".") != 1 for a in attributes):
+        return None
+    return "low" if all(_ast_builds_lowering(tree, class_name, a[len("self."):]) for a in attributes) else None
+
+
+def tree_of(facts, view, path: str):
+    """The `ast` tree of a project file: this module's from its source, another's from its text (a dependency of
+    the cached result), parsed once per module's facts."""
+    import ast
+
+    cache = facts.__dict__.setdefault("_caller_trees", {})
+    if path not in cache:
+        text = facts.source if path == view.path else view.text(path)
+        try:
+            cache[path] = ast.parse(text) if text is not None else None
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            cache[path] = None
+    return cache[path]
 
 
 def lowering(facts, frame: Frame | None, scalars: set[str] | None = None) -> Lowering:

@@ -22,7 +22,8 @@ from amplint.facts.model import Region, RegionState
 from amplint.facts.module import ModuleFacts, exclusive
 from amplint.facts.dtypes import (FLOAT_PRESERVING, LOW, UNKNOWN, Lowering, UncastUses, conversion, deliberately_low,
                                   floating_names, is_scalar, low_state, lowering, module_output,
-                                  tensor_module, LibraryArguments, ast_function, ast_calls_at, ast_low_origin, _ast_binding)
+                                  tensor_module, tree_of, LibraryArguments, ast_function, ast_calls_at, ast_low_origin,
+                                  _ast_binding)
 from amplint.calls import is_float32_cast
 from amplint.facts.model import Frame
 from amplint.facts.shapes import call_shape
@@ -493,7 +494,7 @@ def callers_pass_float32(facts: ModuleFacts, frame: Frame, param: str) -> bool:
     if not sites:
         return False
     for site in sites:
-        tree = _tree_of(facts, view, site.caller.module)
+        tree = tree_of(facts, view, site.caller.module)
         function = ast_function(tree, site.caller.qualname) if tree is not None else None
         if function is None:
             return False
@@ -536,7 +537,7 @@ def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int
     forward = target.qualname.rsplit(".", 1)[-1] in ("forward", "__call__")
     for site in list(view.callers(target, any_name=forward)):
         call = site.call
-        tree = _tree_of(facts, view, site.caller.module)
+        tree = tree_of(facts, view, site.caller.module)
         caller_qualname = site.caller.qualname
         function = ast_function(tree, caller_qualname) if tree is not None else None
         if function is None:
@@ -577,19 +578,6 @@ def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int
                     kind = ContainerNotes if isinstance(inner, ContainerNotes) else tuple
                     return kind((*inner, (where, f"passed on as `{param}` here")))
     return None
-
-
-def _tree_of(facts: ModuleFacts, view, path: str):
-    """The `ast` tree of a project file: this module's from its source, another's from its text (a dependency of
-    the cached result)."""
-    cache = facts.__dict__.setdefault("_caller_trees", {})
-    if path not in cache:
-        text = facts.source if path == view.path else view.text(path)
-        try:
-            cache[path] = ast.parse(text) if text is not None else None
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            cache[path] = None
-    return cache[path]
 
 
 def _bound(callee: str, target: Target) -> bool:

@@ -89,8 +89,9 @@ class DisabledAutocastWithoutCast(Rule):
     of a user module or function (`features = encoder(x)`: its definition is not followed), of a library's
     function, a parameter no project caller is seen passing a low value, a value only handed to a function or
     module of the user's that this module does not define or that does not compute with it (what it computes is
-    its definition's), a module class defined in another module (its `forward` is read in its own module only), a low value combined with a tensor of unknown
-    dtype (promotion may make it float32). Not reported, as shown float32 or not floating: values after a float32
+    its definition's), a module class defined in another module unless its `forward` returns only outputs of
+    lowering torch.nn modules its class builds (`return self.fc(x)`), a low value combined with a tensor of
+    unknown dtype (promotion may make it float32). Not reported, as shown float32 or not floating: values after a float32
     cast (`.float()`, `.double()`, `.to(torch.float32)`, `.type(torch.float32)`, `.type_as(t)` and `.to(t)` with
     `t` float32, a module's `.weight`/`.bias` being float32 unless the code converts the module), after `.to(x)`
     with `x` not shown (a dtype perhaps: unknown), ops given a float32 `dtype=`, ops autocast runs in float32,
