@@ -62,7 +62,28 @@ _NOT_PROJECT = frozenset({
     "next", "map", "filter", "any", "all", "round", "repr", "format", "vars", "id", "bool", "object"})
 
 
-class CallRecord:
+class _Record:
+    """A record with facts computed when first read: pickled slot by slot (a deferred fact travels as the file's
+    text, never its tree), equal when everything it says is (`to_json`, deferred facts computed)."""
+
+    __slots__ = ()
+
+    def __getstate__(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setstate__(self, state) -> None:
+        for name, value in zip(self.__slots__, state):
+            setattr(self, name, value)
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return self.to_json() == other.to_json()
+
+    __hash__ = None  # mutable, as the dataclasses they replace
+
+
+class CallRecord(_Record):
     """One call a function (or module-level code) makes. What it hands over (`args`) is computed when first read,
     from the tree of the file (`_Deferred`): only the callers of a function whose parameter is backpropagated are
     ever asked (amplint/index/flows.py, `parameter_flow`), and following every argument of every call of every
@@ -110,25 +131,11 @@ class CallRecord:
             record._deferred = (source, tuple(data[6]))
         return record
 
-    def __getstate__(self):
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __setstate__(self, state) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not CallRecord:
-            return NotImplemented
-        return self.to_json() == other.to_json()
-
-    __hash__ = None  # mutable, as the dataclass it replaces
-
     def __repr__(self) -> str:
         return f"CallRecord({self.callee!r}, {self.line}, {self.in_loop}, {self.in_region}, {self.no_grad})"
 
 
-class FunctionRecord:
+class FunctionRecord(_Record):
     """What one function does (`does`, `lines`, `calls`) and, for the fp32-island rule, what it does with its
     parameters and returns (`casts`, `keeps`, `items`). These three are computed when first read, from the tree
     of the file (`_Deferred`): most functions of a project are never asked about them."""
@@ -186,20 +193,6 @@ class FunctionRecord:
                 self._keeps = _dtype_sources(node, self.params)
         except RecursionError:  # an expression nested too deep to follow: nothing known
             self._casts, self._keeps, self._items = (), (), {}
-
-    def __getstate__(self):
-        return tuple(getattr(self, name) for name in self.__slots__)
-
-    def __setstate__(self, state) -> None:
-        for name, value in zip(self.__slots__, state):
-            setattr(self, name, value)
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not FunctionRecord:
-            return NotImplemented
-        return self.to_json() == other.to_json()
-
-    __hash__ = None  # mutable, as the dataclass it replaces
 
     def __repr__(self) -> str:
         return f"FunctionRecord({self.qualname!r}, {self.line}, {self.params!r}, does={sorted(self.does)!r})"
