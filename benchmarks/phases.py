@@ -8,7 +8,8 @@ screen builds for the index is index time, not screen time). The reads of files 
 source goes through `amplint.source.read_bytes`): reads per file, and the most of one file; and the parses of a
 module's text with the stdlib `ast` (`ast.parse`, by the screen, the index and the rules that read a tree): parses
 per file, and those beyond one per file (a text parsed more often than the files holding it were read with it:
-identical files, copied between repositories, are each parsed once). What no phase claims is "other" (start-up and
+identical files, copied between repositories, are each parsed once); parses of texts no file holds (an import
+statement parsed alone, a notebook's code) are counted apart. What no phase claims is "other" (start-up and
 imports, discovery, the pipeline's own bookkeeping). One process and one core, so the phases add up to the run;
 a parallel run divides the analysis among the cores.
 
@@ -199,12 +200,15 @@ def measure(tree: str, select: str | None = None) -> dict:
     total = time.perf_counter() - started
     wrapper.stop()
     claimed = sum(clock.spent.values())
+    # a text some file holds is a module's; the others are pieces of one (an import statement parsed alone before
+    # its file is, a notebook's code), counted apart
+    files_parsed = {key: count for key, count in clock.parses.items() if key in clock.holding}
     return {"total": total, "phases": dict(clock.spent), "calls": dict(clock.calls), "other": total - claimed,
             "missing": wrapper.missing(), "files_read": len(clock.reads), "reads": sum(clock.reads.values()),
-            "most_reads": max(clock.reads.values(), default=0), "parses": sum(clock.parses.values()),
-            "parses_beyond_one": sum(max(0, count - len(clock.holding.get(key, ()) or (None,)))
-                                     for key, count in clock.parses.items()),
-            "most_parses": max(clock.parses.values(), default=0)}
+            "most_reads": max(clock.reads.values(), default=0), "parses": sum(files_parsed.values()),
+            "parses_beyond_one": sum(max(0, count - len(clock.holding[key])) for key, count in files_parsed.items()),
+            "most_parses": max(files_parsed.values(), default=0),
+            "other_parses": sum(count for key, count in clock.parses.items() if key not in clock.holding)}
 
 
 def table(result: dict) -> str:
@@ -222,7 +226,8 @@ def table(result: dict) -> str:
         if "parses" in result:
             lines.append(f"parses (ast): {result['parses']}, {result['parses'] / files:.2f} per file; "
                          f"{result['parses_beyond_one']} beyond one per file "
-                         f"(at most {result['most_parses']} of one text)")
+                         f"(at most {result['most_parses']} of one text); {result.get('other_parses', 0)} of "
+                         "texts no file holds (an import statement alone, a notebook's code)")
     if result["missing"]:
         lines.append("not found, their time is in other (a phase moved?): " + ", ".join(result["missing"]))
     return "\n".join(lines)

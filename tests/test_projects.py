@@ -301,3 +301,41 @@ def test_who_imports_a_module_is_answered_without_building_the_importers_records
         project.record(path)
     project._forget_answers()
     assert project.importers(engine) == found
+
+
+def test_who_imports_a_module_parses_only_the_candidates_whose_import_lines_may_name_it(tmp_path, monkeypatch):
+    """A file is a candidate importer of `pkg/train.py` when a word of its import lines is `train`; most such
+    files import another module of that name. Their import statements, as the text holds them, are each parsed
+    alone first: only a candidate whose statements may import the module is parsed whole, and the answer is the
+    one parsing every candidate gives, statements the look cannot read (`try: import x`, a backslash, a
+    docstring quoting an import) included."""
+    from amplint.index import project as index_project_module
+
+    for folder in ("pkg", "other"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+        (tmp_path / folder / "train.py").write_text("def run():\n    return 1\n")
+    files = {
+        "imports_other.py": "from other import train\n",
+        "imports_other_too.py": "import other.train as train\n",
+        "imports_it.py": "from pkg import train\n",
+        "imports_it_parenthesized.py": "from pkg import (\n    train,\n)\n",
+        "imports_it_continued.py": "from pkg \\\n    import train\n",
+        "imports_it_inline.py": "try: from pkg import train\nexcept ImportError: pass\nimport other.train\n",
+        "quotes_it.py": '"""Usage:\n\nfrom pkg import train\n"""\nfrom other import train\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    paths = sorted(str(path) for path in tmp_path.rglob("*.py"))
+    target = str(tmp_path / "pkg" / "train.py")
+    parsed: list[str] = []
+    original = index_project_module.imports_screened
+    monkeypatch.setattr(index_project_module, "imports_screened",
+                        lambda path, text, screener=None: parsed.append(Path(path).name) or original(path, text))
+    found = build_index(paths, lambda path: Path(path).read_text(encoding="utf-8")).importers(target)
+    assert sorted(Path(path).name for path in found) == ["imports_it.py", "imports_it_continued.py",
+                                                          "imports_it_inline.py", "imports_it_parenthesized.py"]
+    assert "imports_other.py" not in parsed and "imports_other_too.py" not in parsed
+    assert "quotes_it.py" in parsed  # its docstring's line may be an import statement: its tree says it is not
+    monkeypatch.setattr(index_project_module.ProjectIndex, "_may_import", lambda self, candidate, path: True)
+    assert build_index(paths, lambda path: Path(path).read_text(encoding="utf-8")).importers(target) == found

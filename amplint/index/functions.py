@@ -345,9 +345,14 @@ def index_text(text: str, summary: Summary | None = None) -> FileIndex | None:
 def import_table(summary: Summary) -> tuple[dict[str, tuple[str, str | None, int]], list[tuple[str, int]]]:
     """The file's import statements as its record holds them (`FileIndex.imports`, `star_imports`), from the
     summary's tree alone: what a question about who imports whom needs, without the rest of the record."""
+    return import_table_of(summary.import_nodes)
+
+
+def import_table_of(nodes) -> tuple[dict[str, tuple[str, str | None, int]], list[tuple[str, int]]]:
+    """`import_table` of these import statements (`ast.Import`, `ast.ImportFrom`), in order."""
     imports: dict[str, tuple[str, str | None, int]] = {}
     star_imports: list[tuple[str, int]] = []
-    for node in summary.import_nodes:
+    for node in nodes:
         if type(node) is ast.Import:
             for alias in node.names:
                 if alias.asname:

@@ -28,6 +28,7 @@ never read so.
 
 from __future__ import annotations
 
+import ast
 import collections
 import functools
 import os
@@ -44,6 +45,8 @@ MAX_DEPTH = 3  # calls followed from a function, and callers followed up from on
 # An import statement as a file's text holds it (what follows it on its line, or up to `)`, is read too).
 _IMPORT_STATEMENT = re.compile(r"^[ \t]*(?:from[ \t]+[.\w]+[ \t]+import\b|import[ \t])", re.MULTILINE)
 _WORD = re.compile(r"\w+")
+_INLINE_IMPORT = re.compile(r"[:;][ \t]*(?:import|from)\b")  # `try: import x`, `x = 1; import y`
+_CONTINUED_IMPORT = re.compile(r"^[ \t]*(?:import|from)\b[^\n]*\\\n", re.MULTILINE)  # `from m \` + a line
 _ALIAS = re.compile(r"(\w+)\s+as\s+(\w+)")  # `x as y` in an import statement
 NOTEBOOK_SUFFIX = ".ipynb"
 KEPT_TEXTS = 64  # texts of other files kept by a project for the answers that read them (`ProjectIndex._text`)
@@ -412,7 +415,7 @@ class ProjectIndex:
         name = self.names.get(path, "")
         found = []
         for candidate in sorted(self._import_words.get(name.rsplit(".", 1)[-1], ())):
-            if candidate != path and self._imports_module(candidate, path):
+            if candidate != path and self._may_import(candidate, path) and self._imports_module(candidate, path):
                 found.append(candidate)
         self._importers[path] = found
         return found
@@ -487,11 +490,36 @@ class ProjectIndex:
         self.screen(path, built[2])
         return built[0], built[1]
 
+    def _may_import(self, candidate: str, path: str) -> bool:
+        """A look at a file's import statements as its text holds them (`_import_statements`, each parsed alone)
+        before its tree is parsed for its import table: False only when none of them imports the module at
+        `path` (a word of theirs naming the module made it a candidate: most such files import another module of
+        that name). True when its table is known already (that answers exactly, cheaply), or when the text may
+        hold an import statement the look does not read (one not starting its line, `try: import x`; one
+        continued with a backslash; one that does not parse alone)."""
+        if candidate in self.files or candidate in self._import_tables:
+            return True
+        text = self._text(candidate)
+        if text is None:
+            return True
+        spans = list(_import_statements(text))
+        starts = {start for start, _ in spans}  # each a line's start
+        if _INLINE_IMPORT.search(text) and any(line not in starts for line in line_starts(text, "import")) \
+                or "\\\n" in text and _CONTINUED_IMPORT.search(text):
+            return True
+        for start, end in spans:
+            table = _statement_table(text[start:end].strip())
+            if table is None or self._table_imports(table, candidate, path):
+                return True
+        return False
+
     def _imports_module(self, importer: str, path: str) -> bool:
         """Does one of the file's import statements bind a name to the module at `path`, or import from it?"""
         table = self.import_table(importer)
-        if table is None:
-            return False
+        return table is not None and self._table_imports(table, importer, path)
+
+    def _table_imports(self, table: tuple[dict, list], importer: str, path: str) -> bool:
+        """Does this import table of the file `importer` bind a name to the module at `path`, or import from it?"""
         imports, star_imports = table
         for module, attribute, level in imports.values():
             absolute = self.absolute(importer, module, level)
@@ -1154,6 +1182,23 @@ def line_starts(text: str, word: str) -> Iterator[int]:
         position = text.find("\n", found) + 1
         if not position:
             return
+
+
+@functools.lru_cache(maxsize=16384)
+def _statement_table(statement: str) -> tuple[dict, list] | None:
+    """The import table (`amplint.index.functions.import_table_of`) of one import statement as `_import_statements`
+    finds it in a text (a parenthesized one without its `)`), parsed alone; None when it does not parse so (a
+    backslash continues it, or it is not a statement: a docstring's line)."""
+    from amplint.index.functions import import_table_of
+
+    if statement.endswith("\\"):
+        return None
+    for written in (statement, statement + ")"):  # `from m import (a,` ... up to the `)` the span leaves out
+        try:
+            return import_table_of(ast.parse(written).body)
+        except (SyntaxError, ValueError):
+            continue
+    return None
 
 
 def _import_statements(text: str) -> Iterator[tuple[int, int]]:
