@@ -50,7 +50,6 @@ from amplint.calls import (EFFECT_CALLEES, EFFECT_METHODS, GRAD_MODE_CALLEES, au
                            function_effects, grad_mode, innermost_grad_mode, is_float32_cast, scale_call,
                            scaler_enabled, written_disabled)
 from amplint.vocabulary import EFFECTS, INTEGER_OPS, LAYOUT_METHODS, GRAD_SCALERS, Effect
-from amplint.index.flows import Scope, argument_flows
 from amplint.index.shapes import call_shape
 from amplint.index.summary import ENTER_CONTEXT, FUNCTIONS, Summary, _child_nodes, dotted
 
@@ -236,7 +235,7 @@ class _Deferred:
         self._module: ast.AST | None = None  # the tree, once a deferred fact was asked
         self._functions: dict[tuple[int, int], ast.AST] | None = None  # (line, column) of a def -> the def
         self._calls: dict[tuple[int, ...], ast.Call] | None = None  # a call's place -> the call
-        self._scopes: dict[tuple[int, int], Scope] = {}  # (line, column) of a def, (0, 0): the module -> bindings
+        self._scopes: dict[tuple[int, int], object] = {}  # (line, column) of a def, (0, 0): the module -> its Scope
 
     def _parsed(self) -> ast.AST | None:
         if self._module is None:
@@ -261,6 +260,7 @@ class _Deferred:
 
     def argument_flows(self, place: tuple[int, ...]) -> tuple[str, ...]:
         """`argument_flows` of the call at `place` (`call_place`), in its function's scope."""
+        from amplint.index.flows import Scope, argument_flows  # asked by AMP009's question only
         if self._calls is None:
             tree = self._parsed()
             self._calls = {} if tree is None else {call_place(node): node for node in ast.walk(tree)
