@@ -246,3 +246,46 @@ def test_deferred_arguments_are_those_followed_on_the_tree():
     assert again.to_json() == index_text(HANDING).to_json()
     with pytest.raises(KeyError):  # deferred arguments without the text
         FileIndex.from_json(written)
+
+
+def _settled(record: FileIndex) -> FileIndex:
+    for function in record.functions.values():
+        function.casts, function.keeps, function.items, [call.args for call in function.calls]
+    [call.args for call in record.module_calls]
+    return record
+
+
+def test_a_records_fingerprint_computes_no_deferred_fact_and_follows_one():
+    """What dependants are keyed by (`FileIndex.digest`, `ProjectIndex.calls_digest`) is read without computing a
+    fact deferred to the text, is the same whether it was computed, built here, in another process or read from
+    the cache, and changes with an edit that changes only such a fact (a cast at entry, what a call hands over)."""
+    from amplint.index.project import ProjectIndex
+
+    record = index_text(SOURCE)
+    digest = record.digest()
+    assert all(function._deferred is not None for function in record.functions.values())  # none computed
+    assert _settled(record).digest() == digest
+    assert pickle.loads(pickle.dumps(index_text(SOURCE))).digest() == digest
+    written = json.loads(json.dumps(index_text(SOURCE).to_json(deferred=True)))
+    assert FileIndex.from_json(written, SOURCE).digest() == digest
+    cast = SOURCE.replace("logits = logits.float()", "logits = logits.to(torch.float32)")
+    record, digest = index_text(cast), index_text(cast).digest()
+    other = index_text(cast.replace("torch.float32", "torch.bfloat16"))  # the same lines, calls and effects
+    assert {name: f.eager_json() for name, f in other.functions.items()} == \
+        {name: f.eager_json() for name, f in record.functions.items()}
+    assert other.functions["loss_of"].casts == () and record.functions["loss_of"].casts == ("logits",)
+    assert other.digest() != digest
+    whole = FileIndex.from_json(_settled(index_text(SOURCE)).to_json())  # no text: its facts are its fingerprint
+    assert whole.source is None and whole.digest() != FileIndex.from_json(_settled(other).to_json()).digest()
+
+    def calls_digest(text: str, settle: bool) -> str:
+        project = ProjectIndex()
+        built = index_text(text)
+        project.add("/project/train.py", _settled(built) if settle else built)
+        return project.calls_digest("backward_of")
+
+    handed = calls_digest(HANDING, settle=False)
+    assert calls_digest(HANDING, settle=True) == handed
+    moved = HANDING.replace("backward_of(loss * 2)", "backward_of(four * 2)")  # only what the call hands over
+    assert index_text(moved).functions["run"].calls[0].args != index_text(HANDING).functions["run"].calls[0].args
+    assert calls_digest(moved, settle=False) != handed

@@ -114,10 +114,14 @@ class CallRecord(_Record):
     def to_json(self, deferred: bool = False) -> list:
         """With `deferred`, arguments not yet followed are left out and the call's place written instead, for
         `from_json` with the file's text."""
-        data = [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
+        data = self.eager_json()
         if deferred and self._deferred is not None:
             return data + [[], list(self._deferred[1])]
         return data + [list(self.args)] if self.args else data
+
+    def eager_json(self) -> list:
+        """What the call's record says without its arguments (a function of the file's text and this)."""
+        return [self.callee, self.line, int(self.in_loop), int(self.in_region), int(self.no_grad)]
 
     @classmethod
     def from_json(cls, data: list, source: _Deferred | None = None) -> CallRecord:
@@ -199,14 +203,20 @@ class FunctionRecord(_Record):
     def to_json(self, deferred: bool = False) -> dict:
         """Everything, the facts computed when first read included; with `deferred`, a fact not yet computed is
         left out and the def's column written instead ("z"), for `from_json` with the file's text."""
-        data = {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
-                "dl": self.lines, "c": [call.to_json(deferred) for call in self.calls]}
+        data = self.eager_json()
+        data["c"] = [call.to_json(deferred) for call in self.calls]
         if deferred and self._deferred is not None:
             data["z"] = self._deferred[1]
             return data
         data.update({"x": list(self.casts), "k": list(self.keeps),
                      "it": {slot: [list(ref) for ref in refs] for slot, refs in self.items.items()}})
         return data
+
+    def eager_json(self) -> dict:
+        """What the function's record says without the facts computed when first read (`casts`, `keeps`, `items`,
+        its calls' `args`: each a function of the file's text and this)."""
+        return {"q": self.qualname, "l": self.line, "p": list(self.params), "d": sorted(self.does),
+                "dl": self.lines, "c": [call.eager_json() for call in self.calls]}
 
     @classmethod
     def from_json(cls, data: dict, source: _Deferred | None = None) -> FunctionRecord:
@@ -227,10 +237,11 @@ class _Deferred:
     `.keeps`, `.items`, `CallRecord.args`): the tree it was built from while that is alive, else the text parsed
     again (in another process: the record travels with its text, not its tree)."""
 
-    __slots__ = ("text", "_tree", "_module", "_functions", "_calls", "_scopes")
+    __slots__ = ("text", "_tree", "_module", "_functions", "_calls", "_scopes", "_digest")
 
     def __init__(self, text: str, tree: ast.AST | None = None) -> None:
         self.text = text
+        self._digest: str | None = None
         self._tree = weakref.ref(tree) if tree is not None else None
         self._module: ast.AST | None = None  # the tree, once a deferred fact was asked
         self._functions: dict[tuple[int, int], ast.AST] | None = None  # (line, column) of a def -> the def
@@ -250,6 +261,11 @@ class _Deferred:
                     return None
             self._module = tree
         return self._module
+
+    def text_digest(self) -> str:
+        if self._digest is None:
+            self._digest = _digest(self.text)
+        return self._digest
 
     def function(self, line: int, column: int) -> ast.AST | None:
         if self._functions is None:
@@ -281,8 +297,8 @@ class _Deferred:
         return (self.text,)  # never its tree
 
     def __setstate__(self, state: tuple) -> None:
-        self.text, self._tree, self._module, self._functions, self._calls, self._scopes = \
-            state[0], None, None, None, None, {}
+        self.text, self._tree, self._module, self._functions, self._calls, self._scopes, self._digest = \
+            state[0], None, None, None, None, {}, None
 
 
 def call_place(call: ast.Call) -> tuple[int, int, int, int]:
@@ -307,14 +323,20 @@ class FileIndex:
     # at module level other than by a def, a class or an import (`Summary.module_bound`).
     free: list[str] = field(default_factory=list)
     globals: list[str] = field(default_factory=list)
+    # The text the record was built from, where its facts computed when first read come from (None: a record
+    # written whole, by hand or before deferring): part of `digest`, never of `to_json` or equality.
+    source: _Deferred | None = field(default=None, compare=False, repr=False)
 
     def to_json(self, deferred: bool = False) -> dict:
         """`deferred`: the functions' facts not yet computed are left out (`FunctionRecord.to_json`); the cache
         stores records so, and reads them back with the file's text (`from_json`)."""
-        return {"f": {name: summary.to_json(deferred) for name, summary in self.functions.items()},
-                "i": {name: list(value) for name, value in self.imports.items()},
+        return self._json({name: record.to_json(deferred) for name, record in self.functions.items()},
+                          [call.to_json(deferred) for call in self.module_calls])
+
+    def _json(self, functions: dict, module_calls: list) -> dict:
+        return {"f": functions, "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
-                "m": [call.to_json(deferred) for call in self.module_calls], "fr": self.free, "g": self.globals}
+                "m": module_calls, "fr": self.free, "g": self.globals}
 
     @classmethod
     def from_json(cls, data: dict, text: str | None = None) -> FileIndex:
@@ -324,11 +346,27 @@ class FileIndex:
                    {name: (value[0], value[1], value[2]) for name, value in data["i"].items()},
                    [(item[0], item[1]) for item in data["s"]], data["k"], data["n"],
                    [CallRecord.from_json(call, source) for call in data["m"]], list(data.get("fr", ())),
-                   list(data.get("g", ())))
+                   list(data.get("g", ())), source)
 
     def digest(self) -> str:
-        """A fingerprint of what other files can read of this one (the cache keys dependants by it)."""
-        return hashlib.blake2b(json.dumps(self.to_json(), sort_keys=True).encode(), digest_size=12).hexdigest()
+        """A fingerprint of what other files can read of this one (the cache keys dependants by it): what the
+        record says up front and the text its deferred facts come from, so that it is the same whether or not
+        they were computed, and computing it computes none of them."""
+        if self.source is None:
+            return _digest(json.dumps(self.to_json(), sort_keys=True))
+        data = self._json({name: record.eager_json() for name, record in self.functions.items()},
+                          [call.eager_json() for call in self.module_calls])
+        return _digest(json.dumps(data, sort_keys=True) + "\0" + self.source.text_digest())
+
+    def call_digest(self, call: CallRecord) -> str:
+        """A fingerprint of one of its calls (`digest`'s, for the fingerprint of the calls of a name)."""
+        if self.source is None:
+            return json.dumps(call.to_json())
+        return f"{json.dumps(call.eager_json())}\0{self.source.text_digest()}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 def index_text(text: str, summary: Summary | None = None) -> FileIndex | None:
@@ -373,12 +411,12 @@ def import_table_of(nodes) -> tuple[dict[str, tuple[str, str | None, int]], list
 class _Builder:
     def __init__(self, summary: Summary) -> None:
         self.summary = summary
-        self.index = FileIndex()
+        self.deferred = _Deferred(summary.text, summary.tree)
+        self.index = FileIndex(source=self.deferred)
         self.by_id: dict[int, FunctionRecord] = {}
         self.nodes: dict[int, ast.AST] = {}  # id of a def -> the def
         self.scalers = summary.scaler_names()
         self._optimizers: set[str] | None = None  # `_used_as_optimizer`
-        self.deferred = _Deferred(summary.text, summary.tree)
         self._shapes: dict[int, object] = {}  # id of a call or callee -> its shape, if it may set a grad mode
         self._no_grads: dict[tuple, bool] = {}  # (function, withs around a call) -> `_no_grad`
         self._written_disabled: dict[int, bool] = {}  # id of an opener -> `_disabled`

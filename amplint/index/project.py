@@ -140,7 +140,8 @@ class ProjectIndex:
         self._calls: dict[str, list] | None = None  # `calls_named`: last name of the callee -> its call sites
         self._call_aliases: dict[str, set[str]] = {}  # `calls_named`: an imported name -> the names the indexed files'
         # imports bind it as (their records'; not `_aliases`, the table of every file's import statements)
-        self._calls_by: dict = {}  # `calls_named_in`: (last name, effects) -> (files, sites)
+        # `calls_named_in`: (last name, effects) -> (files, sites); `calls_digest`: ("digest", name) -> its digest
+        self._calls_by: dict = {}
         # What each file's text says of its import statements (`ImportText`): from the read of phase 1, else from
         # one read when a question first needs it; never read again in this process.
         self.texts: dict[str, ImportText] = {}
@@ -536,9 +537,14 @@ class ProjectIndex:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
         import hashlib
 
-        sites = self.calls_named(None if name == "*" else name)
-        text = "\n".join(sorted(f"{path}\0{caller}\0{call.to_json()}" for path, caller, call in sites))
-        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        key = ("digest", name)
+        found = self._calls_by.get(key)
+        if found is None:
+            sites = self.calls_named(None if name == "*" else name)
+            text = "\n".join(sorted(f"{path}\0{caller}\0{self.files[path].call_digest(call)}"
+                                    for path, caller, call in sites))
+            found = self._calls_by[key] = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        return found
 
     def valid(self, dependencies: dict[str, str], path: str | None = None) -> bool:
         """Do these dependencies (`ModuleView.dependencies`) still hold in this index, for the file at `path`
