@@ -81,25 +81,27 @@ class Settings:
             return self.target_torch_version, self.torch_below
         folder = os.path.dirname(os.path.abspath(path)) if path != "-" else os.getcwd()
         if folder not in memo:
-            memo[folder] = self._range_at(Path(os.path.realpath(folder)), memo)
+            reals = self.__dict__.setdefault("_real_folders", {})
+            memo[folder] = self._range_at(_real_folder(folder, reals), self.__dict__.setdefault("_real_ranges", {}))
         return memo[folder]
 
-    def _range_at(self, folder: Path, memo: dict) -> tuple[str | None, str | None]:
-        """The range the project at or above `folder` declares, as `requirements.project_root` finds it (a
-        folder's declarations first, then a repository's root stops the search); each folder asked once."""
+    def _range_at(self, folder: str, memo: dict) -> tuple[str | None, str | None]:
+        """The range the project at or above the real `folder` declares, as `requirements.project_root` finds it
+        (a folder's declarations first, then a repository's root stops the search); each folder asked once."""
         from amplint.requirements import has_declarations, project_torch, version_text
 
         if folder in memo:
             return memo[folder]
-        if has_declarations(folder):
-            requirement = project_torch([folder])
+        above = os.path.dirname(folder)
+        if has_declarations(Path(folder)):
+            requirement = project_torch([Path(folder)])
             lowest, below = requirement.floor, requirement.below
             found = (version_text(lowest.range.floor) if lowest is not None else None,
                      version_text(below) if below is not None else None)
-        elif folder.parent == folder or any(os.path.exists(folder / marker) for marker in (".git", ".hg")):
+        elif above == folder or any(os.path.exists(os.path.join(folder, marker)) for marker in (".git", ".hg")):
             found = (None, None)
         else:
-            found = self._range_at(folder.parent, memo)
+            found = self._range_at(above, memo)
         memo[folder] = found
         return found
     def excluded(self, path: str, walked: bool = False) -> bool:
@@ -262,6 +264,21 @@ def run_start(paths: list[str], fallback: Path | None = None) -> Path:
     return lookup_start(named[0], fallback)
 
 
+def _real_folder(folder: str, reals: dict[str, str]) -> str:
+    """`os.path.realpath` of an absolute, normalised folder, through the real folder above it (asked once per
+    folder of a run: one look at the folder itself, not one per folder above it)."""
+    found = reals.get(folder)
+    if found is None:
+        above = os.path.dirname(folder)
+        if above == folder:
+            found = os.path.realpath(folder)
+        else:
+            candidate = os.path.join(_real_folder(above, reals), os.path.basename(folder))
+            found = os.path.realpath(candidate) if os.path.islink(candidate) else candidate
+        reals[folder] = found
+    return found
+
+
 def configuration_groups(files: list[str], settings: Settings) -> dict[Path | None, list[str]]:
     """The files of a run by the configuration closest to each (its folder, then each folder above: the editor
     server's and the flake8 plugin's lookup), in the order of `files`: the run's own configuration is the key
@@ -271,32 +288,37 @@ def configuration_groups(files: list[str], settings: Settings) -> dict[Path | No
     own = settings.source.resolve() if settings.source is not None else None
     if settings.named:
         return {settings.source: list(files)}
-    memo: dict[Path, Path | None] = {}
+    memo: dict[str, Path | None] = {}  # a folder (absolute, as a string: most files share theirs) -> its closest
 
-    def closest(folder: Path) -> Path | None:
+    def closest(folder: str) -> Path | None:
         pending = []
         found: Path | None = None
-        for each in (folder, *folder.parents):
+        each = folder
+        while True:
             if each in memo:
                 found = memo[each]
                 break
             pending.append(each)
             try:
-                found = config_in(each)
+                found = config_in(Path(each))
             except ConfigError:
-                found = each / "pyproject.toml"  # amplint's own broken file: read it to report the problem
+                found = Path(each) / "pyproject.toml"  # amplint's own broken file: read it to report the problem
             except OSError:
                 found = None
             if found is not None:
                 found = found.resolve()
                 break
+            above = os.path.dirname(each)
+            if above == each:
+                break
+            each = above
         for each in pending:
             memo[each] = found
         return found
 
     groups: dict[Path | None, list[str]] = {}
     for name in files:
-        found = closest(Path(os.path.abspath(name)).parent)
+        found = closest(os.path.dirname(os.path.abspath(name)))
         key = settings.source if found == own or found is None and own is None else found
         if found is None and own is not None:
             key = None  # a file outside the run's configuration's folder, under none: the defaults

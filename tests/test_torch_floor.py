@@ -348,6 +348,22 @@ def test_many_paths_share_their_folders_root(tmp_path, monkeypatch) -> None:
     assert roots_for(paths, None) == [tmp_path.resolve()]
 
 
+def test_a_file_reached_through_a_linked_folder_gets_its_real_projects_range(tmp_path, monkeypatch) -> None:
+    """The range is the one of the project the file really lies in (as `requirements.project_root`, which resolves
+    links), whatever folder above it is a link: one look per folder, not one per folder above it."""
+    write(tmp_path, "old/requirements.txt", "torch>=1.13,<2\n")
+    write(tmp_path, "old/src/deep/train.py", "")
+    write(tmp_path, "new/requirements.txt", "torch>=2.3\n")
+    write(tmp_path, "new/plain/train.py", "")
+    (tmp_path / "new" / "vendored").symlink_to(tmp_path / "old" / "src", target_is_directory=True)
+    monkeypatch.chdir(tmp_path / "new")
+    settings = Settings(torch_inferred=True)  # no target given: each file's project says
+    assert settings.torch_range_for("vendored/deep/train.py") == ("1.13", "2.0")
+    assert settings.torch_range_for("plain/train.py") == ("2.3", None)
+    assert settings.torch_range_for(str(tmp_path / "old" / "src" / "deep" / "train.py")) == ("1.13", "2.0")
+    assert project_root(tmp_path / "new" / "vendored" / "deep" / "train.py") == (tmp_path / "old").resolve()
+
+
 def run(args: list[str], cwd: Path, monkeypatch):
     monkeypatch.chdir(cwd)
     return CliRunner().invoke(main, args, catch_exceptions=False)
