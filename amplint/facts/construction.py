@@ -36,7 +36,6 @@ class Runs(Enum):
 
     IN_LOOP = "in the loop whose iterations step or update it"
     HANDED_IN_LOOP = "in a loop handing it to a project function that steps or updates it"
-    CALLER_LOOP = "once per call of its function from a loop of this module"
     CALLERS_LOOP = "once per call of its function from a loop a few callers up (the project index)"
     UNCALLED = "once per call of a per-step function no project code calls: once per step"
     HANDED_PER_CALL = "once per call of a function run per iteration, handed to project functions stepping it"
@@ -49,7 +48,7 @@ class PerIteration:
     build: Event
     runs: Runs
     uses: list[Event] = field(default_factory=list)  # the scaler's step/update events in its function
-    loop: Frame | None = None  # IN_LOOP, HANDED_IN_LOOP: the loop building it; CALLER_LOOP: the caller's loop
+    loop: Frame | None = None  # IN_LOOP, HANDED_IN_LOOP: the loop building it
     chain: list[CallerSite] | None = None  # CALLERS_LOOP, HANDED_PER_CALL: the calls running it per iteration
     stepper: Call | None = None  # HANDED_IN_LOOP, HANDED_PER_CALL: a call handing it to a function stepping it
     qualname: str | None = None  # CALLERS_LOOP, UNCALLED, HANDED_PER_CALL: the function building it
@@ -100,9 +99,6 @@ def _when(facts: ModuleFacts, build: Event, uses: list[Event]) -> PerIteration |
     if loops or "." in build.bound_to:
         return None
     per_step = not any(use.frame.loops_up_to_function() for use in uses)
-    caller_loop = facts.calling_loop(build.frame) if per_step else None
-    if caller_loop is not None:
-        return PerIteration(build, Runs.CALLER_LOOP, uses, loop=caller_loop)
     return _called_per_iteration(facts, build, uses, per_step)
 
 

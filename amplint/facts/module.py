@@ -536,16 +536,6 @@ class ModuleFacts:
         target = view.resolve(info.qualname if info else None, callee)
         return target, (view.function(target) if target is not None else None)
 
-    def calling_loop(self, frame: Frame) -> Frame | None:
-        """The innermost loop around a same-module call site of the function that runs `frame`, if any
-        (the function then runs once per iteration of that loop)."""
-        info = self.function_info(frame)
-        for site in self.call_sites.get(info.qualname, []) if info else ():
-            loops = site.frame.loops_up_to_function()
-            if loops:
-                return loops[0]
-        return None
-
     def effective_region(self, frame: Frame, depth: int = MAX_CALL_DEPTH) -> tuple[Region | None, list[Call]]:
         """The region code runs in, following same-module callers when the function opens none itself.
 

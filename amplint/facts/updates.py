@@ -119,10 +119,10 @@ def update_only_after_loop(facts: ModuleFacts, scaler: str, steps: list[Event], 
     return updates[0]
 
 
-def called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) -> tuple[str, str, int] | None:
-    """Where the function that runs `frame` is called in a loop's body of another module (the project index's
-    `called_per_iteration`, one caller up as `calling_loop` within the module), when no other module calls
-    `.update()` on a scaler of that name either: (the function's name, the caller's module, the call's line)."""
+def called_in_a_loop(facts: ModuleFacts, frame: Frame, scaler: str) -> tuple[str, str | None, int] | None:
+    """Where the function that runs `frame` is called in a loop's body, one caller up, in this module or another
+    (the project index's `called_per_iteration`), when no other module calls `.update()` on a scaler of that name
+    either: (the function's name, the caller's module or None for this one, the call's line)."""
     view = facts.project
     info = facts.function_info(frame)
     if view is None or info is None:
@@ -131,15 +131,16 @@ def called_in_a_loop_elsewhere(facts: ModuleFacts, frame: Frame, scaler: str) ->
 
     target = Target(view.path, info.qualname)
     chain = view.called_per_iteration(target, depth=1)
-    if chain is None or chain[-1].caller.module == view.path:
+    if chain is None:
         return None
+    site = chain[-1]
+    if site.caller.module == view.path:  # its own module's loop: what this module does with the scaler is read here
+        return info.qualname.rsplit(".", 1)[-1], None, site.call.line
     summary = view.function(target)
     handed_in = summary is not None and "." not in scaler and scaler in summary.params
-    callers = {site.caller.module for site in chain}
-    if any(site.caller.module != view.path and (not handed_in or site.caller.module in callers)
-           for site in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
+    if any(other.caller.module != view.path and (not handed_in or other.caller.module == site.caller.module)
+           for other in view.method_calls(vocab.UPDATE, scaler.rsplit(".", 1)[-1])):
         return None  # another module that may hold the scaler (its caller's, or any for a shared one) updates one
-    site = chain[-1]
     return info.qualname.rsplit(".", 1)[-1], view.project.names.get(site.caller.module, "?"), site.call.line
 
 

@@ -150,10 +150,6 @@ class ScalerPerIteration(Rule):
             return Finding(node, f"{message}, stepped by `{snippet(facts, found.stepper.node.func, 32)}()`", fix,
                            help="Construct it once, before the loop: a scaler built per iteration never adapts its "
                                 "loss scale")
-        if found.runs is Runs.CALLER_LOOP:
-            message = (f"`{key}` is a new GradScaler on every call of `{found.build.frame.function().name}()` from "
-                       f"the loop at line {facts.line_of(found.loop.node)}, so its loss scale never adapts")
-            return Finding(node, message, help="Build the scaler once outside and pass it in")
         if found.runs is Runs.UNCALLED:
             message = (f"`{key}` is built and stepped once per call of `{found.qualname}()`: it never lives longer "
                        f"than one step")

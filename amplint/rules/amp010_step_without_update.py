@@ -9,7 +9,7 @@ from amplint.lazy import libcst as cst
 from amplint import vocabulary as vocab
 from amplint.facts import ModuleFacts
 from amplint.facts.module import scaler_enabled
-from amplint.facts.updates import ScalerUpdates, called_in_a_loop_elsewhere, calls_unknown_methods, iteration_loop, \
+from amplint.facts.updates import ScalerUpdates, called_in_a_loop, calls_unknown_methods, iteration_loop, \
     update_only_after_loop, update_place
 from amplint.rules.base import Finding, FixPlan, Rule, replace_nodes
 from amplint.rules.screen import Ask, Summary
@@ -119,11 +119,10 @@ class StepWithoutUpdate(Rule):
                 if calls_unknown_methods(facts, scaler, iteration):
                     continue
                 where = f"every iteration of the loop at line {facts.line_of(iteration.node)}"
-            elif (caller := facts.calling_loop(last.frame)) is not None:
-                where = f"in `{function.name}()` (called in the loop at line {facts.line_of(caller.node)})"
-            elif (elsewhere := called_in_a_loop_elsewhere(facts, last.frame, scaler)) is not None:
-                name, module, line = elsewhere
-                where = f"in `{name}()` (called in a loop in `{module}`, line {line})"
+            elif (caller := called_in_a_loop(facts, last.frame, scaler)) is not None:
+                name, module, line = caller
+                where = f"in `{name}()` (called in a loop " + (f"in `{module}`, line" if module else "at line") + \
+                    f" {line})"
             else:
                 continue
             message = f"`{snippet(facts, last.node, MESSAGE_SNIPPET)}` runs {where} with no `{scaler}.update()`"
