@@ -29,15 +29,7 @@ ALIAS = "moved_alias"
 MODULE_ALIAS = "hm"
 
 # (rule folder, kind, file, moved definition, layout) -> why the layout still differs
-_FORWARD_CALLERS = ("the index's second round reads the files calling a function by its name; a module's `forward` "
-                   "is called as the module (`self.attention(q, k)`, `encoder(x)`), so the file whose autocast region "
-                   "runs the parent module is not indexed (tests/test_location_invariance.py's KNOWN_TO_DIFFER)")
-KNOWN_TO_DIFFER: dict[tuple[str, str, str, str, str], str] = {
-    ("AMP006-disabled-autocast-without-cast", "flagged", "forward_parameter_from_parent.py", moved, layout):
-        _FORWARD_CALLERS
-    for moved, layout in [("train_step", "module"), ("train_step", "package"), ("train_step", "alias"),
-                          ("train_step", "module_alias"), ("StableAttention", "package")]
-}
+KNOWN_TO_DIFFER: dict[tuple[str, str, str, str, str], str] = {}
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,7 @@ precision and computed with; the opt-in AMP015 the rest of the contract (`Island
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, replace
 from typing import Iterator
 
@@ -556,9 +557,9 @@ def _passed_low(facts: ModuleFacts, view, target: Target, param: str, depth: int
             if region is not None:
                 origin = ast_low_origin(argument, function, tree, class_name)
                 if origin is not None:
-                    opened = region.call.line if region.caller.module == view.path else \
-                        f"{region.caller.module}:{region.call.line}"
-                    under = f"under the autocast region around the call at line {opened}" if region is not site \
+                    opened = f"line {region.call.line}" if region.caller.module == view.path else \
+                        f"{os.path.basename(region.caller.module)}:{region.call.line}"
+                    under = f"under the autocast region around the call at {opened}" if region is not site \
                         else "under the autocast region around this call"
                     made = (filename, origin.lineno, origin.col_offset + 1)
                     passed = (where, f"`{_short(ast.unparse(argument))}` is passed as `{param}` here")

@@ -343,9 +343,12 @@ def expand(project: ProjectIndex, others: Iterable[str], scan: Scan) -> None:
         scanned |= pending
         by_name: dict[str, list[str]] = {}
         for target in pending:
-            if "." in target.qualname and target not in builders:
-                continue  # a method found as a caller: its callers reach it through `self` or an object
             name = target.qualname.rsplit(".", 1)[-1]
+            if "." in target.qualname and name in CALLED_AS_OBJECT:
+                name = target.qualname.rsplit(".", 2)[-2]  # a module's `forward` runs when the module is called: files
+                # building one of its class (`encoder = Encoder(...)`, then `encoder(x)`) may run it
+            elif "." in target.qualname and target not in builders:
+                continue  # a method found as a caller: its callers reach it through `self` or an object
             by_name.setdefault(name, []).append(_module_words(project.names.get(target.module, ""), name))
         if not by_name:
             continue
@@ -400,18 +403,24 @@ def _callers_of(project: ProjectIndex, targets: set[Target]) -> set[Target]:
     found = set()
     for path in list(project.indexed):
         view = project.view(path)
+        instances = project.files[path].instances
         for qualname, summary in project.files[path].functions.items():
             if qualname.split(".")[-1].startswith("test"):
                 continue  # a pytest test: pytest calls it, once
+            owner = qualname.split(".")[0] if "." in qualname else None
             for call in summary.calls:
                 last = call.callee.rsplit(".", 1)[-1]
                 imported = project.files[path].imports.get(last)
-                if (last in lasts or last == call.callee and f"{qualname}:{last}" in project.files[path].instances
+                if (last in lasts or last == call.callee and f"{qualname}:{last}" in instances
+                        or owner is not None and call.callee == f"self.{last}" and f"{owner}.{last}" in instances
                         or imported is not None and imported[1] in lasts) \
                         and not call.in_loop and view.resolve(qualname, call.callee) in targets:
-                    found.add(Target(path, qualname))
+                    found.add(Target(path, qualname))  # by name, or an object it holds called (`self.block(x)`)
                     break
     return found
+
+
+CALLED_AS_OBJECT = ("forward", "__call__")  # methods run by calling an object of their class
 
 
 def _module_words(module: str, name: str) -> frozenset[str]:
