@@ -496,20 +496,20 @@ class ModuleFacts:
 
     @cached_property
     def call_sites(self) -> dict[str, list[Call]]:
-        """Calls to functions of this module: `f(...)` for module-level defs, `self.m(...)` for methods."""
-        module_functions = {f.qualname for f in self.functions if "." not in f.qualname}
-        methods = {f.qualname for f in self.functions if "." in f.qualname}
+        """Calls to functions of this module, by the function's qualname: each call resolved as the project index
+        resolves calls across modules (`ModuleView.resolve`: `f(...)`, `self.m(...)`, an object the code builds
+        and calls, `h = Helper(); h.run()`, `self.runner()` for its `__call__`), so that what a call runs within a
+        module and across modules has one answer. torch's own API is not the project's."""
+        view = self.project
+        qualnames = {f.qualname for f in self.functions}
         sites: dict[str, list[Call]] = {}
         for call in self.calls:
-            callee = None
-            if call.dotted in module_functions:
-                callee = call.dotted
-            elif call.receiver == "self" and call.method:
-                function = call.frame.function()
-                if function is not None and f"{function.class_name}.{call.method}" in methods:
-                    callee = f"{function.class_name}.{call.method}"
-            if callee is not None:
-                sites.setdefault(callee, []).append(call)
+            if call.dotted is None or (call.qualified or "").split(".")[0] == "torch":
+                continue
+            info = self.function_info(call.frame)
+            target = view.resolve(info.qualname if info else None, call.dotted)
+            if target is not None and target.module == view.path and target.qualname in qualnames:
+                sites.setdefault(target.qualname, []).append(call)
         return sites
 
     def function_info(self, frame: Frame | None) -> FunctionInfo | None:
