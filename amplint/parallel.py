@@ -509,7 +509,7 @@ def _pooled(paths, chunks, setup, jobs, outcomes, progress, children) -> None:
                 progress.advance(len(futures[future]))
     except BaseException:
         children.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        close_killed(pool)
         raise
     pool.shutdown(wait=True, cancel_futures=True)
 
@@ -592,6 +592,18 @@ def _crashed(path: str, exitcode: int | None) -> FileOutcome:
 def pool_processes(pool: ProcessPoolExecutor) -> list:
     """The worker processes a pool has started and not yet collected."""
     return list((getattr(pool, "_processes", None) or {}).values())
+
+
+def close_killed(pool: ProcessPoolExecutor, wait: float = 5.0) -> None:
+    """Shut down a pool whose workers were just killed, without waiting for their work: then wait (`wait` seconds
+    at most) for its manager thread to see them gone and close its wake-up pipe. At exit Python 3.11 wakes every
+    pool's manager (`concurrent.futures.process._python_exit`): a thread still closing its pipe then meets a
+    closed descriptor, and the interpreter prints an `OSError` traceback (seen when a run is stopped by SIGTERM,
+    and in the editor server's log)."""
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    if manager is not None and manager is not threading.current_thread():
+        manager.join(timeout=wait)
 
 
 def kill_processes(processes: Iterable) -> None:

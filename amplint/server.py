@@ -527,16 +527,13 @@ class Linter:
 
     def close(self) -> None:
         """Stop the worker at once, even in the middle of a long document; then wait (a few seconds at most) for
-        the pool's manager thread to see it gone and close its wake-up pipe. Python 3.11 wakes every pool's manager
-        at exit (`concurrent.futures.process._python_exit`): a thread still closing its pipe then meets a closed
-        descriptor, and the interpreter prints a traceback into the server's log."""
+        the pool's manager thread to close its wake-up pipe (`amplint.parallel.close_killed`)."""
+        from amplint.parallel import close_killed
+
         pool, self.pool = self.pool, None
         if pool is not None:
-            manager = getattr(pool, "_executor_manager_thread", None)
             self._kill(pool)
-            pool.shutdown(wait=False, cancel_futures=True)
-            if manager is not None:
-                manager.join(timeout=5)
+            close_killed(pool)
 
     @staticmethod
     def _kill(pool: ProcessPoolExecutor) -> None:
