@@ -564,11 +564,11 @@ def test_amplint_watch_puts_the_carets_under_the_call_not_the_comment(tmp_path, 
 
 
 def test_a_finding_without_a_recorded_span_underlines_the_code_of_its_line(tmp_path):
-    from amplint.runtime import Finding
+    from amplint.runtime import RuntimeFinding
 
     path = tmp_path / "t.py"
     path.write_text("x = f('#')  # a comment\n")
-    diagnostic = Finding("AMP001", "message", str(path), 1).to_diagnostic()
+    diagnostic = RuntimeFinding("AMP001", "message", str(path), 1).to_diagnostic()
     assert (diagnostic.location.column, diagnostic.end_location.column) == (1, 11)
 
 

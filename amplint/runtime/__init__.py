@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["AmpRuntimeError", "AmpRuntimeWarning", "Finding", "watch"]
+__all__ = ["AmpRuntimeError", "AmpRuntimeWarning", "RuntimeFinding", "watch"]
 
 
 class AmpRuntimeWarning(UserWarning):
@@ -20,14 +20,14 @@ class AmpRuntimeWarning(UserWarning):
 class AmpRuntimeError(AssertionError):
     """Raised when a `watch(strict=True)` block ends with findings; `.findings` holds them."""
 
-    def __init__(self, findings: list[Finding]):
+    def __init__(self, findings: list[RuntimeFinding]):
         self.findings = list(findings)
         super().__init__(f"{len(self.findings)} AMP finding(s) at run time:\n" +
                          "\n".join(f"  {finding}" for finding in self.findings))
 
 
 @dataclass(frozen=True)
-class Finding:
+class RuntimeFinding:
     """One AMP mistake seen at run time: the rule's code, a one-line message and the user's frame where it
     happened: the first frame of the user's own code, outside torch, amplint, the standard library and installed
     packages (site-packages); `column`, `end_line` and `end_column` (1-based) span the expression running there
@@ -115,7 +115,7 @@ def _code_of(line: str) -> str:
 
 
 def __getattr__(name: str):
-    if name in ("watch", "Report"):  # the part that imports torch
+    if name in ("watch", "WatchReport"):  # the part that imports torch
         from amplint.runtime import watcher
 
         return getattr(watcher, name)

@@ -12,7 +12,7 @@ import traceback
 import warnings
 from dataclasses import dataclass, field
 
-from amplint.runtime import AmpRuntimeWarning, Finding
+from amplint.runtime import AmpRuntimeWarning, RuntimeFinding
 
 
 class ScriptProblem(Exception):
@@ -25,7 +25,7 @@ class Outcome:
     """One run of a script: what the watch saw, where it stepped aside, and how the script ended (`status`: None
     when it ended normally, else the exit status `python SCRIPT` would have had, described by `ending`)."""
 
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[RuntimeFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     status: int | None = None
     ending: str = ""

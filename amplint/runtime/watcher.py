@@ -17,12 +17,12 @@ What it patches while at least one `watch()` is open (and restores when the last
 Every hook asks torch's autocast state with a few C calls and walks the stack only when it has a finding (and
 when an enabled region opens, to tell whose code opened it). A finding is the user's line: the first frame of the
 user's own code, outside torch, amplint, the standard library and installed packages; the installed code it ran
-in, if any, is its context (`Finding.via_*`).
+in, if any, is its context (`RuntimeFinding.via_*`).
 
 The watch never changes what the program does. Inside code that TorchDynamo traces or compiled (`torch.compile`)
 every hook only calls the original, and no mode is pushed there; the island mode is pushed only on the thread
 that opened the watch (torch's mode stack and autocast state are per thread). Where it steps aside, each report
-says so once (`Report.notes`).
+says so once (`WatchReport.notes`).
 """
 
 from __future__ import annotations
@@ -45,25 +45,25 @@ from torch.overrides import TorchFunctionMode
 
 import amplint
 from amplint import vocabulary as vocab
-from amplint.runtime import INSTALLED_FOLDERS, AmpRuntimeError, AmpRuntimeWarning, Finding
+from amplint.runtime import INSTALLED_FOLDERS, AmpRuntimeError, AmpRuntimeWarning, RuntimeFinding
 
-__all__ = ["Report", "watch"]
+__all__ = ["WatchReport", "watch"]
 
 _HALF = (torch.float16, torch.bfloat16)
 _DEVICES = tuple(device for device in ("cpu", "cuda", "xpu", "mps", "hpu")
                  if getattr(torch.amp, "is_autocast_available", lambda _: device in ("cpu", "cuda"))(device))
 
 
-class Report:
+class WatchReport:
     """What one `watch()` block saw: `findings`, in the order they happened, each site (code, file, line) once."""
 
     def __init__(self, ignore=()):
         self.ignore = frozenset(code.upper() for code in ignore)
-        self.findings: list[Finding] = []
+        self.findings: list[RuntimeFinding] = []
         self.notes: list[str] = []  # where the watch stepped aside (compiled code, another thread), each once
         self._sites: set[tuple[str, str, int]] = set()
 
-    def _add(self, finding: Finding) -> bool:
+    def _add(self, finding: RuntimeFinding) -> bool:
         if finding.code in self.ignore or finding.site in self._sites:
             return False
         self._sites.add(finding.site)
@@ -74,7 +74,7 @@ class Report:
         return True
 
     def __repr__(self) -> str:
-        return f"Report({self.findings!r})"
+        return f"WatchReport({self.findings!r})"
 
 
 # --- where the user is ------------------------------------------------------------------------------------------
@@ -217,7 +217,7 @@ class _ScalerState:
 
 class _State:
     def __init__(self):
-        self.reports: list[Report] = []
+        self.reports: list[WatchReport] = []
         self.restore: list = []
         self.scalers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.built_at: dict[tuple[str, int], weakref.ref] = {}  # construction site -> the last scaler built there
@@ -244,7 +244,7 @@ _state = _State()
 
 def _report(code: str, message: str, site: tuple | None = None) -> None:
     filename, line, span, via = site or _user_frame()
-    finding = Finding(code, message, filename, line, *(span or (None, None, None)), *(via or ()))
+    finding = RuntimeFinding(code, message, filename, line, *(span or (None, None, None)), *(via or ()))
     new = [report._add(finding) for report in _state.reports]
     if any(new):
         text = f"{code} {message}" + (f" (via {finding.via})" if finding.via else "")
@@ -751,12 +751,12 @@ def _uninstall() -> None:
 
 @contextmanager
 def watch(strict: bool = False, ignore=()):
-    """Watch the code in the block for AMP mistakes; yields the Report. Each finding is also issued as an
+    """Watch the code in the block for AMP mistakes; yields the WatchReport. Each finding is also issued as an
     `AmpRuntimeWarning` at the user's line. `strict=True` raises `AmpRuntimeError` at the end of a block that
     has findings (and ended without an exception of its own); `ignore` takes codes never to report.
 
     Blocks nest (each report sees what happens inside it); torch is restored when the outermost one ends."""
-    report = Report(ignore)
+    report = WatchReport(ignore)
     if not _state.reports:
         _state.thread = threading.get_ident()
         try:
@@ -775,7 +775,7 @@ def watch(strict: bool = False, ignore=()):
         raise AmpRuntimeError(report.findings)
 
 
-def _leave(report: Report) -> None:
+def _leave(report: WatchReport) -> None:
     if report in _state.reports:
         _state.reports.remove(report)
     if not _state.reports:
