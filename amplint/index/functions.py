@@ -264,7 +264,7 @@ class _Deferred:
 
     def text_digest(self) -> str:
         if self._digest is None:
-            self._digest = _digest(self.text)
+            self._digest = text_digest(self.text)
         return self._digest
 
     def function(self, line: int, column: int) -> ast.AST | None:
@@ -330,13 +330,10 @@ class FileIndex:
     def to_json(self, deferred: bool = False) -> dict:
         """`deferred`: the functions' facts not yet computed are left out (`FunctionRecord.to_json`); the cache
         stores records so, and reads them back with the file's text (`from_json`)."""
-        return self._json({name: record.to_json(deferred) for name, record in self.functions.items()},
-                          [call.to_json(deferred) for call in self.module_calls])
-
-    def _json(self, functions: dict, module_calls: list) -> dict:
-        return {"f": functions, "i": {name: list(value) for name, value in self.imports.items()},
+        return {"f": {name: record.to_json(deferred) for name, record in self.functions.items()},
+                "i": {name: list(value) for name, value in self.imports.items()},
                 "s": [list(item) for item in self.star_imports], "k": self.classes, "n": self.instances,
-                "m": module_calls, "fr": self.free, "g": self.globals}
+                "m": [call.to_json(deferred) for call in self.module_calls], "fr": self.free, "g": self.globals}
 
     @classmethod
     def from_json(cls, data: dict, text: str | None = None) -> FileIndex:
@@ -349,14 +346,12 @@ class FileIndex:
                    list(data.get("g", ())), source)
 
     def digest(self) -> str:
-        """A fingerprint of what other files can read of this one (the cache keys dependants by it): what the
-        record says up front and the text its deferred facts come from, so that it is the same whether or not
-        they were computed, and computing it computes none of them."""
+        """A fingerprint of what other files can read of this one (the cache keys dependants by it). A record built
+        from a text (`index_text`, or the cache's with the text) is a function of that text, its deferred facts
+        included: the text's digest, the same whether or not they were computed, and computing none of them."""
         if self.source is None:
-            return _digest(json.dumps(self.to_json(), sort_keys=True))
-        data = self._json({name: record.eager_json() for name, record in self.functions.items()},
-                          [call.eager_json() for call in self.module_calls])
-        return _digest(json.dumps(data, sort_keys=True) + "\0" + self.source.text_digest())
+            return text_digest(json.dumps(self.to_json(), sort_keys=True))
+        return self.source.text_digest()
 
     def call_digest(self, call: CallRecord) -> str:
         """A fingerprint of one of its calls (`digest`'s, for the fingerprint of the calls of a name)."""
@@ -365,7 +360,8 @@ class FileIndex:
         return f"{json.dumps(call.eager_json())}\0{self.source.text_digest()}"
 
 
-def _digest(text: str) -> str:
+def text_digest(text: str) -> str:
+    """The index's fingerprint of a text (a file's, or what a question's answer read, written out)."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from amplint.vocabulary import GRAD_SCALER, Effect
-from amplint.index.functions import CallRecord, FileIndex, FunctionRecord
+from amplint.index.functions import CallRecord, FileIndex, FunctionRecord, text_digest
 
 MAX_DEPTH = 3  # calls followed from a function, and callers followed up from one
 # An import statement as a file's text holds it (what follows it on its line, or up to `)`, is read too).
@@ -399,9 +399,7 @@ class ProjectIndex:
         return self._wrapper_names
 
     def scaler_wrappers_digest(self) -> str:
-        import hashlib
-
-        return hashlib.blake2b("\n".join(sorted(self.scaler_wrapper_names())).encode(), digest_size=12).hexdigest()
+        return text_digest("\n".join(sorted(self.scaler_wrapper_names())))
 
     def importers(self, path: str) -> list[str]:
         """The files of the project that import the module at `path` (`import m`, `from m import x`, `from pkg
@@ -422,10 +420,7 @@ class ProjectIndex:
         return found
 
     def importers_digest(self, path: str) -> str:
-        import hashlib
-
-        text = "\n".join(self.importers(path)) if path in self.names else "?"
-        return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+        return text_digest("\n".join(self.importers(path)) if path in self.names else "?")
 
     def _aliases_of_imports(self) -> dict[str, set[str]]:
         """A name an import statement imports -> the names it binds it as (`x as y`), over the text of every file
@@ -535,15 +530,13 @@ class ProjectIndex:
 
     def calls_digest(self, name: str) -> str:
         """A fingerprint of every call site whose callee's last name is `name` ("*": every call site)."""
-        import hashlib
-
         key = ("digest", name)
         found = self._calls_by.get(key)
         if found is None:
             sites = self.calls_named(None if name == "*" else name)
             text = "\n".join(sorted(f"{path}\0{caller}\0{self.files[path].call_digest(call)}"
                                     for path, caller, call in sites))
-            found = self._calls_by[key] = hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+            found = self._calls_by[key] = text_digest(text)
         return found
 
     def valid(self, dependencies: dict[str, str], path: str | None = None) -> bool:
@@ -1137,9 +1130,7 @@ class ModuleView:
 
 
 def _text_digest(text: str | None) -> str:
-    import hashlib
-
-    return hashlib.blake2b((text or "").encode(), digest_size=12).hexdigest() if text is not None else ""
+    return text_digest(text) if text is not None else ""
 
 
 def _qualified_instance(record: FileIndex, name: str) -> str | None:
